@@ -1,0 +1,1 @@
+"""Tether host agent: claims work from the coordinator and runs it on local devices."""

@@ -1,0 +1,241 @@
+"""Who this host is: legacy credentials, or a managed identity enrolled once and kept on disk.
+
+Legacy: ``HOST_AGENT_HOST_ID`` + ``HOST_AGENT_TOKEN``; no enrollment, and each device's cloud id
+is its local id.
+
+Managed: the agent mints ``enrollment_id`` and ``host_token`` itself and writes them to
+``STATE_DIR/identity.json`` *before* calling ``POST /internal/v1/enroll``, so a retry after a
+lost response (or after a crash) is the identical request and the coordinator answers it with
+the same ``host_id``. The answer's ``host_id`` is then written into the same file; from then on a
+restart reuses the stored identity and never touches the enrollment token, which is never
+written anywhere. Local devices are enrolled on every start (idempotent) and the
+local → cloud id map is kept in ``STATE_DIR/devices.json``.
+
+Files are written atomically (temporary file, fsync, ``os.replace``, fsync of the folder) with
+mode 0600 in a 0700 folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import stat
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from agent.client import Conflict, CoordinatorClient, HostClient, MalformedAnswer, Rejected, Unauthorized
+from agent.retry import Backoff, retry_transient
+from agent.settings import ENV_PREFIX, IDENTITY_FILE, AgentSettings, ConfigError
+
+log = logging.getLogger("agent.identity")
+
+DEVICES_FILE = "devices.json"
+HOST_TOKEN_PREFIX = "tht_"  # recognisable, so secret scanners can find a leaked host token
+
+
+class StartupError(Exception):
+    """Start-up cannot continue (rejected enrollment, conflicting device, unreadable state)."""
+
+
+@dataclass(frozen=True)
+class HostIdentity:
+    host_id: str
+    token: SecretStr
+    managed: bool
+
+
+@dataclass(frozen=True)
+class LocalDevice:
+    """What device enrollment needs to know about one local device."""
+
+    local_id: str
+    driver: str
+    attributes: dict[str, Any]
+
+
+def new_host_token() -> SecretStr:
+    return SecretStr(HOST_TOKEN_PREFIX + secrets.token_urlsafe(32))
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Replace ``path`` with ``data`` so a reader (or a crash) sees the old or the new file, whole."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    payload = json.dumps(data, indent=2, sort_keys=True).encode() + b"\n"
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the umask only ever removes bits; make the mode exact
+        with os.fdopen(fd, "wb") as file:
+            file.write(payload)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+class StateStore:
+    """``identity.json`` and ``devices.json`` in the state folder."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.identity_path = state_dir / IDENTITY_FILE
+        self.devices_path = state_dir / DEVICES_FILE
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StartupError(f"cannot read {path}: {exc.strerror}") from None
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            log.warning("%s is readable by others (mode %o); tightening to 0600", path, mode)
+            os.chmod(path, 0o600)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise StartupError(f"{path} is not valid JSON; fix or remove it") from None
+        if not isinstance(data, dict):
+            raise StartupError(f"{path} does not hold a JSON object; fix or remove it")
+        return data
+
+    def load_identity(self) -> dict[str, Any] | None:
+        data = self._read(self.identity_path)
+        if data is None:
+            return None
+        if not isinstance(data.get("enrollment_id"), str) or not isinstance(data.get("host_token"), str):
+            raise StartupError(f"{self.identity_path} lacks enrollment_id/host_token; fix or remove it")
+        if data.get("host_id") is not None and not isinstance(data["host_id"], str):
+            raise StartupError(f"{self.identity_path} has a bad host_id; fix or remove it")
+        return data
+
+    def save_identity(self, enrollment_id: str, host_token: SecretStr, host_id: str | None) -> None:
+        atomic_write_json(
+            self.identity_path,
+            {
+                "enrollment_id": enrollment_id,
+                "host_token": host_token.get_secret_value(),
+                "host_id": host_id,
+            },
+        )
+
+    def load_device_map(self) -> dict[str, dict[str, str]]:
+        data = self._read(self.devices_path) or {}
+        devices = data.get("devices", {})
+        return devices if isinstance(devices, dict) else {}
+
+    def save_device_map(self, devices: dict[str, dict[str, str]]) -> None:
+        atomic_write_json(self.devices_path, {"devices": devices})
+
+
+async def resolve_identity(
+    settings: AgentSettings, client: CoordinatorClient, backoff: Backoff
+) -> HostIdentity:
+    """Legacy credentials as configured, or the managed identity (enrolling if not yet done)."""
+    if settings.legacy:
+        assert settings.host_id is not None and settings.token is not None
+        return HostIdentity(settings.host_id, settings.token, managed=False)
+    assert settings.state_dir is not None
+    store = StateStore(settings.state_dir)
+    stored = store.load_identity()
+    if stored is None:
+        if settings.enrollment_token is None:
+            raise ConfigError(f"{ENV_PREFIX}ENROLLMENT_TOKEN is needed for a first enrollment")
+        enrollment_id = uuid.uuid4().hex
+        host_token = new_host_token()
+        store.save_identity(enrollment_id, host_token, None)  # before the call: retries match
+        log.info("new managed identity (enrollment %s) stored in %s", enrollment_id, settings.state_dir)
+    else:
+        enrollment_id = stored["enrollment_id"]
+        host_token = SecretStr(stored["host_token"])
+        if stored.get("host_id"):
+            log.info("reusing enrolled identity: host %s", stored["host_id"])
+            return HostIdentity(stored["host_id"], host_token, managed=True)
+        log.info("finishing enrollment %s stored in %s", enrollment_id, settings.state_dir)
+        if settings.enrollment_token is None:
+            raise ConfigError(
+                f"enrollment in {settings.state_dir} is unfinished and {ENV_PREFIX}ENROLLMENT_TOKEN is not set"
+            )
+    enrollment_token = settings.enrollment_token
+    try:
+        answer = await retry_transient(
+            lambda: client.enroll(
+                enrollment_token,
+                enrollment_id=enrollment_id,
+                host_token=host_token,
+                hostname=settings.hostname,
+                labels=settings.labels,
+            ),
+            backoff,
+            what="enrollment",
+        )
+    except Unauthorized:
+        raise StartupError(
+            "the coordinator rejected the enrollment token (unknown, expired, revoked or used up)"
+        ) from None
+    except Conflict as exc:
+        raise StartupError(
+            f"enrollment refused ({exc.code}): this enrollment id is bound to another host token; "
+            f"remove {store.identity_path} to enroll afresh"
+        ) from None
+    except (Rejected, MalformedAnswer) as exc:
+        raise StartupError(f"enrollment failed: {exc}") from None
+    host_id = answer["host_id"]
+    store.save_identity(enrollment_id, host_token, host_id)
+    log.info("enrolled as host %s (%s)", host_id, "created" if answer.get("created") else "existing")
+    return HostIdentity(host_id, host_token, managed=True)
+
+
+async def enroll_devices(
+    identity: HostIdentity,
+    host: HostClient,
+    devices: list[LocalDevice],
+    state_dir: Path | None,
+    backoff: Backoff,
+) -> dict[str, str]:
+    """Map every local device id to its cloud device id (legacy: the same id)."""
+    if not identity.managed:
+        return {device.local_id: device.local_id for device in devices}
+    assert state_dir is not None
+    store = StateStore(state_dir)
+    if not devices:
+        store.save_device_map({})
+        return {}
+    body = [
+        {"local_id": device.local_id, "driver": device.driver, "attributes": device.attributes}
+        for device in devices
+    ]
+    try:
+        enrolled = await retry_transient(lambda: host.enroll_devices(body), backoff, what="device enrollment")
+    except Unauthorized:
+        raise StartupError(
+            f"the coordinator rejected this host's credential (revoked?); remove "
+            f"{store.identity_path} and enroll again with a new {ENV_PREFIX}ENROLLMENT_TOKEN"
+        ) from None
+    except (Rejected, MalformedAnswer) as exc:
+        raise StartupError(f"device enrollment failed: {exc}") from None
+    mapping: dict[str, str] = {}
+    records: dict[str, dict[str, str]] = {}
+    for sent, got in zip(devices, enrolled):
+        device_id = got.get("device_id") if isinstance(got, dict) else None
+        if not isinstance(device_id, str) or got.get("local_id") != sent.local_id:
+            raise StartupError("device enrollment answer does not match the devices sent")
+        mapping[sent.local_id] = device_id
+        records[sent.local_id] = {"driver": sent.driver, "device_id": device_id}
+    store.save_device_map(records)
+    log.info("enrolled %d device(s): %s", len(mapping), ", ".join(f"{k}→{v}" for k, v in mapping.items()))
+    return mapping

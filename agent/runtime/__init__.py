@@ -1,0 +1,46 @@
+"""The host agent's execution runtime: devices, drivers, the task runner and the workflow runner.
+
+The agent uses only the names exported here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .actions import Action, parse_action
+from .base import DeviceSpec, Outcome, Progress, RunControl
+from .devices import BoundDevice, DeviceManager, LocalDevice, parse_device_specs
+from .driver import Driver, Observation
+from .errors import DriverError, PlannerError
+from .openai_planner import OpenAIPlanner
+from .planners import ScriptedPlanner, make_planner
+from .task import Planner, Task, TaskRunner
+from .workflow import WorkflowRunner, validate_workflows_dir
+
+EXAMPLE_WORKFLOWS_DIR = Path(__file__).parent / "example_workflows"
+
+__all__ = [
+    "Action",
+    "BoundDevice",
+    "DeviceManager",
+    "DeviceSpec",
+    "Driver",
+    "DriverError",
+    "EXAMPLE_WORKFLOWS_DIR",
+    "LocalDevice",
+    "Observation",
+    "OpenAIPlanner",
+    "Outcome",
+    "Planner",
+    "PlannerError",
+    "Progress",
+    "RunControl",
+    "ScriptedPlanner",
+    "Task",
+    "TaskRunner",
+    "WorkflowRunner",
+    "make_planner",
+    "parse_action",
+    "parse_device_specs",
+    "validate_workflows_dir",
+]

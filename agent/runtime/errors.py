@@ -1,0 +1,41 @@
+"""Exceptions raised inside the execution runtime.
+
+Runners turn every one of them into an ``Outcome`` (a driver never crashes the agent)::
+
+    RuntimeFailure
+     +-- DriverError          the device could not do what was asked (adb failed or timed out,
+     |    |                   unknown key or app); a run ends ``failed`` / ``driver_error``
+     |    +-- ElementNotFound no node matches a tap selector; a failed step for the task runner
+     |                        (the planner may try something else), ``element_not_found`` for workflows
+     +-- ActionError          an action or workflow step is malformed (also a ``ValueError``)
+     +-- AssertionFailed      an ``assert_text`` step did not find its text on the screen
+     +-- PlannerError         the planner produced no usable action this step (bad reply, HTTP error)
+"""
+
+from __future__ import annotations
+
+
+class RuntimeFailure(Exception):
+    pass
+
+
+class DriverError(RuntimeFailure):
+    pass
+
+
+class ElementNotFound(DriverError):
+    def __init__(self, selector: str) -> None:
+        super().__init__(f"no element matches {selector[:60]!r}")
+        self.selector = selector
+
+
+class ActionError(RuntimeFailure, ValueError):
+    pass
+
+
+class AssertionFailed(RuntimeFailure):
+    pass
+
+
+class PlannerError(RuntimeFailure):
+    pass

@@ -1,0 +1,173 @@
+"""Host agent configuration: ``HOST_AGENT_*`` environment variables, and a ``.env`` file.
+
+The names are part of the contract (DESIGN.md, "Configuration"). Secrets are ``SecretStr`` so
+neither a ``repr`` nor a log line can show them. ``load_settings`` turns every problem into one
+``ConfigError`` whose message is a single line naming the variable, never its value.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from agent.runtime.base import DeviceSpec
+
+ENV_PREFIX = "HOST_AGENT_"
+IDENTITY_FILE = "identity.json"  # inside HOST_AGENT_STATE_DIR; see agent/identity.py
+
+
+class ConfigError(Exception):
+    """Bad configuration: the agent prints ``str(error)`` as one line and exits non-zero."""
+
+
+class AgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+    )
+
+    url: str | None = None
+    # Legacy ("static") host: both set, no enrollment, local device ids are the cloud ids.
+    host_id: str | None = None
+    token: SecretStr | None = None
+    # Managed host: a one-time enrollment token plus a state directory for the identity.
+    enrollment_token: SecretStr | None = None
+    state_dir: Path | None = None
+    # Comma-separated ``driver:local_id``: ``sim:phone-1,sim:phone-2`` or ``adb:*``.
+    devices: str = ""
+    workflows_dir: Path | None = None
+    poll_wait_s: int = Field(default=25, ge=0, le=600)
+    heartbeat_interval_s: float = Field(default=15.0, gt=0)
+    planner: Literal["scripted", "openai"] = "scripted"
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: SecretStr | None = None
+    # Additions: how long running work may take to finish after SIGTERM before it is stopped,
+    # labels put on every device in the heartbeat (and on the enrollment), the hostname
+    # reported, and the ``adb`` executable.
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    labels: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    hostname: str = Field(default_factory=socket.gethostname)
+    adb_path: str = "adb"
+    request_timeout_s: float = Field(default=10.0, gt=0)
+    backoff_cap_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _url_is_http(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+    @field_validator("host_id", "token", "enrollment_token", "llm_base_url", "llm_model", "llm_api_key", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("state_dir", "workflows_dir", mode="before")
+    @classmethod
+    def _blank_path_is_unset(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_json(cls, value: object) -> object:
+        if isinstance(value, str):
+            if not value.strip():
+                return {}
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ValueError('must be a JSON object such as {"site": "berlin"}') from None
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ValueError('must be a JSON object of strings such as {"site": "berlin"}')
+        return value
+
+    @field_validator("devices")
+    @classmethod
+    def _devices_parse(cls, value: str) -> str:
+        _parse_devices(value)  # raises ValueError with a one-line reason
+        return value
+
+    @field_validator("workflows_dir")
+    @classmethod
+    def _workflows_dir_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_dir():
+            raise ValueError(f"folder {str(value)!r} does not exist")
+        return value
+
+    @model_validator(mode="after")
+    def _identity_and_planner(self) -> AgentSettings:
+        if self.url is None:
+            raise ValueError(f"{ENV_PREFIX}URL is required (the coordinator's base URL)")
+        if (self.host_id is None) != (self.token is None):
+            raise ValueError(
+                f"{ENV_PREFIX}HOST_ID and {ENV_PREFIX}TOKEN must be set together (legacy host)"
+            )
+        if self.host_id is None:
+            if self.state_dir is None:
+                raise ValueError(
+                    f"no host identity: set {ENV_PREFIX}HOST_ID and {ENV_PREFIX}TOKEN (legacy host), "
+                    f"or {ENV_PREFIX}ENROLLMENT_TOKEN and {ENV_PREFIX}STATE_DIR (managed host)"
+                )
+            if self.enrollment_token is None and not (self.state_dir / IDENTITY_FILE).is_file():
+                raise ValueError(
+                    f"{ENV_PREFIX}STATE_DIR holds no enrolled identity and "
+                    f"{ENV_PREFIX}ENROLLMENT_TOKEN is not set"
+                )
+        if self.planner == "openai" and (self.llm_base_url is None or self.llm_model is None):
+            raise ValueError(
+                f"{ENV_PREFIX}PLANNER=openai needs {ENV_PREFIX}LLM_BASE_URL and {ENV_PREFIX}LLM_MODEL"
+            )
+        return self
+
+    @property
+    def legacy(self) -> bool:
+        return self.host_id is not None
+
+    @property
+    def device_specs(self) -> list[DeviceSpec]:
+        return _parse_devices(self.devices)
+
+
+def _parse_devices(text: str) -> list[DeviceSpec]:
+    if not text.strip():
+        return []
+    from agent.runtime import parse_device_specs
+
+    return parse_device_specs(text)
+
+
+def load_settings(**overrides: object) -> AgentSettings:
+    """Read the settings (environment, then ``.env``) or raise a one-line ``ConfigError``."""
+    try:
+        return AgentSettings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    """Name each bad variable and what is wrong with it; never echo the value itself."""
+    parts = []
+    for error in exc.errors(include_input=False, include_url=False):
+        message = str(error["msg"]).removeprefix("Value error, ")
+        loc = [str(part) for part in error["loc"] if not isinstance(part, int)]
+        if loc:
+            parts.append(f"{ENV_PREFIX}{loc[0].upper()}: {message}")
+        else:
+            parts.append(message)
+    return "; ".join(" ".join(part.split()) for part in parts)

@@ -1,0 +1,20 @@
+"""What every route needs, built once in the lifespan and handed to routes explicitly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.auth import Authenticator
+from coordinator.metrics import Metrics
+from coordinator.settings import Settings
+from coordinator.store import Store
+from coordinator.waiter import ClaimWaiter
+
+
+@dataclass
+class Context:
+    settings: Settings
+    store: Store
+    auth: Authenticator
+    waiter: ClaimWaiter
+    metrics: Metrics

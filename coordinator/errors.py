@@ -1,0 +1,118 @@
+"""The few exceptions the service raises, and the one place scripts' failure codes become them.
+
+    ApiError                      -> {"error": {"code", "message"}} with its status
+     ├── InvalidRequest    400    invalid_request
+     ├── Unauthorized      401    unauthorized (one body for every bad credential)
+     ├── Forbidden         403    forbidden
+     ├── NotFound          404    not_found
+     ├── Conflict          409    the contract's conflict codes (lease_expired, result_conflict, ...)
+     └── PayloadTooLarge   413    payload_too_large
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+
+class ApiError(Exception):
+    status_code = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None, details: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details = details
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            error["details"] = self.details
+        return {"error": error}
+
+
+class InvalidRequest(ApiError):
+    status_code = 400
+    code = "invalid_request"
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+    code = "unauthorized"
+
+    def __init__(self) -> None:
+        # Deliberately one message for every case, so a caller learns nothing from it.
+        super().__init__("missing, malformed or unknown credential")
+
+
+class Forbidden(ApiError):
+    status_code = 403
+    code = "forbidden"
+
+
+class NotFound(ApiError):
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(ApiError):
+    status_code = 409
+
+
+class PayloadTooLarge(ApiError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class ScriptError(IntEnum):
+    """Failure codes of the Lua scripts; mirrors the table E in lua/includes/common.lua."""
+
+    REVOKED = -1
+    LEASE_NOT_OWNED = -2
+    LEASE_EXPIRED = -3
+    LEASE_REPLACED = -4
+    STALE_ATTEMPT = -5
+    RESULT_CONFLICT = -6
+    DEVICE_CONFLICT = -7
+    UNKNOWN_DEVICE = -8
+    DRIVER_CONFLICT = -9
+    NOT_FOUND = -10
+    TASK_TERMINAL = -11
+    ENROLLMENT_CONFLICT = -12
+    ENROLLMENT_INVALID = -13
+    IDEMPOTENCY_CONFLICT = -14
+    NOT_ENROLLED_HOST = -15
+
+
+_CONFLICT_MESSAGES = {
+    ScriptError.LEASE_NOT_OWNED: "this host holds no such lease for this task and attempt",
+    ScriptError.LEASE_EXPIRED: "the lease has expired or ended",
+    ScriptError.LEASE_REPLACED: "a newer attempt of the task holds the current lease",
+    ScriptError.STALE_ATTEMPT: "a newer attempt of the task exists",
+    ScriptError.RESULT_CONFLICT: "a different result was already recorded for this attempt",
+    ScriptError.DEVICE_CONFLICT: "a device id in the snapshot is owned by another online host",
+    ScriptError.UNKNOWN_DEVICE: "a device id in the snapshot is not enrolled to this host",
+    ScriptError.DRIVER_CONFLICT: "a device's driver differs from its enrollment",
+    ScriptError.TASK_TERMINAL: "the task has already finished",
+    ScriptError.ENROLLMENT_CONFLICT: "this enrollment id was used with another host token",
+    ScriptError.IDEMPOTENCY_CONFLICT: "this idempotency key was used for a different request",
+}
+
+
+def error_for(code: int, detail: Any = None) -> ApiError:
+    """Turn a script's failure code into the exception the API answers with."""
+    failure = ScriptError(code)
+    if failure in (ScriptError.REVOKED, ScriptError.ENROLLMENT_INVALID):
+        return Unauthorized()
+    if failure is ScriptError.NOT_FOUND:
+        return NotFound("no such resource")
+    if failure is ScriptError.NOT_ENROLLED_HOST:
+        return Forbidden("static hosts do not enroll devices")
+    details = {"device_id": detail} if isinstance(detail, str) and failure in (
+        ScriptError.DEVICE_CONFLICT,
+        ScriptError.UNKNOWN_DEVICE,
+        ScriptError.DRIVER_CONFLICT,
+    ) else None
+    return Conflict(_CONFLICT_MESSAGES[failure], code=failure.name.lower(), details=details)

@@ -1,0 +1,254 @@
+"""The host API (/internal/v1/hosts/{host_id}/...): heartbeat, claim, renew, results.
+
+Each handler authorizes the caller for the path's host first, validates the whole body, then runs
+exactly one script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from coordinator.auth import HostPrincipal
+from coordinator.context import Context
+from coordinator.errors import ApiError, InvalidRequest
+from coordinator.validation import (
+    canonical_json,
+    get_int,
+    get_object,
+    get_str,
+    get_string_map,
+    read_json,
+    require_id,
+)
+from coordinator.views import iso_ms
+
+DEVICE_STATUSES = ("available", "busy", "unavailable")
+RESULT_STATUSES = ("succeeded", "failed", "cancelled")
+PROGRESS_FIELDS = frozenset({"step_index", "status", "summary"})
+MAX_DEVICES_PER_HOST = 1000
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    return Response(orjson.dumps(content), status_code=status_code, media_type="application/json")
+
+
+async def _authorize(ctx: Context, request: Request) -> HostPrincipal:
+    host_id = request.path_params["host_id"]
+    # An invalid id can belong to no host: answer as for any other host's path, after auth.
+    principal = await ctx.auth.host_for_path(request, host_id)
+    return principal
+
+
+# -- heartbeat -----------------------------------------------------------------------------
+
+
+def parse_snapshot(body: dict[str, Any]) -> list[dict[str, str]]:
+    devices = body.get("devices")
+    if not isinstance(devices, list) or len(devices) > MAX_DEVICES_PER_HOST:
+        raise InvalidRequest(f"devices must be a list of at most {MAX_DEVICES_PER_HOST} devices")
+    parsed: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for entry in devices:
+        if not isinstance(entry, dict):
+            raise InvalidRequest("each device must be an object")
+        device_id = require_id(entry.get("device_id"), "device_id")
+        if device_id in seen:
+            raise InvalidRequest(f"device {device_id} appears twice")
+        seen.add(device_id)
+        status = entry.get("status")
+        if status not in DEVICE_STATUSES:
+            raise InvalidRequest(f"status must be one of {', '.join(DEVICE_STATUSES)}")
+        parsed.append({
+            "device_id": device_id,
+            "driver": require_id(entry.get("driver"), "driver"),
+            "status": status,
+            "attributes": canonical_json(get_object(entry, "attributes")),
+            "labels": canonical_json(get_string_map(entry, "labels")),
+        })
+    parsed.sort(key=lambda d: d["device_id"])
+    return parsed
+
+
+async def heartbeat(ctx: Context, request: Request) -> Response:
+    principal = await _authorize(ctx, request)
+    body = await read_json(request, ctx.settings.max_body_bytes)
+    devices = parse_snapshot(body)
+    agent = get_object(body, "agent")
+    snapshot = canonical_json({"agent": agent, "devices": devices})
+    count = await ctx.store.heartbeat(principal.host_id, principal.kind, snapshot)
+    return json_response({
+        "host_id": principal.host_id,
+        "devices": count,
+        "heartbeat_interval_s": ctx.settings.heartbeat_interval_s,
+    })
+
+
+# -- claim ---------------------------------------------------------------------------------
+
+
+def _wait_seconds(request: Request, ctx: Context) -> float:
+    raw = request.query_params.get("wait_s")
+    if raw is None:
+        wait = ctx.settings.claim_wait_default_s
+    else:
+        try:
+            wait = float(raw)
+        except ValueError:
+            raise InvalidRequest("wait_s must be a number of seconds") from None
+        if not 0 <= wait < float("inf"):
+            raise InvalidRequest("wait_s must be zero or more")
+    return min(wait, ctx.settings.claim_wait_max_s)
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns once the client has disconnected (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
+    view = {
+        "task_id": assignment["task_id"],
+        "attempt": assignment["attempt"],
+        "lease_id": assignment["lease_id"],
+        "lease_ttl_ms": assignment["lease_ttl_ms"],
+        "lease_expires_at": iso_ms(assignment["lease_expires_at_ms"]),
+        "device_id": assignment["device_id"],
+        "kind": assignment["kind"],
+        "max_steps": assignment.get("max_steps"),
+    }
+    if assignment["kind"] == "goal":
+        view["goal"] = assignment["goal"]
+    else:
+        view["workflow"] = orjson.loads(assignment["workflow"])
+    return view
+
+
+async def claim(ctx: Context, request: Request) -> Response:
+    principal = await _authorize(ctx, request)
+    wait_s = _wait_seconds(request, ctx)
+    body = await read_json(request, ctx.settings.max_body_bytes, required=False)
+    claim_id = body.get("claim_id")
+    if claim_id is not None:
+        require_id(claim_id, "claim_id")
+    store, waiter, metrics = ctx.store, ctx.waiter, ctx.metrics
+    host_id = principal.host_id
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+
+    # Register before the first attempt, so a wake-up between the attempt and the wait is kept.
+    event = waiter.register(host_id)
+    gone: asyncio.Task[None] | None = None
+    try:
+        while True:
+            if gone is not None and gone.done():
+                metrics.claims.labels("disconnected").inc()
+                return Response(status_code=204)
+            event.clear()
+            lease_id = "l_" + secrets.token_hex(16)
+            assignment = await store.claim(host_id, claim_id or "", lease_id, ctx.settings.lease_ttl_ms)
+            if assignment is not None:
+                metrics.claims.labels("assigned").inc()
+                return json_response(assignment_view(assignment))
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                metrics.claims.labels("empty").inc()
+                return Response(status_code=204)
+            if gone is None:
+                gone = asyncio.ensure_future(_client_gone(request))
+            woken = asyncio.ensure_future(event.wait())
+            try:
+                await asyncio.wait((woken, gone), timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+    finally:
+        waiter.unregister(host_id, event)
+        if gone is not None:
+            gone.cancel()
+
+
+# -- renew ---------------------------------------------------------------------------------
+
+
+def parse_progress(body: dict[str, Any], max_chars: int) -> tuple[str, str]:
+    """(outcome, JSON to store or ""): a bad progress field never fails the renewal."""
+    if "progress" not in body or body["progress"] is None:
+        return "omitted", ""
+    progress = body["progress"]
+    if not isinstance(progress, dict) or set(progress) - PROGRESS_FIELDS:
+        return "rejected", ""
+    step_index = progress.get("step_index")
+    status = progress.get("status")
+    summary = progress.get("summary", "")
+    if (
+        isinstance(step_index, bool) or not isinstance(step_index, int) or not 0 <= step_index < 2**31
+        or not isinstance(status, str) or not 0 < len(status) <= 32
+        or not isinstance(summary, str)
+    ):
+        return "rejected", ""
+    outcome = "stored"
+    if len(summary) > max_chars:
+        summary = summary[:max_chars]
+        outcome = "truncated"
+    return outcome, canonical_json({"step_index": step_index, "status": status, "summary": summary})
+
+
+async def renew(ctx: Context, request: Request) -> Response:
+    principal = await _authorize(ctx, request)
+    lease_id = require_id(request.path_params["lease_id"], "lease_id")
+    body = await read_json(request, ctx.settings.max_body_bytes)
+    task_id = require_id(body.get("task_id"), "task_id")
+    attempt = get_int(body, "attempt", low=1, required=True)
+    outcome, progress_json = parse_progress(body, ctx.settings.progress_summary_max_chars)
+    try:
+        expires_ms, cancel = await ctx.store.renew(
+            principal.host_id, lease_id, task_id, attempt, ctx.settings.lease_ttl_ms, progress_json
+        )
+    except ApiError as exc:
+        ctx.metrics.renewals.labels(exc.code).inc()
+        raise
+    ctx.metrics.renewals.labels("ok").inc()
+    return json_response({
+        "lease_ttl_ms": ctx.settings.lease_ttl_ms,
+        "lease_expires_at": iso_ms(expires_ms),
+        "cancel_requested": cancel,
+        "progress": outcome,
+    })
+
+
+# -- results -------------------------------------------------------------------------------
+
+
+async def results(ctx: Context, request: Request) -> Response:
+    principal = await _authorize(ctx, request)
+    body = await read_json(request, ctx.settings.max_body_bytes)
+    task_id = require_id(body.get("task_id"), "task_id")
+    lease_id = require_id(body.get("lease_id"), "lease_id")
+    attempt = get_int(body, "attempt", low=1, required=True)
+    status = body.get("status")
+    if status not in RESULT_STATUSES:
+        raise InvalidRequest(f"status must be one of {', '.join(RESULT_STATUSES)}")
+    failure_reason = get_str(body, "failure_reason", max_len=256)
+    metadata = get_object(body, "metadata")
+    report = canonical_json({"status": status, "failure_reason": failure_reason, "metadata": metadata})
+    try:
+        task, replayed = await ctx.store.record_result(principal.host_id, task_id, attempt, lease_id, report)
+    except ApiError as exc:
+        ctx.metrics.results.labels(exc.code).inc()
+        raise
+    ctx.metrics.results.labels("replayed" if replayed else "recorded").inc()
+    return json_response({
+        "task_id": task_id,
+        "attempt": attempt,
+        "status": status,
+        "recorded_at": iso_ms(task["result"]["recorded_at"]),
+        "replayed": replayed,
+    })

@@ -1,0 +1,62 @@
+"""Every Redis key name of one deployment, built in one place (documented in docs/redis-keys.md).
+
+All keys share one prefix that carries a hash tag (``tether:{default}``), so every script's keys
+hash to one slot and the same code runs on Redis Cluster. The layout is a fixed set of keys
+(records in hashes, indexes in sorted sets): a script never needs a key it cannot be handed up
+front, whichever task, device or host it ends up choosing.
+"""
+
+from __future__ import annotations
+
+
+class Keys:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        p = prefix + ":"
+        # tasks
+        self.tasks = p + "tasks"
+        self.task_seq = p + "task_seq"
+        self.tasks_by_seq = p + "tasks_by_seq"
+        self.tasks_by_status = p + "tasks_by_status"
+        self.idempotency = p + "idempotency"
+        # scheduling
+        self.devices = p + "devices"
+        self.reservations = p + "reservations"
+        self.free = p + "free"
+        self.hosts_online = p + "hosts_online"
+        self.waiting_device = p + "waiting_device"
+        self.waiting_driver = p + "waiting_driver"
+        self.assigned = p + "assigned"
+        # leases
+        self.leases = p + "leases"
+        self.lease_deadlines = p + "lease_deadlines"
+        self.claims = p + "claims"
+        self.progress = p + "progress"
+        # hosts and credentials
+        self.hosts = p + "hosts"
+        self.host_seen = p + "host_seen"
+        self.host_snapshots = p + "host_snapshots"
+        self.revoked_hosts = p + "revoked_hosts"
+        self.host_tokens = p + "host_tokens"
+        self.enrollment_tokens = p + "enrollment_tokens"
+        self.enrollment_token_hashes = p + "enrollment_token_hashes"
+        self.enrollments = p + "enrollments"
+        self.local_devices = p + "local_devices"
+        self.enrolled_devices = p + "enrolled_devices"
+        # pub/sub channel (not a key): host ids with new assignments
+        self.wake_channel = p + "wake"
+
+    @property
+    def scheduling(self) -> list[str]:
+        """KEYS[1..9] of every script that includes lua/includes/schedule.lua, in its order."""
+        return [
+            self.tasks,
+            self.tasks_by_status,
+            self.devices,
+            self.reservations,
+            self.free,
+            self.hosts_online,
+            self.waiting_device,
+            self.waiting_driver,
+            self.assigned,
+        ]

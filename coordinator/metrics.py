@@ -1,0 +1,35 @@
+"""Prometheus metrics of one coordinator process, in a registry of its own (no globals)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "tether_http_requests", "HTTP requests by route and status", ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.claims = Counter(
+            "tether_claims", "Claim polls by outcome (assigned, empty, disconnected)", ["outcome"],
+            registry=self.registry,
+        )
+        self.renewals = Counter(
+            "tether_renewals", "Lease renewals by outcome (ok or the conflict code)", ["outcome"],
+            registry=self.registry,
+        )
+        self.results = Counter(
+            "tether_results", "Results by outcome (recorded, replayed or the conflict code)", ["outcome"],
+            registry=self.registry,
+        )
+        self.lease_expiries = Counter(
+            "tether_lease_expiries", "Leases ended by the reaper in this process", registry=self.registry
+        )
+        self.waiting_polls = Gauge(
+            "tether_waiting_polls", "Long-polls waiting in this process", registry=self.registry
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

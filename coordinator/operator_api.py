@@ -1,0 +1,168 @@
+"""The operator API (/api/v1): tasks, the device pool and hosts. Bearer = the admin token."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from coordinator.context import Context
+from coordinator.errors import ApiError, Conflict, InvalidRequest, NotFound
+from coordinator.host_api import json_response
+from coordinator.validation import (
+    canonical_json,
+    get_int,
+    get_object,
+    get_str,
+    get_string_map,
+    is_valid_id,
+    read_json,
+    require_id,
+)
+from coordinator.views import device_view, iso_ms, task_view
+
+TASK_STATUSES = ("queued", "assigned", "running", "succeeded", "failed", "cancelled")
+MAX_GOAL_CHARS = 4000
+
+
+def parse_task(body: dict[str, Any]) -> dict[str, Any]:
+    """The task record to create, from a validated request (ids and status are added later)."""
+    kind = body.get("kind")
+    task: dict[str, Any] = {"kind": kind}
+    if kind == "goal":
+        task["goal"] = get_str(body, "goal", max_len=MAX_GOAL_CHARS, required=True)
+        task["max_steps"] = get_int(body, "max_steps", default=30, low=1, high=10_000)
+    elif kind == "workflow":
+        workflow = body.get("workflow")
+        if not isinstance(workflow, dict):
+            raise InvalidRequest("workflow must be an object with a name and params")
+        name = require_id(workflow.get("name"), "workflow.name")
+        params = get_object(workflow, "params")
+        task["workflow"] = canonical_json({"name": name, "params": params})
+        task["max_steps"] = get_int(body, "max_steps", low=1, high=10_000)
+    else:
+        raise InvalidRequest("kind must be goal or workflow")
+
+    has_device, has_selector = body.get("device_id") is not None, body.get("selector") is not None
+    if has_device == has_selector:
+        raise InvalidRequest("give exactly one target: device_id or selector")
+    if has_device:
+        task["target_device"] = require_id(body["device_id"], "device_id")
+    else:
+        selector = body["selector"]
+        if not isinstance(selector, dict):
+            raise InvalidRequest("selector must be an object with a driver and labels")
+        task["driver"] = require_id(selector.get("driver"), "selector.driver")
+        task["labels"] = canonical_json(get_string_map(selector, "labels"))
+    task["max_attempts"] = get_int(body, "max_attempts", default=3, low=1, high=100)
+    key = body.get("idempotency_key")
+    if key is not None:
+        task["idempotency_key"] = require_id(key, "idempotency_key")
+    # What makes two requests "the same" for the idempotency key.
+    task["request_hash"] = hashlib.sha256(canonical_json(task).encode()).hexdigest()
+    return {k: v for k, v in task.items() if v is not None}
+
+
+async def create_task(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    task = parse_task(await read_json(request, ctx.settings.max_body_bytes))
+    task["id"] = "t_" + secrets.token_hex(12)
+    stored, created = await ctx.store.create_task(task)
+    return json_response(task_view(stored, None), 201 if created else 200)
+
+
+async def get_task(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    task_id = require_id(request.path_params["task_id"], "task_id")
+    task, progress = await ctx.store.get_task(task_id)
+    if task is None:
+        raise NotFound("no such task")
+    return json_response(task_view(task, progress))
+
+
+async def list_tasks(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    params = request.query_params
+    status = params.get("status")
+    if status is not None and status not in TASK_STATUSES:
+        raise InvalidRequest(f"status must be one of {', '.join(TASK_STATUSES)}")
+    try:
+        limit = int(params.get("limit", "50"))
+        cursor = int(params["cursor"]) if "cursor" in params else None
+    except ValueError:
+        raise InvalidRequest("limit and cursor must be integers") from None
+    if not 1 <= limit <= 500 or (cursor is not None and cursor < 0):
+        raise InvalidRequest("limit must be in [1, 500] and cursor a value from next_cursor")
+    tasks = await ctx.store.list_tasks(status, limit, cursor)
+    next_cursor = str(tasks[-1]["seq"]) if len(tasks) == limit else None
+    return json_response({
+        "tasks": [task_view(t, t.pop("_progress")) for t in tasks],
+        "next_cursor": next_cursor,
+    })
+
+
+async def cancel_task(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    task_id = require_id(request.path_params["task_id"], "task_id")
+    try:
+        task = await ctx.store.cancel_task(task_id)
+    except Conflict as exc:
+        raise Conflict("the task has already finished", code=exc.code) from None
+    return json_response(task_view(task, None))
+
+
+def _online(last_seen: dict[str, int], now_ms: int, ctx: Context) -> set[str]:
+    threshold = now_ms - ctx.settings.host_offline_after_ms
+    return {host for host, seen in last_seen.items() if seen > threshold}
+
+
+async def list_devices(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    devices, reservations, online = await ctx.store.pool()
+    live = _online(online, await ctx.store.redis_time_ms(), ctx)
+    return json_response({
+        "devices": [
+            device_view(device_id, device, device["host_id"] in live, reservations.get(device_id))
+            for device_id, device in sorted(devices.items())
+        ]
+    })
+
+
+def _host_view(host_id: str, state: dict[str, Any], live: set[str], static_ids: frozenset[str]) -> dict[str, Any]:
+    record = state["records"].get(host_id, {})
+    snapshot = state["snapshots"].get(host_id, {})
+    agent = snapshot.get("agent") or {}
+    return {
+        "host_id": host_id,
+        "kind": record.get("kind") or ("static" if host_id in static_ids else "enrolled"),
+        "online": host_id in live and host_id not in state["revoked"],
+        "last_seen": iso_ms(state["seen"].get(host_id)),
+        "devices": len(snapshot.get("devices", [])),
+        "revoked": host_id in state["revoked"],
+        "labels": record.get("labels", {}),
+        "enrollment_token_id": record.get("token_id"),
+        "hostname": record.get("hostname") or agent.get("hostname"),
+        "agent_version": agent.get("version"),
+        "created_at": iso_ms(record.get("created_at")),
+    }
+
+
+async def list_hosts(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    state = await ctx.store.hosts()
+    live = _online(state["online"], await ctx.store.redis_time_ms(), ctx)
+    ids = sorted(set(state["records"]) | ctx.auth.static_host_ids)
+    return json_response({"hosts": [_host_view(h, state, live, ctx.auth.static_host_ids) for h in ids]})
+
+
+async def get_host(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    host_id = require_id(request.path_params["host_id"], "host_id")
+    state = await ctx.store.hosts()
+    if host_id not in state["records"] and host_id not in ctx.auth.static_host_ids:
+        raise NotFound("no such host")
+    live = _online(state["online"], await ctx.store.redis_time_ms(), ctx)
+    return json_response(_host_view(host_id, state, live, ctx.auth.static_host_ids))

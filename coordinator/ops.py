@@ -1,0 +1,33 @@
+"""Operations endpoints: liveness, readiness, metrics, the OpenAPI document."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from coordinator.context import Context
+from coordinator.host_api import json_response
+from coordinator.openapi import openapi_document
+
+
+async def healthz(ctx: Context, request: Request) -> Response:
+    return json_response({"status": "ok"})
+
+
+async def readyz(ctx: Context, request: Request) -> Response:
+    try:
+        await ctx.store.redis.ping()
+        loaded = await ctx.store.scripts_loaded()
+    except Exception:  # noqa: BLE001 - any Redis failure means not ready
+        return json_response({"status": "unavailable", "redis": False}, 503)
+    if not loaded:
+        return json_response({"status": "unavailable", "redis": True, "scripts": False}, 503)
+    return json_response({"status": "ok", "redis": True, "scripts": True})
+
+
+async def metrics(ctx: Context, request: Request) -> Response:
+    return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def openapi(ctx: Context, request: Request) -> Response:
+    return json_response(openapi_document())

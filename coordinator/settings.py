@@ -1,0 +1,47 @@
+"""Coordinator configuration, from the environment (names are part of the contract)."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="COORDINATOR_", extra="ignore")
+
+    redis_url: SecretStr | None = Field(default=None, validation_alias=AliasChoices("REDIS_URL"))
+    port: int = Field(default=8000, validation_alias=AliasChoices("PORT"))
+    key_prefix: str = "tether:{default}"
+    admin_token: SecretStr | None = None
+    static_hosts: dict[str, SecretStr] = Field(default_factory=dict)
+    lease_ttl_s: float = Field(default=60.0, gt=0)
+    heartbeat_interval_s: float = Field(default=15.0, gt=0)
+    host_offline_after_s: float = Field(default=45.0, gt=0)
+    claim_wait_default_s: float = Field(default=25.0, ge=0)
+    claim_wait_max_s: float = Field(default=60.0, ge=0)
+    progress_summary_max_chars: int = Field(default=500, gt=0)
+    max_body_bytes: int = Field(default=65536, gt=0)
+    # Managed Redis often presents a self-signed certificate on rediss://; this accepts it.
+    redis_tls_insecure: bool = False
+    # Connections per process, whatever the number of waiting polls (one of them is the
+    # wake-up subscription).
+    redis_max_connections: int = Field(default=8, ge=2)
+    reaper_interval_s: float = Field(default=1.0, gt=0)
+
+    @field_validator("static_hosts")
+    @classmethod
+    def _host_ids_valid(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        from coordinator.validation import is_valid_id
+
+        for host_id in value:
+            if not is_valid_id(host_id):
+                raise ValueError(f"static host id {host_id!r} is not a valid id")
+        return value
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        return int(self.lease_ttl_s * 1000)
+
+    @property
+    def host_offline_after_ms(self) -> int:
+        return int(self.host_offline_after_s * 1000)

@@ -1,0 +1,188 @@
+"""The Redis store: one method per atomic operation (each one Lua script) plus plain reads.
+
+Python never reads protocol state, changes it and writes it back; every change is a script.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from coordinator.errors import error_for
+from coordinator.keys import Keys
+from coordinator.scripts import Script, load_scripts
+
+
+def _pad(seq: int) -> str:
+    return f"{seq:016d}"
+
+
+def _decode(raw: bytes | str | None) -> dict[str, Any] | None:
+    return None if raw is None else orjson.loads(raw)
+
+
+class Store:
+    def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._scripts: dict[str, Script] = load_scripts()
+        self._sched_args = [host_offline_after_ms, keys.wake_channel]
+
+    # -- scripts -------------------------------------------------------------------------
+
+    async def load_scripts(self) -> None:
+        for script in self._scripts.values():
+            await script.load(self.redis)
+
+    async def scripts_loaded(self) -> bool:
+        shas = [s.sha for s in self._scripts.values()]
+        if None in shas:
+            return False
+        return all(await self.redis.script_exists(*shas))
+
+    async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        reply = await self._scripts[name](self.redis, keys, args)
+        if reply[0] != 0:
+            detail = reply[1] if len(reply) > 1 else None
+            if isinstance(detail, bytes):
+                detail = detail.decode()
+            raise error_for(reply[0], detail)
+        return reply
+
+    def _sched(self, *extra_keys: str) -> list[str]:
+        return [*self.keys.scheduling, *extra_keys]
+
+    async def heartbeat(self, host_id: str, kind: str, snapshot_json: str) -> int:
+        k = self.keys
+        reply = await self._run(
+            "heartbeat",
+            self._sched(k.hosts, k.host_seen, k.host_snapshots, k.enrolled_devices, k.revoked_hosts),
+            [*self._sched_args, host_id, kind, snapshot_json],
+        )
+        return int(reply[1])
+
+    async def create_task(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        k = self.keys
+        reply = await self._run(
+            "createTask",
+            self._sched(k.task_seq, k.tasks_by_seq, k.idempotency),
+            [*self._sched_args, orjson.dumps(task)],
+        )
+        return orjson.loads(reply[1]), reply[2] == 1
+
+    async def claim(self, host_id: str, claim_id: str, lease_id: str, ttl_ms: int) -> dict[str, Any] | None:
+        k = self.keys
+        reply = await self._run(
+            "claimAssignment",
+            self._sched(k.leases, k.lease_deadlines, k.claims, k.revoked_hosts),
+            [*self._sched_args, host_id, claim_id, lease_id, ttl_ms],
+        )
+        return _decode(reply[1]) if reply[1] else None
+
+    async def renew(self, host_id: str, lease_id: str, task_id: str, attempt: int, ttl_ms: int,
+                    progress_json: str) -> tuple[int, bool]:
+        k = self.keys
+        reply = await self._run(
+            "renewLease",
+            [k.tasks, k.leases, k.lease_deadlines, k.progress, k.revoked_hosts],
+            [host_id, lease_id, task_id, attempt, ttl_ms, progress_json],
+        )
+        return int(reply[1]), reply[2] == 1
+
+    async def record_result(self, host_id: str, task_id: str, attempt: int, lease_id: str,
+                            result_json: str) -> tuple[dict[str, Any], bool]:
+        k = self.keys
+        reply = await self._run(
+            "recordResult",
+            self._sched(k.leases, k.lease_deadlines, k.claims, k.progress, k.revoked_hosts),
+            [*self._sched_args, host_id, task_id, attempt, lease_id, result_json],
+        )
+        return orjson.loads(reply[1]), reply[2] == 1
+
+    async def cancel_task(self, task_id: str) -> dict[str, Any]:
+        reply = await self._run("cancelTask", self._sched(), [*self._sched_args, task_id])
+        return orjson.loads(reply[1])
+
+    async def expire_leases(self, limit: int = 100) -> int:
+        k = self.keys
+        reply = await self._run(
+            "expireLeases",
+            self._sched(k.leases, k.lease_deadlines, k.claims, k.progress),
+            [*self._sched_args, limit],
+        )
+        return int(reply[1])
+
+    async def expire_hosts(self, limit: int = 100) -> int:
+        reply = await self._run(
+            "expireHosts", self._sched(self.keys.host_snapshots), [*self._sched_args, limit]
+        )
+        return int(reply[1])
+
+    # -- reads (no state changes) ----------------------------------------------------------
+
+    async def get_task(self, task_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The task record and its stored progress (for the caller to show only while running)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(self.keys.tasks, task_id)
+            pipe.hget(self.keys.progress, task_id)
+            raw_task, raw_progress = await pipe.execute()
+        return _decode(raw_task), _decode(raw_progress)
+
+    async def list_tasks(self, status: str | None, limit: int, cursor: int | None) -> list[dict[str, Any]]:
+        """Newest first; ``cursor`` is the seq of the last task of the previous page."""
+        k = self.keys
+        if status is None:
+            high = f"({cursor}" if cursor is not None else "+inf"
+            ids = await self.redis.zrevrangebyscore(k.tasks_by_seq, high, "-inf", start=0, num=limit)
+        else:
+            high = f"({status}\0{_pad(cursor)}\0" if cursor is not None else f"({status}\1"
+            members = await self.redis.zrevrangebylex(k.tasks_by_status, high, f"[{status}\0", start=0, num=limit)
+            ids = [m.rsplit(b"\0", 1)[1] for m in members]
+        if not ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(k.tasks, ids)
+            pipe.hmget(k.progress, ids)
+            raw_tasks, raw_progress = await pipe.execute()
+        return [
+            {**orjson.loads(raw), "_progress": _decode(progress)}
+            for raw, progress in zip(raw_tasks, raw_progress)
+            if raw is not None
+        ]
+
+    async def pool(self) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, int]]:
+        """Devices, reservations (device -> task) and online hosts (host -> last seen ms)."""
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(k.devices)
+            pipe.hgetall(k.reservations)
+            pipe.zrange(k.hosts_online, 0, -1, withscores=True)
+            devices, reservations, online = await pipe.execute()
+        return (
+            {d.decode(): orjson.loads(v) for d, v in devices.items()},
+            {d.decode(): t.decode() for d, t in reservations.items()},
+            {h.decode(): int(s) for h, s in online},
+        )
+
+    async def hosts(self) -> dict[str, Any]:
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(k.hosts)
+            pipe.zrange(k.host_seen, 0, -1, withscores=True)
+            pipe.zrange(k.hosts_online, 0, -1, withscores=True)
+            pipe.hgetall(k.host_snapshots)
+            pipe.smembers(k.revoked_hosts)
+            records, seen, online, snapshots, revoked = await pipe.execute()
+        return {
+            "records": {h.decode(): orjson.loads(v) for h, v in records.items()},
+            "seen": {h.decode(): int(s) for h, s in seen},
+            "online": {h.decode(): int(s) for h, s in online},
+            "snapshots": {h.decode(): orjson.loads(v) for h, v in snapshots.items()},
+            "revoked": {h.decode() for h in revoked},
+        }
+
+    async def redis_time_ms(self) -> int:
+        seconds, micros = await self.redis.time()
+        return seconds * 1000 + micros // 1000

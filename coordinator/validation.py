@@ -1,0 +1,113 @@
+"""Request validation: ids, bounded JSON bodies and the small schemas of the contract.
+
+Everything a client sends is checked here before any script runs, so bad input changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from coordinator.errors import InvalidRequest, PayloadTooLarge
+
+_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def is_valid_id(value: object) -> bool:
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
+
+
+def require_id(value: object, field: str) -> str:
+    if not is_valid_id(value):
+        raise InvalidRequest(f"{field} must be 1..128 characters of [A-Za-z0-9._:-]")
+    return value  # type: ignore[return-value]
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refusing more than ``limit`` bytes before reading past it."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise PayloadTooLarge(f"the body exceeds {limit} bytes")
+        except ValueError:
+            raise InvalidRequest("invalid Content-Length") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, limit: int, *, required: bool = True) -> dict[str, Any]:
+    """The body as a JSON object; an empty body is ``{}`` when not ``required``."""
+    raw = await read_body(request, limit)
+    if not raw.strip():
+        if required:
+            raise InvalidRequest("a JSON object body is required")
+        return {}
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidRequest("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return body
+
+
+def get_int(body: dict[str, Any], field: str, *, default: int | None = None, low: int = 0,
+            high: int = 2**31 - 1, required: bool = False) -> int | None:
+    value = body.get(field, None)
+    if value is None:
+        if required:
+            raise InvalidRequest(f"{field} is required")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidRequest(f"{field} must be an integer in [{low}, {high}]")
+    return value
+
+
+def get_str(body: dict[str, Any], field: str, *, max_len: int, required: bool = False,
+            default: str | None = None) -> str | None:
+    value = body.get(field, None)
+    if value is None:
+        if required:
+            raise InvalidRequest(f"{field} is required")
+        return default
+    if not isinstance(value, str) or not value or len(value) > max_len:
+        raise InvalidRequest(f"{field} must be a non-empty string of at most {max_len} characters")
+    return value
+
+
+def get_string_map(body: dict[str, Any], field: str, *, max_items: int = 64,
+                   max_len: int = 256) -> dict[str, str]:
+    """Labels: a flat object of short strings."""
+    value = body.get(field, None)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > max_items:
+        raise InvalidRequest(f"{field} must be an object of at most {max_items} string values")
+    for key, item in value.items():
+        if not key or len(key) > max_len or not isinstance(item, str) or len(item) > max_len:
+            raise InvalidRequest(f"{field} must map short strings to short strings")
+    return value
+
+
+def get_object(body: dict[str, Any], field: str) -> dict[str, Any]:
+    value = body.get(field, None)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{field} must be an object")
+    return value
+
+
+def canonical_json(value: Any) -> str:
+    """Byte-stable JSON, so equal content compares equal inside the scripts."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()

@@ -1,0 +1,48 @@
+--[[
+  Cancel a task: at once when it is queued or assigned; a running one is asked to stop.
+
+  Input:
+    KEYS[1..9]  the scheduling keys (includes/schedule.lua)
+    ARGV[1..2]  the scheduling arguments
+    ARGV[3]     task id
+  Output:
+    {0, task JSON}  cancelled, or cancel requested (running), or already cancelled
+    {NOT_FOUND}
+    {TASK_TERMINAL, task JSON}  it already succeeded or failed
+
+  Invariant: a cancelled task holds no device and sits in no queue; a running task keeps its
+  lease until the agent reports or the lease expires (then it becomes cancelled, not requeued).
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+local taskId = ARGV[3]
+
+local task = getJson(K.tasks, taskId)
+if not task then
+  return {E.NOT_FOUND}
+end
+local now = nowMs()
+local previous = task.status
+if previous == 'queued' then
+  unqueueTask(task)
+elseif previous == 'assigned' then
+  rcall('ZREM', K.assigned, task.host_id .. '\0' .. pad(task.seq) .. '\0' .. task.id)
+  releaseDevice(task, now, false)
+elseif previous == 'running' then
+  if not task.cancel_requested then
+    task.cancel_requested = true
+    task.updated_at = now
+    saveTask(task, previous)
+  end
+  return {0, cjson.encode(task)}
+elseif previous == 'cancelled' then
+  return {0, cjson.encode(task)}
+else
+  return {E.TASK_TERMINAL, cjson.encode(task)}
+end
+task.status = 'cancelled'
+task.failure_reason = 'cancelled'
+task.finished_at = now
+task.updated_at = now
+saveTask(task, previous)
+return {0, cjson.encode(task)}

@@ -1,0 +1,85 @@
+--[[
+  Claim the oldest assignment queued for a host: move it to running under a fresh lease.
+
+  Input:
+    KEYS[1..9]  the scheduling keys (includes/schedule.lua)
+    KEYS[10]    leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
+    KEYS[11]    lease_deadlines  zset  lease id -> expiry (ms)
+    KEYS[12]    claims           hash  "host id\0claim id" -> the assignment JSON it returned
+    KEYS[13]    revoked_hosts    set   host ids whose credentials were revoked
+    ARGV[1..2]  the scheduling arguments
+    ARGV[3]     host id
+    ARGV[4]     claim id chosen by the agent, or "" for none
+    ARGV[5]     lease id for a new lease (minted by the service)
+    ARGV[6]     lease TTL (ms)
+  Output:
+    {0, assignment JSON}  claimed now, or the same assignment again for a repeated claim id
+    {0, false}            nothing queued for this host
+    {REVOKED}
+
+  Invariants: an assignment is handed out at most once (removed from `assigned` in the step that
+  creates its lease); a repeated claim id returns what the first call returned and claims nothing
+  more, so a lost response orphans no work.
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+local leasesKey = KEYS[10]
+local deadlinesKey = KEYS[11]
+local claimsKey = KEYS[12]
+local revokedKey = KEYS[13]
+local hostId = ARGV[3]
+local claimId = ARGV[4]
+local leaseId = ARGV[5]
+local ttl = tonumber(ARGV[6])
+
+if rcall('SISMEMBER', revokedKey, hostId) == 1 then
+  return {E.REVOKED}
+end
+
+local claimField = hostId .. '\0' .. claimId
+if claimId ~= '' then
+  local earlier = rcall('HGET', claimsKey, claimField)
+  if earlier then
+    return {0, earlier}
+  end
+end
+
+local member = rcall('ZRANGEBYLEX', K.assigned, '[' .. hostId .. '\0', '(' .. hostId .. '\1', 'LIMIT', 0, 1)[1]
+if not member then
+  return {0, false}
+end
+rcall('ZREM', K.assigned, member)
+
+local now = nowMs()
+local task = getJson(K.tasks, splitMember(member)[3])
+local previous = task.status
+task.status = 'running'
+task.lease_id = leaseId
+task.started_at = now
+task.updated_at = now
+saveTask(task, previous)
+
+local lease = {task_id = task.id, host_id = hostId, attempt = task.attempt, device_id = task.device_id}
+if claimId ~= '' then
+  lease.claim = claimField
+end
+putJson(leasesKey, leaseId, lease)
+rcall('ZADD', deadlinesKey, now + ttl, leaseId)
+
+local assignment = {
+  task_id = task.id,
+  attempt = task.attempt,
+  lease_id = leaseId,
+  lease_ttl_ms = ttl,
+  lease_expires_at_ms = now + ttl,
+  device_id = task.device_id,
+  kind = task.kind,
+  goal = task.goal,
+  workflow = task.workflow,
+  max_steps = task.max_steps,
+}
+local encoded = cjson.encode(assignment)
+if claimId ~= '' then
+  rcall('HSET', claimsKey, claimField, encoded)
+end
+return {0, encoded}

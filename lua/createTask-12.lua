@@ -1,0 +1,49 @@
+--[[
+  Create a task and, in the same step, reserve a matching free device for it or queue it.
+
+  Input:
+    KEYS[1..9]  the scheduling keys (includes/schedule.lua)
+    KEYS[10]    task_seq        string  counter giving every task its age
+    KEYS[11]    tasks_by_seq    zset    task id -> seq (listing, newest first)
+    KEYS[12]    idempotency     hash    idempotency key -> task id
+    ARGV[1..2]  the scheduling arguments
+    ARGV[3]     task JSON built by the service: id, kind, goal | workflow, max_steps,
+                max_attempts, target_device | (driver, labels), idempotency_key?, request_hash
+  Output:
+    {0, task JSON, 1}  created
+    {0, task JSON, 0}  an earlier task with the same idempotency key and the same request
+    {IDEMPOTENCY_CONFLICT, task id}  same idempotency key, different request
+
+  Invariant: a task is stored, indexed and placed (assigned or waiting) in one step, so no
+  observer ever sees a task that is neither.
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+local seqKey = KEYS[10]
+local bySeqKey = KEYS[11]
+local idempotencyKey = KEYS[12]
+
+local task = cjson.decode(ARGV[3])
+local now = nowMs()
+
+if task.idempotency_key then
+  local existingId = rcall('HGET', idempotencyKey, task.idempotency_key)
+  if existingId then
+    local existing = getJson(K.tasks, existingId)
+    if existing.request_hash ~= task.request_hash then
+      return {E.IDEMPOTENCY_CONFLICT, existingId}
+    end
+    return {0, cjson.encode(existing), 0}
+  end
+  rcall('HSET', idempotencyKey, task.idempotency_key, task.id)
+end
+
+task.seq = rcall('INCR', seqKey)
+task.status = 'queued'
+task.attempt = 1
+task.created_at = now
+task.updated_at = now
+rcall('ZADD', bySeqKey, task.seq, task.id)
+saveTask(task, nil)
+placeTask(task, now)
+return {0, rcall('HGET', K.tasks, task.id), 1}

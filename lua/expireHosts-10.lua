@@ -1,0 +1,41 @@
+--[[
+  Reaper: hosts whose last heartbeat is older than the offline threshold go offline. Their
+  devices leave `free`, and assignments they had not claimed return to the queue (same attempt)
+  to be placed on another device.
+
+  Input:
+    KEYS[1..9]  the scheduling keys (includes/schedule.lua); KEYS[6] hosts_online is the index
+                this sweep reads
+    KEYS[10]    host_snapshots  hash  host id -> last accepted snapshot JSON
+    ARGV[1..2]  the scheduling arguments
+    ARGV[3]     at most this many hosts per call
+  Output:
+    {0, number of hosts taken offline}
+
+  Invariant: a host is taken offline once (removed from hosts_online in the step that acts);
+  its device records stay in the pool, shown with host_online false, until it reports again.
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+local snapshotsKey = KEYS[10]
+local limit = tonumber(ARGV[3])
+
+local now = nowMs()
+local stale = rcall('ZRANGEBYSCORE', K.online, '-inf', now - offlineAfterMs, 'LIMIT', 0, limit)
+for _, hostId in ipairs(stale) do
+  rcall('ZREM', K.online, hostId)
+  local snapshot = getJson(snapshotsKey, hostId)
+  if snapshot then
+    for _, reported in ipairs(snapshot.devices) do
+      local current = getJson(K.devices, reported.device_id)
+      if current and current.host_id == hostId then
+        rcall('ZREM', K.free, current.driver .. '\0' .. reported.device_id)
+      end
+    end
+  end
+  local members = rcall('ZRANGEBYLEX', K.assigned, '[' .. hostId .. '\0', '(' .. hostId .. '\1')
+  for _, member in ipairs(members) do
+    unassignTask(getJson(K.tasks, splitMember(member)[3]), now)
+  end
+end
+return {0, #stale}

@@ -1,0 +1,121 @@
+--[[
+  Heartbeat: refresh a host's last-seen time and replace exactly its pooled devices with the
+  complete snapshot it sent, all or nothing.
+
+  Input:
+    KEYS[1..9]  the scheduling keys (includes/schedule.lua)
+    KEYS[10]    hosts             hash  host id -> host record JSON
+    KEYS[11]    host_seen         zset  host id -> last heartbeat (ms), never swept
+    KEYS[12]    host_snapshots    hash  host id -> the last accepted snapshot JSON
+    KEYS[13]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
+    KEYS[14]    revoked_hosts     set
+    ARGV[1..2]  the scheduling arguments
+    ARGV[3]     host id
+    ARGV[4]     host kind: "static" or "enrolled"
+    ARGV[5]     snapshot JSON {agent, devices: [{device_id, driver, status, attributes, labels}]},
+                canonical (sorted), with attributes and labels as JSON strings; a byte-equal
+                repeat of the stored snapshot from an online host only refreshes last-seen
+  Output:
+    {0, number of devices}
+    {DEVICE_CONFLICT, device id}  static host: the id belongs to an online host or is enrolled
+    {UNKNOWN_DEVICE, device id}   enrolled host: the id is not enrolled to this host
+    {DRIVER_CONFLICT, device id}  enrolled host: the driver differs from the enrollment
+    {REVOKED}
+
+  Invariants: a rejected snapshot changes nothing (not last-seen, not the pool); other hosts'
+  devices and enrollment records are never touched, except that a static device id whose owner
+  is offline passes to the new reporter; a device that disappears takes its unclaimed
+  assignment back to the queue.
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+local hostsKey = KEYS[10]
+local seenKey = KEYS[11]
+local snapshotsKey = KEYS[12]
+local enrolledKey = KEYS[13]
+local revokedKey = KEYS[14]
+local hostId = ARGV[3]
+local kind = ARGV[4]
+local snapshotJson = ARGV[5]
+
+if rcall('SISMEMBER', revokedKey, hostId) == 1 then
+  return {E.REVOKED}
+end
+local now = nowMs()
+local wasOnline = hostOnline(hostId, now)
+local previousJson = rcall('HGET', snapshotsKey, hostId)
+if wasOnline and previousJson == snapshotJson then
+  rcall('ZADD', K.online, now, hostId)
+  rcall('ZADD', seenKey, now, hostId)
+  return {0, #cjson.decode(snapshotJson).devices}
+end
+
+local snapshot = cjson.decode(snapshotJson)
+for _, reported in ipairs(snapshot.devices) do
+  local id = reported.device_id
+  local enrolled = getJson(enrolledKey, id)
+  if kind == 'enrolled' then
+    if not enrolled or enrolled.host_id ~= hostId then
+      return {E.UNKNOWN_DEVICE, id}
+    end
+    if enrolled.driver ~= reported.driver then
+      return {E.DRIVER_CONFLICT, id}
+    end
+  else
+    if enrolled then
+      return {E.DEVICE_CONFLICT, id}
+    end
+    local current = getJson(K.devices, id)
+    if current and current.host_id ~= hostId and hostOnline(current.host_id, now) then
+      return {E.DEVICE_CONFLICT, id}
+    end
+  end
+end
+
+-- Devices this host no longer reports leave the pool.
+local reportedIds = {}
+for _, reported in ipairs(snapshot.devices) do
+  reportedIds[reported.device_id] = true
+end
+if previousJson then
+  for _, old in ipairs(cjson.decode(previousJson).devices) do
+    local id = old.device_id
+    local current = getJson(K.devices, id)
+    if not reportedIds[id] and current and current.host_id == hostId then
+      rcall('HDEL', K.devices, id)
+      rcall('ZREM', K.free, current.driver .. '\0' .. id)
+      local holder = rcall('HGET', K.reservations, id)
+      local task = holder and getJson(K.tasks, holder)
+      if task and task.status == 'assigned' then
+        unassignTask(task, now)
+      end
+    end
+  end
+end
+
+for _, reported in ipairs(snapshot.devices) do
+  local id = reported.device_id
+  local current = getJson(K.devices, id)
+  if current and current.driver ~= reported.driver then
+    rcall('ZREM', K.free, current.driver .. '\0' .. id)
+  end
+  putJson(K.devices, id, {
+    host_id = hostId,
+    driver = reported.driver,
+    status = reported.status,
+    attributes = reported.attributes,
+    labels = reported.labels,
+  })
+end
+
+rcall('ZADD', K.online, now, hostId)
+rcall('ZADD', seenKey, now, hostId)
+rcall('HSET', snapshotsKey, hostId, snapshotJson)
+if rcall('HEXISTS', hostsKey, hostId) == 0 then
+  putJson(hostsKey, hostId, {kind = kind, created_at = now})
+end
+
+for _, reported in ipairs(snapshot.devices) do
+  refreshDevice(reported.device_id, now)
+end
+return {0, #snapshot.devices}

@@ -1,0 +1,63 @@
+--[[
+  Helpers every script includes.
+
+  Errors: scripts answer {code, payload}; code 0 is success, a negative code is one of E below,
+  mirrored by coordinator.errors.ScriptError (a test keeps the two lists equal).
+]]
+local rcall = redis.call
+
+local E = {
+  REVOKED = -1,
+  LEASE_NOT_OWNED = -2,
+  LEASE_EXPIRED = -3,
+  LEASE_REPLACED = -4,
+  STALE_ATTEMPT = -5,
+  RESULT_CONFLICT = -6,
+  DEVICE_CONFLICT = -7,
+  UNKNOWN_DEVICE = -8,
+  DRIVER_CONFLICT = -9,
+  NOT_FOUND = -10,
+  TASK_TERMINAL = -11,
+  ENROLLMENT_CONFLICT = -12,
+  ENROLLMENT_INVALID = -13,
+  IDEMPOTENCY_CONFLICT = -14,
+  NOT_ENROLLED_HOST = -15,
+}
+
+-- Milliseconds from the Redis clock, so every coordinator process agrees on lease expiry.
+local function nowMs()
+  local t = rcall('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Sequence numbers are zero-padded so lexicographic order in the "a\0seq\0b" indexes is age order.
+local function pad(seq)
+  return string.format('%016d', seq)
+end
+
+-- Split an index member "a\0b" or "a\0b\0c" (ids never contain NUL: they are [A-Za-z0-9._:-]).
+local function splitMember(member)
+  local parts = {}
+  local start = 1
+  while true do
+    local i = string.find(member, '\0', start, true)
+    if not i then
+      parts[#parts + 1] = string.sub(member, start)
+      return parts
+    end
+    parts[#parts + 1] = string.sub(member, start, i - 1)
+    start = i + 1
+  end
+end
+
+local function getJson(hashKey, field)
+  local raw = rcall('HGET', hashKey, field)
+  if not raw then
+    return nil
+  end
+  return cjson.decode(raw)
+end
+
+local function putJson(hashKey, field, value)
+  rcall('HSET', hashKey, field, cjson.encode(value))
+end

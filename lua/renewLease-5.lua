@@ -1,0 +1,59 @@
+--[[
+  Renew a running lease and store the latest progress with it.
+
+  Input:
+    KEYS[1] tasks            hash  task id -> task JSON
+    KEYS[2] leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
+    KEYS[3] lease_deadlines  zset  lease id -> expiry (ms)
+    KEYS[4] progress         hash  task id -> latest progress JSON of its running attempt
+    KEYS[5] revoked_hosts    set
+    ARGV[1] host id
+    ARGV[2] lease id
+    ARGV[3] task id
+    ARGV[4] attempt
+    ARGV[5] lease TTL (ms)
+    ARGV[6] progress JSON to store, or "" to leave the stored progress as it is
+  Output:
+    {0, new expiry (ms), cancel requested (0|1)}
+    {LEASE_NOT_OWNED} unknown lease, another host's, or not this task and attempt
+    {LEASE_REPLACED}  a newer attempt of the task exists
+    {LEASE_EXPIRED}   past its deadline, or ended by a result or by the reaper
+    {REVOKED}
+
+  Invariant: only the current, unexpired lease is ever extended; a rejected renewal changes
+  nothing, so a stale lease can never revive or alter the current attempt.
+]]
+--- @include "includes/common"
+local tasksKey = KEYS[1]
+local leasesKey = KEYS[2]
+local deadlinesKey = KEYS[3]
+local progressKey = KEYS[4]
+local revokedKey = KEYS[5]
+local hostId = ARGV[1]
+local leaseId = ARGV[2]
+local taskId = ARGV[3]
+local attempt = tonumber(ARGV[4])
+local ttl = tonumber(ARGV[5])
+local progress = ARGV[6]
+
+if rcall('SISMEMBER', revokedKey, hostId) == 1 then
+  return {E.REVOKED}
+end
+local lease = getJson(leasesKey, leaseId)
+if not lease or lease.host_id ~= hostId or lease.task_id ~= taskId or lease.attempt ~= attempt then
+  return {E.LEASE_NOT_OWNED}
+end
+local task = getJson(tasksKey, taskId)
+if task.attempt > attempt then
+  return {E.LEASE_REPLACED}
+end
+local now = nowMs()
+local deadline = rcall('ZSCORE', deadlinesKey, leaseId)
+if task.status ~= 'running' or task.lease_id ~= leaseId or not deadline or tonumber(deadline) <= now then
+  return {E.LEASE_EXPIRED}
+end
+rcall('ZADD', deadlinesKey, now + ttl, leaseId)
+if progress ~= '' then
+  rcall('HSET', progressKey, taskId, progress)
+end
+return {0, now + ttl, task.cancel_requested and 1 or 0}
