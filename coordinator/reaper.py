@@ -37,6 +37,11 @@ async def sweep(store: Store, metrics: Metrics | None = None) -> tuple[int, int]
     return leases, hosts
 
 
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 async def run_reaper(store: Store, interval_s: float, metrics: Metrics | None = None) -> None:
     while True:
         try:
@@ -44,6 +49,12 @@ async def run_reaper(store: Store, interval_s: float, metrics: Metrics | None = 
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - keep sweeping through Redis hiccups
+            # A client library may turn our cancellation into its own error: stop all the same.
+            if _cancelling():
+                raise asyncio.CancelledError from None
             log.exception("reaper sweep failed")
+        if _cancelling():
+            # Redis clients have been seen to swallow a cancellation mid-command.
+            raise asyncio.CancelledError
         # Jitter keeps several processes from sweeping in lock-step.
         await asyncio.sleep(interval_s * random.uniform(0.5, 1.0))

@@ -1,0 +1,183 @@
+"""Shared fixtures: Redis backends (real and embedded), per-test key prefixes, app clients."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import fakeredis
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from coordinator.app import create_app
+from coordinator.keys import Keys
+from coordinator.settings import Settings
+from coordinator.store import Store
+
+REAL_REDIS_URL = "redis://127.0.0.1:6379/0"
+ADMIN = "test-admin-token"
+HOSTS = {"host-a": "token-a-0123456789", "host-b": "token-b-0123456789", "host-c": "token-c-0123456789"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def unique_prefix() -> str:
+    return f"tether-test-{uuid.uuid4().hex[:12]}:{{t}}"
+
+
+async def _delete_prefix(client: aioredis.Redis, prefix: str) -> None:
+    keys = [v for k, v in vars(Keys(prefix)).items() if k not in ("prefix", "wake_channel")]
+    await client.delete(*keys)
+
+
+@pytest.fixture(params=["redis", "fakeredis"])
+async def redis_client(request: pytest.FixtureRequest) -> AsyncIterator[aioredis.Redis]:
+    """A client of real Redis (the reference for Lua semantics) or of the embedded fakeredis."""
+    if request.param == "redis":
+        client = aioredis.Redis.from_url(REAL_REDIS_URL)
+    else:
+        client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return unique_prefix()
+
+
+def make_settings(prefix: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "key_prefix": prefix,
+        "admin_token": ADMIN,
+        "static_hosts": HOSTS,
+        "lease_ttl_s": 30,
+        "host_offline_after_s": 30,
+        "claim_wait_default_s": 0,
+        "claim_wait_max_s": 10,
+        "reaper_interval_s": 3600,  # tests sweep explicitly unless they say otherwise
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+async def store(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[Store]:
+    s = Store(redis_client, Keys(prefix), host_offline_after_ms=30_000)
+    await s.load_scripts()
+    yield s
+    await _delete_prefix(redis_client, prefix)
+
+
+class Api:
+    """An in-process coordinator and helpers speaking its HTTP API."""
+
+    def __init__(self, client: httpx.AsyncClient, app: Any) -> None:
+        self.client = client
+        self.app = app
+        self.ctx = app.state.ctx
+
+    @staticmethod
+    def host_headers(host: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {HOSTS[host]}"}
+
+    admin_headers = {"authorization": f"Bearer {ADMIN}"}
+
+    async def heartbeat(self, host: str, devices: list[dict[str, Any]] | list[str]) -> httpx.Response:
+        body = [
+            d if isinstance(d, dict) else {"device_id": d, "driver": "sim", "status": "available"}
+            for d in devices
+        ]
+        return await self.client.put(
+            f"/internal/v1/hosts/{host}/heartbeat", json={"devices": body}, headers=self.host_headers(host)
+        )
+
+    async def create_task(self, **body: Any) -> httpx.Response:
+        body.setdefault("kind", "goal")
+        if body["kind"] == "goal":
+            body.setdefault("goal", "Turn on airplane mode")
+        return await self.client.post("/api/v1/tasks", json=body, headers=self.admin_headers)
+
+    async def task(self, task_id: str) -> dict[str, Any]:
+        response = await self.client.get(f"/api/v1/tasks/{task_id}", headers=self.admin_headers)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def claim(self, host: str, wait_s: float = 0, claim_id: str | None = None) -> httpx.Response:
+        body = {"claim_id": claim_id} if claim_id else None
+        return await self.client.post(
+            f"/internal/v1/hosts/{host}/claim?wait_s={wait_s}", json=body, headers=self.host_headers(host)
+        )
+
+    async def renew(self, host: str, assignment: dict[str, Any], **extra: Any) -> httpx.Response:
+        body = {"task_id": assignment["task_id"], "attempt": assignment["attempt"], **extra}
+        return await self.client.post(
+            f"/internal/v1/hosts/{host}/leases/{assignment['lease_id']}/renew",
+            json=body,
+            headers=self.host_headers(host),
+        )
+
+    async def result(self, host: str, assignment: dict[str, Any], status: str = "succeeded",
+                     **extra: Any) -> httpx.Response:
+        body = {
+            "task_id": assignment["task_id"],
+            "attempt": assignment["attempt"],
+            "lease_id": assignment["lease_id"],
+            "status": status,
+            "failure_reason": None,
+            "metadata": {"steps": 3},
+            **extra,
+        }
+        return await self.client.post(
+            f"/internal/v1/hosts/{host}/results", json=body, headers=self.host_headers(host)
+        )
+
+    async def sweep(self) -> tuple[int, int]:
+        from coordinator.reaper import sweep
+
+        return await sweep(self.ctx.store)
+
+
+@pytest.fixture
+def api_factory(redis_client: aioredis.Redis) -> Callable[..., Any]:
+    """Build an in-process coordinator on the test's Redis backend with settings overrides."""
+    prefixes: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def factory(**overrides: Any) -> AsyncIterator[Api]:
+        prefix = overrides.pop("prefix", None) or unique_prefix()
+        prefixes.append(prefix)
+        app = create_app(make_settings(prefix, **overrides), redis=_Unclosable(redis_client))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://coordinator") as client:
+                yield Api(client, app)
+        await _delete_prefix(redis_client, prefix)
+
+    return factory
+
+
+@pytest.fixture
+async def api(api_factory: Callable[..., Any]) -> AsyncIterator[Api]:
+    async with api_factory() as a:
+        yield a
+
+
+class _Unclosable:
+    """The shared test client, protected from the app's lifespan closing it."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def aclose(self) -> None:
+        return None
+
