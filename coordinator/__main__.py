@@ -8,6 +8,7 @@ import sys
 
 import uvicorn
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from coordinator.settings import Settings
 
@@ -19,6 +20,9 @@ def _serve(args: argparse.Namespace) -> int:
         # One clear line, naming the settings at fault and never their values.
         fields = ", ".join(str(e["loc"][0]) for e in exc.errors())
         print(f"coordinator: invalid configuration: {fields}", file=sys.stderr)
+        return 2
+    except SettingsError as exc:  # a value that is not even parseable (bad JSON)
+        print(f"coordinator: invalid configuration: {exc}", file=sys.stderr)
         return 2
     from coordinator.app import create_app
 

@@ -18,6 +18,10 @@ async def readyz(ctx: Context, request: Request) -> Response:
     try:
         await ctx.store.redis.ping()
         loaded = await ctx.store.scripts_loaded()
+        if not loaded:
+            # Redis restarted or was flushed: load them again rather than stay unready.
+            await ctx.store.load_scripts()
+            loaded = await ctx.store.scripts_loaded()
     except Exception:  # noqa: BLE001 - any Redis failure means not ready
         return json_response({"status": "unavailable", "redis": False}, 503)
     if not loaded:

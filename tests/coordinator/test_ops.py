@@ -1,0 +1,109 @@
+"""Operations endpoints, script loading and the Lua/Python error-code mirror."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.errors import ScriptError
+from coordinator.scripts import load_scripts, lua_dir
+from tests.conftest import HOSTS, Api
+
+pytestmark = pytest.mark.anyio
+
+
+def test_lua_error_codes_mirror_the_python_enum() -> None:
+    source = (lua_dir() / "includes" / "common.lua").read_text()
+    lua_codes = {name: int(code) for name, code in re.findall(r"^\s+([A-Z_]+) = (-\d+),$", source, re.M)}
+    assert lua_codes == {e.name: e.value for e in ScriptError}
+
+
+def test_every_script_documents_its_keys_and_declares_their_number() -> None:
+    scripts = load_scripts()
+    assert {"heartbeat", "claimAssignment", "renewLease", "recordResult", "createTask", "cancelTask",
+            "expireLeases", "expireHosts"} <= set(scripts)
+    for path in lua_dir().glob("*.lua"):
+        text = path.read_text()
+        declared = int(path.stem.rsplit("-", 1)[1])
+        assert "Input:" in text and "Output:" in text and "Invariant" in text, path.name
+        used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", text)}
+        if "includes/schedule" in text:
+            used |= set(range(1, 10))
+        assert used == set(range(1, declared + 1)), path.name
+
+
+def test_installed_package_ships_the_scripts(tmp_path: Path) -> None:
+    # Run outside the checkout, so the installed package (not the source tree) is imported.
+    code = "from coordinator.scripts import load_scripts; print(len(load_scripts()))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, check=True)
+    assert int(out.stdout) == len(load_scripts())
+
+
+async def test_script_call_with_wrong_number_of_keys_is_refused(api: Api) -> None:
+    script = load_scripts()["renewLease"]
+    with pytest.raises(ValueError, match="takes 5 keys"):
+        await script(api.ctx.store.redis, ["a", "b"], [])
+
+
+async def test_healthz_readyz(api: Api) -> None:
+    assert (await api.client.get("/healthz")).json() == {"status": "ok"}
+    ready = await api.client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["scripts"] is True
+
+
+async def test_scripts_reloaded_after_redis_forgets_them(api: Api) -> None:
+    await api.ctx.store.redis.script_flush()
+    assert not await api.ctx.store.scripts_loaded()
+    assert (await api.heartbeat("host-a", ["a1"])).status_code == 200  # NOSCRIPT -> load, retry
+    assert (await api.client.get("/readyz")).status_code == 200
+    assert await api.ctx.store.scripts_loaded()
+
+
+async def test_readyz_is_503_without_redis() -> None:
+    import httpx
+    import redis.asyncio as aioredis
+
+    from coordinator.app import create_app
+    from tests.conftest import make_settings
+    from tests.e2e.processes import free_port
+
+    unreachable = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    app = create_app(make_settings("unused:{t}"), redis=unreachable)
+    # no lifespan: the process is up, but Redis is not there
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://c") as client:
+        assert (await client.get("/healthz")).status_code == 200
+        response = await client.get("/readyz")
+        assert response.status_code == 503 and response.json()["redis"] is False
+
+
+async def test_metrics_count_requests_claims_renewals_results(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    await api.create_task(device_id="a1")
+    assignment = (await api.claim("host-a")).json()
+    await api.renew("host-a", assignment)
+    await api.renew("host-a", {**assignment, "lease_id": "l_other"})
+    await api.result("host-a", assignment)
+    await api.claim("host-a")
+    text = (await api.client.get("/metrics")).text
+    assert 'tether_http_requests_total{method="PUT",route="/internal/v1/hosts/{host_id}/heartbeat",status="200"} 1.0' in text
+    assert 'tether_claims_total{outcome="assigned"} 1.0' in text
+    assert 'tether_claims_total{outcome="empty"} 1.0' in text
+    assert 'tether_renewals_total{outcome="ok"} 1.0' in text
+    assert 'tether_renewals_total{outcome="lease_not_owned"} 1.0' in text
+    assert 'tether_results_total{outcome="recorded"} 1.0' in text
+    assert "tether_waiting_polls 0.0" in text
+    for secret in HOSTS.values():
+        assert secret not in text
+
+
+async def test_openapi_describes_every_route(api: Api) -> None:
+    document = (await api.client.get("/openapi.json")).json()
+    assert document["openapi"].startswith("3.")
+    described = {(method.upper(), path) for path, ops in document["paths"].items() for method in ops}
+    for route in api.app.routes:
+        for method in route.methods - {"HEAD"}:
+            assert (method, route.path) in described, (method, route.path)

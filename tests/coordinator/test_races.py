@@ -1,0 +1,135 @@
+"""Races at the Redis level: every outcome of an interleaving is one of the allowed ones."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+
+from coordinator.errors import Conflict
+from coordinator.keys import Keys
+from coordinator.store import Store
+
+pytestmark = pytest.mark.anyio
+
+SNAPSHOT = '{"agent":{},"devices":[%s]}'
+
+
+def _snapshot(*device_ids: str) -> str:
+    devices = ",".join(
+        '{"attributes":"{}","device_id":"%s","driver":"sim","labels":"{}","status":"available"}' % d
+        for d in device_ids
+    )
+    return SNAPSHOT % devices
+
+
+def _task(device_id: str, max_attempts: int = 3) -> dict[str, Any]:
+    return {"id": "t_" + secrets.token_hex(8), "kind": "goal", "goal": "g", "max_steps": 5,
+            "max_attempts": max_attempts, "target_device": device_id, "request_hash": "h"}
+
+
+async def _claim(store: Store, host: str) -> dict[str, Any]:
+    assignment = await store.claim(host, "", "l_" + secrets.token_hex(8), 30_000)
+    assert assignment is not None
+    return assignment
+
+
+async def _expire(store: Store, lease_id: str) -> None:
+    await store.redis.zadd(store.keys.lease_deadlines, {lease_id: 0})
+
+
+async def _task_record(store: Store, task_id: str) -> dict[str, Any]:
+    return orjson.loads(await store.redis.hget(store.keys.tasks, task_id))
+
+
+async def test_renew_racing_expiry_never_revives(store: Store) -> None:
+    await store.heartbeat("h1", "static", _snapshot("d1"))
+    for _ in range(20):
+        task, _ = await store.create_task(_task("d1", max_attempts=100))
+        assignment = await _claim(store, "h1")
+        await _expire(store, assignment["lease_id"])
+        renewal, sweep = await asyncio.gather(
+            store.renew("h1", assignment["lease_id"], task["id"], 1, 30_000, ""),
+            store.expire_leases(),
+            return_exceptions=True,
+        )
+        assert isinstance(renewal, Conflict) and renewal.code in ("lease_expired", "lease_replaced")
+        assert sweep == 1
+        record = await _task_record(store, task["id"])
+        assert record["attempt"] == 2 and record["status"] in ("queued", "assigned")
+        # clean the device for the next round: cancel attempt 2 and report it idle
+        await store.cancel_task(task["id"])
+        await store.heartbeat("h1", "static", _snapshot())
+        await store.heartbeat("h1", "static", _snapshot("d1"))
+
+
+async def test_result_racing_expiry_has_one_winner(store: Store) -> None:
+    await store.heartbeat("h1", "static", _snapshot("d1"))
+    outcomes = set()
+    for _ in range(20):
+        task, _ = await store.create_task(_task("d1"))
+        assignment = await _claim(store, "h1")
+        await _expire(store, assignment["lease_id"])
+        report = '{"failure_reason":null,"metadata":{},"status":"succeeded"}'
+        result, swept = await asyncio.gather(
+            store.record_result("h1", task["id"], 1, assignment["lease_id"], report),
+            store.expire_leases(),
+            return_exceptions=True,
+        )
+        record = await _task_record(store, task["id"])
+        if isinstance(result, Conflict):
+            # the reaper won: attempt 2 exists and the stale report changed nothing
+            assert result.code == "stale_attempt" and swept == 1
+            assert record["attempt"] == 2 and "result" not in record
+            await store.cancel_task(task["id"])
+            outcomes.add("expired")
+        else:
+            assert swept == 0 and record["status"] == "succeeded" and record["attempt"] == 1
+            outcomes.add("recorded")
+        await store.heartbeat("h1", "static", _snapshot())
+        await store.heartbeat("h1", "static", _snapshot("d1"))
+    assert outcomes <= {"expired", "recorded"}
+
+
+async def test_two_reapers_sweeping_at_once(redis_client: aioredis.Redis, store: Store) -> None:
+    devices = [f"d{i}" for i in range(30)]
+    await store.heartbeat("h1", "static", _snapshot(*devices))
+    tasks = [(await store.create_task(_task(d)))[0]["id"] for d in devices]
+    leases = [(await _claim(store, "h1"))["lease_id"] for _ in devices]
+    for lease_id in leases:
+        await _expire(store, lease_id)
+    other = Store(redis_client, Keys(store.keys.prefix), host_offline_after_ms=30_000)
+    ended = await asyncio.gather(*(s.expire_leases(limit=7) for s in [store, other] * 6))
+    ended_more = await asyncio.gather(store.expire_leases(), other.expire_leases())
+    assert sum(ended) + sum(ended_more) == len(leases)
+    for task_id in tasks:
+        assert (await _task_record(store, task_id))["attempt"] == 2
+
+
+async def test_concurrent_claims_hand_out_each_assignment_once(store: Store) -> None:
+    devices = [f"d{i}" for i in range(40)]
+    await store.heartbeat("h1", "static", _snapshot(*devices))
+    created = {(await store.create_task(_task(d)))[0]["id"] for d in devices}
+    claims = await asyncio.gather(*(store.claim("h1", "", f"l_{i}", 30_000) for i in range(100)))
+    claimed = [c["task_id"] for c in claims if c is not None]
+    assert len(claimed) == len(created) and set(claimed) == created
+
+
+async def test_concurrent_task_creation_reserves_each_device_once(store: Store) -> None:
+    devices = [f"d{i}" for i in range(10)]
+    await store.heartbeat("h1", "static", _snapshot(*devices))
+    selector = {"driver": "sim", "labels": "{}"}
+    results = await asyncio.gather(*(
+        store.create_task({"id": f"t_{i}", "kind": "goal", "goal": "g", "max_attempts": 1,
+                           "request_hash": "h", **selector})
+        for i in range(25)
+    ))
+    assigned = [t for t, _ in results if t["status"] == "assigned"]
+    assert len(assigned) == len(devices)
+    assert sorted(t["device_id"] for t in assigned) == sorted(devices)
+    reservations = await store.redis.hgetall(store.keys.reservations)
+    assert len(reservations) == len(devices)
