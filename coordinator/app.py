@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coordinator import host_api, operator_api, ops
+from coordinator import enrollment_api, host_api, operator_api, ops
 from coordinator.auth import Authenticator
 from coordinator.context import Context
 from coordinator.errors import ApiError
@@ -116,6 +116,8 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
 
     host = "/internal/v1/hosts/{host_id}"
     routes = [
+        Route("/internal/v1/enroll", bind(enrollment_api.enroll), methods=["POST"]),
+        Route(f"{host}/devices/enroll", bind(enrollment_api.enroll_devices), methods=["POST"]),
         Route(f"{host}/heartbeat", bind(host_api.heartbeat), methods=["PUT"]),
         Route(f"{host}/claim", bind(host_api.claim), methods=["POST"]),
         Route(f"{host}/leases/{{lease_id}}/renew", bind(host_api.renew), methods=["POST"]),
@@ -127,6 +129,10 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
         Route("/api/v1/devices", bind(operator_api.list_devices), methods=["GET"]),
         Route("/api/v1/hosts", bind(operator_api.list_hosts), methods=["GET"]),
         Route("/api/v1/hosts/{host_id}", bind(operator_api.get_host), methods=["GET"]),
+        Route("/api/v1/hosts/{host_id}/revoke", bind(enrollment_api.revoke_host), methods=["POST"]),
+        Route("/api/v1/enrollment-tokens", bind(enrollment_api.create_token), methods=["POST"]),
+        Route("/api/v1/enrollment-tokens", bind(enrollment_api.list_tokens), methods=["GET"]),
+        Route("/api/v1/enrollment-tokens/{token_id}", bind(enrollment_api.revoke_token), methods=["DELETE"]),
         Route("/healthz", bind(ops.healthz), methods=["GET"]),
         Route("/readyz", bind(ops.readyz), methods=["GET"]),
         Route("/metrics", bind(ops.metrics), methods=["GET"]),

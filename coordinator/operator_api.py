@@ -6,11 +6,12 @@ import hashlib
 import secrets
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from coordinator.context import Context
-from coordinator.errors import ApiError, Conflict, InvalidRequest, NotFound
+from coordinator.errors import Conflict, InvalidRequest, NotFound
 from coordinator.host_api import json_response
 from coordinator.validation import (
     canonical_json,
@@ -18,7 +19,6 @@ from coordinator.validation import (
     get_object,
     get_str,
     get_string_map,
-    is_valid_id,
     read_json,
     require_id,
 )
@@ -142,7 +142,7 @@ def _host_view(host_id: str, state: dict[str, Any], live: set[str], static_ids: 
         "last_seen": iso_ms(state["seen"].get(host_id)),
         "devices": len(snapshot.get("devices", [])),
         "revoked": host_id in state["revoked"],
-        "labels": record.get("labels", {}),
+        "labels": orjson.loads(record.get("labels") or "{}"),
         "enrollment_token_id": record.get("token_id"),
         "hostname": record.get("hostname") or agent.get("hostname"),
         "agent_version": agent.get("version"),
@@ -158,11 +158,15 @@ async def list_hosts(ctx: Context, request: Request) -> Response:
     return json_response({"hosts": [_host_view(h, state, live, ctx.auth.static_host_ids) for h in ids]})
 
 
-async def get_host(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
-    host_id = require_id(request.path_params["host_id"], "host_id")
-    state = await ctx.store.hosts()
+async def host_view_for(ctx: Context, host_id: str) -> dict[str, Any]:
+    state = await ctx.store.hosts(host_id)
     if host_id not in state["records"] and host_id not in ctx.auth.static_host_ids:
         raise NotFound("no such host")
     live = _online(state["online"], await ctx.store.redis_time_ms(), ctx)
-    return json_response(_host_view(host_id, state, live, ctx.auth.static_host_ids))
+    return _host_view(host_id, state, live, ctx.auth.static_host_ids)
+
+
+async def get_host(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    host_id = require_id(request.path_params["host_id"], "host_id")
+    return json_response(await host_view_for(ctx, host_id))

@@ -120,6 +120,55 @@ class Store:
         )
         return int(reply[1])
 
+    # -- managed hosts ---------------------------------------------------------------------
+
+    async def create_enrollment_token(self, token_id: str, digest: str, ttl_ms: int, max_uses: int,
+                                      labels_json: str) -> dict[str, Any]:
+        k = self.keys
+        reply = await self._run(
+            "createEnrollmentToken",
+            [k.enrollment_tokens, k.enrollment_token_hashes],
+            [token_id, digest, ttl_ms, max_uses, labels_json],
+        )
+        return orjson.loads(reply[1])
+
+    async def revoke_enrollment_token(self, token_id: str) -> dict[str, Any]:
+        reply = await self._run("revokeEnrollmentToken", [self.keys.enrollment_tokens], [token_id])
+        return orjson.loads(reply[1])
+
+    async def enrollment_tokens(self) -> list[dict[str, Any]]:
+        raw = await self.redis.hgetall(self.keys.enrollment_tokens)
+        return sorted((orjson.loads(v) for v in raw.values()), key=lambda t: t["created_at"])
+
+    async def enroll_host(self, token_digest: str, enrollment_id: str, host_token_digest: str,
+                          new_host_id: str, hostname: str, labels_json: str) -> tuple[str, bool]:
+        k = self.keys
+        reply = await self._run(
+            "enrollHost",
+            [k.enrollment_token_hashes, k.enrollment_tokens, k.enrollments, k.hosts, k.host_tokens,
+             k.revoked_hosts],
+            [token_digest, enrollment_id, host_token_digest, new_host_id, hostname, labels_json],
+        )
+        return reply[1].decode(), reply[2] == 1
+
+    async def enroll_devices(self, host_id: str, devices: list[dict[str, str]]) -> list[dict[str, str]]:
+        k = self.keys
+        reply = await self._run(
+            "enrollDevices",
+            [k.hosts, k.local_devices, k.enrolled_devices, k.revoked_hosts],
+            [host_id, orjson.dumps(devices)],
+        )
+        return orjson.loads(reply[1])
+
+    async def revoke_host(self, host_id: str, static: bool) -> dict[str, Any]:
+        k = self.keys
+        reply = await self._run(
+            "revokeHost",
+            self._sched(k.hosts, k.host_snapshots, k.revoked_hosts, k.host_tokens),
+            [*self._sched_args, host_id, "static" if static else ""],
+        )
+        return orjson.loads(reply[1])
+
     # -- reads (no state changes) ----------------------------------------------------------
 
     async def get_task(self, task_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -166,21 +215,40 @@ class Store:
             {h.decode(): int(s) for h, s in online},
         )
 
-    async def hosts(self) -> dict[str, Any]:
+    async def hosts(self, host_id: str | None = None) -> dict[str, Any]:
+        """Host records, last-seen times, online index, snapshots and revocations: of every host,
+        or of one."""
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(k.hosts)
-            pipe.zrange(k.host_seen, 0, -1, withscores=True)
-            pipe.zrange(k.hosts_online, 0, -1, withscores=True)
-            pipe.hgetall(k.host_snapshots)
-            pipe.smembers(k.revoked_hosts)
+            if host_id is None:
+                pipe.hgetall(k.hosts)
+                pipe.zrange(k.host_seen, 0, -1, withscores=True)
+                pipe.zrange(k.hosts_online, 0, -1, withscores=True)
+                pipe.hgetall(k.host_snapshots)
+                pipe.smembers(k.revoked_hosts)
+            else:
+                pipe.hget(k.hosts, host_id)
+                pipe.zscore(k.host_seen, host_id)
+                pipe.zscore(k.hosts_online, host_id)
+                pipe.hget(k.host_snapshots, host_id)
+                pipe.sismember(k.revoked_hosts, host_id)
             records, seen, online, snapshots, revoked = await pipe.execute()
+        if host_id is not None:
+            records = {host_id: records} if records is not None else {}
+            seen = [(host_id, seen)] if seen is not None else []
+            online = [(host_id, online)] if online is not None else []
+            snapshots = {host_id: snapshots} if snapshots is not None else {}
+            revoked = {host_id} if revoked else set()
+
+        def text(value: bytes | str) -> str:
+            return value.decode() if isinstance(value, bytes) else value
+
         return {
-            "records": {h.decode(): orjson.loads(v) for h, v in records.items()},
-            "seen": {h.decode(): int(s) for h, s in seen},
-            "online": {h.decode(): int(s) for h, s in online},
-            "snapshots": {h.decode(): orjson.loads(v) for h, v in snapshots.items()},
-            "revoked": {h.decode() for h in revoked},
+            "records": {text(h): orjson.loads(v) for h, v in records.items()},
+            "seen": {text(h): int(s) for h, s in seen},
+            "online": {text(h): int(s) for h, s in online},
+            "snapshots": {text(h): orjson.loads(v) for h, v in snapshots.items()},
+            "revoked": {text(h) for h in revoked},
         }
 
     async def redis_time_ms(self) -> int:

@@ -72,6 +72,24 @@ for _, reported in ipairs(snapshot.devices) do
   end
 end
 
+-- An enrolled host's labels (set by the operator through its enrollment token) apply to every
+-- device it reports, and win over the agent's own.
+local hostRecord = getJson(hostsKey, hostId)
+local hostLabels = {}
+if hostRecord and hostRecord.labels then
+  hostLabels = cjson.decode(hostRecord.labels)
+end
+local function deviceLabels(labelsJson)
+  if next(hostLabels) == nil then
+    return labelsJson
+  end
+  local merged = cjson.decode(labelsJson)
+  for name, value in pairs(hostLabels) do
+    merged[name] = value
+  end
+  return cjson.encode(merged)
+end
+
 -- Devices this host no longer reports leave the pool.
 local reportedIds = {}
 for _, reported in ipairs(snapshot.devices) do
@@ -104,14 +122,14 @@ for _, reported in ipairs(snapshot.devices) do
     driver = reported.driver,
     status = reported.status,
     attributes = reported.attributes,
-    labels = reported.labels,
+    labels = deviceLabels(reported.labels),
   })
 end
 
 rcall('ZADD', K.online, now, hostId)
 rcall('ZADD', seenKey, now, hostId)
 rcall('HSET', snapshotsKey, hostId, snapshotJson)
-if rcall('HEXISTS', hostsKey, hostId) == 0 then
+if not hostRecord then
   putJson(hostsKey, hostId, {kind = kind, created_at = now})
 end
 

@@ -1,0 +1,35 @@
+--[[
+  Store a new enrollment token: only the SHA-256 of its secret is kept.
+
+  Input:
+    KEYS[1] enrollment_tokens        hash  token id -> {digest, created_at, expires_at, max_uses,
+                                            uses, labels (JSON string), revoked}
+    KEYS[2] enrollment_token_hashes  hash  SHA-256 of the secret -> token id
+    ARGV[1] token id
+    ARGV[2] SHA-256 of the secret (hex)
+    ARGV[3] lifetime (ms)
+    ARGV[4] max uses
+    ARGV[5] labels JSON given to every host that enrolls with it
+  Output:
+    {0, token JSON}
+
+  Invariant: a token's expiry is on the Redis clock, like every other deadline.
+]]
+--- @include "includes/common"
+local tokensKey = KEYS[1]
+local hashesKey = KEYS[2]
+
+local now = nowMs()
+local token = {
+  id = ARGV[1],
+  digest = ARGV[2],
+  created_at = now,
+  expires_at = now + tonumber(ARGV[3]),
+  max_uses = tonumber(ARGV[4]),
+  uses = 0,
+  labels = ARGV[5],
+  revoked = false,
+}
+putJson(tokensKey, token.id, token)
+rcall('HSET', hashesKey, token.digest, token.id)
+return {0, cjson.encode(token)}

@@ -1,0 +1,60 @@
+--[[
+  Enroll a managed host's local devices: each (host, local id) maps to one stable cloud device id.
+  All or nothing.
+
+  Input:
+    KEYS[1] hosts             hash  host id -> host record JSON
+    KEYS[2] local_devices     hash  "host id\0local id" -> {device_id, driver}
+    KEYS[3] enrolled_devices  hash  device id -> {host_id, local_id, driver, attributes}
+    KEYS[4] revoked_hosts     set
+    ARGV[1] host id
+    ARGV[2] JSON list [{local_id, driver, attributes (JSON string), new_id}] where new_id is the
+            cloud id to mint if the device is new
+  Output:
+    {0, JSON list [{local_id, driver, device_id}] in request order}
+    {DRIVER_CONFLICT, local id}  already enrolled on this host with another driver
+    {NOT_ENROLLED_HOST}          not an enrolled host
+    {REVOKED}
+
+  Invariants: a rejected batch enrolls nothing; an enrolled device id never changes host or driver.
+]]
+--- @include "includes/common"
+local hostsKey = KEYS[1]
+local localKey = KEYS[2]
+local enrolledKey = KEYS[3]
+local revokedKey = KEYS[4]
+local hostId = ARGV[1]
+local devices = cjson.decode(ARGV[2])
+
+if rcall('SISMEMBER', revokedKey, hostId) == 1 then
+  return {E.REVOKED}
+end
+local host = getJson(hostsKey, hostId)
+if not host or host.kind ~= 'enrolled' then
+  return {E.NOT_ENROLLED_HOST}
+end
+
+local existing = {}
+for i, device in ipairs(devices) do
+  local mapped = getJson(localKey, hostId .. '\0' .. device.local_id)
+  if mapped and mapped.driver ~= device.driver then
+    return {E.DRIVER_CONFLICT, device.local_id}
+  end
+  existing[i] = mapped
+end
+
+local answer = {}
+for i, device in ipairs(devices) do
+  local deviceId
+  if existing[i] then
+    deviceId = existing[i].device_id
+  else
+    deviceId = device.new_id
+    putJson(localKey, hostId .. '\0' .. device.local_id, {device_id = deviceId, driver = device.driver})
+    putJson(enrolledKey, deviceId, {
+      host_id = hostId, local_id = device.local_id, driver = device.driver, attributes = device.attributes,
+    })
+  end
+  answer[i] = {local_id = device.local_id, driver = device.driver, device_id = deviceId}
+end
+return {0, cjson.encode(answer)}
