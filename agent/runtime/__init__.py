@@ -20,13 +20,13 @@ from .workflow import WorkflowRunner, validate_workflows_dir
 EXAMPLE_WORKFLOWS_DIR = Path(__file__).parent / "example_workflows"
 
 __all__ = [
+    "EXAMPLE_WORKFLOWS_DIR",
     "Action",
     "BoundDevice",
     "DeviceManager",
     "DeviceSpec",
     "Driver",
     "DriverError",
-    "EXAMPLE_WORKFLOWS_DIR",
     "LocalDevice",
     "Observation",
     "OpenAIPlanner",

@@ -101,9 +101,7 @@ def parse_ui_dump(xml: str | bytes) -> UINode:
 def _convert(element: ElementTree.Element) -> UINode:
     attrs = element.attrib
     match = _BOUNDS.fullmatch(attrs.get("bounds", ""))
-    bounds: Bounds = (
-        (int(match[1]), int(match[2]), int(match[3]), int(match[4])) if match else (0, 0, 0, 0)
-    )
+    bounds: Bounds = (int(match[1]), int(match[2]), int(match[3]), int(match[4])) if match else (0, 0, 0, 0)
     checkable = attrs.get("checkable") == "true"
     return make_node(
         # Icons carry their label in content-desc; that is what a person reads.
@@ -144,7 +142,7 @@ async def run_adb(adb_path: str, args: list[str], *, timeout: float, what: str) 
         raise DriverError(f"cannot run adb at {adb_path!r}: {exc.strerror or exc}") from exc
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         await _reap(proc)
         raise DriverError(f"adb {what} timed out after {timeout:g}s") from None
     except asyncio.CancelledError:

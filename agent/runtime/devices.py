@@ -46,7 +46,8 @@ def parse_device_specs(value: str) -> list[DeviceSpec]:
         if not sep or not driver or not local_id:
             raise ValueError(f"malformed device entry {entry!r}: expected driver:local_id, e.g. sim:phone-1 or adb:*")
         if driver not in KNOWN_DRIVERS:
-            raise ValueError(f"unknown device driver {driver!r} in {entry!r}; known drivers: {', '.join(KNOWN_DRIVERS)}")
+            known = ", ".join(KNOWN_DRIVERS)
+            raise ValueError(f"unknown device driver {driver!r} in {entry!r}; known drivers: {known}")
         if local_id == "*":
             if driver != "adb":
                 raise ValueError(f"{entry!r}: '*' (every attached device) only works with the adb driver")

@@ -7,7 +7,7 @@ A UI tree is plain nested dicts (``UINode``) so the sim driver, the adb driver (
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -90,7 +90,7 @@ def find_node(tree: UINode, selector: str) -> UINode | None:
         return None
     folded = wanted.casefold()
     nodes = [node for node in iter_nodes(tree) if _has_area(node)]
-    rules = (
+    rules: tuple[Callable[[UINode], bool], ...] = (
         lambda n: n["text"].strip() == wanted,
         lambda n: n["resource_id"] == wanted,
         lambda n: n["resource_id"].endswith("/" + wanted),

@@ -26,12 +26,15 @@ logger = logging.getLogger(__name__)
 MAX_SCREEN_CHARS = 4000
 MAX_ELEMENTS = 60
 MAX_HISTORY = 15
+# Models can take a while to answer; a server that does not accept the connection is just down.
+DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
 
 SYSTEM_PROMPT = """You operate an Android phone to reach a goal. Each turn you get the goal, the \
 text on the screen, the elements you can tap and the steps taken so far. Reply with exactly one \
 JSON object, the next action, and nothing else. Actions:
-{"action": "tap", "text": "<element text>"}  or  {"action": "tap", "id": "<resource id>"}  or  {"action": "tap", "x": 540, "y": 960}
+{"action": "tap", "text": "<element text>"}  or  {"action": "tap", "id": "<resource id>"}
+{"action": "tap", "x": 540, "y": 960}  (a point, when the element has no text or id)
 {"action": "type", "text": "..."}  (types into the focused field: tap the field first)
 {"action": "swipe", "x1": 540, "y1": 1500, "x2": 540, "y2": 500, "duration_ms": 300}
 {"action": "key", "key": "home" | "back" | "enter"}
@@ -49,7 +52,7 @@ class OpenAIPlanner:
         api_key: str,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
-        timeout: httpx.Timeout | float = httpx.Timeout(60.0, connect=10.0),
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model

@@ -9,6 +9,7 @@ planners and workflows exercise the same coordinate path they use on a real devi
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 
 from .driver import Bounds, Driver, Observation, UINode, contains, make_node
@@ -139,7 +140,7 @@ class SimDriver(Driver):
                     clickable=True,
                 )
             )
-            targets.append((bounds, lambda name=name: self._go(name)))
+            targets.append((bounds, functools.partial(self._go, name)))
         return nodes
 
     def _render_settings(self, targets: list[_Target]) -> list[UINode]:
@@ -166,7 +167,7 @@ class SimDriver(Driver):
                     children=[switch],
                 )
             )
-            targets.append((bounds, lambda label=label: self._toggle(label)))
+            targets.append((bounds, functools.partial(self._toggle, label)))
         return nodes
 
     def _render_notes(self, targets: list[_Target]) -> list[UINode]:

@@ -113,9 +113,7 @@ class WorkflowRunner:
     def find(self, name: str) -> Workflow | None:
         return self.workflows().get(name)
 
-    async def run(
-        self, name: str, params: Mapping[str, Any] | None, driver: Driver, control: RunControl
-    ) -> Outcome:
+    async def run(self, name: str, params: Mapping[str, Any] | None, driver: Driver, control: RunControl) -> Outcome:
         """Never raises for device trouble: every ending is an ``Outcome``."""
         workflow = self.find(name)
         if workflow is None:
