@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 
+from coordinator.cancellation import cancelling
 from coordinator.metrics import Metrics
 from coordinator.store import Store
 
@@ -37,10 +38,6 @@ async def sweep(store: Store, metrics: Metrics | None = None) -> tuple[int, int]
     return leases, hosts
 
 
-def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
 
 async def run_reaper(store: Store, interval_s: float, metrics: Metrics | None = None) -> None:
     while True:
@@ -49,12 +46,10 @@ async def run_reaper(store: Store, interval_s: float, metrics: Metrics | None = 
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - keep sweeping through Redis hiccups
-            # A client library may turn our cancellation into its own error: stop all the same.
-            if _cancelling():
+            if cancelling():
                 raise asyncio.CancelledError from None
             log.exception("reaper sweep failed")
-        if _cancelling():
-            # Redis clients have been seen to swallow a cancellation mid-command.
+        if cancelling():
             raise asyncio.CancelledError
         # Jitter keeps several processes from sweeping in lock-step.
         await asyncio.sleep(interval_s * random.uniform(0.5, 1.0))

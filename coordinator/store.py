@@ -197,7 +197,7 @@ class Store:
             raw_tasks, raw_progress = await pipe.execute()
         return [
             {**orjson.loads(raw), "_progress": _decode(progress)}
-            for raw, progress in zip(raw_tasks, raw_progress)
+            for raw, progress in zip(raw_tasks, raw_progress, strict=True)
             if raw is not None
         ]
 

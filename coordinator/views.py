@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -14,7 +14,7 @@ def iso_ms(ms: int | None) -> str | None:
     """RFC 3339 UTC with milliseconds, e.g. 2026-12-02T08:00:00.123Z."""
     if ms is None:
         return None
-    moment = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
+    moment = datetime.fromtimestamp(ms // 1000, tz=UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 

@@ -21,12 +21,10 @@ import random
 
 from redis.asyncio import Redis
 
+from coordinator.cancellation import cancelling
+
 log = logging.getLogger("coordinator.waiter")
 
-
-def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 class ClaimWaiter:
@@ -80,8 +78,7 @@ class ClaimWaiter:
                 self.wake_all()
                 delay = 0.1
                 while True:
-                    if _cancelling():
-                        # Redis clients have been seen to swallow a cancellation mid-command.
+                    if cancelling():
                         raise asyncio.CancelledError
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if message is not None and message["type"] == "message":
@@ -90,8 +87,7 @@ class ClaimWaiter:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any Redis failure: resubscribe
-                if _cancelling():
-                    # A client library may turn our cancellation into its own error.
+                if cancelling():
                     raise asyncio.CancelledError from None
                 log.warning("wake-up subscription lost (%s); reconnecting", type(exc).__name__)
                 await asyncio.sleep(random.uniform(0, delay))

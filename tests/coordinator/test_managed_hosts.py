@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from tests.conftest import Api
-from tests.coordinator.helpers import claim_one, expire_lease
+from tests.coordinator.helpers import expire_lease
 
 pytestmark = pytest.mark.anyio
 
@@ -212,7 +212,7 @@ async def test_managed_host_reports_an_unknown_device_id(api: Api) -> None:
     mine = (await host.enroll_devices(("phone-1", "sim"))).json()["devices"][0]["device_id"]
     theirs = (await other.enroll_devices(("phone-9", "sim"))).json()["devices"][0]["device_id"]
     await host.heartbeat((mine, "sim"))
-    seen_before = (await _host(api, host.host_id))["last_seen"]
+    # an old last-seen time, so a refresh by a rejected snapshot could not go unnoticed
     await api.ctx.store.redis.zadd(api.ctx.store.keys.host_seen, {host.host_id: 1})
     seen_before = (await _host(api, host.host_id))["last_seen"]
     pool_before = await _pool(api)
