@@ -87,6 +87,32 @@ async def test_concurrent_claimers_on_two_processes_dispatch_each_assignment_onc
     assert sorted(a["device_id"] for a in claimed) == sorted(devices)
 
 
+async def test_poll_whose_client_disconnected_claims_nothing(two_coordinators: tuple[str, str, str]) -> None:
+    first, _, _ = two_coordinators
+    async with httpx.AsyncClient(timeout=30) as client:
+        heartbeat = {"devices": [{"device_id": "gone-1", "driver": "gone", "status": "available"}]}
+        await client.put(f"{first}/internal/v1/hosts/host-c/heartbeat", json=heartbeat,
+                         headers=host_headers("host-c"))
+
+        async def waiting_polls() -> bytes:
+            return (await client.get(f"{first}/metrics")).content
+
+        async with httpx.AsyncClient(timeout=30) as doomed:
+            poll = asyncio.ensure_future(doomed.post(f"{first}/internal/v1/hosts/host-c/claim?wait_s=20",
+                                                     headers=host_headers("host-c")))
+            while b"tether_waiting_polls 1.0" not in await waiting_polls():
+                await asyncio.sleep(0.01)
+            poll.cancel()  # the agent goes away mid-poll: its connection closes
+        while b'tether_claims_total{outcome="disconnected"} 1.0' not in await waiting_polls():
+            await asyncio.sleep(0.01)
+        task = (await client.post(f"{first}/api/v1/tasks", headers=ADMIN_HEADERS,
+                                  json={"kind": "goal", "goal": "g", "device_id": "gone-1"})).json()
+        state = (await client.get(f"{first}/api/v1/tasks/{task['task_id']}", headers=ADMIN_HEADERS)).json()
+        assert state["status"] == "assigned"  # nobody claimed it for the vanished poll
+        claim = await client.post(f"{first}/internal/v1/hosts/host-c/claim?wait_s=0", headers=host_headers("host-c"))
+        assert claim.status_code == 200 and claim.json()["task_id"] == task["task_id"]
+
+
 def test_coordinator_refuses_bad_configuration() -> None:
     for bad, field in (({"COORDINATOR_LEASE_TTL_S": "-1"}, "lease_ttl_s"),
                        ({"COORDINATOR_STATIC_HOSTS": '{"bad id!": "t"}'}, "static_hosts"),
