@@ -81,10 +81,10 @@ async def heartbeat(ctx: Context, request: Request) -> Response:
     devices = parse_snapshot(body)
     agent = get_object(body, "agent")
     snapshot = canonical_json({"agent": agent, "devices": devices})
-    count = await ctx.store.heartbeat(principal.host_id, principal.kind, snapshot)
+    await ctx.store.heartbeat(principal.host_id, principal.kind, snapshot)
     return json_response({
         "host_id": principal.host_id,
-        "devices": count,
+        "devices": len(devices),
         "heartbeat_interval_s": ctx.settings.heartbeat_interval_s,
     })
 

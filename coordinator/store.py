@@ -54,14 +54,13 @@ class Store:
     def _sched(self, *extra_keys: str) -> list[str]:
         return [*self.keys.scheduling, *extra_keys]
 
-    async def heartbeat(self, host_id: str, kind: str, snapshot_json: str) -> int:
+    async def heartbeat(self, host_id: str, kind: str, snapshot_json: str) -> None:
         k = self.keys
-        reply = await self._run(
+        await self._run(
             "heartbeat",
             self._sched(k.hosts, k.host_seen, k.host_snapshots, k.enrolled_devices, k.revoked_hosts),
             [*self._sched_args, host_id, kind, snapshot_json],
         )
-        return int(reply[1])
 
     async def create_task(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         k = self.keys

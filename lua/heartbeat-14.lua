@@ -16,7 +16,7 @@
                 canonical (sorted), with attributes and labels as JSON strings; a byte-equal
                 repeat of the stored snapshot from an online host only refreshes last-seen
   Output:
-    {0, number of devices}
+    {0}
     {DEVICE_CONFLICT, device id}  static host: the id belongs to an online host or is enrolled
     {UNKNOWN_DEVICE, device id}   enrolled host: the id is not enrolled to this host
     {DRIVER_CONFLICT, device id}  enrolled host: the driver differs from the enrollment
@@ -47,7 +47,7 @@ local previousJson = rcall('HGET', snapshotsKey, hostId)
 if wasOnline and previousJson == snapshotJson then
   rcall('ZADD', K.online, now, hostId)
   rcall('ZADD', seenKey, now, hostId)
-  return {0, #cjson.decode(snapshotJson).devices}
+  return {0}
 end
 
 local snapshot = cjson.decode(snapshotJson)
@@ -136,4 +136,4 @@ end
 for _, reported in ipairs(snapshot.devices) do
   refreshDevice(reported.device_id, now)
 end
-return {0, #snapshot.devices}
+return {0}
