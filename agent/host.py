@@ -15,7 +15,7 @@
 
 Shutdown (``run``'s ``shutdown`` event): stop claiming, give running work ``shutdown_grace_s``
 to finish, then stop it through its ``RunControl``, report what it returns, and return 0. A
-``401`` (host credential revoked) ends the agent the same way but returns 1.
+``401`` (host credential revoked) or a crashed loop ends the agent the same way but returns 1.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ log = logging.getLogger("agent.host")
 
 PROGRESS_SUMMARY_MAX_CHARS = 500  # the coordinator bounds it too; this keeps requests small
 EXIT_OK = 0
-EXIT_UNAUTHORIZED = 1
+EXIT_FATAL = 1
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,19 @@ class _Run:
     assignment: Assignment
     control: RunControl
     deadline: float  # event-loop time by which a renewal must have succeeded
-    started: bool = False
+    holds_device: bool = False
     lease_lost: str | None = None
     cancel_requested: bool = False
+
+
+async def _wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Wait until ``event`` is set or ``timeout`` passes. ``asyncio.timeout`` rather than
+    ``wait_for``: on Python 3.11 ``wait_for`` can turn a cancellation into a TimeoutError."""
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        pass
 
 
 def progress_body(progress: Progress | None) -> dict[str, Any] | None:
@@ -134,8 +144,8 @@ class HostAgent:
     async def run(self, shutdown: asyncio.Event) -> int:
         """Run the loops until ``shutdown`` is set (or a fatal 401); return the exit code."""
         self._shutdown = shutdown
-        heartbeat = asyncio.create_task(self._guard(self._heartbeat_loop(), "heartbeat"))
-        claim = asyncio.create_task(self._guard(self._claim_loop(), "claim"))
+        heartbeat = asyncio.create_task(self._guard("heartbeat loop", self._heartbeat_loop))
+        claim = asyncio.create_task(self._guard("claim loop", self._claim_loop))
         await shutdown.wait()
 
         claim.cancel()
@@ -160,7 +170,7 @@ class HostAgent:
         await asyncio.gather(heartbeat, return_exceptions=True)
         if self._fatal is not None:
             log.error("stopped: %s", self._fatal)
-            return EXIT_UNAUTHORIZED
+            return EXIT_FATAL
         log.info("stopped")
         return EXIT_OK
 
@@ -170,13 +180,11 @@ class HostAgent:
         if self._shutdown is not None:
             self._shutdown.set()
 
-    @property
-    def stopping(self) -> bool:
-        return self._shutdown is not None and self._shutdown.is_set()
-
-    async def _guard(self, coro: Coroutine[Any, Any, None], name: str, *, fatal: bool = True) -> None:
+    async def _guard(
+        self, name: str, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any, fatal: bool = True
+    ) -> None:
         try:
-            await coro
+            await fn(*args)  # the coroutine is made here, so a task cancelled early leaks none
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -250,10 +258,7 @@ class HostAgent:
             else:
                 backoff.reset()
                 self.heartbeats_sent += 1
-            try:
-                await asyncio.wait_for(self._snapshot_dirty.wait(), timeout=delay)
-            except TimeoutError:
-                pass
+            await _wait_event(self._snapshot_dirty, delay)
 
     # -- claim -------------------------------------------------------------------------------
 
@@ -276,7 +281,6 @@ class HostAgent:
                     self._die("the coordinator rejected this host's credential (401): revoked or unknown")
                     return
                 except (Rejected, MalformedAnswer) as exc:
-                    assignment = None
                     delay = backoff.next_delay()
                     log.error("claim rejected: %s; new claim in %.2fs", exc, delay)
                     await asyncio.sleep(delay)
@@ -299,7 +303,11 @@ class HostAgent:
             assignment.lease_ttl_ms,
         )
         run = _Run(assignment, RunControl(), deadline=received_at + assignment.lease_ttl_ms / 1000)
-        task = asyncio.create_task(self._guard(self._run(run), f"run of {assignment.task_id}", fatal=False))
+        if assignment.device_id in self._known_devices():
+            # Held before the claim loop looks again, so it does not poll for a device it just filled.
+            self._hold(assignment.device_id, +1)
+            run.holds_device = True
+        task = asyncio.create_task(self._guard(f"run of {assignment.task_id}", self._run, run, fatal=False))
         self._runs[task] = run
         task.add_done_callback(self._runs.pop)
 
@@ -308,13 +316,12 @@ class HostAgent:
     async def _run(self, run: _Run) -> None:
         assignment = run.assignment
         device_id = assignment.device_id
-        if device_id not in self._known_devices():
+        if not run.holds_device:
             log.error("task %s names device %s which this host does not have", assignment.task_id, device_id)
             await self._report(assignment, Outcome("failed", "device_not_found"))
             return
-        self._hold(device_id, +1)
         renewer = asyncio.create_task(
-            self._guard(self._renew_loop(run), f"renewal of {assignment.lease_id}", fatal=False)
+            self._guard(f"renewal of {assignment.lease_id}", self._renew_loop, run, fatal=False)
         )
         try:
             lock = self._device_locks.setdefault(device_id, asyncio.Lock())
@@ -324,7 +331,6 @@ class HostAgent:
                 if run.control.stopped:
                     outcome = None  # lease lost or shutting down before it could start
                 else:
-                    run.started = True
                     outcome = await self._execute(run)
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
@@ -384,15 +390,14 @@ class HostAgent:
                 self._lose_lease(run, "local lease deadline passed")
                 return
             try:
-                answer = await asyncio.wait_for(
-                    self._client.renew(
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
+                async with asyncio.timeout(run.deadline - sent_at):
+                    answer = await self._client.renew(
                         assignment.lease_id,
                         task_id=assignment.task_id,
                         attempt=assignment.attempt,
                         progress=progress_body(run.control.latest),
-                    ),
-                    timeout=run.deadline - sent_at,
-                )
+                    )
             except TimeoutError:
                 self._lose_lease(run, "local lease deadline passed during renewal")
                 return

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from agent.runtime.base import DeviceSpec
+from agent.runtime import DeviceSpec, parse_device_specs, validate_workflows_dir
 
 ENV_PREFIX = "HOST_AGENT_"
 IDENTITY_FILE = "identity.json"  # inside HOST_AGENT_STATE_DIR; see agent/identity.py
@@ -106,9 +106,7 @@ class AgentSettings(BaseSettings):
     @field_validator("workflows_dir")
     @classmethod
     def _workflows_dir_exists(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_dir():
-            raise ValueError(f"folder {str(value)!r} does not exist")
-        return value
+        return None if value is None else validate_workflows_dir(value)
 
     @model_validator(mode="after")
     def _identity_and_planner(self) -> AgentSettings:
@@ -145,10 +143,6 @@ class AgentSettings(BaseSettings):
 
 
 def _parse_devices(text: str) -> list[DeviceSpec]:
-    if not text.strip():
-        return []
-    from agent.runtime import parse_device_specs
-
     return parse_device_specs(text)
 
 

@@ -21,13 +21,13 @@ from coordinator import enrollment_api, host_api, operator_api, ops
 from coordinator.auth import Authenticator
 from coordinator.context import Context
 from coordinator.errors import ApiError
-from coordinator.host_api import json_response
 from coordinator.keys import Keys
 from coordinator.metrics import Metrics
 from coordinator.reaper import run_reaper
 from coordinator.redis_client import open_redis
 from coordinator.settings import Settings
 from coordinator.store import Store
+from coordinator.views import json_response
 from coordinator.waiter import ClaimWaiter
 
 log = logging.getLogger("coordinator")

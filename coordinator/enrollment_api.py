@@ -17,7 +17,6 @@ from starlette.responses import Response
 from coordinator.auth import HOST_TOKEN_MIN_CHARS, bearer_secret, token_digest
 from coordinator.context import Context
 from coordinator.errors import Forbidden, InvalidRequest
-from coordinator.host_api import json_response
 from coordinator.operator_api import host_view_for
 from coordinator.validation import (
     canonical_json,
@@ -28,7 +27,7 @@ from coordinator.validation import (
     read_json,
     require_id,
 )
-from coordinator.views import iso_ms
+from coordinator.views import iso_ms, json_response
 
 ENROLLMENT_TOKEN_PREFIX = "tet_"
 HOST_TOKEN_MAX_CHARS = 256

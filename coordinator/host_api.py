@@ -26,7 +26,7 @@ from coordinator.validation import (
     read_json,
     require_id,
 )
-from coordinator.views import iso_ms
+from coordinator.views import iso_ms, json_response
 
 DEVICE_STATUSES = ("available", "busy", "unavailable")
 RESULT_STATUSES = ("succeeded", "failed", "cancelled")
@@ -34,15 +34,9 @@ PROGRESS_FIELDS = frozenset({"step_index", "status", "summary"})
 MAX_DEVICES_PER_HOST = 1000
 
 
-def json_response(content: Any, status_code: int = 200) -> Response:
-    return Response(orjson.dumps(content), status_code=status_code, media_type="application/json")
-
-
 async def _authorize(ctx: Context, request: Request) -> HostPrincipal:
-    host_id = request.path_params["host_id"]
-    # An invalid id can belong to no host: answer as for any other host's path, after auth.
-    principal = await ctx.auth.host_for_path(request, host_id)
-    return principal
+    # A path id that is not even valid belongs to no host: it gets the same 403 as another host's.
+    return await ctx.auth.host_for_path(request, request.path_params["host_id"])
 
 
 # -- heartbeat -----------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from starlette.responses import Response
 
 from coordinator.context import Context
 from coordinator.errors import Conflict, InvalidRequest, NotFound
-from coordinator.host_api import json_response
 from coordinator.validation import (
     canonical_json,
     get_int,
@@ -22,7 +21,7 @@ from coordinator.validation import (
     read_json,
     require_id,
 )
-from coordinator.views import device_view, iso_ms, task_view
+from coordinator.views import device_view, iso_ms, json_response, task_view
 
 TASK_STATUSES = ("queued", "assigned", "running", "succeeded", "failed", "cancelled")
 MAX_GOAL_CHARS = 4000

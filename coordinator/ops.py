@@ -6,8 +6,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from coordinator.context import Context
-from coordinator.host_api import json_response
 from coordinator.openapi import openapi_document
+from coordinator.views import json_response
 
 
 async def healthz(ctx: Context, request: Request) -> Response:

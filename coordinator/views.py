@@ -6,8 +6,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from starlette.responses import Response
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    return Response(orjson.dumps(content), status_code=status_code, media_type="application/json")
 
 
 def iso_ms(ms: int | None) -> str | None:

@@ -1,0 +1,108 @@
+"""Start-up in the order the design requires, then the loops.
+
+settings → identity (legacy, or managed: stored or enrolled) → discover local devices → enroll
+them (managed) and bind the ``DeviceManager`` to cloud ids → heartbeat and claim loops. A
+shutdown signal during start-up abandons it and the agent exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from importlib import metadata
+
+import httpx
+
+from agent.client import CoordinatorClient
+from agent.executor import RuntimeExecutor
+from agent.host import EXIT_OK, HostAgent
+from agent.identity import StartupError, enroll_devices, resolve_identity
+from agent.retry import Backoff
+from agent.runtime import DeviceManager, DriverError, TaskRunner, WorkflowRunner, make_planner
+from agent.settings import AgentSettings
+
+log = logging.getLogger("agent")
+
+
+def agent_version() -> str:
+    try:
+        return metadata.version("tether")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+async def run_agent(
+    settings: AgentSettings,
+    shutdown: asyncio.Event,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    backoff_base_s: float = 0.5,
+) -> int:
+    """Run the agent until ``shutdown`` is set; return the process exit code.
+
+    Raises ``ConfigError`` / ``StartupError`` when start-up cannot complete."""
+    version = agent_version()
+    client = CoordinatorClient(
+        settings.url or "",
+        transport=transport,
+        timeout=httpx.Timeout(settings.request_timeout_s),
+        user_agent=f"tether-agent/{version}",
+    )
+    async with client:
+        log.info("tether agent %s starting; coordinator %s", version, settings.url)
+        backoff = Backoff(backoff_base_s, settings.backoff_cap_s)
+
+        async def start() -> tuple[HostAgent, object]:
+            identity = await resolve_identity(settings, client, backoff)
+            host = client.host(identity.host_id, identity.token)
+            try:
+                manager = await DeviceManager.discover(settings.device_specs, adb_path=settings.adb_path)
+            except DriverError as exc:
+                raise StartupError(f"device discovery failed: {exc}") from None
+            local = manager.local_devices()
+            id_map = await enroll_devices(identity, host, local, settings.state_dir, backoff)
+            manager.bind(id_map)
+            planner = make_planner(
+                settings.planner,
+                settings.llm_base_url,
+                settings.llm_model,
+                settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
+            )
+            workflows = WorkflowRunner(settings.workflows_dir) if settings.workflows_dir else None
+            executor = RuntimeExecutor(manager, TaskRunner(planner), workflows)
+            agent = HostAgent(
+                host,
+                executor,
+                hostname=settings.hostname,
+                version=version,
+                labels=settings.labels,
+                poll_wait_s=settings.poll_wait_s,
+                heartbeat_interval_s=settings.heartbeat_interval_s,
+                shutdown_grace_s=settings.shutdown_grace_s,
+                backoff_base_s=backoff_base_s,
+                backoff_cap_s=settings.backoff_cap_s,
+            )
+            log.info(
+                "host %s (%s) ready with %d device(s): %s",
+                identity.host_id,
+                "managed" if identity.managed else "legacy",
+                len(id_map),
+                ", ".join(sorted(id_map.values())) or "none",
+            )
+            return agent, planner
+
+        starting = asyncio.create_task(start())
+        stopping = asyncio.create_task(shutdown.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            log.info("shutdown requested during start-up; exiting")
+            return EXIT_OK
+        stopping.cancel()
+        await asyncio.gather(stopping, return_exceptions=True)
+        agent, planner = starting.result()
+        try:
+            return await agent.run(shutdown)
+        finally:
+            await planner.aclose()  # type: ignore[attr-defined]

@@ -1,0 +1,318 @@
+"""Test doubles for the agent's protocol loops: a coordinator behind ``httpx.MockTransport`` and
+an executor whose runs the test finishes by hand. Used by ``test_host_*.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from agent.client import Assignment, CoordinatorClient
+from agent.host import DeviceRecord, HostAgent
+from agent.runtime import Outcome, Progress, RunControl
+
+HOST_ID = "host-a"
+HOST_TOKEN = "tht_test-host-token-0123456789abcdefghijklmnop"
+
+# A fault for the next request to an endpoint:
+#   "drop_before"  the request never reaches the coordinator (ConnectError)
+#   "drop_after"   the coordinator handles it, then the response is lost (ReadError)
+#   "hang"         no answer, ever (until the client gives up or is cancelled)
+#   (status, code) an error answer
+Fault = str | tuple[int, str]
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll ``predicate`` on the event loop (no fixed sleeps standing in for synchronisation)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    body: Any
+    params: dict[str, str]
+    headers: dict[str, str]
+    at: float = field(default_factory=time.monotonic)
+
+
+class FakeCoordinator:
+    """Enough of the host API for the agent's loops, with fault injection per endpoint."""
+
+    def __init__(self, *, lease_ttl_ms: int = 3000, host_id: str = HOST_ID, token: str = HOST_TOKEN) -> None:
+        self.host_id = host_id
+        self.token = token
+        self.lease_ttl_ms = lease_ttl_ms
+        self.calls: list[Call] = []
+        self.faults: dict[str, list[Fault]] = {}
+        self.always: dict[str, Fault] = {}  # a fault for every request to the endpoint
+        self.pending: list[dict[str, Any]] = []
+        self.claimed: dict[str, dict[str, Any]] = {}  # claim_id -> assignment
+        self.results: dict[tuple[str, int], dict[str, Any]] = {}
+        self.cancel_requested: set[str] = set()
+        self.renew_conflict: dict[str, str] = {}  # lease_id -> 409 code
+        self.enrollment_token: str | None = None  # set to accept POST /internal/v1/enroll
+        self.enrolled: tuple[str, str] | None = None
+        self._work = asyncio.Event()
+        self._never = asyncio.Event()
+
+    # -- test helpers ------------------------------------------------------------------------
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    def client(self) -> CoordinatorClient:
+        return CoordinatorClient("http://coordinator.test", transport=self.transport(), timeout=httpx.Timeout(5.0))
+
+    def assign(self, device_id: str = "phone-1", *, kind: str = "goal", **extra: Any) -> dict[str, Any]:
+        task_id = f"task-{uuid.uuid4().hex[:8]}"
+        assignment: dict[str, Any] = {
+            "task_id": task_id,
+            "attempt": 1,
+            "lease_id": f"lease-{uuid.uuid4().hex[:8]}",
+            "lease_ttl_ms": self.lease_ttl_ms,
+            "lease_expires_at": "2026-12-02T08:00:00.000Z",
+            "device_id": device_id,
+            "kind": kind,
+        }
+        if kind == "goal":
+            assignment.update(goal="Turn on airplane mode", max_steps=10)
+        assignment.update(extra)
+        self.pending.append(assignment)
+        self._work.set()
+        return assignment
+
+    def fail_next(self, endpoint: str, *faults: Fault) -> None:
+        self.faults.setdefault(endpoint, []).extend(faults)
+
+    def of(self, endpoint: str) -> list[Call]:
+        return [call for call in self.calls if _endpoint(call.path) == endpoint]
+
+    def heartbeat_statuses(self) -> list[dict[str, str]]:
+        return [{d["device_id"]: d["status"] for d in call.body["devices"]} for call in self.of("heartbeat")]
+
+    # -- the fake server ---------------------------------------------------------------------
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        call = Call(request.method, request.url.path, body, dict(request.url.params), dict(request.headers))
+        self.calls.append(call)
+        endpoint = _endpoint(call.path)
+        fault = self.always.get(endpoint)
+        if fault is None and self.faults.get(endpoint):
+            fault = self.faults[endpoint].pop(0)
+        if fault == "drop_before":
+            raise httpx.ConnectError("connection refused", request=request)
+        if fault == "hang":
+            await self._never.wait()
+        if isinstance(fault, tuple):
+            return _error(*fault)
+        if endpoint == "enroll":
+            response = self._enroll(call)
+        elif request.headers.get("authorization") != f"Bearer {self.token}":
+            return _error(401, "unauthorized")
+        else:
+            response = await getattr(self, f"_{endpoint}")(call)
+        if fault == "drop_after":
+            raise httpx.ReadError("connection reset by peer", request=request)
+        return response
+
+    def _enroll(self, call: Call) -> httpx.Response:
+        if self.enrollment_token is None or call.headers.get("authorization") != f"Bearer {self.enrollment_token}":
+            return _error(401, "unauthorized")
+        if self.enrolled is not None:
+            if self.enrolled != (call.body["enrollment_id"], call.body["host_token"]):
+                return _error(401, "unauthorized")  # used up
+            return httpx.Response(200, json={"host_id": self.host_id, "created": False})
+        self.enrolled = (call.body["enrollment_id"], call.body["host_token"])
+        self.token = call.body["host_token"]
+        return httpx.Response(201, json={"host_id": self.host_id, "created": True})
+
+    async def _devices_enroll(self, call: Call) -> httpx.Response:
+        return httpx.Response(200, json={"devices": [
+            {"local_id": d["local_id"], "driver": d["driver"], "device_id": f"{self.host_id}.{d['local_id']}"}
+            for d in call.body["devices"]
+        ]})
+
+    async def _heartbeat(self, call: Call) -> httpx.Response:
+        return httpx.Response(200, json={"host_id": self.host_id, "devices": len(call.body["devices"])})
+
+    async def _claim(self, call: Call) -> httpx.Response:
+        claim_id = (call.body or {}).get("claim_id")
+        if claim_id in self.claimed:
+            return httpx.Response(200, json=self.claimed[claim_id])
+        wait_s = float(call.params.get("wait_s", "0"))
+        deadline = time.monotonic() + wait_s
+        while not self.pending:
+            self._work.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return httpx.Response(204)
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._work.wait()
+            except TimeoutError:
+                return httpx.Response(204)
+        assignment = self.pending.pop(0)
+        if claim_id:
+            self.claimed[claim_id] = assignment
+        return httpx.Response(200, json=assignment)
+
+    async def _renew(self, call: Call) -> httpx.Response:
+        lease_id = call.path.split("/")[-2]
+        if lease_id in self.renew_conflict:
+            return _error(409, self.renew_conflict[lease_id])
+        progress = "stored" if "progress" in call.body else "omitted"
+        return httpx.Response(
+            200,
+            json={
+                "lease_ttl_ms": self.lease_ttl_ms,
+                "lease_expires_at": "2026-12-02T08:00:00.000Z",
+                "cancel_requested": call.body["task_id"] in self.cancel_requested,
+                "progress": progress,
+            },
+        )
+
+    async def _results(self, call: Call) -> httpx.Response:
+        key = (call.body["task_id"], call.body["attempt"])
+        recorded = self.results.get(key)
+        if recorded is not None:
+            if recorded != call.body:
+                return _error(409, "result_conflict")
+            return httpx.Response(200, json={**_result_answer(recorded), "replayed": True})
+        self.results[key] = call.body
+        return httpx.Response(200, json={**_result_answer(call.body), "replayed": False})
+
+
+def _endpoint(path: str) -> str:
+    if path.endswith("/renew"):
+        return "renew"
+    if path.endswith("/devices/enroll"):
+        return "devices_enroll"
+    return path.rstrip("/").split("/")[-1]
+
+
+def _result_answer(body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "task_id": body["task_id"],
+        "attempt": body["attempt"],
+        "status": body["status"],
+        "recorded_at": "2026-12-02T08:00:00.000Z",
+    }
+
+
+def _error(status: int, code: str) -> httpx.Response:
+    return httpx.Response(status, json={"error": {"code": code, "message": code.replace("_", " ")}})
+
+
+class FakeExecutor:
+    """Runs last until the test calls ``finish`` (or the agent stops them)."""
+
+    def __init__(self, device_ids: tuple[str, ...] = ("phone-1",)) -> None:
+        self._devices = [DeviceRecord(d, "sim", {"model": "Tether Sim"}) for d in device_ids]
+        self.controls: dict[str, RunControl] = {}
+        self.started: list[str] = []
+        self.returned: dict[str, Outcome] = {}
+        self._finish: dict[str, asyncio.Future[Outcome]] = {}
+        self.running_per_device: dict[str, int] = {}
+        self.max_running_per_device = 0
+        self.on_start: Callable[[Assignment, RunControl], Awaitable[None]] | None = None
+
+    def devices(self) -> list[DeviceRecord]:
+        return list(self._devices)
+
+    def finish(self, task_id: str, outcome: Outcome | None = None) -> None:
+        self._future(task_id).set_result(outcome or Outcome("succeeded", None, {"steps": 3}))
+
+    def _future(self, task_id: str) -> asyncio.Future[Outcome]:
+        if task_id not in self._finish:
+            self._finish[task_id] = asyncio.get_running_loop().create_future()
+        return self._finish[task_id]
+
+    async def run(self, assignment: Assignment, control: RunControl) -> Outcome:
+        device = assignment.device_id
+        self.running_per_device[device] = self.running_per_device.get(device, 0) + 1
+        self.max_running_per_device = max(self.max_running_per_device, self.running_per_device[device])
+        self.controls[assignment.task_id] = control
+        self.started.append(assignment.task_id)
+        try:
+            if self.on_start is not None:
+                await self.on_start(assignment, control)
+            finished = self._future(assignment.task_id)
+            stopped = asyncio.ensure_future(control.wait_stopped())
+            await asyncio.wait({finished, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if finished.done():
+                outcome = finished.result()
+            else:
+                outcome = Outcome("cancelled", control.stop_reason, {"steps": 1})
+            self.returned[assignment.task_id] = outcome
+            return outcome
+        finally:
+            self.running_per_device[device] -= 1
+
+
+def publish(control: RunControl, step_index: int, status: str, summary: str) -> None:
+    control.publish(Progress(step_index, status, summary))
+
+
+def make_agent(
+    coordinator: FakeCoordinator, executor: FakeExecutor, **overrides: Any
+) -> tuple[HostAgent, CoordinatorClient]:
+    client = coordinator.client()
+    options: dict[str, Any] = {
+        "hostname": "lab-7",
+        "version": "test",
+        "labels": {"site": "berlin"},
+        "poll_wait_s": 1,
+        "heartbeat_interval_s": 0.2,
+        "shutdown_grace_s": 1.0,
+        "backoff_base_s": 0.01,
+        "backoff_cap_s": 0.05,
+        "min_poll_interval_s": 0.01,
+    }
+    options.update(overrides)
+    agent = HostAgent(client.host(coordinator.host_id, SecretStr(coordinator.token)), executor, **options)
+    return agent, client
+
+
+class Running:
+    """``async with Running(agent, client) as r``: the agent's loops run until the block ends."""
+
+    def __init__(self, agent: HostAgent, client: CoordinatorClient) -> None:
+        self.agent = agent
+        self.client = client
+        self.shutdown = asyncio.Event()
+        self.task: asyncio.Task[int] | None = None
+
+    async def __aenter__(self) -> Running:
+        self.task = asyncio.create_task(self.agent.run(self.shutdown))
+        return self
+
+    async def stop(self) -> int:
+        assert self.task is not None
+        self.shutdown.set()
+        return await asyncio.wait_for(self.task, 10)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self.task is not None
+        if not self.task.done():
+            self.shutdown.set()
+            try:
+                await asyncio.wait_for(self.task, 10)
+            finally:
+                await self.client.aclose()
+        else:
+            await self.client.aclose()

@@ -1,0 +1,154 @@
+"""The whole agent in-process (``run_agent``) with the real runtime (sim phones, scripted planner,
+example workflows) against a MockTransport coordinator: start-up order, identity, execution."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from host_fakes import FakeCoordinator, wait_until
+from pydantic import SecretStr
+
+from agent.app import run_agent
+from agent.runtime import EXAMPLE_WORKFLOWS_DIR
+from agent.settings import AgentSettings
+
+pytestmark = pytest.mark.anyio
+
+ENROLL_SECRET = "tet_enroll-secret-for-app-test-0123456789"
+
+
+def managed_settings(state: Path, *, enrollment_token: str | None = ENROLL_SECRET, **extra: Any) -> AgentSettings:
+    values: dict[str, Any] = {
+        "url": "http://coordinator.test",
+        "state_dir": state,
+        "devices": "sim:phone-1,sim:phone-2",
+        "workflows_dir": EXAMPLE_WORKFLOWS_DIR,
+        "poll_wait_s": 1,
+        "heartbeat_interval_s": 0.2,
+        "shutdown_grace_s": 1.0,
+        "hostname": "lab-7",
+        "labels": {"site": "berlin"},
+    }
+    if enrollment_token is not None:
+        values["enrollment_token"] = SecretStr(enrollment_token)
+    values.update(extra)
+    return AgentSettings(_env_file=None, **values)
+
+
+def result(coordinator: FakeCoordinator, task: dict[str, Any]) -> dict[str, Any] | None:
+    return coordinator.results.get((task["task_id"], 1))
+
+
+async def start(settings: AgentSettings, coordinator: FakeCoordinator) -> tuple[asyncio.Event, asyncio.Task[int]]:
+    shutdown = asyncio.Event()
+    task = asyncio.create_task(
+        run_agent(settings, shutdown, transport=coordinator.transport(), backoff_base_s=0.01)
+    )
+    return shutdown, task
+
+
+async def test_managed_host_enrolls_first_then_runs_goal_and_workflow_assignments(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    coordinator = FakeCoordinator(host_id="host-m", token="unused")
+    coordinator.enrollment_token = ENROLL_SECRET
+    coordinator.fail_next("enroll", "drop_after")  # the first enroll answer is lost
+    state = tmp_path / "state"
+    shutdown, agent = await start(managed_settings(state), coordinator)
+
+    goal = coordinator.assign("host-m.phone-1", goal="Turn on airplane mode", max_steps=10)
+    flow = coordinator.assign("host-m.phone-2", kind="workflow", workflow={"name": "home-smoke", "params": {}})
+    await wait_until(lambda: result(coordinator, goal) and result(coordinator, flow), what="both results")
+    missing = coordinator.assign("host-m.phone-1", kind="workflow", workflow={"name": "no-such-flow", "params": {}})
+    await wait_until(lambda: result(coordinator, missing), what="third result")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+
+    endpoints = [c.path.rsplit("/", 1)[-1] if not c.path.endswith("devices/enroll") else "devices/enroll"
+                 for c in coordinator.calls]
+    assert endpoints[:3] == ["enroll", "enroll", "devices/enroll"]  # identity, retry, devices: then loops
+    first, retry = coordinator.of("enroll")
+    assert first.body == retry.body
+    assert coordinator.of("devices_enroll")[0].headers["authorization"] == f"Bearer {first.body['host_token']}"
+    heartbeat = coordinator.of("heartbeat")[0].body
+    assert [d["device_id"] for d in heartbeat["devices"]] == ["host-m.phone-1", "host-m.phone-2"]
+    assert heartbeat["devices"][0]["labels"] == {"site": "berlin"}
+    assert heartbeat["devices"][0]["attributes"]["model"] == "Tether Sim"
+
+    assert result(coordinator, goal)["status"] == "succeeded"
+    assert result(coordinator, flow)["status"] == "succeeded"
+    assert result(coordinator, flow)["metadata"]["workflow"] == "home-smoke"
+    assert (result(coordinator, missing)["status"], result(coordinator, missing)["failure_reason"]) == (
+        "failed", "workflow_not_found"
+    )
+
+    secrets = (ENROLL_SECRET, first.body["host_token"])
+    assert not any(s in caplog.text for s in secrets), "a secret reached a log line"
+    stored = b"".join(p.read_bytes() for p in state.iterdir())
+    assert ENROLL_SECRET.encode() not in stored
+
+
+async def test_managed_restart_reuses_identity_and_device_ids(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    coordinator = FakeCoordinator(host_id="host-m", token="unused")
+    coordinator.enrollment_token = ENROLL_SECRET
+    shutdown, agent = await start(managed_settings(state), coordinator)
+    await wait_until(lambda: coordinator.of("heartbeat"), what="first heartbeat")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+
+    coordinator.enrollment_token = None  # used up; the restart must not need it
+    before = len(coordinator.calls)
+    shutdown, agent = await start(managed_settings(state, enrollment_token=None), coordinator)
+    await wait_until(
+        lambda: any(c.path.endswith("/heartbeat") for c in coordinator.calls[before:]), what="heartbeat"
+    )
+    restarted = coordinator.calls[before:]
+    assert restarted[0].path.endswith("/devices/enroll")  # device ids re-confirmed, idempotently
+    assert restarted[0].headers["authorization"] == f"Bearer {coordinator.token}"
+    task = coordinator.assign("host-m.phone-2", goal="Turn off Wi-Fi")
+    await wait_until(lambda: result(coordinator, task), what="result after restart")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+    assert len(coordinator.of("enroll")) == 1
+    assert result(coordinator, task)["status"] == "succeeded"
+
+
+async def test_legacy_host_keeps_local_ids_and_never_enrolls(tmp_path: Path) -> None:
+    coordinator = FakeCoordinator(host_id="host-a", token="token-a-0123456789")
+    settings = AgentSettings(
+        _env_file=None,
+        url="http://coordinator.test",
+        host_id="host-a",
+        token=SecretStr("token-a-0123456789"),
+        devices="sim:phone-1",
+        poll_wait_s=1,
+        heartbeat_interval_s=0.2,
+    )
+    shutdown, agent = await start(settings, coordinator)
+    task = coordinator.assign("phone-1", kind="workflow", workflow={"name": "home-smoke", "params": {}})
+    await wait_until(lambda: result(coordinator, task), what="result")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+    assert coordinator.of("enroll") == [] and coordinator.of("devices_enroll") == []
+    assert [d["device_id"] for d in coordinator.of("heartbeat")[0].body["devices"]] == ["phone-1"]
+    # No workflows folder configured: workflow assignments fail cleanly.
+    assert (result(coordinator, task)["status"], result(coordinator, task)["failure_reason"]) == (
+        "failed", "workflow_not_found"
+    )
+
+
+async def test_shutdown_during_startup_exits_zero(tmp_path: Path) -> None:
+    coordinator = FakeCoordinator(host_id="host-m")
+    coordinator.enrollment_token = ENROLL_SECRET
+    coordinator.always["enroll"] = "drop_before"  # the coordinator is unreachable
+    shutdown, agent = await start(managed_settings(tmp_path / "state"), coordinator)
+    await wait_until(lambda: len(coordinator.of("enroll")) >= 2, what="enroll retries")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 5) == 0
+    assert coordinator.of("heartbeat") == [] and coordinator.of("claim") == []
