@@ -26,6 +26,7 @@ from coordinator.validation import (
     get_string_map,
     read_json,
     require_id,
+    unique_entries,
 )
 from coordinator.views import iso_ms, json_response
 
@@ -113,23 +114,14 @@ async def enroll_devices(ctx: Context, request: Request) -> Response:
     if principal.kind == "static":
         raise Forbidden("static hosts keep their local device ids and do not enroll devices")
     body = await read_json(request, ctx.settings.max_body_bytes)
-    devices = body.get("devices")
-    if not isinstance(devices, list) or not 0 < len(devices) <= 1000:
-        raise InvalidRequest("devices must be a list of 1..1000 devices")
-    batch: list[dict[str, str]] = []
-    seen: set[str] = set()
-    for entry in devices:
-        if not isinstance(entry, dict):
-            raise InvalidRequest("each device must be an object")
-        local_id = require_id(entry.get("local_id"), "local_id")
-        if local_id in seen:
-            raise InvalidRequest(f"local_id {local_id} appears twice")
-        seen.add(local_id)
-        batch.append({
+    batch = [
+        {
             "local_id": local_id,
             "driver": require_id(entry.get("driver"), "driver"),
             "attributes": canonical_json(get_object(entry, "attributes")),
             "new_id": "d_" + secrets.token_hex(10),
-        })
+        }
+        for local_id, entry in unique_entries(body, "devices", "local_id", low=1, high=1000)
+    ]
     enrolled = await ctx.store.enroll_devices(principal.host_id, batch)
     return json_response({"devices": enrolled})

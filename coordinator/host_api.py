@@ -25,6 +25,7 @@ from coordinator.validation import (
     get_string_map,
     read_json,
     require_id,
+    unique_entries,
 )
 from coordinator.views import iso_ms, json_response
 
@@ -43,18 +44,8 @@ async def _authorize(ctx: Context, request: Request) -> HostPrincipal:
 
 
 def parse_snapshot(body: dict[str, Any]) -> list[dict[str, str]]:
-    devices = body.get("devices")
-    if not isinstance(devices, list) or len(devices) > MAX_DEVICES_PER_HOST:
-        raise InvalidRequest(f"devices must be a list of at most {MAX_DEVICES_PER_HOST} devices")
     parsed: list[dict[str, str]] = []
-    seen: set[str] = set()
-    for entry in devices:
-        if not isinstance(entry, dict):
-            raise InvalidRequest("each device must be an object")
-        device_id = require_id(entry.get("device_id"), "device_id")
-        if device_id in seen:
-            raise InvalidRequest(f"device {device_id} appears twice")
-        seen.add(device_id)
+    for device_id, entry in unique_entries(body, "devices", "device_id", low=0, high=MAX_DEVICES_PER_HOST):
         status = entry.get("status")
         if status not in DEVICE_STATUSES:
             raise InvalidRequest(f"status must be one of {', '.join(DEVICE_STATUSES)}")

@@ -99,6 +99,25 @@ def get_string_map(body: dict[str, Any], field: str, *, max_items: int = 64,
     return value
 
 
+def unique_entries(body: dict[str, Any], field: str, id_field: str, *, low: int,
+                   high: int) -> list[tuple[str, dict[str, Any]]]:
+    """A list field of objects keyed by a valid, unique id: [(id, object), ...] in order."""
+    entries = body.get(field)
+    if not isinstance(entries, list) or not low <= len(entries) <= high:
+        raise InvalidRequest(f"{field} must be a list of {low}..{high} objects")
+    parsed: list[tuple[str, dict[str, Any]]] = []
+    seen: set[str] = set()
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise InvalidRequest(f"each of {field} must be an object")
+        entry_id = require_id(entry.get(id_field), id_field)
+        if entry_id in seen:
+            raise InvalidRequest(f"{id_field} {entry_id} appears twice")
+        seen.add(entry_id)
+        parsed.append((entry_id, entry))
+    return parsed
+
+
 def get_object(body: dict[str, Any], field: str) -> dict[str, Any]:
     value = body.get(field, None)
     if value is None:

@@ -23,19 +23,6 @@ local limit = tonumber(ARGV[3])
 local now = nowMs()
 local stale = rcall('ZRANGEBYSCORE', K.online, '-inf', now - offlineAfterMs, 'LIMIT', 0, limit)
 for _, hostId in ipairs(stale) do
-  rcall('ZREM', K.online, hostId)
-  local snapshot = getJson(snapshotsKey, hostId)
-  if snapshot then
-    for _, reported in ipairs(snapshot.devices) do
-      local current = getJson(K.devices, reported.device_id)
-      if current and current.host_id == hostId then
-        rcall('ZREM', K.free, current.driver .. '\0' .. reported.device_id)
-      end
-    end
-  end
-  local members = rcall('ZRANGEBYLEX', K.assigned, '[' .. hostId .. '\0', '(' .. hostId .. '\1')
-  for _, member in ipairs(members) do
-    unassignTask(getJson(K.tasks, splitMember(member)[3]), now)
-  end
+  detachHost(hostId, getJson(snapshotsKey, hostId), now, false)
 end
 return {0, #stale}

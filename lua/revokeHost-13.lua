@@ -44,21 +44,6 @@ end
 if host.token_digest then
   rcall('HDEL', hostTokensKey, host.token_digest)
 end
-rcall('ZREM', K.online, hostId)
-
-local snapshot = getJson(snapshotsKey, hostId)
-if snapshot then
-  for _, reported in ipairs(snapshot.devices) do
-    local current = getJson(K.devices, reported.device_id)
-    if current and current.host_id == hostId then
-      rcall('HDEL', K.devices, reported.device_id)
-      rcall('ZREM', K.free, current.driver .. '\0' .. reported.device_id)
-    end
-  end
-  rcall('HDEL', snapshotsKey, hostId)
-end
-local members = rcall('ZRANGEBYLEX', K.assigned, '[' .. hostId .. '\0', '(' .. hostId .. '\1')
-for _, member in ipairs(members) do
-  unassignTask(getJson(K.tasks, splitMember(member)[3]), now)
-end
+detachHost(hostId, getJson(snapshotsKey, hostId), now, true)
+rcall('HDEL', snapshotsKey, hostId)
 return {0, cjson.encode(host)}

@@ -253,3 +253,25 @@ local function unassignTask(task, now)
   rcall('ZREM', K.assigned, task.host_id .. '\0' .. pad(task.seq) .. '\0' .. task.id)
   requeueTask(task, now)
 end
+
+-- A host that is gone (silent, or revoked): it leaves hosts_online, its devices leave `free` (and
+-- the pool, if `dropDevices`), and the assignments it had not claimed return to the queue to be
+-- placed on other hosts' devices.
+local function detachHost(hostId, snapshot, now, dropDevices)
+  rcall('ZREM', K.online, hostId)
+  if snapshot then
+    for _, reported in ipairs(snapshot.devices) do
+      local current = getJson(K.devices, reported.device_id)
+      if current and current.host_id == hostId then
+        rcall('ZREM', K.free, current.driver .. '\0' .. reported.device_id)
+        if dropDevices then
+          rcall('HDEL', K.devices, reported.device_id)
+        end
+      end
+    end
+  end
+  local members = rcall('ZRANGEBYLEX', K.assigned, '[' .. hostId .. '\0', '(' .. hostId .. '\1')
+  for _, member in ipairs(members) do
+    unassignTask(getJson(K.tasks, splitMember(member)[3]), now)
+  end
+end
