@@ -15,7 +15,8 @@ One method per endpoint. Each returns the parsed JSON answer (``claim`` returns 
         └── BadRequest         any other 4xx (``invalid_request``, ``payload_too_large``, ...)
 
 This module does not retry (httpx itself retries nothing here): every retry, with its backoff and
-jitter, is in ``agent/retry.py`` or in the loops of ``agent/host.py`` that own a deadline.
+jitter, is in ``agent/retry.py`` or in the loops of ``agent/host.py`` and ``agent/lease_run.py``
+that own a deadline.
 Credentials travel only in the ``Authorization`` header of each request; they are never part
 of a URL, an exception message or a ``repr``.
 """

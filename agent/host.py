@@ -1,17 +1,12 @@
-"""The host agent's loops, in one asyncio process, talking outbound only.
+"""The host agent's host-wide loops, in one asyncio process, talking outbound only.
 
 - heartbeat: every ``heartbeat_interval_s`` (and soon after a device turns busy or free) the
   complete device snapshot; a device holding an assignment reports ``busy``.
 - claim: while at least one device is idle, exactly one long-poll is open. After a network
   error the poll is retried with the *same* ``claim_id``, so an assignment whose response was
   lost is handed back instead of orphaned; a new ``claim_id`` is used only once an answer came.
-- one run per claimed assignment: waits for its device to be free (one task per device), runs
-  the ``Executor``, and reports the outcome until the coordinator answers (``200``, or a ``409``
-  which means give up).
-- one renewal loop per run, every ``lease_ttl_ms * renew_fraction``, carrying the latest
-  progress. A ``409``, or the local lease deadline (claim receipt + ``lease_ttl_ms``, moved on by
-  each successful renewal) passing without a renewal, stops the run and nothing is reported:
-  the lease is no longer ours. ``cancel_requested`` stops the run and it reports ``cancelled``.
+- each claimed assignment holds its device from claim until it is reported, and runs as one
+  ``LeasedRun`` (``agent/lease_run.py``: device wait, execution, renewal, result).
 
 Shutdown (``run``'s ``shutdown`` event): stop claiming, give running work ``shutdown_grace_s``
 to finish, then stop it through its ``RunControl``, report what it returns, and return 0. A
@@ -30,7 +25,6 @@ from typing import Any, Protocol
 
 from agent.client import (
     Assignment,
-    Conflict,
     HostClient,
     MalformedAnswer,
     ProtocolError,
@@ -38,12 +32,13 @@ from agent.client import (
     TransientError,
     Unauthorized,
 )
+from agent.lease_run import LeasedRun
 from agent.retry import Backoff
-from agent.runtime.base import Outcome, Progress, RunControl
+from agent.runtime.base import Outcome, RunControl
 
 log = logging.getLogger("agent.host")
 
-PROGRESS_SUMMARY_MAX_CHARS = 500  # the coordinator bounds it too; this keeps requests small
+_REVOKED = "the coordinator rejected this host's credential (401): revoked or unknown"
 EXIT_OK = 0
 EXIT_FATAL = 1
 
@@ -68,16 +63,6 @@ class Executor(Protocol):
         ...
 
 
-@dataclass
-class _Run:
-    assignment: Assignment
-    control: RunControl
-    deadline: float  # event-loop time by which a renewal must have succeeded
-    holds_device: bool = False
-    lease_lost: str | None = None
-    cancel_requested: bool = False
-
-
 async def _wait_event(event: asyncio.Event, timeout: float) -> None:
     """Wait until ``event`` is set or ``timeout`` passes. ``asyncio.timeout`` rather than
     ``wait_for``: on Python 3.11 ``wait_for`` can turn a cancellation into a TimeoutError."""
@@ -86,17 +71,6 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> None:
             await event.wait()
     except TimeoutError:
         pass
-
-
-def progress_body(progress: Progress | None) -> dict[str, Any] | None:
-    """The bounded progress of a renewal: step index, status and short text, nothing else."""
-    if progress is None:
-        return None
-    return {
-        "step_index": int(progress.step_index),
-        "status": str(progress.status),
-        "summary": str(progress.summary)[:PROGRESS_SUMMARY_MAX_CHARS],
-    }
 
 
 class HostAgent:
@@ -134,7 +108,7 @@ class HostAgent:
         self._device_locks: dict[str, asyncio.Lock] = {}
         self._devices_changed = asyncio.Event()  # a device turned busy or idle
         self._snapshot_dirty = asyncio.Event()  # send a heartbeat soon
-        self._runs: dict[asyncio.Task[None], _Run] = {}
+        self._runs: dict[asyncio.Task[None], LeasedRun] = {}
         self._shutdown: asyncio.Event | None = None
         self._fatal: str | None = None
         self.heartbeats_sent = 0  # successful heartbeats, for tests and logs
@@ -180,6 +154,9 @@ class HostAgent:
         if self._shutdown is not None:
             self._shutdown.set()
 
+    def _revoked(self) -> None:
+        self._die(_REVOKED)
+
     async def _guard(
         self, name: str, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any, fatal: bool = True
     ) -> None:
@@ -192,12 +169,8 @@ class HostAgent:
             if fatal:
                 self._die(f"{name} crashed")
 
-    def _backoff(self, base_s: float | None = None, cap_s: float | None = None) -> Backoff:
-        return Backoff(
-            self._backoff_base_s if base_s is None else base_s,
-            self._backoff_cap_s if cap_s is None else cap_s,
-            self._rng,
-        )
+    def _backoff(self, cap_s: float | None = None) -> Backoff:
+        return Backoff(self._backoff_base_s, self._backoff_cap_s if cap_s is None else cap_s, self._rng)
 
     # -- devices -----------------------------------------------------------------------------
 
@@ -248,7 +221,7 @@ class HostAgent:
             try:
                 await self._client.heartbeat(self.snapshot(), self._agent_info)
             except Unauthorized:
-                self._die("the coordinator rejected this host's credential (401): revoked or unknown")
+                self._revoked()
                 return
             except TransientError as exc:
                 delay = backoff.next_delay()
@@ -278,7 +251,7 @@ class HostAgent:
                     await asyncio.sleep(delay)
                     continue
                 except Unauthorized:
-                    self._die("the coordinator rejected this host's credential (401): revoked or unknown")
+                    self._revoked()
                     return
                 except (Rejected, MalformedAnswer) as exc:
                     delay = backoff.next_delay()
@@ -302,169 +275,34 @@ class HostAgent:
             assignment.lease_id,
             assignment.lease_ttl_ms,
         )
-        run = _Run(assignment, RunControl(), deadline=received_at + assignment.lease_ttl_ms / 1000)
-        if assignment.device_id in self._known_devices():
+        device_id = assignment.device_id
+        device_lock: asyncio.Lock | None = None
+        if device_id in self._known_devices():
             # Held before the claim loop looks again, so it does not poll for a device it just filled.
-            self._hold(assignment.device_id, +1)
-            run.holds_device = True
-        task = asyncio.create_task(self._guard(f"run of {assignment.task_id}", self._run, run, fatal=False))
+            self._hold(device_id, +1)
+            device_lock = self._device_locks.setdefault(device_id, asyncio.Lock())
+        run = LeasedRun(
+            assignment,
+            client=self._client,
+            executor=self._executor,
+            device_lock=device_lock,
+            received_at=received_at,
+            renew_fraction=self._renew_fraction,
+            backoff_base_s=self._backoff_base_s,
+            backoff_cap_s=self._backoff_cap_s,
+            rng=self._rng,
+            on_unauthorized=self._revoked,
+        )
+        task = asyncio.create_task(
+            self._guard(f"run of {assignment.task_id}", self._run, run, device_lock is not None, fatal=False)
+        )
         self._runs[task] = run
         task.add_done_callback(self._runs.pop)
 
-    # -- one assignment ----------------------------------------------------------------------
-
-    async def _run(self, run: _Run) -> None:
-        assignment = run.assignment
-        device_id = assignment.device_id
-        if not run.holds_device:
-            log.error("task %s names device %s which this host does not have", assignment.task_id, device_id)
-            await self._report(assignment, Outcome("failed", "device_not_found"))
-            return
-        renewer = asyncio.create_task(
-            self._guard(f"renewal of {assignment.lease_id}", self._renew_loop, run, fatal=False)
-        )
+    async def _run(self, run: LeasedRun, holds_device: bool) -> None:
+        """One assignment's run; the device it held is free again once it is reported (or given up)."""
         try:
-            lock = self._device_locks.setdefault(device_id, asyncio.Lock())
-            if lock.locked():
-                log.info("device %s is still busy; task %s waits for it", device_id, assignment.task_id)
-            async with lock:
-                if run.control.stopped:
-                    outcome = None  # lease lost or shutting down before it could start
-                else:
-                    outcome = await self._execute(run)
-            renewer.cancel()
-            await asyncio.gather(renewer, return_exceptions=True)
-            if run.lease_lost is not None:
-                log.warning(
-                    "task %s attempt %d: lease lost (%s); not reporting",
-                    assignment.task_id,
-                    assignment.attempt,
-                    run.lease_lost,
-                )
-                return
-            if outcome is None:
-                log.warning("task %s never started (%s); its lease will lapse", assignment.task_id, run.control.stop_reason)
-                return
-            if run.cancel_requested:
-                # The operator's cancel wins, even over a run that finished while it stopped;
-                # what the runner itself said stays visible in the metadata.
-                outcome = Outcome(
-                    "cancelled", "cancel_requested", {**outcome.metadata, "runner_status": outcome.status}
-                )
-            await self._report(assignment, outcome)
+            await run.run()
         finally:
-            renewer.cancel()
-            await asyncio.gather(renewer, return_exceptions=True)
-            self._hold(device_id, -1)
-
-    async def _execute(self, run: _Run) -> Outcome:
-        try:
-            outcome = await self._executor.run(run.assignment, run.control)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("task %s: the runtime raised", run.assignment.task_id)
-            return Outcome("failed", "agent_error", {"error": type(exc).__name__})
-        log.info(
-            "task %s attempt %d finished: %s%s",
-            run.assignment.task_id,
-            run.assignment.attempt,
-            outcome.status,
-            f" ({outcome.failure_reason})" if outcome.failure_reason else "",
-        )
-        return outcome
-
-    async def _renew_loop(self, run: _Run) -> None:
-        loop = asyncio.get_running_loop()
-        assignment = run.assignment
-        ttl_s = assignment.lease_ttl_ms / 1000
-        next_at = loop.time() + ttl_s * self._renew_fraction
-        # Retries after a failed renewal must fit well inside the lease.
-        backoff = self._backoff(base_s=min(self._backoff_base_s, ttl_s / 10), cap_s=ttl_s * self._renew_fraction)
-        while True:
-            wait = min(next_at, run.deadline) - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            sent_at = loop.time()
-            if sent_at >= run.deadline:
-                self._lose_lease(run, "local lease deadline passed")
-                return
-            try:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
-                async with asyncio.timeout(run.deadline - sent_at):
-                    answer = await self._client.renew(
-                        assignment.lease_id,
-                        task_id=assignment.task_id,
-                        attempt=assignment.attempt,
-                        progress=progress_body(run.control.latest),
-                    )
-            except TimeoutError:
-                self._lose_lease(run, "local lease deadline passed during renewal")
-                return
-            except Conflict as exc:
-                self._lose_lease(run, exc.code or "409")
-                return
-            except Unauthorized:
-                self._lose_lease(run, "401")
-                self._die("the coordinator rejected this host's credential (401): revoked or unknown")
-                return
-            except ProtocolError as exc:
-                delay = backoff.next_delay()
-                log.warning("renewal of lease %s failed (%s); retry in %.2fs", assignment.lease_id, exc, delay)
-                next_at = loop.time() + delay
-                continue
-            backoff.reset()
-            ttl_ms = answer.get("lease_ttl_ms")
-            if isinstance(ttl_ms, int) and not isinstance(ttl_ms, bool) and ttl_ms > 0:
-                ttl_s = ttl_ms / 1000
-            run.deadline = sent_at + ttl_s
-            next_at = sent_at + ttl_s * self._renew_fraction
-            if answer.get("cancel_requested") is True and not run.cancel_requested:
-                log.info("task %s: cancel requested; stopping it", assignment.task_id)
-                run.cancel_requested = True
-                run.control.stop("cancel_requested")
-
-    def _lose_lease(self, run: _Run, reason: str) -> None:
-        if run.lease_lost is None:
-            run.lease_lost = reason
-            log.warning("task %s attempt %d: lease lost (%s); stopping it", run.assignment.task_id, run.assignment.attempt, reason)
-        run.control.stop("lease_lost")
-
-    # -- results -----------------------------------------------------------------------------
-
-    async def _report(self, assignment: Assignment, outcome: Outcome) -> None:
-        """Send the terminal result until the coordinator answers it (200, or 409: give up)."""
-        backoff = self._backoff()
-        while True:
-            try:
-                answer = await self._client.report_result(
-                    task_id=assignment.task_id,
-                    attempt=assignment.attempt,
-                    lease_id=assignment.lease_id,
-                    status=outcome.status,
-                    failure_reason=outcome.failure_reason,
-                    metadata=dict(outcome.metadata),
-                )
-            except TransientError as exc:
-                delay = backoff.next_delay()
-                log.warning("result for task %s failed (%s); retry in %.2fs", assignment.task_id, exc, delay)
-                await asyncio.sleep(delay)
-                continue
-            except Conflict as exc:
-                log.warning("result for task %s refused (%s); giving up", assignment.task_id, exc.code)
-                return
-            except Unauthorized:
-                self._die("the coordinator rejected this host's credential (401): revoked or unknown")
-                return
-            except ProtocolError as exc:
-                log.error("result for task %s rejected (%s); giving up", assignment.task_id, exc)
-                return
-            replayed = isinstance(answer, dict) and answer.get("replayed") is True
-            log.info(
-                "reported task %s attempt %d: %s%s",
-                assignment.task_id,
-                assignment.attempt,
-                outcome.status,
-                " (replayed)" if replayed else "",
-            )
-            return
+            if holds_device:
+                self._hold(run.assignment.device_id, -1)

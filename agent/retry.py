@@ -3,7 +3,7 @@
 Full jitter (a uniform draw between 0 and the capped exponential) keeps a fleet of hosts that
 lost the coordinator at the same moment from coming back in lock-step. ``retry_transient`` is the
 one retry loop for "same request again until the coordinator answers"; the loops in
-``agent/host.py`` that must also watch a deadline (lease renewal) use ``Backoff`` directly.
+``agent/lease_run.py`` that must also watch a deadline (lease renewal) use ``Backoff`` directly.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ async def start(settings: AgentSettings, coordinator: FakeCoordinator) -> tuple[
     return shutdown, task
 
 
-async def test_managed_host_enrolls_first_then_runs_goal_and_workflow_assignments(
+async def test_new_managed_host_starts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -119,7 +119,7 @@ async def test_managed_restart_reuses_identity_and_device_ids(tmp_path: Path) ->
     assert result(coordinator, task)["status"] == "succeeded"
 
 
-async def test_legacy_host_keeps_local_ids_and_never_enrolls(tmp_path: Path) -> None:
+async def test_explicit_legacy_credentials_are_configured(tmp_path: Path) -> None:
     coordinator = FakeCoordinator(host_id="host-a", token="token-a-0123456789")
     settings = AgentSettings(
         _env_file=None,

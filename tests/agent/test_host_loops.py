@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from host_fakes import FakeCoordinator, FakeExecutor, Running, make_agent, publish, wait_until
 
-from agent.host import EXIT_OK, EXIT_FATAL, progress_body
+from agent.host import EXIT_OK, EXIT_FATAL
+from agent.lease_run import progress_body
 from agent.runtime import Outcome, Progress
 
 pytestmark = pytest.mark.anyio

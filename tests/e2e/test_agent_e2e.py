@@ -244,9 +244,11 @@ def socket_inodes(pid: int) -> set[str]:
     return found
 
 
-def test_legacy_agent_runs_goal_and_workflow_tasks_and_listens_on_no_port(
+def test_host_is_behind_nat(
     coordinator: Coordinator, start_agent: Callable[..., Proc], workflows: Path
 ) -> None:
+    """Spec: with no inbound listener, the agent registers devices and executes goal and workflow
+    assignments through the complete protocol (and an unknown workflow fails cleanly)."""
     agent = start_agent(**legacy(DEVICES="sim:phone-1,sim:phone-2", WORKFLOWS_DIR=str(workflows)))
     devices = wait_pooled(coordinator, 2)
     assert {d["device_id"] for d in devices} == {"phone-1", "phone-2"}

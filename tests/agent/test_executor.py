@@ -1,0 +1,69 @@
+"""Spec scenarios "Execute a goal assignment" and "Execute a workflow assignment": the agent runs
+claimed work through the runtime's TaskRunner and WorkflowRunner on its own DeviceManager."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent.client import Assignment
+from agent.executor import RuntimeExecutor
+from agent.runtime import (
+    EXAMPLE_WORKFLOWS_DIR,
+    DeviceManager,
+    DeviceSpec,
+    Progress,
+    RunControl,
+    ScriptedPlanner,
+    TaskRunner,
+    WorkflowRunner,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def _executor() -> tuple[RuntimeExecutor, DeviceManager]:
+    manager = await DeviceManager.discover([DeviceSpec("sim", "phone-1")])
+    manager.bind({"phone-1": "d_cloud_1"})
+    return RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), WorkflowRunner(EXAMPLE_WORKFLOWS_DIR)), manager
+
+
+def _assignment(**payload: Any) -> Assignment:
+    return Assignment.from_wire({"task_id": "t_1", "attempt": 1, "lease_id": "l_1", "lease_ttl_ms": 60000,
+                                 "device_id": "d_cloud_1", **payload})
+
+
+async def test_execute_a_goal_assignment() -> None:
+    executor, manager = await _executor()
+    published: list[Progress] = []
+    outcome = await executor.run(_assignment(kind="goal", goal="Turn on airplane mode", max_steps=10),
+                                 RunControl(published.append))
+    assert outcome.status == "succeeded" and outcome.failure_reason is None
+    assert manager.driver_for("d_cloud_1").toggles["Airplane mode"] is True  # type: ignore[attr-defined]
+    assert published and all(len(p.summary) <= 200 for p in published)
+    # the terminal status and failure reason of a goal the planner cannot do are captured too
+    failed = await executor.run(_assignment(kind="goal", goal="Order a pizza"), RunControl())
+    assert (failed.status, failed.failure_reason) == ("failed", "planner_cannot_plan")
+    too_short = await executor.run(_assignment(kind="goal", goal="Write a note saying hi", max_steps=1),
+                                   RunControl())
+    assert (too_short.status, too_short.failure_reason) == ("failed", "max_steps_exceeded")
+
+
+async def test_execute_a_workflow_assignment() -> None:
+    executor, manager = await _executor()
+    outcome = await executor.run(
+        _assignment(kind="workflow", workflow={"name": "note-smoke", "params": {"text": "from a workflow"}}),
+        RunControl(),
+    )
+    assert outcome.status == "succeeded"
+    assert manager.driver_for("d_cloud_1").notes == ["from a workflow"]  # type: ignore[attr-defined]
+    missing = await executor.run(_assignment(kind="workflow", workflow={"name": "nope", "params": {}}),
+                                 RunControl())
+    assert (missing.status, missing.failure_reason) == ("failed", "workflow_not_found")
+
+
+async def test_assignment_for_a_device_this_host_lacks_fails_cleanly() -> None:
+    executor, _ = await _executor()
+    outcome = await executor.run(_assignment(kind="goal", goal="Turn on Wi-Fi", device_id="d_other"), RunControl())
+    assert (outcome.status, outcome.failure_reason) == ("failed", "device_not_found")
