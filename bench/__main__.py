@@ -1,0 +1,62 @@
+"""python -m bench [--preset small|full] [--only renew,lifecycle,longpoll,heartbeat,cost] [--no-docs]
+
+Runs every scenario against real Redis, prints one table and writes it to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import uvloop
+from redis.asyncio import Redis
+
+from bench.procs import raise_nofile, redis_info
+from bench.report import Row, machine, table, write_doc
+from bench.scenarios import PRESETS, SCENARIOS, Bench
+
+
+async def run(args: argparse.Namespace) -> int:
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    redis = Redis.from_url(redis_url)
+    version, redis_pid, redis_port = await redis_info(redis)
+    if not os.path.exists(f"/proc/{redis_pid}"):
+        print(f"bench: Redis (pid {redis_pid}) is not on this machine; CPU figures need it local",
+              file=sys.stderr)
+        return 2
+    bench = Bench(PRESETS[args.preset], redis_url, redis, redis_pid, redis_port)
+    names = args.only.split(",") if args.only else list(SCENARIOS)
+    started = time.monotonic()
+    rows: list[Row] = []
+    try:
+        for name in names:
+            print(f"bench: {name} ...", file=sys.stderr, flush=True)
+            t0 = time.monotonic()
+            rows += await SCENARIOS[name](bench)
+            print(f"bench: {name} done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    finally:
+        await redis.aclose()
+    info = machine(version)
+    print(" | ".join(f"{k}: {v}" for k, v in info.items()) + f" | preset: {args.preset}")
+    print(table(rows))
+    if not args.no_docs and not args.only:
+        write_doc(rows, info, args.preset, time.monotonic() - started)
+    return 0 if all(r.verdict != "MISSED" for r in rows) else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    parser.add_argument("--only", help=f"comma-separated subset of: {', '.join(SCENARIOS)}")
+    parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    args = parser.parse_args()
+    if args.only and set(args.only.split(",")) - set(SCENARIOS):
+        parser.error(f"--only takes names from: {', '.join(SCENARIOS)}")
+    raise_nofile()
+    return uvloop.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The floor: a bare Starlette endpoint doing one EVALSHA of a trivial script.
+
+One HTTP round trip plus one script on the same Redis is the least any coordinator call can cost
+on this machine. It runs in its own process under the same uvicorn settings as the coordinator
+(`coordinator/__main__.py`) and with the coordinator's own Redis pool (`open_redis`), reads the
+request body and answers JSON, so the ratio to it isolates the coordinator's own work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from coordinator.redis_client import open_redis
+from coordinator.settings import Settings
+
+TRIVIAL_SCRIPT = "return 1"
+
+
+def create_floor_app(settings: Settings) -> Starlette:
+    redis, _ = open_redis(settings)
+    sha: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sha.append(await redis.script_load(TRIVIAL_SCRIPT))
+        try:
+            yield
+        finally:
+            await redis.aclose()
+
+    async def floor(request: Request) -> Response:
+        await request.body()
+        value = await redis.evalsha(sha[0], 0)
+        return Response(orjson.dumps({"value": value}), media_type="application/json")
+
+    async def healthz(request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    return Starlette(routes=[
+        Route("/floor", floor, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ], lifespan=lifespan)
+
+
+def serve(port: int) -> None:
+    # The same uvicorn.run arguments as coordinator/__main__.py's serve command.
+    uvicorn.run(
+        create_floor_app(Settings()),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )

@@ -1,0 +1,132 @@
+"""The one table: rows of absolute figures and ratios, printed and written to docs/benchmarks.md
+with the machine it ran on."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+
+@dataclass
+class Row:
+    item: str
+    measure: str
+    result: str
+    ratio: str
+    target: str
+    verdict: str  # "met", "MISSED", or "" where the issue sets no target
+    cpu: str
+
+
+def fmt_ms(ms: float) -> str:
+    if math.isnan(ms):
+        return "n/a"
+    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.1f} ms"
+
+
+def cpu_note(cpu: dict[str, float], errors: int) -> str:
+    """CPU per process in cores (1.00 = one core busy all the window), the whole machine, and
+    what is left for everything else (kernel networking, probes, other people's jobs), plus any
+    failed calls."""
+    parts = [f"{name} {cores:.2f}" for name, cores in cpu.items() if name != "machine"]
+    if "machine" in cpu:
+        others = cpu["machine"] - sum(c for n, c in cpu.items() if n != "machine")
+        parts.append(f"machine {cpu['machine']:.2f}/{os.cpu_count()} (others {max(others, 0):.2f})")
+    return ", ".join(parts) + (f"; {errors} failed" if errors else "")
+
+
+def machine(redis_version: str) -> dict[str, str]:
+    model = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return {
+        "CPU": model or platform.processor() or "unknown",
+        "cores": str(os.cpu_count()),
+        "Python": platform.python_version(),
+        "Redis": redis_version,
+        "kernel": platform.release(),
+    }
+
+
+def table(rows: list[Row]) -> str:
+    head = ["#", "measure", "result", "ratio", "target", "verdict", "CPU (cores) in the window"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.item, r.measure, r.result, r.ratio, r.target, r.verdict or "—", r.cpu or ""]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+METHOD = """\
+How each figure is made (all in one run, on the Redis at `REDIS_URL`, each scenario on its own
+key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
+
+1. **Floor**: `bench/floor_app.py`, a bare Starlette endpoint that reads the body and runs one
+   EVALSHA of `return 1`, in its own process with the coordinator's uvicorn arguments and Redis
+   pool. Driven by the same generator, connection count and request (headers and JSON body of a
+   renewal) as (2).
+2. **Renew**: one coordinator process, one lease per connection, closed loop, each renewal
+   carrying progress (stored). Target: >= 60% of the floor's requests/s.
+3. **Lifecycles**: two coordinator processes; every simulated host runs create (operator API) ->
+   claim -> renew -> result back to back, alternating the processes. The generator is one process;
+   its CPU is shown, and the row says when it is the limit (>= 0.9 core).
+4. **Dispatch latency**: a host's poll waits on process B; the clock starts when the create request
+   is sent to process A and stops when the poll's answer is complete (so it includes the create
+   request itself and the cross-process wake-up). Idle, then during the load of (3) (only samples
+   inside its measured window).
+5. **Long-poll scale**: N polls (`wait_s=60`) from N static hosts park on one process; Redis
+   connections are the `CLIENT LIST` entries whose client port is a socket of that process
+   (`/proc/PID/fd` matched to `/proc/net/tcp`); memory is `VmRSS`; then a task is created for one
+   of them at a time and the answer timed.
+6. **Heartbeats**: every host reports 10 devices; first the whole fleet registers as fast as it
+   can, then one heartbeat per host every 15 s, open loop and evenly spread, over 64 keep-alive
+   connections; CPU from `/proc/PID/stat` (utime + stime) over the window.
+7. **Cost growth**: one request at a time, with 10 hosts and 100 waiting tasks, then with the
+   large fleet and queue (tasks aimed at a device that does not exist, written by the
+   coordinator's own create script through `coordinator.store.Store`).
+
+CPU is in cores (1.00 = one core busy for the whole window); this machine has the cores listed
+above for everything: Redis, every server process and the generator.
+Static hosts reach the coordinator through `bench/server.py`, which reads
+`COORDINATOR_STATIC_HOSTS` from a file: Linux caps one environment string at 128 KiB, less than
+the JSON of 10,000 hosts.
+"""
+
+
+def document(rows: list[Row], info: dict[str, str], preset: str, seconds: float) -> str:
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine_lines = "\n".join(f"- {k}: {v}" for k, v in info.items())
+    return f"""# Benchmarks
+
+Run them with one command from the repository root (a real Redis must answer at `REDIS_URL`,
+default `redis://127.0.0.1:6379/0`):
+
+```
+.venv/bin/python -m bench --preset small   # about 2 minutes
+.venv/bin/python -m bench --preset full    # the issue's sizes: 10,000 polls, 10,000 hosts, 100,000 tasks
+```
+
+It prints the table below and rewrites this file (`--no-docs` to leave it alone,
+`--only renew,lifecycle,...` to run some scenarios, which also leaves it alone).
+
+## Last run: preset `{preset}`, {when}, {seconds:.0f} s
+
+{machine_lines}
+
+{table(rows)}
+
+## Method
+
+{METHOD}"""
+
+
+def write_doc(rows: list[Row], info: dict[str, str], preset: str, seconds: float) -> None:
+    DOC.write_text(document(rows, info, preset, seconds))
