@@ -59,7 +59,7 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             path = getattr(route, "path", "unmatched")
-            self.metrics.requests.labels(path, scope["method"], str(status)).inc()
+            self.metrics.requests.inc(path, scope["method"], str(status))
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

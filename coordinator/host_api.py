@@ -135,17 +135,17 @@ async def claim(ctx: Context, request: Request) -> Response:
     try:
         while True:
             if gone is not None and gone.done():
-                metrics.claims.labels("disconnected").inc()
+                metrics.claims.inc("disconnected")
                 return Response(status_code=204)
             event.clear()
             lease_id = "l_" + secrets.token_hex(16)
             assignment = await store.claim(host_id, claim_id or "", lease_id, ctx.settings.lease_ttl_ms)
             if assignment is not None:
-                metrics.claims.labels("assigned").inc()
+                metrics.claims.inc("assigned")
                 return json_response(assignment_view(assignment))
             remaining = deadline - loop.time()
             if remaining <= 0:
-                metrics.claims.labels("empty").inc()
+                metrics.claims.inc("empty")
                 return Response(status_code=204)
             if gone is None:
                 gone = asyncio.ensure_future(_client_gone(request))
@@ -198,9 +198,9 @@ async def renew(ctx: Context, request: Request) -> Response:
             principal.host_id, lease_id, task_id, attempt, ctx.settings.lease_ttl_ms, progress_json
         )
     except ApiError as exc:
-        ctx.metrics.renewals.labels(exc.code).inc()
+        ctx.metrics.renewals.inc(exc.code)
         raise
-    ctx.metrics.renewals.labels("ok").inc()
+    ctx.metrics.renewals.inc("ok")
     return json_response({
         "lease_ttl_ms": ctx.settings.lease_ttl_ms,
         "lease_expires_at": iso_ms(expires_ms),
@@ -227,9 +227,9 @@ async def results(ctx: Context, request: Request) -> Response:
     try:
         task, replayed = await ctx.store.record_result(principal.host_id, task_id, attempt, lease_id, report)
     except ApiError as exc:
-        ctx.metrics.results.labels(exc.code).inc()
+        ctx.metrics.results.inc(exc.code)
         raise
-    ctx.metrics.results.labels("replayed" if replayed else "recorded").inc()
+    ctx.metrics.results.inc("replayed" if replayed else "recorded")
     return json_response({
         "task_id": task_id,
         "attempt": attempt,
