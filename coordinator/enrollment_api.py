@@ -68,8 +68,8 @@ async def create_token(ctx: Context, request: Request) -> Response:
 
 async def list_tokens(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
-    now = await ctx.store.redis_time_ms()
-    return json_response({"tokens": [_token_view(t, now) for t in await ctx.store.enrollment_tokens()]})
+    tokens, now_ms = await ctx.store.enrollment_tokens()
+    return json_response({"tokens": [_token_view(t, now_ms) for t in tokens]})
 
 
 async def revoke_token(ctx: Context, request: Request) -> Response:

@@ -120,8 +120,8 @@ def _online(last_seen: dict[str, int], now_ms: int, ctx: Context) -> set[str]:
 
 async def list_devices(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
-    devices, reservations, online = await ctx.store.pool()
-    live = _online(online, await ctx.store.redis_time_ms(), ctx)
+    devices, reservations, online, now_ms = await ctx.store.pool()
+    live = _online(online, now_ms, ctx)
     return json_response({
         "devices": [
             device_view(device_id, device, device["host_id"] in live, reservations.get(device_id))
@@ -152,7 +152,7 @@ def _host_view(host_id: str, state: dict[str, Any], live: set[str], static_ids: 
 async def list_hosts(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
     state = await ctx.store.hosts()
-    live = _online(state["online"], await ctx.store.redis_time_ms(), ctx)
+    live = _online(state["online"], state["now_ms"], ctx)
     ids = sorted(set(state["records"]) | ctx.auth.static_host_ids)
     return json_response({"hosts": [_host_view(h, state, live, ctx.auth.static_host_ids) for h in ids]})
 
@@ -161,7 +161,7 @@ async def host_view_for(ctx: Context, host_id: str) -> dict[str, Any]:
     state = await ctx.store.hosts(host_id)
     if host_id not in state["records"] and host_id not in ctx.auth.static_host_ids:
         raise NotFound("no such host")
-    live = _online(state["online"], await ctx.store.redis_time_ms(), ctx)
+    live = _online(state["online"], state["now_ms"], ctx)
     return _host_view(host_id, state, live, ctx.auth.static_host_ids)
 
 

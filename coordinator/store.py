@@ -19,6 +19,11 @@ def _pad(seq: int) -> str:
     return f"{seq:016d}"
 
 
+def _clock_ms(clock: tuple[int, int]) -> int:
+    seconds, micros = clock
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def _decode(raw: bytes | str | None) -> dict[str, Any] | None:
     return None if raw is None else orjson.loads(raw)
 
@@ -135,9 +140,14 @@ class Store:
         reply = await self._run("revokeEnrollmentToken", [self.keys.enrollment_tokens], [token_id])
         return orjson.loads(reply[1])
 
-    async def enrollment_tokens(self) -> list[dict[str, Any]]:
-        raw = await self.redis.hgetall(self.keys.enrollment_tokens)
-        return sorted((orjson.loads(v) for v in raw.values()), key=lambda t: t["created_at"])
+    async def enrollment_tokens(self) -> tuple[list[dict[str, Any]], int]:
+        """Every token, oldest first, and the Redis clock (ms) they were read at."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.keys.enrollment_tokens)
+            pipe.time()
+            raw, clock = await pipe.execute()
+        tokens = sorted((orjson.loads(v) for v in raw.values()), key=lambda t: t["created_at"])
+        return tokens, _clock_ms(clock)
 
     async def enroll_host(self, token_digest: str, enrollment_id: str, host_token_digest: str,
                           new_host_id: str, hostname: str, labels_json: str) -> tuple[str, bool]:
@@ -200,18 +210,21 @@ class Store:
             if raw is not None
         ]
 
-    async def pool(self) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, int]]:
-        """Devices, reservations (device -> task) and online hosts (host -> last seen ms)."""
+    async def pool(self) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, int], int]:
+        """Devices, reservations (device -> task), online hosts (host -> last seen ms) and the
+        Redis clock (ms) they were read at, in one round trip."""
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(k.devices)
             pipe.hgetall(k.reservations)
             pipe.zrange(k.hosts_online, 0, -1, withscores=True)
-            devices, reservations, online = await pipe.execute()
+            pipe.time()
+            devices, reservations, online, clock = await pipe.execute()
         return (
             {d.decode(): orjson.loads(v) for d, v in devices.items()},
             {d.decode(): t.decode() for d, t in reservations.items()},
             {h.decode(): int(s) for h, s in online},
+            _clock_ms(clock),
         )
 
     async def hosts(self, host_id: str | None = None) -> dict[str, Any]:
@@ -231,7 +244,8 @@ class Store:
                 pipe.zscore(k.hosts_online, host_id)
                 pipe.hget(k.host_snapshots, host_id)
                 pipe.sismember(k.revoked_hosts, host_id)
-            records, seen, online, snapshots, revoked = await pipe.execute()
+            pipe.time()
+            records, seen, online, snapshots, revoked, clock = await pipe.execute()
         if host_id is not None:
             records = {host_id: records} if records is not None else {}
             seen = [(host_id, seen)] if seen is not None else []
@@ -248,8 +262,8 @@ class Store:
             "online": {text(h): int(s) for h, s in online},
             "snapshots": {text(h): orjson.loads(v) for h, v in snapshots.items()},
             "revoked": {text(h) for h in revoked},
+            "now_ms": _clock_ms(clock),
         }
 
     async def redis_time_ms(self) -> int:
-        seconds, micros = await self.redis.time()
-        return seconds * 1000 + micros // 1000
+        return _clock_ms(await self.redis.time())
