@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 import redis
+
+from tests.e2e.processes import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -40,12 +41,6 @@ def poll_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def base_env() -> dict[str, str]:
