@@ -1,27 +1,51 @@
 """Start-up in the order the design requires, then the loops.
 
 settings → identity (legacy, or managed: stored or enrolled) → discover local devices → enroll
-them (managed) and bind the ``DeviceManager`` to cloud ids → heartbeat and claim loops. A
-shutdown signal during start-up abandons it and the agent exits 0.
+them (managed) and bind the ``DeviceManager`` to cloud ids → heartbeat, claim and device loops
+(devices found later are enrolled through the same ``DeviceEnroller``). A shutdown signal during
+start-up abandons it and the agent exits 0.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from importlib import metadata
+from urllib.parse import urlsplit
 
 import httpx
 
 from agent.client import CoordinatorClient
 from agent.executor import RuntimeExecutor
 from agent.host import EXIT_OK, HostAgent
-from agent.identity import StartupError, enroll_devices, resolve_identity
+from agent.identity import DeviceEnroller, StartupError, enroll_devices, resolve_identity
 from agent.retry import Backoff
 from agent.runtime import DeviceManager, DriverError, TaskRunner, WorkflowRunner, make_planner
 from agent.settings import AgentSettings
 
 log = logging.getLogger("agent")
+
+
+def plain_http_remote_host(url: str) -> str | None:
+    """The host of a plain ``http://`` URL that leaves this machine (not 127.0.0.0/8, ``::1`` or
+    ``localhost``), else ``None``: the host token would cross the network unencrypted."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").rstrip(".").lower()
+    if parts.scheme.lower() != "http" or host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass  # a name other than localhost: it may resolve anywhere
+    return host
+
+
+def url_for_log(url: str) -> str:
+    """``url`` without user info, query or fragment: none of those belong in a log line."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
 
 
 def agent_version() -> str:
@@ -49,7 +73,15 @@ async def run_agent(
         user_agent=f"tether-agent/{version}",
     )
     async with client:
-        log.info("tether agent %s starting; coordinator %s", version, settings.url)
+        url = settings.url or ""
+        log.info("tether agent %s starting; coordinator %s", version, url_for_log(url))
+        insecure_host = plain_http_remote_host(url)
+        if insecure_host is not None:
+            log.warning(
+                "HOST_AGENT_URL is plain http:// to %s, not a loopback address: the host's "
+                "credential crosses the network unencrypted; use https://",
+                insecure_host,
+            )
         backoff = Backoff(backoff_base_s, settings.backoff_cap_s)
 
         async def start() -> tuple[HostAgent, object]:
@@ -62,6 +94,7 @@ async def run_agent(
             local = manager.local_devices()
             id_map = await enroll_devices(identity, host, local, settings.state_dir, backoff)
             manager.bind(id_map)
+            enroller = DeviceEnroller(identity, host, settings.state_dir)
             planner = make_planner(
                 settings.planner,
                 settings.llm_base_url,
@@ -69,7 +102,7 @@ async def run_agent(
                 settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
             )
             workflows = WorkflowRunner(settings.workflows_dir) if settings.workflows_dir else None
-            executor = RuntimeExecutor(manager, TaskRunner(planner), workflows)
+            executor = RuntimeExecutor(manager, TaskRunner(planner), workflows, enroll=enroller.enroll)
             agent = HostAgent(
                 host,
                 executor,
@@ -78,6 +111,7 @@ async def run_agent(
                 labels=settings.labels,
                 poll_wait_s=settings.poll_wait_s,
                 heartbeat_interval_s=settings.heartbeat_interval_s,
+                device_refresh_s=settings.device_refresh_s,
                 shutdown_grace_s=settings.shutdown_grace_s,
                 backoff_base_s=backoff_base_s,
                 backoff_cap_s=settings.backoff_cap_s,

@@ -1,20 +1,39 @@
 """The agent's one seam into the execution runtime (``agent/runtime``).
 
-``RuntimeExecutor`` implements ``agent.host.Executor``: it reports the bound devices for the
-heartbeat and runs an assignment on the device it names — ``kind: goal`` through ``TaskRunner``
-(the planner/executor loop), ``kind: workflow`` through ``WorkflowRunner``. It never raises for
-a bad assignment: every ending is an ``Outcome``.
+``RuntimeExecutor`` implements ``agent.host.Executor``: it reports the bound devices (with
+whether each is reachable) for the heartbeat, keeps them current (``refresh``: the runtime
+re-reads device state, and devices found since start-up get their cloud ids through ``enroll``
+before they are ever reported), and runs an assignment on the device it names — ``kind: goal``
+through ``TaskRunner`` (the planner/executor loop), ``kind: workflow`` through
+``WorkflowRunner``. It never raises for a bad assignment: every ending is an ``Outcome``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
-from agent.client import Assignment
+from agent.client import Assignment, MalformedAnswer, Rejected, TransientError, Unauthorized
 from agent.host import DeviceRecord
-from agent.runtime import DeviceManager, Outcome, RunControl, Task, TaskRunner, WorkflowRunner
+from agent.runtime import (
+    DeviceManager,
+    Driver,
+    LocalDevice,
+    Outcome,
+    RunControl,
+    Task,
+    TaskRunner,
+    WorkflowRunner,
+)
 
 log = logging.getLogger("agent.executor")
+
+# The failure reason of a run whose device could not be reached (unplugged, offline,
+# unauthorized, gone): the device, not the task, is at fault, so another attempt may well work.
+DEVICE_UNAVAILABLE = "device_unavailable"
+
+# Local devices -> {local id: cloud id}; raises the client's errors (see ``agent/identity.py``).
+Enroll = Callable[[list[LocalDevice]], Awaitable[dict[str, str]]]
 
 
 class RuntimeExecutor:
@@ -23,22 +42,69 @@ class RuntimeExecutor:
         manager: DeviceManager,
         task_runner: TaskRunner,
         workflow_runner: WorkflowRunner | None,
+        *,
+        enroll: Enroll | None = None,
     ) -> None:
+        """``enroll`` gives devices found after start-up their cloud ids; without it they are
+        never bound, so never reported or served."""
         self.manager = manager
         self.task_runner = task_runner
         self.workflow_runner = workflow_runner
+        self._enroll = enroll
+        # Local ids the coordinator refused (409 device_limit, driver_conflict, ...): asking again
+        # every refresh would only repeat the refusal. Forgotten once the device leaves.
+        self._refused: set[str] = set()
 
     def devices(self) -> list[DeviceRecord]:
         return [
-            DeviceRecord(device.device_id, device.driver, dict(device.attributes))
+            DeviceRecord(device.device_id, device.driver, dict(device.attributes), online=device.online)
             for device in self.manager.bound_devices()
         ]
+
+    async def refresh(self) -> None:
+        """Re-read device state, then enroll devices found since the last refresh. A failed
+        enrollment leaves them unreported (a transient failure is tried again next refresh);
+        ``Unauthorized`` is raised: the host credential is gone."""
+        await self.manager.refresh()
+        unbound = self.manager.unbound_devices()
+        self._refused &= {device.local_id for device in unbound}
+        new = [device for device in unbound if device.local_id not in self._refused]
+        if not new or self._enroll is None:
+            return
+        names = ", ".join(device.local_id for device in new)
+        try:
+            id_map = await self._enroll(new)
+        except Unauthorized:
+            raise
+        except TransientError as exc:
+            log.warning("enrolling new device(s) %s failed (%s); trying again at the next refresh", names, exc)
+            return
+        except (Rejected, MalformedAnswer) as exc:
+            log.error("the coordinator refused new device(s) %s (%s); not using them", names, exc)
+            self._refused.update(device.local_id for device in new)
+            return
+        self.manager.bind_new(id_map)
+        log.info("new device(s) in service: %s", ", ".join(f"{k}→{v}" for k, v in id_map.items()))
 
     async def run(self, assignment: Assignment, control: RunControl) -> Outcome:
         try:
             driver = self.manager.driver_for(assignment.device_id)
         except KeyError:
             return Outcome("failed", "device_not_found", {"device_id": assignment.device_id})
+        if not driver.online:
+            # Assigned before the coordinator saw it ``unavailable``: fail fast, and say why.
+            log.warning("task %s: device %s is not reachable", assignment.task_id, assignment.device_id)
+            return Outcome("failed", DEVICE_UNAVAILABLE, {"device_id": assignment.device_id})
+        outcome = await self._run(assignment, driver, control)
+        if outcome.status == "failed" and outcome.failure_reason == "driver_error":
+            # The device may have gone away mid-run: ask once more (one listing for adb), so an
+            # unplugged phone reads as the device's fault rather than the task's.
+            await self.manager.refresh()
+            if not driver.online:
+                return Outcome("failed", DEVICE_UNAVAILABLE, {**outcome.metadata, "device_id": assignment.device_id})
+        return outcome
+
+    async def _run(self, assignment: Assignment, driver: Driver, control: RunControl) -> Outcome:
         if assignment.kind == "goal":
             try:
                 task = (

@@ -1,7 +1,12 @@
 """The host agent's host-wide loops, in one asyncio process, talking outbound only.
 
-- heartbeat: every ``heartbeat_interval_s`` (and soon after a device turns busy or free) the
-  complete device snapshot; a device holding an assignment reports ``busy``.
+- heartbeat: the complete device snapshot at the interval the coordinator's last answer gave
+  (``heartbeat_interval_s``, kept within ``HEARTBEAT_INTERVAL_BOUNDS_S``; the agent's own setting
+  is only used until the first answer), and soon after the snapshot changes. A device holding an
+  assignment reports ``busy``; one its driver cannot reach, ``unavailable``.
+- devices: every ``device_refresh_s`` the executor re-reads device state and enrolls devices
+  found since start-up; a changed snapshot is heartbeated at once, and a device coming online
+  wakes the claim loop.
 - claim: while at least one device is idle, exactly one long-poll is open. After a network
   error the poll is retried with the *same* ``claim_id``, so an assignment whose response was
   lost is handed back instead of orphaned; a new ``claim_id`` is used only once an answer came.
@@ -17,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,6 +47,9 @@ log = logging.getLogger("agent.host")
 _REVOKED = "the coordinator rejected this host's credential (401): revoked or unknown"
 EXIT_OK = 0
 EXIT_FATAL = 1
+# The coordinator's heartbeat interval is followed within these bounds, so a misconfigured
+# coordinator can neither make a fleet hammer it nor make hosts look dead for minutes.
+HEARTBEAT_INTERVAL_BOUNDS_S = (1.0, 300.0)
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,11 @@ class Executor(Protocol):
 
     def devices(self) -> list[DeviceRecord]: ...
 
+    async def refresh(self) -> None:
+        """Bring ``devices()`` up to date (reachability, devices found or gone). Raises
+        ``Unauthorized`` when the host credential is gone."""
+        ...
+
     async def run(self, assignment: Assignment, control: RunControl) -> Outcome:
         """Run one assignment to an ``Outcome``; honour ``control.stopped`` between steps."""
         ...
@@ -73,6 +87,16 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> None:
         pass
 
 
+def heartbeat_interval_from(answer: Any) -> float | None:
+    """The coordinator's ``heartbeat_interval_s``, within ``HEARTBEAT_INTERVAL_BOUNDS_S``;
+    ``None`` when the answer has no usable one."""
+    value = answer.get("heartbeat_interval_s") if isinstance(answer, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    low, high = HEARTBEAT_INTERVAL_BOUNDS_S
+    return min(max(float(value), low), high)
+
+
 class HostAgent:
     def __init__(
         self,
@@ -84,19 +108,26 @@ class HostAgent:
         labels: dict[str, str] | None = None,
         poll_wait_s: int = 25,
         heartbeat_interval_s: float = 15.0,
+        device_refresh_s: float = 5.0,
         shutdown_grace_s: float = 30.0,
         renew_fraction: float = 1 / 3,
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
         min_poll_interval_s: float = 1.0,
         rng: Callable[[], float] = random.random,
+        pause: Callable[[asyncio.Event, float], Awaitable[None]] = _wait_event,
     ) -> None:
+        """``heartbeat_interval_s`` applies until the coordinator answers with its own.
+        ``pause(event, seconds)`` is the heartbeat loop's wait (until the event is set or the
+        time passes); tests inject one to observe the schedule."""
         self._client = client
         self._executor = executor
         self._agent_info = {"version": version, "hostname": hostname}
         self._labels = dict(labels or {})
         self._poll_wait_s = poll_wait_s
-        self._heartbeat_interval_s = heartbeat_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s  # the one in force; public for logs and tests
+        self._device_refresh_s = device_refresh_s
+        self._pause = pause
         self._shutdown_grace_s = shutdown_grace_s
         self._renew_fraction = renew_fraction
         self._backoff_base_s = backoff_base_s
@@ -120,6 +151,7 @@ class HostAgent:
         self._shutdown = shutdown
         heartbeat = asyncio.create_task(self._guard("heartbeat loop", self._heartbeat_loop))
         claim = asyncio.create_task(self._guard("claim loop", self._claim_loop))
+        devices = asyncio.create_task(self._guard("device loop", self._device_loop))
         await shutdown.wait()
 
         claim.cancel()
@@ -141,7 +173,8 @@ class HostAgent:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         heartbeat.cancel()
-        await asyncio.gather(heartbeat, return_exceptions=True)
+        devices.cancel()
+        await asyncio.gather(heartbeat, devices, return_exceptions=True)
         if self._fatal is not None:
             log.error("stopped: %s", self._fatal)
             return EXIT_FATAL
@@ -214,16 +247,18 @@ class HostAgent:
     # -- heartbeat ---------------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        backoff = self._backoff(cap_s=min(self._backoff_cap_s, self._heartbeat_interval_s))
+        backoff = self._backoff()
         while True:
             self._snapshot_dirty.clear()
-            delay = self._heartbeat_interval_s
+            delay = self.heartbeat_interval_s
             try:
-                await self._client.heartbeat(self.snapshot(), self._agent_info)
+                answer = await self._client.heartbeat(self.snapshot(), self._agent_info)
             except Unauthorized:
                 self._revoked()
                 return
             except TransientError as exc:
+                # Retries stay within one interval, so a short outage does not cost a missed beat.
+                backoff.cap_s = min(self._backoff_cap_s, self.heartbeat_interval_s)
                 delay = backoff.next_delay()
                 log.warning("heartbeat failed (%s); retry in %.2fs", exc, delay)
             except ProtocolError as exc:  # 409 unknown_device/device_conflict, 4xx: not fixed by retrying now
@@ -231,7 +266,38 @@ class HostAgent:
             else:
                 backoff.reset()
                 self.heartbeats_sent += 1
-            await _wait_event(self._snapshot_dirty, delay)
+                delay = self._follow_interval(answer)
+            await self._pause(self._snapshot_dirty, delay)
+
+    def _follow_interval(self, answer: Any) -> float:
+        interval = heartbeat_interval_from(answer)
+        if interval is not None and interval != self.heartbeat_interval_s:
+            given = answer["heartbeat_interval_s"]
+            if interval != given:
+                log.warning("coordinator heartbeat interval %ss is out of bounds; using %gs", given, interval)
+            else:
+                log.info("heartbeating every %gs, as the coordinator asks", interval)
+            self.heartbeat_interval_s = interval
+        return self.heartbeat_interval_s
+
+    # -- device refresh ----------------------------------------------------------------------
+
+    async def _device_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._device_refresh_s)
+            before = self._executor.devices()
+            try:
+                await self._executor.refresh()
+            except Unauthorized:
+                self._revoked()
+                return
+            except Exception:
+                # A flaky adb or a malformed answer must not end the agent: the next round retries.
+                log.exception("device refresh failed; next try in %gs", self._device_refresh_s)
+                continue
+            if self._executor.devices() != before:
+                self._devices_changed.set()  # a device came online or appeared: maybe poll again
+                self._snapshot_dirty.set()  # and the coordinator should know now, not next interval
 
     # -- claim -------------------------------------------------------------------------------
 

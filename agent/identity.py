@@ -8,8 +8,9 @@ Managed: the agent mints ``enrollment_id`` and ``host_token`` itself and writes 
 lost response (or after a crash) is the identical request and the coordinator answers it with
 the same ``host_id``. The answer's ``host_id`` is then written into the same file; from then on a
 restart reuses the stored identity and never touches the enrollment token, which is never
-written anywhere. Local devices are enrolled on every start (idempotent) and the
-local → cloud id map is kept in ``STATE_DIR/devices.json``.
+written anywhere. Local devices are enrolled on every start (idempotent), and devices found later
+(a phone plugged in under ``adb:*``) when they are found, before they are reported; each answer
+is merged into the local → cloud id map in ``STATE_DIR/devices.json`` before it is used.
 
 Files are written atomically (temporary file, fsync, ``os.replace``, fsync of the folder) with
 mode 0600 in a 0700 folder.
@@ -200,6 +201,46 @@ async def resolve_identity(
     return HostIdentity(host_id, host_token, managed=True)
 
 
+class DeviceEnroller:
+    """Cloud ids for local devices: legacy hosts keep the local id; managed hosts enroll the
+    devices (``POST .../devices/enroll``, idempotent) and persist the map before returning it.
+
+    ``enroll`` raises the client's errors (``TransientError``, ``Unauthorized``, ``Rejected``,
+    ``MalformedAnswer``): at start-up ``enroll_devices`` retries and turns them into
+    ``StartupError``; for devices found later the executor decides (see ``agent/executor.py``).
+    """
+
+    def __init__(self, identity: HostIdentity, host: HostClient, state_dir: Path | None) -> None:
+        self._host = host
+        self._store: StateStore | None = None
+        if identity.managed:
+            assert state_dir is not None
+            self._store = StateStore(state_dir)
+
+    async def enroll(self, devices: list[LocalDevice]) -> dict[str, str]:
+        if self._store is None:
+            return {device.local_id: device.local_id for device in devices}
+        if not devices:
+            return {}
+        body = [
+            {"local_id": device.local_id, "driver": device.driver, "attributes": device.attributes}
+            for device in devices
+        ]
+        enrolled = await self._host.enroll_devices(body)
+        mapping: dict[str, str] = {}
+        records: dict[str, dict[str, str]] = {}
+        for sent, got in zip(devices, enrolled):
+            device_id = got.get("device_id") if isinstance(got, dict) else None
+            if not isinstance(device_id, str) or not device_id or got.get("local_id") != sent.local_id:
+                raise MalformedAnswer("device enrollment answer does not match the devices sent")
+            mapping[sent.local_id] = device_id
+            records[sent.local_id] = {"driver": sent.driver, "device_id": device_id}
+        # Merged, not replaced: a phone unplugged today keeps its record (and its cloud id is
+        # the same whenever it comes back, since enrollment is idempotent).
+        self._store.save_device_map({**self._store.load_device_map(), **records})
+        return mapping
+
+
 async def enroll_devices(
     identity: HostIdentity,
     host: HostClient,
@@ -207,35 +248,19 @@ async def enroll_devices(
     state_dir: Path | None,
     backoff: Backoff,
 ) -> dict[str, str]:
-    """Map every local device id to its cloud device id (legacy: the same id)."""
-    if not identity.managed:
-        return {device.local_id: device.local_id for device in devices}
-    assert state_dir is not None
-    store = StateStore(state_dir)
-    if not devices:
-        store.save_device_map({})
-        return {}
-    body = [
-        {"local_id": device.local_id, "driver": device.driver, "attributes": device.attributes}
-        for device in devices
-    ]
+    """Start-up: map every local device id to its cloud device id (legacy: the same id),
+    retrying while the coordinator is unreachable."""
+    enroller = DeviceEnroller(identity, host, state_dir)
     try:
-        enrolled = await retry_transient(lambda: host.enroll_devices(body), backoff, what="device enrollment")
-    except Unauthorized:
+        mapping = await retry_transient(lambda: enroller.enroll(devices), backoff, what="device enrollment")
+    except Unauthorized:  # only managed hosts call the coordinator here
+        assert state_dir is not None
         raise StartupError(
             f"the coordinator rejected this host's credential (revoked?); remove "
-            f"{store.identity_path} and enroll again with a new {ENV_PREFIX}ENROLLMENT_TOKEN"
+            f"{StateStore(state_dir).identity_path} and enroll again with a new {ENV_PREFIX}ENROLLMENT_TOKEN"
         ) from None
     except (Rejected, MalformedAnswer) as exc:
         raise StartupError(f"device enrollment failed: {exc}") from None
-    mapping: dict[str, str] = {}
-    records: dict[str, dict[str, str]] = {}
-    for sent, got in zip(devices, enrolled):
-        device_id = got.get("device_id") if isinstance(got, dict) else None
-        if not isinstance(device_id, str) or got.get("local_id") != sent.local_id:
-            raise StartupError("device enrollment answer does not match the devices sent")
-        mapping[sent.local_id] = device_id
-        records[sent.local_id] = {"driver": sent.driver, "device_id": device_id}
-    store.save_device_map(records)
-    log.info("enrolled %d device(s): %s", len(mapping), ", ".join(f"{k}→{v}" for k, v in mapping.items()))
+    if identity.managed and mapping:
+        log.info("enrolled %d device(s): %s", len(mapping), ", ".join(f"{k}→{v}" for k, v in mapping.items()))
     return mapping

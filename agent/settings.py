@@ -44,6 +44,7 @@ class AgentSettings(BaseSettings):
     devices: str = ""
     workflows_dir: Path | None = None
     poll_wait_s: int = Field(default=25, ge=0, le=600)
+    # Only until the coordinator's first heartbeat answer: from then on its interval is followed.
     heartbeat_interval_s: float = Field(default=15.0, gt=0)
     planner: Literal["scripted", "openai"] = "scripted"
     llm_base_url: str | None = None
@@ -51,11 +52,13 @@ class AgentSettings(BaseSettings):
     llm_api_key: SecretStr | None = None
     # Additions: how long running work may take to finish after SIGTERM before it is stopped,
     # labels put on every device in the heartbeat (and on the enrollment), the hostname
-    # reported, and the ``adb`` executable.
+    # reported, the ``adb`` executable, and how often device state is re-read (one
+    # ``adb devices -l`` per round; nothing at all on a sim-only host).
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     labels: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     hostname: str = Field(default_factory=socket.gethostname)
     adb_path: str = "adb"
+    device_refresh_s: float = Field(default=5.0, gt=0)
     request_timeout_s: float = Field(default=10.0, gt=0)
     backoff_cap_s: float = Field(default=30.0, gt=0)
 

@@ -43,6 +43,7 @@ APP_ALIASES = {
     "contacts": "com.android.contacts",
     "camera": "com.android.camera2",
 }
+ADB_READY = "device"  # the one ``adb devices`` state in which a device takes commands
 _BOUNDS = re.compile(r"\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]")
 
 
@@ -172,15 +173,27 @@ class AdbDriver(Driver):
         adb_path: str = "adb",
         timeout: float = 20.0,
         attributes: dict[str, str] | None = None,
+        state: str = "device",
     ) -> None:
         self.local_id = serial
         self.serial = serial
         self.adb_path = adb_path
         self.timeout = timeout
         self._attributes = dict(attributes or {})
+        # The device's state in the latest ``adb devices`` listing ("device", "offline",
+        # "unauthorized", ...; "missing" when not listed). The ``DeviceManager`` keeps it current
+        # from one listing for all devices, rather than one adb call per device per heartbeat.
+        self.state = state
 
     def attributes(self) -> dict[str, str]:
         return dict(self._attributes)
+
+    def set_attributes(self, attributes: dict[str, str]) -> None:
+        self._attributes = dict(attributes)
+
+    @property
+    def online(self) -> bool:
+        return self.state == ADB_READY
 
     async def _adb(self, *args: str, what: str) -> bytes:
         return await run_adb(self.adb_path, ["-s", self.serial, *args], timeout=self.timeout, what=what)

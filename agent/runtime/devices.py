@@ -1,15 +1,23 @@
-"""Which devices this host has (``HOST_AGENT_DEVICES``), and which cloud id each one runs as."""
+"""Which devices this host has (``HOST_AGENT_DEVICES``), and which cloud id each one runs as.
+
+The set is not fixed at start-up: ``DeviceManager.refresh`` re-reads ``adb devices -l`` (one call
+for every adb device), so an adb device's ``online`` follows the cable, ``adb:*`` adopts a phone
+plugged in later and drops one that left the listing. An explicit ``adb:SERIAL`` is never
+dropped: it stays held (offline) while unplugged, so its identity is stable.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from .adb import AdbDriver, list_adb_devices, read_os_version
+from .adb import ADB_READY, AdbDevice, AdbDriver, list_adb_devices, read_os_version
 from .base import DeviceSpec
 from .driver import Driver
+from .errors import DriverError
 from .sim import SimDriver
 
 logger = logging.getLogger(__name__)
@@ -30,6 +38,7 @@ class BoundDevice(NamedTuple):
     driver: str
     local_id: str
     attributes: dict[str, str]
+    online: bool = True  # the driver can reach the device now; False is reported ``unavailable``
 
 
 def parse_device_specs(value: str) -> list[DeviceSpec]:
@@ -64,15 +73,35 @@ def parse_device_specs(value: str) -> list[DeviceSpec]:
 
 
 class DeviceManager:
-    """Holds this host's drivers by local id, and after ``bind`` serves them by cloud id."""
+    """Holds this host's drivers by local id, and after ``bind`` serves them by cloud id.
 
-    def __init__(self, drivers: Iterable[Driver]) -> None:
+    ``adb_wildcard`` (``adb:*`` was configured) makes ``refresh`` adopt newly attached devices;
+    ``adopted`` names the serials that came from ``adb:*`` and may therefore be dropped when they
+    leave the listing. Any other adb driver is held for good.
+    """
+
+    def __init__(
+        self,
+        drivers: Iterable[Driver],
+        *,
+        adb_path: str = "adb",
+        adb_timeout: float = 10.0,
+        adb_wildcard: bool = False,
+        adopted: Iterable[str] = (),
+    ) -> None:
         self._drivers: dict[str, Driver] = {}
         for driver in drivers:
             if driver.local_id in self._drivers:
                 raise ValueError(f"two devices share the local id {driver.local_id!r}")
             self._drivers[driver.local_id] = driver
         self._by_cloud: dict[str, str] | None = None  # cloud id -> local id, None until bound
+        self._adb_path = adb_path
+        self._adb_timeout = adb_timeout
+        self._adb_wildcard = adb_wildcard
+        self._adopted = set(adopted)
+        self._adb_listed = True  # the last ``adb devices`` answered; only failures after success are logged
+        # One refresh at a time: two interleaved ones could adopt the same new serial twice.
+        self._refresh_lock = asyncio.Lock()
 
     @classmethod
     async def discover(
@@ -82,32 +111,86 @@ class DeviceManager:
 
         ``adb:*`` becomes every attached device in state ``device`` (sorted by serial, skipping
         serials listed explicitly). ``adb:SERIAL`` is always held, attached or not, so its identity
-        is stable; running on it while it is unplugged fails with ``driver_error``. Raises
+        is stable; while it is not attached it is offline (reported ``unavailable``). Raises
         ``DriverError`` when adb specs are given but ``adb`` cannot be run.
         """
         specs = list(specs)
-        attached: dict[str, dict[str, str]] = {}
+        attached: dict[str, AdbDevice] = {}
         if any(spec.driver == "adb" for spec in specs):
-            for device in await list_adb_devices(adb_path, adb_timeout):
-                properties = {"state": device.state, **device.properties}
-                attached[device.serial] = properties
+            attached = {device.serial: device for device in await list_adb_devices(adb_path, adb_timeout)}
         explicit = {spec.local_id for spec in specs if spec.driver == "adb" and spec.local_id != "*"}
         drivers: list[Driver] = []
+        adopted: list[str] = []
         for spec in specs:
             if spec.driver == "sim":
                 drivers.append(SimDriver(spec.local_id))
                 continue
             if spec.local_id == "*":
-                serials = sorted(s for s, p in attached.items() if p["state"] == "device" and s not in explicit)
+                serials = sorted(s for s, d in attached.items() if d.state == ADB_READY and s not in explicit)
+                adopted.extend(serials)
             else:
                 serials = [spec.local_id]
-                state = attached.get(spec.local_id, {}).get("state", "missing")
-                if state != "device":
+                state = attached[spec.local_id].state if spec.local_id in attached else "missing"
+                if state != ADB_READY:
                     logger.warning("adb device %s is configured but its state is %s", spec.local_id, state)
             for serial in serials:
-                attributes = await _adb_attributes(adb_path, serial, attached.get(serial), adb_timeout)
-                drivers.append(AdbDriver(serial, adb_path=adb_path, attributes=attributes))
-        return cls(drivers)
+                drivers.append(await _adb_driver(adb_path, serial, attached.get(serial), adb_timeout))
+        wildcard = any(spec.driver == "adb" and spec.local_id == "*" for spec in specs)
+        return cls(drivers, adb_path=adb_path, adb_timeout=adb_timeout, adb_wildcard=wildcard, adopted=adopted)
+
+    async def refresh(self) -> None:
+        """Bring adb devices up to date from one ``adb devices -l``: each held device's state
+        (so ``online`` is current), ``adb:*`` devices adopted when newly attached and ready,
+        dropped when no longer listed. Hosts without adb devices do nothing.
+
+        Never raises ``DriverError``: when adb cannot list, every adb device is offline until
+        it can (nothing is dropped on a failed listing)."""
+        if not self._adb_wildcard and not any(isinstance(d, AdbDriver) for d in self._drivers.values()):
+            return
+        async with self._refresh_lock:
+            adb_drivers = [d for d in self._drivers.values() if isinstance(d, AdbDriver)]
+            try:
+                listed = {d.serial: d for d in await list_adb_devices(self._adb_path, self._adb_timeout)}
+            except DriverError as exc:
+                if self._adb_listed:
+                    logger.warning("adb devices failed (%s); adb devices are unavailable until it answers", exc)
+                self._adb_listed = False
+                for driver in adb_drivers:
+                    driver.state = "unknown"
+                return
+            if not self._adb_listed:
+                logger.info("adb devices answers again")
+            self._adb_listed = True
+            for driver in adb_drivers:
+                device = listed.get(driver.serial)
+                if device is None and driver.serial in self._adopted:
+                    self._drop(driver)
+                    continue
+                state = device.state if device is not None else "missing"
+                if state == driver.state:
+                    continue
+                logger.info("adb device %s is now %s (was %s)", driver.serial, state, driver.state)
+                driver.state = state
+                if state == ADB_READY:
+                    # Attributes (model, OS version) are only readable from a ready device: an
+                    # explicit serial configured while unplugged gets them on its first plug-in.
+                    attributes = await _adb_attributes(self._adb_path, driver.serial, device, self._adb_timeout)
+                    driver.set_attributes(attributes)
+            if self._adb_wildcard:
+                for serial, device in sorted(listed.items()):
+                    if device.state == ADB_READY and serial not in self._drivers:
+                        logger.info("adb device %s attached; adopting it", serial)
+                        self._drivers[serial] = await _adb_driver(self._adb_path, serial, device, self._adb_timeout)
+                        self._adopted.add(serial)
+
+    def _drop(self, driver: AdbDriver) -> None:
+        logger.info("adb device %s is no longer attached; dropping it", driver.serial)
+        # A run that still holds this driver object sees it offline, whatever it was before.
+        driver.state = "missing"
+        del self._drivers[driver.local_id]
+        self._adopted.discard(driver.local_id)
+        if self._by_cloud is not None:
+            self._by_cloud = {c: l for c, l in self._by_cloud.items() if l != driver.local_id}
 
     def local_devices(self) -> list[LocalDevice]:
         return [LocalDevice(d.driver, d.local_id, d.attributes()) for d in self._drivers.values()]
@@ -134,6 +217,26 @@ class DeviceManager:
             by_cloud[device_id] = local_id
         self._by_cloud = by_cloud
 
+    def unbound_devices(self) -> list[LocalDevice]:
+        """Local devices found since the last ``bind``/``bind_new``: they need a cloud id."""
+        bound = set(self._bound().values())
+        return [
+            LocalDevice(d.driver, d.local_id, d.attributes()) for d in self._drivers.values() if d.local_id not in bound
+        ]
+
+    def bind_new(self, id_map: Mapping[str, str]) -> None:
+        """Add cloud ids for devices found after start-up. An entry for a device gone meanwhile,
+        or whose cloud id is already bound to another local device, is skipped (and logged)."""
+        by_cloud = dict(self._bound())
+        for local_id, device_id in id_map.items():
+            if local_id not in self._drivers or local_id in by_cloud.values():
+                continue
+            if not device_id or device_id in by_cloud:
+                logger.error("cloud device id %r for %s is empty or taken; not using the device", device_id, local_id)
+                continue
+            by_cloud[device_id] = local_id
+        self._by_cloud = by_cloud
+
     def bind_identity(self) -> None:
         """Legacy hosts: the cloud id of every device is its local id."""
         self.bind({local_id: local_id for local_id in self._drivers})
@@ -144,7 +247,7 @@ class DeviceManager:
     def bound_devices(self) -> list[BoundDevice]:
         """The device snapshot a heartbeat reports."""
         return [
-            BoundDevice(device_id, driver.driver, driver.local_id, driver.attributes())
+            BoundDevice(device_id, driver.driver, driver.local_id, driver.attributes(), driver.online)
             for device_id, local_id in self._bound().items()
             for driver in (self._drivers[local_id],)
         ]
@@ -163,16 +266,20 @@ class DeviceManager:
         return self._by_cloud
 
 
-async def _adb_attributes(
-    adb_path: str, serial: str, properties: dict[str, str] | None, timeout: float
-) -> dict[str, str]:
+async def _adb_driver(adb_path: str, serial: str, listed: AdbDevice | None, timeout: float) -> AdbDriver:
+    attributes = await _adb_attributes(adb_path, serial, listed, timeout)
+    state = listed.state if listed is not None else "missing"
+    return AdbDriver(serial, adb_path=adb_path, attributes=attributes, state=state)
+
+
+async def _adb_attributes(adb_path: str, serial: str, listed: AdbDevice | None, timeout: float) -> dict[str, str]:
     attributes = {"serial": serial}
-    if properties is None:
+    if listed is None:
         return attributes
     for key in ("model", "product", "device"):
-        if key in properties:
-            attributes[key] = properties[key]
-    if properties.get("state") == "device":
+        if key in listed.properties:
+            attributes[key] = listed.properties[key]
+    if listed.state == ADB_READY:
         os_version = await read_os_version(adb_path, serial, timeout)
         if os_version:
             attributes["os_version"] = os_version

@@ -143,6 +143,12 @@ class Driver(abc.ABC):
     def attributes(self) -> dict[str, str]:
         """Static facts for the device snapshot: model, os_version, ..."""
 
+    @property
+    def online(self) -> bool:
+        """Whether the device can be driven now, as far as the driver knows without asking the
+        device: it is read for every heartbeat, so it must be cheap. A simulated phone always is."""
+        return True
+
     @abc.abstractmethod
     async def observe(self, *, screenshot: bool = False) -> Observation: ...
 

@@ -65,6 +65,7 @@ class FakeCoordinator:
         self.renew_conflict: dict[str, str] = {}  # lease_id -> 409 code
         self.enrollment_token: str | None = None  # set to accept POST /internal/v1/enroll
         self.enrolled: tuple[str, str] | None = None
+        self.heartbeat_interval_s: Any = None  # put into heartbeat answers when set
         self._work = asyncio.Event()
         self._never = asyncio.Event()
 
@@ -147,7 +148,10 @@ class FakeCoordinator:
         ]})
 
     async def _heartbeat(self, call: Call) -> httpx.Response:
-        return httpx.Response(200, json={"host_id": self.host_id, "devices": len(call.body["devices"])})
+        answer = {"host_id": self.host_id, "devices": len(call.body["devices"])}
+        if self.heartbeat_interval_s is not None:
+            answer["heartbeat_interval_s"] = self.heartbeat_interval_s
+        return httpx.Response(200, json=answer)
 
     async def _claim(self, call: Call) -> httpx.Response:
         claim_id = (call.body or {}).get("claim_id")
@@ -232,6 +236,9 @@ class FakeExecutor:
 
     def devices(self) -> list[DeviceRecord]:
         return list(self._devices)
+
+    async def refresh(self) -> None:
+        pass  # these devices never change
 
     def finish(self, task_id: str, outcome: Outcome | None = None) -> None:
         self._future(task_id).set_result(outcome or Outcome("succeeded", None, {"steps": 3}))

@@ -3,9 +3,11 @@ claimed work through the runtime's TaskRunner and WorkflowRunner on its own Devi
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_adb import FakeAdb
 
 from agent.client import Assignment
 from agent.executor import RuntimeExecutor
@@ -13,6 +15,7 @@ from agent.runtime import (
     EXAMPLE_WORKFLOWS_DIR,
     DeviceManager,
     DeviceSpec,
+    parse_device_specs,
     Progress,
     RunControl,
     ScriptedPlanner,
@@ -67,3 +70,35 @@ async def test_assignment_for_a_device_this_host_lacks_fails_cleanly() -> None:
     executor, _ = await _executor()
     outcome = await executor.run(_assignment(kind="goal", goal="Turn on Wi-Fi", device_id="d_other"), RunControl())
     assert (outcome.status, outcome.failure_reason) == ("failed", "device_not_found")
+
+
+async def test_task_on_an_unreachable_device_fails_as_device_unavailable(tmp_path: Path) -> None:
+    adb = FakeAdb(tmp_path)
+    adb.set(devices="List of devices attached\n\n")  # the configured phone is unplugged
+    manager = await DeviceManager.discover(parse_device_specs("adb:emulator-5554"), adb_path=adb.path)
+    manager.bind({"emulator-5554": "d_cloud_1"})
+    executor = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), WorkflowRunner(EXAMPLE_WORKFLOWS_DIR))
+    calls = len(adb.calls())
+    outcome = await executor.run(_assignment(kind="goal", goal="Turn on Wi-Fi"), RunControl())
+    # A reason that names the device, not the task, and no adb call wasted on a phone not there.
+    assert (outcome.status, outcome.failure_reason) == ("failed", "device_unavailable")
+    assert len(adb.calls()) == calls
+
+
+async def test_device_lost_mid_run_fails_as_device_unavailable(tmp_path: Path) -> None:
+    adb = FakeAdb(tmp_path)
+    manager = await DeviceManager.discover(parse_device_specs("adb:emulator-5554"), adb_path=adb.path)
+    manager.bind({"emulator-5554": "d_cloud_1"})
+    executor = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), WorkflowRunner(EXAMPLE_WORKFLOWS_DIR))
+    # Unplugged after the run was handed the device: its adb calls fail, and the listing
+    # taken after the failure no longer has it.
+    adb.set(missing_serials=["emulator-5554"], devices="List of devices attached\n\n")
+    outcome = await executor.run(_assignment(kind="workflow", workflow={"name": "home-smoke", "params": {}}),
+                                 RunControl())
+    assert (outcome.status, outcome.failure_reason) == ("failed", "device_unavailable")
+    # A driver error on a device that is still there stays a driver error.
+    adb.set(missing_serials=[], dump_status="ERROR: null root node returned by UiTestAutomationBridge.")
+    adb.set(devices="List of devices attached\nemulator-5554 device model:Pixel_7\n\n")
+    await manager.refresh()
+    outcome = await executor.run(_assignment(kind="goal", goal="Turn on Wi-Fi"), RunControl())
+    assert (outcome.status, outcome.failure_reason) == ("failed", "driver_error")

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_adb import FakeAdb
 from host_fakes import FakeCoordinator, wait_until
 from pydantic import SecretStr
 
 from agent.app import run_agent
+from agent.identity import StateStore
 from agent.runtime import EXAMPLE_WORKFLOWS_DIR
 from agent.settings import AgentSettings
 
@@ -152,3 +154,77 @@ async def test_shutdown_during_startup_exits_zero(tmp_path: Path) -> None:
     shutdown.set()
     assert await asyncio.wait_for(agent, 5) == 0
     assert coordinator.of("heartbeat") == [] and coordinator.of("claim") == []
+
+
+def _adb_listing(*lines: str) -> str:
+    return "List of devices attached\n" + "".join(f"{line}\n" for line in lines) + "\n"
+
+
+async def test_adb_star_device_plugged_in_later_is_enrolled_then_reported(tmp_path: Path) -> None:
+    (tmp_path / "adb").mkdir()
+    adb = FakeAdb(tmp_path / "adb")
+    adb.set(devices=_adb_listing("emulator-5554 device model:Pixel_7"))
+    coordinator = FakeCoordinator(host_id="host-m", token="unused")
+    coordinator.enrollment_token = ENROLL_SECRET
+    state = tmp_path / "state"
+    settings = managed_settings(
+        state, devices="adb:*", adb_path=adb.path, device_refresh_s=0.05, heartbeat_interval_s=30
+    )
+    shutdown, agent = await start(settings, coordinator)
+
+    def reported() -> list[list[str]]:
+        return [[d["device_id"] for d in call.body["devices"]] for call in coordinator.of("heartbeat")]
+
+    await wait_until(lambda: reported() == [["host-m.emulator-5554"]], what="first heartbeat")
+    adb.set(devices=_adb_listing("emulator-5554 device model:Pixel_7", "0123456789ABCDEF device model:SM_G973F"))
+    await wait_until(
+        lambda: reported()[-1] == ["host-m.emulator-5554", "host-m.0123456789ABCDEF"], what="new phone reported"
+    )
+    # Enrolled (just the new phone) before any heartbeat named it, and the id map kept on disk.
+    new_enroll = coordinator.of("devices_enroll")[-1]
+    assert [d["local_id"] for d in new_enroll.body["devices"]] == ["0123456789ABCDEF"]
+    first_report = next(c for c in coordinator.of("heartbeat") if len(c.body["devices"]) == 2)
+    assert coordinator.calls.index(new_enroll) < coordinator.calls.index(first_report)
+    assert StateStore(state).load_device_map() == {
+        "emulator-5554": {"driver": "adb", "device_id": "host-m.emulator-5554"},
+        "0123456789ABCDEF": {"driver": "adb", "device_id": "host-m.0123456789ABCDEF"},
+    }
+
+    adb.set(devices=_adb_listing("0123456789ABCDEF device model:SM_G973F"))  # the emulator went away
+    await wait_until(lambda: reported()[-1] == ["host-m.0123456789ABCDEF"], what="gone phone dropped")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "warned_host"),
+    [
+        ("http://coordinator.test", "coordinator.test"),
+        ("http://10.0.0.5:8000", "10.0.0.5"),
+        ("http://user:s3cret-in-url@coord.example", "coord.example"),
+        ("http://127.0.0.1:8000", None),
+        ("http://127.8.9.10", None),
+        ("http://[::1]:8000", None),
+        ("http://localhost:8000", None),
+        ("http://LocalHost", None),
+        ("https://coordinator.test", None),
+    ],
+)
+async def test_plain_http_to_a_remote_coordinator_is_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, url: str, warned_host: str | None
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent")
+    coordinator = FakeCoordinator(host_id="host-a", token="token-a-0123456789")
+    settings = AgentSettings(
+        _env_file=None, url=url, host_id="host-a", token=SecretStr("token-a-0123456789"), devices=""
+    )
+    shutdown, agent = await start(settings, coordinator)
+    await wait_until(lambda: "starting" in caplog.text, what="start-up line")
+    shutdown.set()
+    await asyncio.wait_for(agent, 10)  # (user info in the URL is not a credential the fake accepts)
+    warnings = [r.getMessage() for r in caplog.records if "plain http://" in r.getMessage()]
+    if warned_host is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warned_host in warnings[0]
+    assert "s3cret" not in caplog.text

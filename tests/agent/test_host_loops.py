@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
+from fake_adb import FakeAdb
 from host_fakes import FakeCoordinator, FakeExecutor, Running, make_agent, publish, wait_until
 
+from agent.executor import RuntimeExecutor
 from agent.host import EXIT_OK, EXIT_FATAL
 from agent.lease_run import progress_body
-from agent.runtime import Outcome, Progress
+from agent.runtime import DeviceManager, Outcome, Progress, ScriptedPlanner, TaskRunner, parse_device_specs
 
 pytestmark = pytest.mark.anyio
 
@@ -388,3 +391,56 @@ async def test_shutdown_grace_expiry_stops_the_run_and_reports_what_it_returns()
     assert executor.controls[task["task_id"]].stop_reason == "shutdown"
     [result] = _results_for(coordinator, task["task_id"])
     assert (result["status"], result["failure_reason"]) == ("cancelled", "shutdown")
+
+
+async def test_heartbeat_follows_the_interval_the_coordinator_answers() -> None:
+    coordinator = FakeCoordinator()
+    coordinator.fail_next("heartbeat", (409, "device_conflict"))  # no usable answer yet
+    # What the coordinator answers next, set by each pause: a normal value, one too fast, one
+    # too slow, a non-number (ignored: the last interval stays), then a normal one again.
+    answers = iter([15, 0.01, 10_000, "soon", 20])
+    pauses: list[float] = []
+
+    async def pause(_: asyncio.Event, seconds: float) -> None:
+        pauses.append(seconds)
+        coordinator.heartbeat_interval_s = next(answers, None)
+        if len(pauses) == 6:
+            await asyncio.Event().wait()  # hold the loop here until shutdown cancels it
+
+    agent, client = make_agent(coordinator, FakeExecutor(), heartbeat_interval_s=0.2, pause=pause)
+    async with Running(agent, client):
+        await wait_until(lambda: len(pauses) == 6, what="six heartbeat pauses")
+    # The agent's own setting only until the first answer; then the coordinator's, within [1, 300] s.
+    assert pauses == [0.2, 15.0, 1.0, 300.0, 300.0, 20.0]
+    assert len(coordinator.of("heartbeat")) == 6
+
+
+async def test_unplugged_adb_device_is_unavailable_until_plugged_back(tmp_path: Path) -> None:
+    adb = FakeAdb(tmp_path)
+    adb.set(devices=_adb_listing())  # HOST_AGENT_DEVICES=adb:emulator-5554, phone not attached
+    manager = await DeviceManager.discover(parse_device_specs("adb:emulator-5554"), adb_path=adb.path)
+    manager.bind_identity()
+    executor = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), None)
+    coordinator = FakeCoordinator()
+    agent, client = make_agent(coordinator, executor, device_refresh_s=0.02, heartbeat_interval_s=30)
+    async with Running(agent, client):
+        await wait_until(lambda: coordinator.heartbeat_statuses(), what="first heartbeat")
+        assert coordinator.heartbeat_statuses()[0] == {"emulator-5554": "unavailable"}
+        assert coordinator.of("claim") == []  # nothing could run: no poll for work
+
+        adb.set(devices=_adb_listing("emulator-5554 device model:Pixel_7"))
+        # Heartbeated on the change, not 30 s later; and the claim loop wakes up.
+        await wait_until(
+            lambda: coordinator.heartbeat_statuses()[-1] == {"emulator-5554": "available"}, what="available"
+        )
+        await wait_until(lambda: coordinator.of("claim"), what="polling for work")
+        assert coordinator.of("heartbeat")[-1].body["devices"][0]["attributes"]["model"] == "Pixel_7"
+
+        adb.set(devices=_adb_listing("emulator-5554 offline"))
+        await wait_until(
+            lambda: coordinator.heartbeat_statuses()[-1] == {"emulator-5554": "unavailable"}, what="unavailable again"
+        )
+
+
+def _adb_listing(*lines: str) -> str:
+    return "List of devices attached\n" + "".join(f"{line}\n" for line in lines) + "\n"

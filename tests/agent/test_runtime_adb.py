@@ -179,3 +179,71 @@ async def test_failing_and_hanging_adb_are_driver_errors(adb: FakeAdb) -> None:
     # The error names the call, never the typed text (it may be a password). The hung process
     # was killed: otherwise reaping it would have held this test for the fake's 30 s sleep.
     assert "secret" not in str(info.value)
+
+
+def listing(*lines: str) -> str:
+    return "List of devices attached\n" + "".join(f"{line}\n" for line in lines) + "\n"
+
+
+PIXEL = "emulator-5554 device product:sdk_gphone64 model:Pixel_7 device:emu64x transport_id:1"
+GALAXY = "0123456789ABCDEF device usb:1-2 product:beyond1 model:SM_G973F device:beyond1 transport_id:3"
+
+
+async def test_refresh_follows_the_cable_of_an_explicit_device(adb: FakeAdb) -> None:
+    adb.set(devices=listing())  # configured, but unplugged at start-up
+    manager = await DeviceManager.discover(parse_device_specs("adb:emulator-5554"), adb_path=adb.path)
+    manager.bind_identity()
+    [device] = manager.bound_devices()
+    assert (device.device_id, device.online, device.attributes) == ("emulator-5554", False, {"serial": SERIAL})
+
+    adb.set(devices=listing(PIXEL))
+    await manager.refresh()
+    [device] = manager.bound_devices()
+    assert device.online
+    # Facts only a ready device can give are read on its first plug-in.
+    assert device.attributes["model"] == "Pixel_7" and device.attributes["os_version"] == "14"
+
+    for state_line in (f"{SERIAL} offline transport_id:1", f"{SERIAL} unauthorized usb:1-1"):
+        adb.set(devices=listing(state_line))
+        await manager.refresh()
+        assert [d.online for d in manager.bound_devices()] == [False]
+    adb.set(devices=listing())
+    await manager.refresh()
+    assert [(d.device_id, d.online) for d in manager.bound_devices()] == [(SERIAL, False)]  # still held
+
+
+async def test_refresh_adopts_and_drops_adb_star_devices_with_one_listing(adb: FakeAdb) -> None:
+    adb.set(devices=listing(PIXEL))
+    manager = await DeviceManager.discover(parse_device_specs("sim:s1,adb:*"), adb_path=adb.path)
+    manager.bind_identity()
+    calls_before = len(adb.calls())
+
+    adb.set(devices=listing(PIXEL, GALAXY, "R58M123ABC unauthorized usb:1-1"))
+    await manager.refresh()
+    # The new ready phone is found but has no cloud id yet: not served until bound.
+    assert [d.local_id for d in manager.unbound_devices()] == ["0123456789ABCDEF"]
+    assert manager.device_ids() == ["s1", SERIAL]
+    manager.bind_new({"0123456789ABCDEF": "dev-galaxy"})
+    assert manager.driver_for("dev-galaxy").local_id == "0123456789ABCDEF"
+    # One listing, plus one getprop for the newly adopted phone: never a call per known device.
+    assert adb.calls()[calls_before:] == [
+        ["devices", "-l"],
+        ["-s", "0123456789ABCDEF", "shell", "getprop", "ro.build.version.release"],
+    ]
+
+    gone = manager.driver_for(SERIAL)
+    adb.set(devices=listing(GALAXY))
+    await manager.refresh()
+    assert [(d.device_id, d.online) for d in manager.bound_devices()] == [("s1", True), ("dev-galaxy", True)]
+    assert not gone.online  # a run still holding the driver sees the phone gone
+    with pytest.raises(KeyError):
+        manager.driver_for(SERIAL)
+
+
+async def test_refresh_when_adb_fails_marks_adb_devices_offline_and_drops_nothing(adb: FakeAdb) -> None:
+    adb.set(devices=listing(PIXEL))
+    manager = await DeviceManager.discover(parse_device_specs("adb:*"), adb_path=adb.path)
+    manager.bind_identity()
+    Path(adb.path).unlink()  # adb itself is gone
+    await manager.refresh()
+    assert [(d.device_id, d.online) for d in manager.bound_devices()] == [(SERIAL, False)]
