@@ -15,62 +15,23 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator import enrollment_api, host_api, operator_api, ops
 from coordinator.auth import Authenticator
+from coordinator.boundary import RequestBoundary, http_exception_handler
 from coordinator.context import Context
-from coordinator.errors import ApiError
 from coordinator.keys import Keys
 from coordinator.metrics import Metrics
 from coordinator.reaper import run_reaper
 from coordinator.redis_client import open_redis
 from coordinator.settings import Settings
 from coordinator.store import Store
-from coordinator.views import json_response
 from coordinator.waiter import ClaimWaiter
 
 log = logging.getLogger("coordinator")
 
 Handler = Callable[[Context, Request], Awaitable[Response]]
-
-
-class MetricsMiddleware:
-    """Counts requests by route template and status."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500
-
-        async def send_and_record(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_record)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            self.metrics.requests.inc(path, scope["method"], str(status))
-
-
-async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
-    return json_response(exc.body(), exc.status_code)
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return json_response({"error": {"code": code, "message": str(exc.detail)}}, exc.status_code)
+ADMIN_TOKEN_MIN_CHARS = 32
 
 
 def build_context(settings: Settings, redis: Redis) -> Context:
@@ -97,6 +58,9 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
         log.info("coordinator using %s, key prefix %s", description, settings.key_prefix)
         if settings.admin_token is None:
             log.warning("COORDINATOR_ADMIN_TOKEN is not set: the operator API refuses every call")
+        elif len(settings.admin_token.get_secret_value()) < ADMIN_TOKEN_MIN_CHARS:
+            log.warning("COORDINATOR_ADMIN_TOKEN is shorter than %d characters: easy to guess",
+                        ADMIN_TOKEN_MIN_CHARS)
         await ctx.store.load_scripts()
         loops = [asyncio.create_task(ctx.waiter.run(), name="waiter")]
         await ctx.waiter.wait_ready()
@@ -138,11 +102,10 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
         Route("/metrics", bind(ops.metrics), methods=["GET"]),
         Route("/openapi.json", bind(ops.openapi), methods=["GET"]),
     ]
-    app = Starlette(
-        routes=routes,
-        lifespan=lifespan,
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error},
-    )
-    app.add_middleware(MetricsMiddleware, metrics=ctx.metrics)
+    # Every other exception reaches RequestBoundary, the one place errors become responses;
+    # Starlette would answer routing errors (404, 405) in plain text without this handler.
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_exception_handler})
+    app.add_middleware(RequestBoundary, metrics=ctx.metrics)
     app.state.ctx = ctx  # for tests and the demo; routes get ctx explicitly
     return app

@@ -4,25 +4,37 @@ Secrets are never kept or compared in plain text: the service holds SHA-256 dige
 digests in constant time. Every unknown, missing or malformed credential gets the same
 ``Unauthorized``, whatever path it was sent to, so a caller cannot learn which host ids exist.
 Host-scoped authorization (``host_for_path``) is decided before any state of the path's host is
-read. Revocation is checked inside every host script, atomically with the operation, which is
-what lets enrolled-token lookups be cached here without delaying a revocation.
+read.
+
+Revocation is bound to the credential (its digest is in the ``revoked_tokens`` set), not to the
+host id, so a static host whose token is rotated in configuration works again. It is checked
+inside every host script, atomically with the operation, which is what lets enrolled-token lookups
+be cached here without delaying a revocation made through another process. The checks run in the
+contract's order, credential, then path, then body: a request that would be refused for its path
+or its body first asks Redis whether its credential is still live (``ensure_live``), so a revoked
+credential gets 401 whatever else is wrong with the request. That costs a round trip only on the
+error path.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import SecretStr
 from redis.asyncio import Redis
 from starlette.requests import Request
 
-from coordinator.errors import Forbidden, Unauthorized
+from coordinator.errors import ApiError, Forbidden, Unauthorized
 from coordinator.keys import Keys
 
 HOST_TOKEN_MIN_CHARS = 32
 _CACHE_LIMIT = 100_000
+
+T = TypeVar("T")
 
 
 def token_digest(secret: str) -> str:
@@ -33,6 +45,10 @@ def token_digest(secret: str) -> str:
 class HostPrincipal:
     host_id: str
     kind: str  # "static" or "enrolled"
+    digest: str  # SHA-256 of the credential it presented: what revocation is bound to
+
+    def __repr__(self) -> str:
+        return f"HostPrincipal(host_id={self.host_id!r}, kind={self.kind!r})"
 
 
 def bearer_secret(request: Request) -> str:
@@ -58,6 +74,7 @@ class Authenticator:
             value = token.get_secret_value()
             digest = value[7:].lower() if value.startswith("sha256:") else token_digest(value)
             self._static[digest] = host_id
+        self._static_digests = {host_id: digest for digest, host_id in self._static.items()}
         self.static_host_ids = frozenset(static_hosts)
         self._enrolled_cache: dict[str, str] = {}
 
@@ -70,7 +87,7 @@ class Authenticator:
         digest = token_digest(bearer_secret(request))
         static = self._static.get(digest)
         if static is not None:
-            return HostPrincipal(static, "static")
+            return HostPrincipal(static, "static", digest)
         host_id = self._enrolled_cache.get(digest)
         if host_id is None:
             raw = await self._redis.hget(self._keys.host_tokens, digest)
@@ -80,14 +97,33 @@ class Authenticator:
             if len(self._enrolled_cache) >= _CACHE_LIMIT:
                 self._enrolled_cache.clear()
             self._enrolled_cache[digest] = host_id
-        return HostPrincipal(host_id, "enrolled")
+        return HostPrincipal(host_id, "enrolled", digest)
 
     async def host_for_path(self, request: Request, path_host_id: str) -> HostPrincipal:
         """The caller, if it is the host named in the path: 401 for strangers, 403 for others."""
         principal = await self.host(request)
         if not hmac.compare_digest(principal.host_id.encode(), path_host_id.encode()):
+            await self.ensure_live(principal)
             raise Forbidden("this credential is bound to another host")
         return principal
+
+    async def ensure_live(self, principal: HostPrincipal) -> None:
+        """``Unauthorized`` if the credential was revoked, by this process or another."""
+        if await self._redis.sismember(self._keys.revoked_tokens, principal.digest):
+            self._enrolled_cache.pop(principal.digest, None)
+            raise Unauthorized()
+
+    async def parse_for(self, principal: HostPrincipal, parse: Awaitable[T]) -> T:
+        """``parse``'s value; if it refuses the request, a revoked credential's 401 comes first."""
+        try:
+            return await parse
+        except ApiError:
+            await self.ensure_live(principal)
+            raise
+
+    def static_digest(self, host_id: str) -> str | None:
+        """The configured credential's digest of a static host, None for any other host id."""
+        return self._static_digests.get(host_id)
 
     def forget(self, host_id: str) -> None:
         """Drop cached credentials of a revoked host (the scripts refuse it regardless)."""

@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from coordinator.auth import HOST_TOKEN_MIN_CHARS, bearer_secret, token_digest
 from coordinator.context import Context
-from coordinator.errors import Forbidden, InvalidRequest
+from coordinator.errors import ApiError, Conflict, Forbidden, InvalidRequest, Unauthorized
 from coordinator.operator_api import host_view_for
 from coordinator.validation import (
     canonical_json,
@@ -82,7 +82,7 @@ async def revoke_token(ctx: Context, request: Request) -> Response:
 async def revoke_host(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
     host_id = require_id(request.path_params["host_id"], "host_id")
-    await ctx.store.revoke_host(host_id, static=host_id in ctx.auth.static_host_ids)
+    await ctx.store.revoke_host(host_id, ctx.auth.static_digest(host_id))
     ctx.auth.forget(host_id)
     return json_response(await host_view_for(ctx, host_id))
 
@@ -90,9 +90,8 @@ async def revoke_host(ctx: Context, request: Request) -> Response:
 # -- agents ----------------------------------------------------------------------------------
 
 
-async def enroll(ctx: Context, request: Request) -> Response:
-    # Which token it is, and whether it is still good, is decided atomically by the script.
-    token_hash = token_digest(bearer_secret(request))
+async def _parse_enroll(ctx: Context, request: Request) -> tuple[str, str, str, str]:
+    """Enrollment id, host token, hostname and labels JSON."""
     body = await read_json(request, ctx.settings.max_body_bytes)
     enrollment_id = require_id(body.get("enrollment_id"), "enrollment_id")
     host_token = body.get("host_token")
@@ -101,27 +100,48 @@ async def enroll(ctx: Context, request: Request) -> Response:
             f"host_token must be a string of {HOST_TOKEN_MIN_CHARS}..{HOST_TOKEN_MAX_CHARS} characters"
         )
     hostname = get_str(body, "hostname", max_len=255) or ""
-    labels = get_string_map(body, "labels")
+    return enrollment_id, host_token, hostname, canonical_json(get_string_map(body, "labels"))
+
+
+async def enroll(ctx: Context, request: Request) -> Response:
+    # Which token it is, and whether it is still good, is decided atomically by the script.
+    token_hash = token_digest(bearer_secret(request))
+    try:
+        enrollment_id, host_token, hostname, labels_json = await _parse_enroll(ctx, request)
+    except ApiError:
+        # Credential first: a token that could not enroll gets its 401, whatever the body.
+        if not await ctx.store.enrollment_token_usable(token_hash):
+            raise Unauthorized() from None
+        raise
     host_id, created = await ctx.store.enroll_host(
         token_hash, enrollment_id, token_digest(host_token), "h_" + secrets.token_hex(8), hostname,
-        canonical_json(labels),
+        labels_json,
     )
     return json_response({"host_id": host_id, "created": created}, 201 if created else 200)
 
 
-async def enroll_devices(ctx: Context, request: Request) -> Response:
-    principal = await ctx.auth.host_for_path(request, request.path_params["host_id"])
-    if principal.kind == "static":
-        raise Forbidden("static hosts keep their local device ids and do not enroll devices")
+async def _parse_devices(ctx: Context, request: Request) -> list[dict[str, str]]:
     body = await read_json(request, ctx.settings.max_body_bytes)
-    batch = [
+    limit = ctx.settings.max_devices_per_host
+    devices = body.get("devices")
+    if isinstance(devices, list) and len(devices) > limit:
+        raise Conflict(f"a host may enroll at most {limit} devices", code="device_limit")
+    return [
         {
             "local_id": local_id,
             "driver": require_id(entry.get("driver"), "driver"),
             "attributes": canonical_json(get_object(entry, "attributes")),
             "new_id": "d_" + secrets.token_hex(10),
         }
-        for local_id, entry in unique_entries(body, "devices", "local_id", low=1, high=1000)
+        for local_id, entry in unique_entries(body, "devices", "local_id", low=1, high=limit)
     ]
-    enrolled = await ctx.store.enroll_devices(principal.host_id, batch)
+
+
+async def enroll_devices(ctx: Context, request: Request) -> Response:
+    principal = await ctx.auth.host_for_path(request, request.path_params["host_id"])
+    if principal.kind == "static":
+        await ctx.auth.ensure_live(principal)
+        raise Forbidden("static hosts keep their local device ids and do not enroll devices")
+    batch = await ctx.auth.parse_for(principal, _parse_devices(ctx, request))
+    enrolled = await ctx.store.enroll_devices(principal, batch, ctx.settings.max_devices_per_host)
     return json_response({"devices": enrolled})

@@ -6,7 +6,11 @@
      ├── Forbidden         403    forbidden
      ├── NotFound          404    not_found
      ├── Conflict          409    the contract's conflict codes (lease_expired, result_conflict, ...)
-     └── PayloadTooLarge   413    payload_too_large
+     ├── PayloadTooLarge   413    payload_too_large
+     ├── Unavailable       503    unavailable (Redis unreachable), with Retry-After
+     └── Internal          500    internal (anything unexpected; logged, never echoed)
+
+``response_for`` (coordinator/boundary.py) is the one place any exception becomes one of these.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Any
 
 class ApiError(Exception):
     status_code = 500
-    code = "internal_error"
+    code = "internal"
+    headers: dict[str, str] | None = None
 
     def __init__(self, message: str, *, code: str | None = None, details: Any = None) -> None:
         super().__init__(message)
@@ -66,6 +71,17 @@ class PayloadTooLarge(ApiError):
     code = "payload_too_large"
 
 
+class Unavailable(ApiError):
+    status_code = 503
+    code = "unavailable"
+    headers = {"Retry-After": "1"}
+
+
+class Internal(ApiError):
+    status_code = 500
+    code = "internal"
+
+
 class ScriptError(IntEnum):
     """Failure codes of the Lua scripts; mirrors the table E in lua/includes/common.lua."""
 
@@ -84,6 +100,7 @@ class ScriptError(IntEnum):
     ENROLLMENT_INVALID = -13
     IDEMPOTENCY_CONFLICT = -14
     NOT_ENROLLED_HOST = -15
+    DEVICE_LIMIT = -16
 
 
 _CONFLICT_MESSAGES = {
@@ -98,6 +115,7 @@ _CONFLICT_MESSAGES = {
     ScriptError.TASK_TERMINAL: "the task has already finished",
     ScriptError.ENROLLMENT_CONFLICT: "this enrollment id was used with another host token",
     ScriptError.IDEMPOTENCY_CONFLICT: "this idempotency key was used for a different request",
+    ScriptError.DEVICE_LIMIT: "the host would have more devices than COORDINATOR_MAX_DEVICES_PER_HOST",
 }
 
 

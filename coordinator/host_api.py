@@ -1,7 +1,8 @@
 """The host API (/internal/v1/hosts/{host_id}/...): heartbeat, claim, renew, results.
 
 Each handler authorizes the caller for the path's host first, validates the whole body, then runs
-exactly one script.
+exactly one script. Validation runs inside ``Authenticator.parse_for``, so that a bad request from a credential
+revoked meanwhile (through any process) still gets the credential's 401 first.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from starlette.responses import Response
 
 from coordinator.auth import HostPrincipal
 from coordinator.context import Context
-from coordinator.errors import ApiError, InvalidRequest
+from coordinator.errors import ApiError, Conflict, InvalidRequest
 from coordinator.validation import (
     canonical_json,
+    clean_text,
     get_int,
     get_object,
     get_str,
@@ -32,7 +34,6 @@ from coordinator.views import iso_ms, json_response
 DEVICE_STATUSES = ("available", "busy", "unavailable")
 RESULT_STATUSES = ("succeeded", "failed", "cancelled")
 PROGRESS_FIELDS = frozenset({"step_index", "status", "summary"})
-MAX_DEVICES_PER_HOST = 1000
 
 
 async def _authorize(ctx: Context, request: Request) -> HostPrincipal:
@@ -43,9 +44,12 @@ async def _authorize(ctx: Context, request: Request) -> HostPrincipal:
 # -- heartbeat -----------------------------------------------------------------------------
 
 
-def parse_snapshot(body: dict[str, Any]) -> list[dict[str, str]]:
+def parse_snapshot(body: dict[str, Any], max_devices: int) -> list[dict[str, str]]:
+    devices = body.get("devices")
+    if isinstance(devices, list) and len(devices) > max_devices:
+        raise Conflict(f"a host may report at most {max_devices} devices", code="device_limit")
     parsed: list[dict[str, str]] = []
-    for device_id, entry in unique_entries(body, "devices", "device_id", low=0, high=MAX_DEVICES_PER_HOST):
+    for device_id, entry in unique_entries(body, "devices", "device_id", low=0, high=max_devices):
         status = entry.get("status")
         if status not in DEVICE_STATUSES:
             raise InvalidRequest(f"status must be one of {', '.join(DEVICE_STATUSES)}")
@@ -60,17 +64,23 @@ def parse_snapshot(body: dict[str, Any]) -> list[dict[str, str]]:
     return parsed
 
 
+async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[str, int]:
+    """The canonical snapshot JSON and its device count."""
+    body = await read_json(request, ctx.settings.max_body_bytes)
+    devices = parse_snapshot(body, ctx.settings.max_devices_per_host)
+    agent = get_object(body, "agent")
+    return canonical_json({"agent": agent, "devices": devices}), len(devices)
+
+
 async def heartbeat(ctx: Context, request: Request) -> Response:
     principal = await _authorize(ctx, request)
-    body = await read_json(request, ctx.settings.max_body_bytes)
-    devices = parse_snapshot(body)
-    agent = get_object(body, "agent")
-    snapshot = canonical_json({"agent": agent, "devices": devices})
-    await ctx.store.heartbeat(principal.host_id, principal.kind, snapshot)
+    snapshot, count = await ctx.auth.parse_for(principal, _parse_heartbeat(ctx, request))
+    await ctx.store.heartbeat(principal, snapshot)
     return json_response({
         "host_id": principal.host_id,
-        "devices": len(devices),
-        "heartbeat_interval_s": ctx.settings.heartbeat_interval_s,
+        "devices": count,
+        "heartbeat_interval_s": ctx.settings.heartbeat_interval_whole_s,
+        "draining": False,
     })
 
 
@@ -117,29 +127,41 @@ def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-async def claim(ctx: Context, request: Request) -> Response:
-    principal = await _authorize(ctx, request)
+async def _parse_claim(ctx: Context, request: Request) -> tuple[float, str]:
+    """How long to wait, and the claim id ("" for none)."""
     wait_s = _wait_seconds(request, ctx)
     body = await read_json(request, ctx.settings.max_body_bytes, required=False)
     claim_id = body.get("claim_id")
     if claim_id is not None:
         require_id(claim_id, "claim_id")
+    return wait_s, claim_id or ""
+
+
+async def claim(ctx: Context, request: Request) -> Response:
+    principal = await _authorize(ctx, request)
+    wait_s, claim_id = await ctx.auth.parse_for(principal, _parse_claim(ctx, request))
     store, waiter, metrics = ctx.store, ctx.waiter, ctx.metrics
     host_id = principal.host_id
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
 
     # Register before the first attempt, so a wake-up between the attempt and the wait is kept.
+    # Watch the client from before the first attempt too: a poll whose client is gone already
+    # (a request handled late, after a stall) must claim nothing.
     event = waiter.register(host_id)
-    gone: asyncio.Task[None] | None = None
+    gone = asyncio.ensure_future(_client_gone(request))
     try:
+        await asyncio.sleep(0)  # one turn of the loop: the watch sees a disconnect already queued
         while True:
-            if gone is not None and gone.done():
+            if gone.done():
                 metrics.claims.inc("disconnected")
+                return Response(status_code=204)
+            if waiter.closed:
+                metrics.claims.inc("shutdown")
                 return Response(status_code=204)
             event.clear()
             lease_id = "l_" + secrets.token_hex(16)
-            assignment = await store.claim(host_id, claim_id or "", lease_id, ctx.settings.lease_ttl_ms)
+            assignment = await store.claim(principal, claim_id, lease_id, ctx.settings.lease_ttl_ms)
             if assignment is not None:
                 metrics.claims.inc("assigned")
                 return json_response(assignment_view(assignment))
@@ -147,8 +169,6 @@ async def claim(ctx: Context, request: Request) -> Response:
             if remaining <= 0:
                 metrics.claims.inc("empty")
                 return Response(status_code=204)
-            if gone is None:
-                gone = asyncio.ensure_future(_client_gone(request))
             woken = asyncio.ensure_future(event.wait())
             try:
                 await asyncio.wait((woken, gone), timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
@@ -156,8 +176,7 @@ async def claim(ctx: Context, request: Request) -> Response:
                 woken.cancel()
     finally:
         waiter.unregister(host_id, event)
-        if gone is not None:
-            gone.cancel()
+        gone.cancel()
 
 
 # -- renew ---------------------------------------------------------------------------------
@@ -179,6 +198,7 @@ def parse_progress(body: dict[str, Any], max_chars: int) -> tuple[str, str]:
         or not isinstance(summary, str)
     ):
         return "rejected", ""
+    status, summary = clean_text(status), clean_text(summary)
     outcome = "stored"
     if len(summary) > max_chars:
         summary = summary[:max_chars]
@@ -186,16 +206,26 @@ def parse_progress(body: dict[str, Any], max_chars: int) -> tuple[str, str]:
     return outcome, canonical_json({"step_index": step_index, "status": status, "summary": summary})
 
 
-async def renew(ctx: Context, request: Request) -> Response:
-    principal = await _authorize(ctx, request)
+async def _parse_renew(ctx: Context, request: Request) -> tuple[str, str, int, str, str]:
+    """Lease id, task id, attempt, progress outcome and progress JSON."""
     lease_id = require_id(request.path_params["lease_id"], "lease_id")
-    body = await read_json(request, ctx.settings.max_body_bytes)
+    # Progress is judged by parse_progress alone (a bad one is "rejected", never a failed
+    # renewal), so it is exempt from read_json's depth check, and the body may be large.
+    body = await read_json(request, ctx.settings.max_renew_body_bytes, unchecked=("progress",))
     task_id = require_id(body.get("task_id"), "task_id")
     attempt = get_int(body, "attempt", low=1, required=True)
     outcome, progress_json = parse_progress(body, ctx.settings.progress_summary_max_chars)
+    return lease_id, task_id, attempt, outcome, progress_json  # type: ignore[return-value]
+
+
+async def renew(ctx: Context, request: Request) -> Response:
+    principal = await _authorize(ctx, request)
+    lease_id, task_id, attempt, outcome, progress_json = await ctx.auth.parse_for(
+        principal, _parse_renew(ctx, request)
+    )
     try:
         expires_ms, cancel = await ctx.store.renew(
-            principal.host_id, lease_id, task_id, attempt, ctx.settings.lease_ttl_ms, progress_json
+            principal, lease_id, task_id, attempt, ctx.settings.lease_ttl_ms, progress_json
         )
     except ApiError as exc:
         ctx.metrics.renewals.inc(exc.code)
@@ -212,8 +242,8 @@ async def renew(ctx: Context, request: Request) -> Response:
 # -- results -------------------------------------------------------------------------------
 
 
-async def results(ctx: Context, request: Request) -> Response:
-    principal = await _authorize(ctx, request)
+async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, str, str]:
+    """Task id, lease id, attempt, status and the canonical report JSON."""
     body = await read_json(request, ctx.settings.max_body_bytes)
     task_id = require_id(body.get("task_id"), "task_id")
     lease_id = require_id(body.get("lease_id"), "lease_id")
@@ -224,8 +254,14 @@ async def results(ctx: Context, request: Request) -> Response:
     failure_reason = get_str(body, "failure_reason", max_len=256)
     metadata = get_object(body, "metadata")
     report = canonical_json({"status": status, "failure_reason": failure_reason, "metadata": metadata})
+    return task_id, lease_id, attempt, status, report  # type: ignore[return-value]
+
+
+async def results(ctx: Context, request: Request) -> Response:
+    principal = await _authorize(ctx, request)
+    task_id, lease_id, attempt, status, report = await ctx.auth.parse_for(principal, _parse_result(ctx, request))
     try:
-        task, replayed = await ctx.store.record_result(principal.host_id, task_id, attempt, lease_id, report)
+        task, replayed = await ctx.store.record_result(principal, task_id, attempt, lease_id, report)
     except ApiError as exc:
         ctx.metrics.results.inc(exc.code)
         raise

@@ -36,7 +36,7 @@ class Keys:
         self.hosts = p + "hosts"
         self.host_seen = p + "host_seen"
         self.host_snapshots = p + "host_snapshots"
-        self.revoked_hosts = p + "revoked_hosts"
+        self.revoked_tokens = p + "revoked_tokens"  # digests of revoked host credentials
         self.host_tokens = p + "host_tokens"
         self.enrollment_tokens = p + "enrollment_tokens"
         self.enrollment_token_hashes = p + "enrollment_token_hashes"

@@ -130,17 +130,24 @@ async def list_devices(ctx: Context, request: Request) -> Response:
     })
 
 
-def _host_view(host_id: str, state: dict[str, Any], live: set[str], static_ids: frozenset[str]) -> dict[str, Any]:
+def _host_view(host_id: str, state: dict[str, Any], live: set[str], ctx: Context) -> dict[str, Any]:
     record = state["records"].get(host_id, {})
     snapshot = state["snapshots"].get(host_id, {})
     agent = snapshot.get("agent") or {}
+    static_digest = ctx.auth.static_digest(host_id)
+    # Revocation is bound to the credential: a static host is revoked while its configured token
+    # is, an enrolled one for good.
+    if static_digest is not None:
+        revoked = static_digest in state["revoked_tokens"]
+    else:
+        revoked = bool(record.get("revoked"))
     return {
         "host_id": host_id,
-        "kind": record.get("kind") or ("static" if host_id in static_ids else "enrolled"),
-        "online": host_id in live and host_id not in state["revoked"],
+        "kind": record.get("kind") or ("static" if static_digest is not None else "enrolled"),
+        "online": host_id in live and not revoked,
         "last_seen": iso_ms(state["seen"].get(host_id)),
         "devices": len(snapshot.get("devices", [])),
-        "revoked": host_id in state["revoked"],
+        "revoked": revoked,
         "labels": orjson.loads(record.get("labels") or "{}"),
         "enrollment_token_id": record.get("token_id"),
         "hostname": record.get("hostname") or agent.get("hostname"),
@@ -154,7 +161,7 @@ async def list_hosts(ctx: Context, request: Request) -> Response:
     state = await ctx.store.hosts()
     live = _online(state["online"], state["now_ms"], ctx)
     ids = sorted(set(state["records"]) | ctx.auth.static_host_ids)
-    return json_response({"hosts": [_host_view(h, state, live, ctx.auth.static_host_ids) for h in ids]})
+    return json_response({"hosts": [_host_view(h, state, live, ctx) for h in ids]})
 
 
 async def host_view_for(ctx: Context, host_id: str) -> dict[str, Any]:
@@ -162,7 +169,7 @@ async def host_view_for(ctx: Context, host_id: str) -> dict[str, Any]:
     if host_id not in state["records"] and host_id not in ctx.auth.static_host_ids:
         raise NotFound("no such host")
     live = _online(state["online"], state["now_ms"], ctx)
-    return _host_view(host_id, state, live, ctx.auth.static_host_ids)
+    return _host_view(host_id, state, live, ctx)
 
 
 async def get_host(ctx: Context, request: Request) -> Response:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
 
@@ -10,14 +10,15 @@ from coordinator.settings import Settings
 
 
 def describe_url(url: str) -> str:
-    """The URL without its password, fit for a log line."""
+    """The URL without credentials, fit for a log line: user and password are masked, and the
+    query (which may carry ``password=``) is dropped."""
     parts = urlsplit(url)
-    if parts.password is None and parts.username is None:
-        return url
     host = parts.hostname or ""
     if parts.port:
         host += f":{parts.port}"
-    return urlunsplit((parts.scheme, f"***@{host}", parts.path, "", ""))
+    if parts.password is not None or parts.username is not None:
+        host = "***@" + host
+    return f"{parts.scheme}://{host}{parts.path}"
 
 
 def open_redis(settings: Settings) -> tuple[Redis, str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -20,7 +22,12 @@ class Settings(BaseSettings):
     claim_wait_default_s: float = Field(default=25.0, ge=0)
     claim_wait_max_s: float = Field(default=60.0, ge=0)
     progress_summary_max_chars: int = Field(default=500, gt=0)
+    # Renewals may carry a screenshot pushed into progress by a careless agent: read it, reject
+    # the progress and still renew, rather than fail the renewal with 413.
+    max_renew_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    max_devices_per_host: int = Field(default=256, gt=0)
     max_body_bytes: int = Field(default=65536, gt=0)
+    header_timeout_s: float = Field(default=10.0, gt=0)
     # Managed Redis often presents a self-signed certificate on rediss://; this accepts it.
     redis_tls_insecure: bool = False
     # Connections per process, whatever the number of waiting polls (one of them is the
@@ -37,6 +44,12 @@ class Settings(BaseSettings):
             if not is_valid_id(host_id):
                 raise ValueError(f"static host id {host_id!r} is not a valid id")
         return value
+
+    @property
+    def heartbeat_interval_whole_s(self) -> int:
+        """The interval agents are told: the contract's durations are integers, and an agent must
+        never be told to heartbeat slower than configured, so fractions round up."""
+        return max(1, math.ceil(self.heartbeat_interval_s))
 
     @property
     def lease_ttl_ms(self) -> int:

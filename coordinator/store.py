@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from coordinator.auth import HostPrincipal
 from coordinator.errors import error_for
 from coordinator.keys import Keys
 from coordinator.scripts import Script, load_scripts
@@ -59,12 +60,12 @@ class Store:
     def _sched(self, *extra_keys: str) -> list[str]:
         return [*self.keys.scheduling, *extra_keys]
 
-    async def heartbeat(self, host_id: str, kind: str, snapshot_json: str) -> None:
+    async def heartbeat(self, host: HostPrincipal, snapshot_json: str) -> None:
         k = self.keys
         await self._run(
             "heartbeat",
-            self._sched(k.hosts, k.host_seen, k.host_snapshots, k.enrolled_devices, k.revoked_hosts),
-            [*self._sched_args, host_id, kind, snapshot_json],
+            self._sched(k.hosts, k.host_seen, k.host_snapshots, k.enrolled_devices, k.revoked_tokens),
+            [*self._sched_args, host.host_id, host.kind, snapshot_json, host.digest],
         )
 
     async def create_task(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -76,32 +77,33 @@ class Store:
         )
         return orjson.loads(reply[1]), reply[2] == 1
 
-    async def claim(self, host_id: str, claim_id: str, lease_id: str, ttl_ms: int) -> dict[str, Any] | None:
+    async def claim(self, host: HostPrincipal, claim_id: str, lease_id: str,
+                    ttl_ms: int) -> dict[str, Any] | None:
         k = self.keys
         reply = await self._run(
             "claimAssignment",
-            self._sched(k.leases, k.lease_deadlines, k.claims, k.revoked_hosts),
-            [*self._sched_args, host_id, claim_id, lease_id, ttl_ms],
+            self._sched(k.leases, k.lease_deadlines, k.claims, k.revoked_tokens),
+            [*self._sched_args, host.host_id, claim_id, lease_id, ttl_ms, host.digest],
         )
         return _decode(reply[1]) if reply[1] else None
 
-    async def renew(self, host_id: str, lease_id: str, task_id: str, attempt: int, ttl_ms: int,
+    async def renew(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int, ttl_ms: int,
                     progress_json: str) -> tuple[int, bool]:
         k = self.keys
         reply = await self._run(
             "renewLease",
-            [k.tasks, k.leases, k.lease_deadlines, k.progress, k.revoked_hosts],
-            [host_id, lease_id, task_id, attempt, ttl_ms, progress_json],
+            [k.tasks, k.leases, k.lease_deadlines, k.progress, k.revoked_tokens],
+            [host.host_id, lease_id, task_id, attempt, ttl_ms, progress_json, host.digest],
         )
         return int(reply[1]), reply[2] == 1
 
-    async def record_result(self, host_id: str, task_id: str, attempt: int, lease_id: str,
+    async def record_result(self, host: HostPrincipal, task_id: str, attempt: int, lease_id: str,
                             result_json: str) -> tuple[dict[str, Any], bool]:
         k = self.keys
         reply = await self._run(
             "recordResult",
-            self._sched(k.leases, k.lease_deadlines, k.claims, k.progress, k.revoked_hosts),
-            [*self._sched_args, host_id, task_id, attempt, lease_id, result_json],
+            self._sched(k.leases, k.lease_deadlines, k.progress, k.revoked_tokens),
+            [*self._sched_args, host.host_id, task_id, attempt, lease_id, result_json, host.digest],
         )
         return orjson.loads(reply[1]), reply[2] == 1
 
@@ -113,7 +115,7 @@ class Store:
         k = self.keys
         reply = await self._run(
             "expireLeases",
-            self._sched(k.leases, k.lease_deadlines, k.claims, k.progress),
+            self._sched(k.leases, k.lease_deadlines, k.progress),
             [*self._sched_args, limit],
         )
         return int(reply[1])
@@ -149,32 +151,49 @@ class Store:
         tokens = sorted((orjson.loads(v) for v in raw.values()), key=lambda t: t["created_at"])
         return tokens, _clock_ms(clock)
 
+    async def enrollment_token_usable(self, digest: str) -> bool:
+        """Whether an enrollment token could enroll a new host now (a read, for ordering errors)."""
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(k.enrollment_token_hashes, digest)
+            pipe.time()
+            token_id, clock = await pipe.execute()
+        if token_id is None:
+            return False
+        token = _decode(await self.redis.hget(k.enrollment_tokens, token_id))
+        return (
+            token is not None and not token["revoked"] and token["uses"] < token["max_uses"]
+            and _clock_ms(clock) < token["expires_at"]
+        )
+
     async def enroll_host(self, token_digest: str, enrollment_id: str, host_token_digest: str,
                           new_host_id: str, hostname: str, labels_json: str) -> tuple[str, bool]:
         k = self.keys
         reply = await self._run(
             "enrollHost",
             [k.enrollment_token_hashes, k.enrollment_tokens, k.enrollments, k.hosts, k.host_tokens,
-             k.revoked_hosts],
+             k.revoked_tokens],
             [token_digest, enrollment_id, host_token_digest, new_host_id, hostname, labels_json],
         )
         return reply[1].decode(), reply[2] == 1
 
-    async def enroll_devices(self, host_id: str, devices: list[dict[str, str]]) -> list[dict[str, str]]:
+    async def enroll_devices(self, host: HostPrincipal, devices: list[dict[str, str]],
+                             max_devices: int) -> list[dict[str, str]]:
         k = self.keys
         reply = await self._run(
             "enrollDevices",
-            [k.hosts, k.local_devices, k.enrolled_devices, k.revoked_hosts],
-            [host_id, orjson.dumps(devices)],
+            [k.hosts, k.local_devices, k.enrolled_devices, k.revoked_tokens],
+            [host.host_id, orjson.dumps(devices), host.digest, max_devices],
         )
         return orjson.loads(reply[1])
 
-    async def revoke_host(self, host_id: str, static: bool) -> dict[str, Any]:
+    async def revoke_host(self, host_id: str, static_digest: str | None) -> dict[str, Any]:
+        """Revoke an enrolled host's credential, or the configured one (``static_digest``)."""
         k = self.keys
         reply = await self._run(
             "revokeHost",
-            self._sched(k.hosts, k.host_snapshots, k.revoked_hosts, k.host_tokens),
-            [*self._sched_args, host_id, "static" if static else ""],
+            self._sched(k.hosts, k.host_snapshots, k.revoked_tokens, k.host_tokens),
+            [*self._sched_args, host_id, static_digest or ""],
         )
         return orjson.loads(reply[1])
 
@@ -237,13 +256,12 @@ class Store:
                 pipe.zrange(k.host_seen, 0, -1, withscores=True)
                 pipe.zrange(k.hosts_online, 0, -1, withscores=True)
                 pipe.hgetall(k.host_snapshots)
-                pipe.smembers(k.revoked_hosts)
             else:
                 pipe.hget(k.hosts, host_id)
                 pipe.zscore(k.host_seen, host_id)
                 pipe.zscore(k.hosts_online, host_id)
                 pipe.hget(k.host_snapshots, host_id)
-                pipe.sismember(k.revoked_hosts, host_id)
+            pipe.smembers(k.revoked_tokens)
             pipe.time()
             records, seen, online, snapshots, revoked, clock = await pipe.execute()
         if host_id is not None:
@@ -251,7 +269,6 @@ class Store:
             seen = [(host_id, seen)] if seen is not None else []
             online = [(host_id, online)] if online is not None else []
             snapshots = {host_id: snapshots} if snapshots is not None else {}
-            revoked = {host_id} if revoked else set()
 
         def text(value: bytes | str) -> str:
             return value.decode() if isinstance(value, bytes) else value
@@ -261,7 +278,7 @@ class Store:
             "seen": {text(h): int(s) for h, s in seen},
             "online": {text(h): int(s) for h, s in online},
             "snapshots": {text(h): orjson.loads(v) for h, v in snapshots.items()},
-            "revoked": {text(h) for h in revoked},
+            "revoked_tokens": {text(d) for d in revoked},
             "now_ms": _clock_ms(clock),
         }
 

@@ -14,6 +14,10 @@ from starlette.requests import Request
 from coordinator.errors import InvalidRequest, PayloadTooLarge
 
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MAX_JSON_DEPTH = 32
+# C0 control characters, tab and newline aside: never stored (they corrupt terminals and logs).
+_C0 = re.compile("[\x00-\x08\x0b-\x1f]")
+_C0_TABLE = dict.fromkeys([*range(0, 9), *range(11, 32)])
 
 
 def is_valid_id(value: object) -> bool:
@@ -45,8 +49,29 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def read_json(request: Request, limit: int, *, required: bool = True) -> dict[str, Any]:
-    """The body as a JSON object; an empty body is ``{}`` when not ``required``."""
+def clean_text(value: str) -> str:
+    return value.translate(_C0_TABLE) if _C0.search(value) else value
+
+
+def _clean(value: Any, depth: int) -> Any:
+    """``value`` with C0 controls stripped from every string; 400 for a container nested past
+    ``MAX_JSON_DEPTH`` (the body object itself is level 1)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict | list):
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidRequest(f"JSON is nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(value, list):
+            return [_clean(item, depth + 1) for item in value]
+        return {clean_text(k): _clean(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+async def read_json(request: Request, limit: int, *, required: bool = True,
+                    unchecked: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The body as a JSON object, at most ``MAX_JSON_DEPTH`` deep and with C0 controls stripped
+    from its text; an empty body is ``{}`` when not ``required``. Top-level fields named in
+    ``unchecked`` are passed on as sent, for a caller that judges them itself."""
     raw = await read_body(request, limit)
     if not raw.strip():
         if required:
@@ -58,7 +83,10 @@ async def read_json(request: Request, limit: int, *, required: bool = True) -> d
         raise InvalidRequest("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
-    return body
+    return {
+        clean_text(k): v if k in unchecked else _clean(v, 2)
+        for k, v in body.items()
+    }
 
 
 def get_int(body: dict[str, Any], field: str, *, default: int | None = None, low: int = 0,

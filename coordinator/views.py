@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -13,7 +14,13 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 def json_response(content: Any, status_code: int = 200) -> Response:
-    return Response(orjson.dumps(content), status_code=status_code, media_type="application/json")
+    try:
+        body = orjson.dumps(content)
+    except orjson.JSONEncodeError:
+        # orjson stops at 255 levels. Input deeper than 32 is refused today, but a host may have
+        # stored deeper data before that: the views must still answer whatever is stored.
+        body = json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode()
+    return Response(body, status_code=status_code, media_type="application/json")
 
 
 def iso_ms(ms: int | None) -> str | None:

@@ -34,6 +34,13 @@ class ClaimWaiter:
         self._waiting: dict[str, set[asyncio.Event]] = {}
         self._count = 0
         self._ready = asyncio.Event()
+        self.closed = False
+
+    def close(self) -> None:
+        """The process is told to stop: every waiting poll, and every poll that arrives from now
+        on, answers 204 at once. Call on the event loop's thread."""
+        self.closed = True
+        self.wake_all()
 
     @property
     def waiting(self) -> int:

@@ -6,17 +6,21 @@
     KEYS[1] hosts             hash  host id -> host record JSON
     KEYS[2] local_devices     hash  "host id\0local id" -> {device_id, driver}
     KEYS[3] enrolled_devices  hash  device id -> {host_id, local_id, driver, attributes}
-    KEYS[4] revoked_hosts     set
+    KEYS[4] revoked_tokens    set   SHA-256 digests of revoked host tokens
     ARGV[1] host id
     ARGV[2] JSON list [{local_id, driver, attributes (JSON string), new_id}] where new_id is the
             cloud id to mint if the device is new
+    ARGV[3] SHA-256 of the credential the request came with (revocation is bound to it)
+    ARGV[4] the most devices one host may have enrolled (COORDINATOR_MAX_DEVICES_PER_HOST)
   Output:
     {0, JSON list [{local_id, driver, device_id}] in request order}
     {DRIVER_CONFLICT, local id}  already enrolled on this host with another driver
+    {DEVICE_LIMIT}               the batch would take the host past ARGV[4] enrolled devices
     {NOT_ENROLLED_HOST}          not an enrolled host
     {REVOKED}
 
-  Invariants: a rejected batch enrolls nothing; an enrolled device id never changes host or driver.
+  Invariants: a rejected batch enrolls nothing; an enrolled device id never changes host or driver;
+  the host record's `devices_enrolled` counts its enrolled devices and never exceeds ARGV[4].
 ]]
 --- @include "includes/common"
 local hostsKey = KEYS[1]
@@ -25,8 +29,10 @@ local enrolledKey = KEYS[3]
 local revokedKey = KEYS[4]
 local hostId = ARGV[1]
 local devices = cjson.decode(ARGV[2])
+local credential = ARGV[3]
+local maxDevices = tonumber(ARGV[4])
 
-if rcall('SISMEMBER', revokedKey, hostId) == 1 then
+if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
 end
 local host = getJson(hostsKey, hostId)
@@ -35,12 +41,24 @@ if not host or host.kind ~= 'enrolled' then
 end
 
 local existing = {}
+local added = 0
 for i, device in ipairs(devices) do
   local mapped = getJson(localKey, hostId .. '\0' .. device.local_id)
   if mapped and mapped.driver ~= device.driver then
     return {E.DRIVER_CONFLICT, device.local_id}
   end
+  if not mapped then
+    added = added + 1
+  end
   existing[i] = mapped
+end
+local enrolledCount = (host.devices_enrolled or 0) + added
+if enrolledCount > maxDevices then
+  return {E.DEVICE_LIMIT}
+end
+if added > 0 then
+  host.devices_enrolled = enrolledCount
+  putJson(hostsKey, hostId, host)
 end
 
 local answer = {}

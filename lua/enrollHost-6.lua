@@ -8,7 +8,7 @@
     KEYS[3] enrollments              hash  enrollment id -> {host_id, host_token_digest, token_id}
     KEYS[4] hosts                    hash  host id -> host record JSON
     KEYS[5] host_tokens              hash  SHA-256 of a host token -> host id
-    KEYS[6] revoked_hosts            set
+    KEYS[6] revoked_tokens           set   SHA-256 digests of revoked host tokens
     ARGV[1] SHA-256 of the presented enrollment token
     ARGV[2] enrollment id (agent-generated)
     ARGV[3] SHA-256 of the agent's host token
@@ -47,7 +47,7 @@ if earlier then
   if earlier.host_token_digest ~= hostTokenDigest or earlier.token_id ~= tokenId then
     return {E.ENROLLMENT_CONFLICT}
   end
-  if rcall('SISMEMBER', revokedKey, earlier.host_id) == 1 then
+  if rcall('SISMEMBER', revokedKey, hostTokenDigest) == 1 then
     return {E.REVOKED}
   end
   return {0, earlier.host_id, 0}

@@ -6,15 +6,15 @@
     KEYS[1..9]  the scheduling keys (includes/schedule.lua)
     KEYS[10]    leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
     KEYS[11]    lease_deadlines  zset  lease id -> expiry (ms); the index this sweep reads
-    KEYS[12]    claims           hash  "host id\0claim id" -> assignment JSON
-    KEYS[13]    progress         hash  task id -> latest progress JSON
+    KEYS[12]    progress         hash  task id -> latest progress JSON
     ARGV[1..2]  the scheduling arguments
     ARGV[3]     at most this many leases per call
   Output:
     {0, number of leases ended}
 
   Invariants: a lease is ended exactly once (removed from the index in the step that acts on it),
-  so two reapers sweeping at once are safe; only a task's current lease moves the task.
+  so two reapers sweeping at once are safe; only a task's current lease moves the task. The
+  lease's claim record stays, so a late replay of its claim id learns the lease has ended (204).
   The device of an expired lease is released but not marked available: the agent may still be
   stopping the stale work, and its next heartbeat says when the device is really idle.
 ]]
@@ -22,8 +22,7 @@
 --- @include "includes/schedule"
 local leasesKey = KEYS[10]
 local deadlinesKey = KEYS[11]
-local claimsKey = KEYS[12]
-local progressKey = KEYS[13]
+local progressKey = KEYS[12]
 local limit = tonumber(ARGV[3])
 
 local now = nowMs()
@@ -34,9 +33,6 @@ for _, leaseId in ipairs(due) do
   local task = lease and getJson(K.tasks, lease.task_id)
   if task and task.status == 'running' and task.lease_id == leaseId then
     rcall('HDEL', progressKey, task.id)
-    if lease.claim then
-      rcall('HDEL', claimsKey, lease.claim)
-    end
     local previous = task.status
     task.updated_at = now
     if task.cancel_requested then

@@ -8,13 +8,14 @@
     KEYS[11]    host_seen         zset  host id -> last heartbeat (ms), never swept
     KEYS[12]    host_snapshots    hash  host id -> the last accepted snapshot JSON
     KEYS[13]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
-    KEYS[14]    revoked_hosts     set
+    KEYS[14]    revoked_tokens    set   SHA-256 digests of revoked host tokens
     ARGV[1..2]  the scheduling arguments
     ARGV[3]     host id
     ARGV[4]     host kind: "static" or "enrolled"
     ARGV[5]     snapshot JSON {agent, devices: [{device_id, driver, status, attributes, labels}]},
                 canonical (sorted), with attributes and labels as JSON strings; a byte-equal
                 repeat of the stored snapshot from an online host only refreshes last-seen
+    ARGV[6]     SHA-256 of the credential the request came with (revocation is bound to it)
   Output:
     {0}
     {DEVICE_CONFLICT, device id}  static host: the id belongs to an online host or is enrolled
@@ -37,8 +38,9 @@ local revokedKey = KEYS[14]
 local hostId = ARGV[3]
 local kind = ARGV[4]
 local snapshotJson = ARGV[5]
+local credential = ARGV[6]
 
-if rcall('SISMEMBER', revokedKey, hostId) == 1 then
+if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
 end
 local now = nowMs()

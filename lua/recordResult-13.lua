@@ -5,15 +5,15 @@
     KEYS[1..9]  the scheduling keys (includes/schedule.lua)
     KEYS[10]    leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
     KEYS[11]    lease_deadlines  zset  lease id -> expiry (ms)
-    KEYS[12]    claims           hash  "host id\0claim id" -> assignment JSON
-    KEYS[13]    progress         hash  task id -> latest progress JSON
-    KEYS[14]    revoked_hosts    set
+    KEYS[12]    progress         hash  task id -> latest progress JSON
+    KEYS[13]    revoked_tokens   set   SHA-256 digests of revoked host tokens
     ARGV[1..2]  the scheduling arguments
     ARGV[3]     host id
     ARGV[4]     task id
     ARGV[5]     attempt
     ARGV[6]     lease id
     ARGV[7]     result JSON {status, failure_reason, metadata} as the service normalised it
+    ARGV[8]     SHA-256 of the credential the request came with (revocation is bound to it)
   Output:
     {0, task JSON, 0}  recorded now
     {0, task JSON, 1}  the identical report was recorded before: nothing changes
@@ -33,16 +33,16 @@
 --- @include "includes/schedule"
 local leasesKey = KEYS[10]
 local deadlinesKey = KEYS[11]
-local claimsKey = KEYS[12]
-local progressKey = KEYS[13]
-local revokedKey = KEYS[14]
+local progressKey = KEYS[12]
+local revokedKey = KEYS[13]
 local hostId = ARGV[3]
 local taskId = ARGV[4]
 local attempt = tonumber(ARGV[5])
 local leaseId = ARGV[6]
 local resultJson = ARGV[7]
+local credential = ARGV[8]
 
-if rcall('SISMEMBER', revokedKey, hostId) == 1 then
+if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
 end
 local lease = getJson(leasesKey, leaseId)
@@ -77,8 +77,5 @@ saveTask(task, previous)
 
 rcall('ZREM', deadlinesKey, leaseId)
 rcall('HDEL', progressKey, taskId)
-if lease.claim then
-  rcall('HDEL', claimsKey, lease.claim)
-end
 releaseDevice(task, now, true)
 return {0, cjson.encode(task), 0}

@@ -6,13 +6,14 @@
     KEYS[2] leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
     KEYS[3] lease_deadlines  zset  lease id -> expiry (ms)
     KEYS[4] progress         hash  task id -> latest progress JSON of its running attempt
-    KEYS[5] revoked_hosts    set
+    KEYS[5] revoked_tokens   set   SHA-256 digests of revoked host tokens
     ARGV[1] host id
     ARGV[2] lease id
     ARGV[3] task id
     ARGV[4] attempt
     ARGV[5] lease TTL (ms)
     ARGV[6] progress JSON to store, or "" to leave the stored progress as it is
+    ARGV[7] SHA-256 of the credential the request came with (revocation is bound to it)
   Output:
     {0, new expiry (ms), cancel requested (0|1)}
     {LEASE_NOT_OWNED} unknown lease, another host's, or not this task and attempt
@@ -35,8 +36,9 @@ local taskId = ARGV[3]
 local attempt = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local progress = ARGV[6]
+local credential = ARGV[7]
 
-if rcall('SISMEMBER', revokedKey, hostId) == 1 then
+if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
 end
 local lease = getJson(leasesKey, leaseId)

@@ -22,6 +22,7 @@ local E = {
   ENROLLMENT_INVALID = -13,
   IDEMPOTENCY_CONFLICT = -14,
   NOT_ENROLLED_HOST = -15,
+  DEVICE_LIMIT = -16,
 }
 
 -- Milliseconds from the Redis clock, so every coordinator process agrees on lease expiry.

@@ -136,7 +136,7 @@ async def test_bad_operator_reads(api: Api) -> None:
     ("POST", "/api/v1/tasks"),
 ])
 async def test_oversized_bodies_are_rejected(api_factory, method: str, path: str) -> None:  # type: ignore[no-untyped-def]
-    async with api_factory(max_body_bytes=1024) as api:
+    async with api_factory(max_body_bytes=1024, max_renew_body_bytes=1024) as api:
         await api.heartbeat("host-a", ["a1"])
         before = await _state(api)
         headers = Api.admin_headers if path.startswith("/api") else Api.host_headers("host-a")

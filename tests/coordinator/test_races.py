@@ -10,6 +10,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
+from coordinator.auth import HostPrincipal, token_digest
 from coordinator.errors import Conflict
 from coordinator.keys import Keys
 from coordinator.store import Store
@@ -27,13 +28,17 @@ def _snapshot(*device_ids: str) -> str:
     return SNAPSHOT % devices
 
 
+def _host(host_id: str) -> HostPrincipal:
+    return HostPrincipal(host_id, "static", token_digest(host_id + "-secret"))
+
+
 def _task(device_id: str, max_attempts: int = 3) -> dict[str, Any]:
     return {"id": "t_" + secrets.token_hex(8), "kind": "goal", "goal": "g", "max_steps": 5,
             "max_attempts": max_attempts, "target_device": device_id, "request_hash": "h"}
 
 
 async def _claim(store: Store, host: str) -> dict[str, Any]:
-    assignment = await store.claim(host, "", "l_" + secrets.token_hex(8), 30_000)
+    assignment = await store.claim(_host(host), "", "l_" + secrets.token_hex(8), 30_000)
     assert assignment is not None
     return assignment
 
@@ -47,13 +52,13 @@ async def _task_record(store: Store, task_id: str) -> dict[str, Any]:
 
 
 async def test_renew_racing_expiry_never_revives(store: Store) -> None:
-    await store.heartbeat("h1", "static", _snapshot("d1"))
+    await store.heartbeat(_host("h1"), _snapshot("d1"))
     for _ in range(20):
         task, _ = await store.create_task(_task("d1", max_attempts=100))
         assignment = await _claim(store, "h1")
         await _expire(store, assignment["lease_id"])
         renewal, sweep = await asyncio.gather(
-            store.renew("h1", assignment["lease_id"], task["id"], 1, 30_000, ""),
+            store.renew(_host("h1"), assignment["lease_id"], task["id"], 1, 30_000, ""),
             store.expire_leases(),
             return_exceptions=True,
         )
@@ -63,12 +68,12 @@ async def test_renew_racing_expiry_never_revives(store: Store) -> None:
         assert record["attempt"] == 2 and record["status"] in ("queued", "assigned")
         # clean the device for the next round: cancel attempt 2 and report it idle
         await store.cancel_task(task["id"])
-        await store.heartbeat("h1", "static", _snapshot())
-        await store.heartbeat("h1", "static", _snapshot("d1"))
+        await store.heartbeat(_host("h1"), _snapshot())
+        await store.heartbeat(_host("h1"), _snapshot("d1"))
 
 
 async def test_result_racing_expiry_has_one_winner(store: Store) -> None:
-    await store.heartbeat("h1", "static", _snapshot("d1"))
+    await store.heartbeat(_host("h1"), _snapshot("d1"))
     outcomes = set()
     for _ in range(20):
         task, _ = await store.create_task(_task("d1"))
@@ -76,7 +81,7 @@ async def test_result_racing_expiry_has_one_winner(store: Store) -> None:
         await _expire(store, assignment["lease_id"])
         report = '{"failure_reason":null,"metadata":{},"status":"succeeded"}'
         result, swept = await asyncio.gather(
-            store.record_result("h1", task["id"], 1, assignment["lease_id"], report),
+            store.record_result(_host("h1"), task["id"], 1, assignment["lease_id"], report),
             store.expire_leases(),
             return_exceptions=True,
         )
@@ -90,14 +95,14 @@ async def test_result_racing_expiry_has_one_winner(store: Store) -> None:
         else:
             assert swept == 0 and record["status"] == "succeeded" and record["attempt"] == 1
             outcomes.add("recorded")
-        await store.heartbeat("h1", "static", _snapshot())
-        await store.heartbeat("h1", "static", _snapshot("d1"))
+        await store.heartbeat(_host("h1"), _snapshot())
+        await store.heartbeat(_host("h1"), _snapshot("d1"))
     assert outcomes <= {"expired", "recorded"}
 
 
 async def test_two_reapers_sweeping_at_once(redis_client: aioredis.Redis, store: Store) -> None:
     devices = [f"d{i}" for i in range(30)]
-    await store.heartbeat("h1", "static", _snapshot(*devices))
+    await store.heartbeat(_host("h1"), _snapshot(*devices))
     tasks = [(await store.create_task(_task(d)))[0]["id"] for d in devices]
     leases = [(await _claim(store, "h1"))["lease_id"] for _ in devices]
     for lease_id in leases:
@@ -112,16 +117,16 @@ async def test_two_reapers_sweeping_at_once(redis_client: aioredis.Redis, store:
 
 async def test_concurrent_claims_hand_out_each_assignment_once(store: Store) -> None:
     devices = [f"d{i}" for i in range(40)]
-    await store.heartbeat("h1", "static", _snapshot(*devices))
+    await store.heartbeat(_host("h1"), _snapshot(*devices))
     created = {(await store.create_task(_task(d)))[0]["id"] for d in devices}
-    claims = await asyncio.gather(*(store.claim("h1", "", f"l_{i}", 30_000) for i in range(100)))
+    claims = await asyncio.gather(*(store.claim(_host("h1"), "", f"l_{i}", 30_000) for i in range(100)))
     claimed = [c["task_id"] for c in claims if c is not None]
     assert len(claimed) == len(created) and set(claimed) == created
 
 
 async def test_concurrent_task_creation_reserves_each_device_once(store: Store) -> None:
     devices = [f"d{i}" for i in range(10)]
-    await store.heartbeat("h1", "static", _snapshot(*devices))
+    await store.heartbeat(_host("h1"), _snapshot(*devices))
     selector = {"driver": "sim", "labels": "{}"}
     results = await asyncio.gather(*(
         store.create_task({"id": f"t_{i}", "kind": "goal", "goal": "g", "max_attempts": 1,

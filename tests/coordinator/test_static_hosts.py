@@ -70,7 +70,8 @@ async def test_legacy_host_reports_devices(api: Api) -> None:
         {"device_id": "a2", "driver": "sim", "status": "busy"},
     ])
     assert response.status_code == 200
-    assert response.json() == {"host_id": "host-a", "devices": 2, "heartbeat_interval_s": 15.0}
+    assert response.json() == {"host_id": "host-a", "devices": 2, "heartbeat_interval_s": 15, "draining": False}
+    assert isinstance(response.json()["heartbeat_interval_s"], int)
     pool = (await api.client.get("/api/v1/devices", headers=api.admin_headers)).json()["devices"]
     assert pool == [
         {"device_id": "a2", "host_id": "host-a", "driver": "sim", "status": "busy", "attributes": {},
