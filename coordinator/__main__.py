@@ -6,7 +6,6 @@ import argparse
 import logging
 import sys
 
-import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
@@ -25,18 +24,15 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"coordinator: invalid configuration: {exc}", file=sys.stderr)
         return 2
     from coordinator.app import create_app
+    from coordinator.server import raise_nofile, run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    raise_nofile()
     port = args.port if args.port is not None else settings.port
-    uvicorn.run(
-        create_app(settings),
-        host=args.host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
-    return 0
+    app = create_app(settings)
+    # The waiter is closed at the signal, so waiting polls answer 204 instead of holding the stop.
+    return run(app, host=args.host, port=port, header_timeout_s=settings.header_timeout_s,
+               on_exit=app.state.ctx.waiter.close)
 
 
 def main(argv: list[str] | None = None) -> int:

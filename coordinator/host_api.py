@@ -18,6 +18,7 @@ from starlette.responses import Response
 from coordinator.auth import HostPrincipal
 from coordinator.context import Context
 from coordinator.errors import ApiError, Conflict, InvalidRequest
+from coordinator.server import PEER_CLOSED
 from coordinator.validation import (
     canonical_json,
     clean_text,
@@ -109,6 +110,15 @@ async def _client_gone(request: Request) -> None:
             return
 
 
+def _client_left(request: Request, gone: asyncio.Future[None]) -> bool:
+    """Whether the client is gone: told by the server (``gone``), or found on the socket now,
+    where the server offers that (``coordinator/server.py``)."""
+    if gone.done():
+        return True
+    peer_closed = request.scope.get("extensions", {}).get(PEER_CLOSED)
+    return peer_closed is not None and peer_closed()
+
+
 def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
     view = {
         "task_id": assignment["task_id"],
@@ -151,9 +161,8 @@ async def claim(ctx: Context, request: Request) -> Response:
     event = waiter.register(host_id)
     gone = asyncio.ensure_future(_client_gone(request))
     try:
-        await asyncio.sleep(0)  # one turn of the loop: the watch sees a disconnect already queued
         while True:
-            if gone.done():
+            if _client_left(request, gone):
                 metrics.claims.inc("disconnected")
                 return Response(status_code=204)
             if waiter.closed:

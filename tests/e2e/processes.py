@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,11 +53,15 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 20.0
 
 
 @contextmanager
-def coordinator_process(env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def coordinator_process(
+    env: dict[str, str], log_path: Path | None = None,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A `python -m coordinator serve` process (run outside the checkout, so the installed
-    package is what runs); yields its base URL and the process."""
+    package is what runs); yields its base URL and the process. Its output goes to `log_path`
+    when given (for tests that read it), else to a temporary file."""
     port = free_port()
-    with tempfile.TemporaryDirectory() as cwd, tempfile.TemporaryFile() as log:
+    log_file = open(log_path, "w+b") if log_path is not None else tempfile.TemporaryFile()
+    with tempfile.TemporaryDirectory() as cwd, log_file as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "coordinator", "serve", "--host", "127.0.0.1", "--port", str(port)],
             env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,

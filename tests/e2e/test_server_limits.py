@@ -1,0 +1,184 @@
+"""The server layer of a real `python -m coordinator serve` process: abusive clients (a request
+head over 64 KiB, heads that never complete) and a graceful stop with long-polls waiting."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from coordinator.keys import Keys
+from tests.conftest import HOSTS, REAL_REDIS_URL, unique_prefix
+from tests.e2e.processes import coordinator_env, coordinator_process
+
+pytestmark = [pytest.mark.e2e]
+
+HEADER_TIMEOUT_S = 0.5
+
+
+def _delete_prefix(prefix: str) -> None:
+    client = redis.Redis.from_url(REAL_REDIS_URL)
+    client.delete(*[v for k, v in vars(Keys(prefix)).items() if k not in ("prefix", "wake_channel")])
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def coordinator() -> Iterator[str]:
+    prefix = unique_prefix()
+    with coordinator_process(coordinator_env(prefix, COORDINATOR_HEADER_TIMEOUT_S=HEADER_TIMEOUT_S)) as (url, _):
+        yield url
+    _delete_prefix(prefix)
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _read_until_closed(sock: socket.socket, timeout: float) -> bytes:
+    """Everything the server sends until it closes the connection; raises TimeoutError if it is
+    still open after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    received = b""
+    while True:
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return received
+        except TimeoutError:
+            raise TimeoutError(f"connection still open after {timeout} s") from None
+        if not chunk:
+            return received
+        received += chunk
+
+
+def _assert_431_or_nothing(response: bytes) -> None:
+    if not response:
+        return  # a closed connection is the contract's other answer
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 ")
+    assert b"content-type: application/json" in head.lower()
+    assert json.loads(body)["error"]["code"] == "request_header_too_large"
+
+
+def _healthz_seconds(url: str) -> float:
+    started = time.monotonic()
+    assert httpx.get(f"{url}/healthz", timeout=30).status_code == 200
+    return time.monotonic() - started
+
+
+def test_request_head_over_64_kib_gets_431_or_a_closed_connection(coordinator: str) -> None:
+    with _connect(coordinator) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 100 * 1024 + b"\r\n\r\n")
+        _assert_431_or_nothing(_read_until_closed(sock, timeout=5))
+    # The server is unharmed, and a head just under the limit is still served.
+    assert _healthz_seconds(coordinator) < 1
+    with _connect(coordinator) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Big: "
+                     + b"a" * 60 * 1024 + b"\r\n\r\n")
+        assert _read_until_closed(sock, timeout=5).startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize("sent", [b"", b"GET /healthz HTTP/1.1\r\nHost: t\r\n"], ids=["nothing", "partial head"])
+def test_connection_without_a_complete_head_is_closed_after_the_header_timeout(
+    coordinator: str, sent: bytes,
+) -> None:
+    with _connect(coordinator) as sock:
+        started = time.monotonic()
+        sock.sendall(sent)
+        assert _read_until_closed(sock, timeout=HEADER_TIMEOUT_S + 5) == b""
+        assert time.monotonic() - started >= HEADER_TIMEOUT_S * 0.9
+
+
+def test_sending_a_head_slowly_does_not_extend_the_header_timeout(coordinator: str) -> None:
+    with _connect(coordinator) as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        closed = False
+        while not closed and time.monotonic() - started < HEADER_TIMEOUT_S + 5:
+            try:
+                sock.sendall(b"X-Slow: 1\r\n")  # one header line every 50 ms, never the end
+                _read_until_closed(sock, timeout=0.05)
+                closed = True
+            except TimeoutError:
+                pass
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+        assert closed
+
+
+def test_client_streaming_a_huge_header_is_cut_off_without_stalling_healthz(coordinator: str) -> None:
+    sent = 0
+    attack_over = threading.Event()
+
+    def attack() -> None:
+        nonlocal sent
+        chunk = b"a" * 64 * 1024
+        try:
+            with _connect(coordinator) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: ")
+                deadline = time.monotonic() + 10
+                while sent < 256 * 1024 * 1024 and time.monotonic() < deadline:
+                    sock.sendall(chunk)
+                    sent += len(chunk)
+        except OSError:
+            pass  # the server closed the connection: what this test wants
+        finally:
+            attack_over.set()
+
+    attacker = threading.Thread(target=attack)
+    attacker.start()
+    latencies = []
+    while not attack_over.is_set() or not latencies:
+        latencies.append(_healthz_seconds(coordinator))
+    attacker.join()
+    # Cut off near the limit (plus what the kernel's socket buffers took), not read to the end.
+    assert sent < 32 * 1024 * 1024
+    assert max(latencies) < 2.0
+
+
+def test_sigterm_answers_waiting_polls_at_once_and_exits_0(tmp_path: Path) -> None:
+    prefix = unique_prefix()
+    log_path = tmp_path / "coordinator.log"
+    polls = 3
+    statuses: list[int] = []
+    answered_at: list[float] = []
+
+    def poll(url: str) -> None:
+        response = httpx.post(f"{url}/internal/v1/hosts/host-a/claim?wait_s=30",
+                              headers={"authorization": f"Bearer {HOSTS['host-a']}"}, timeout=40)
+        answered_at.append(time.monotonic())
+        statuses.append(response.status_code)
+
+    try:
+        with coordinator_process(coordinator_env(prefix), log_path=log_path) as (url, process):
+            threads = [threading.Thread(target=poll, args=(url,)) for _ in range(polls)]
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 10
+            while f"tether_waiting_polls {polls}.0".encode() not in httpx.get(f"{url}/metrics").content:
+                assert time.monotonic() < deadline, "the polls never started waiting"
+                time.sleep(0.02)
+            process.send_signal(signal.SIGTERM)
+            signalled_at = time.monotonic()
+            for thread in threads:
+                thread.join(10)
+            exit_code = process.wait(10)
+            exited_after = time.monotonic() - signalled_at
+    finally:
+        _delete_prefix(prefix)
+    assert statuses == [204] * polls
+    # At once, not after uvicorn's 5 s graceful timeout.
+    assert max(answered_at) - signalled_at < 2
+    assert exit_code == 0 and exited_after < 4
+    log = log_path.read_text()
+    assert "Exception in ASGI application" not in log and "Traceback" not in log
