@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from pydantic import SecretStr
@@ -45,10 +45,9 @@ def token_digest(secret: str) -> str:
 class HostPrincipal:
     host_id: str
     kind: str  # "static" or "enrolled"
-    digest: str  # SHA-256 of the credential it presented: what revocation is bound to
-
-    def __repr__(self) -> str:
-        return f"HostPrincipal(host_id={self.host_id!r}, kind={self.kind!r})"
+    # SHA-256 of the credential it presented: what revocation is bound to. Not a secret, but
+    # kept out of reprs and logs all the same.
+    digest: str = field(repr=False)
 
 
 def bearer_secret(request: Request) -> str:

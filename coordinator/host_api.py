@@ -1,8 +1,8 @@
 """The host API (/internal/v1/hosts/{host_id}/...): heartbeat, claim, renew, results.
 
 Each handler authorizes the caller for the path's host first, validates the whole body, then runs
-exactly one script. Validation runs inside ``Authenticator.parse_for``, so that a bad request from a credential
-revoked meanwhile (through any process) still gets the credential's 401 first.
+exactly one script. Validation runs inside ``Authenticator.parse_for``, so that a bad request from
+a credential revoked meanwhile (through any process) still gets the credential's 401 first.
 """
 
 from __future__ import annotations
