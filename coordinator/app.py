@@ -1,5 +1,5 @@
-"""The Starlette application: routes, the one error handler, and the lifespan that opens Redis
-and runs the wake-up listener and the reaper."""
+"""The Starlette application: the routes of ``routes.py``, the error boundary, and the lifespan
+that opens Redis and runs the wake-up listener and the reaper."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from coordinator import enrollment_api, host_api, operator_api, ops
 from coordinator.auth import Authenticator
 from coordinator.boundary import RequestBoundary, http_exception_handler
 from coordinator.context import Context
@@ -24,13 +23,13 @@ from coordinator.keys import Keys
 from coordinator.metrics import Metrics
 from coordinator.reaper import run_reaper
 from coordinator.redis_client import open_redis
+from coordinator.routes import ENDPOINTS, Handler
 from coordinator.settings import Settings
 from coordinator.store import Store
 from coordinator.waiter import ClaimWaiter
 
 log = logging.getLogger("coordinator")
 
-Handler = Callable[[Context, Request], Awaitable[Response]]
 ADMIN_TOKEN_MIN_CHARS = 32
 
 
@@ -78,30 +77,7 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
     def bind(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         return functools.partial(handler, ctx)
 
-    host = "/internal/v1/hosts/{host_id}"
-    routes = [
-        Route("/internal/v1/enroll", bind(enrollment_api.enroll), methods=["POST"]),
-        Route(f"{host}/devices/enroll", bind(enrollment_api.enroll_devices), methods=["POST"]),
-        Route(f"{host}/heartbeat", bind(host_api.heartbeat), methods=["PUT"]),
-        Route(f"{host}/claim", bind(host_api.claim), methods=["POST"]),
-        Route(f"{host}/leases/{{lease_id}}/renew", bind(host_api.renew), methods=["POST"]),
-        Route(f"{host}/results", bind(host_api.results), methods=["POST"]),
-        Route("/api/v1/tasks", bind(operator_api.create_task), methods=["POST"]),
-        Route("/api/v1/tasks", bind(operator_api.list_tasks), methods=["GET"]),
-        Route("/api/v1/tasks/{task_id}", bind(operator_api.get_task), methods=["GET"]),
-        Route("/api/v1/tasks/{task_id}/cancel", bind(operator_api.cancel_task), methods=["POST"]),
-        Route("/api/v1/devices", bind(operator_api.list_devices), methods=["GET"]),
-        Route("/api/v1/hosts", bind(operator_api.list_hosts), methods=["GET"]),
-        Route("/api/v1/hosts/{host_id}", bind(operator_api.get_host), methods=["GET"]),
-        Route("/api/v1/hosts/{host_id}/revoke", bind(enrollment_api.revoke_host), methods=["POST"]),
-        Route("/api/v1/enrollment-tokens", bind(enrollment_api.create_token), methods=["POST"]),
-        Route("/api/v1/enrollment-tokens", bind(enrollment_api.list_tokens), methods=["GET"]),
-        Route("/api/v1/enrollment-tokens/{token_id}", bind(enrollment_api.revoke_token), methods=["DELETE"]),
-        Route("/healthz", bind(ops.healthz), methods=["GET"]),
-        Route("/readyz", bind(ops.readyz), methods=["GET"]),
-        Route("/metrics", bind(ops.metrics), methods=["GET"]),
-        Route("/openapi.json", bind(ops.openapi), methods=["GET"]),
-    ]
+    routes = [Route(e.path, bind(e.handler), methods=[e.method]) for e in ENDPOINTS]
     # Every other exception reaches RequestBoundary, the one place errors become responses;
     # Starlette would answer routing errors (404, 405) in plain text without this handler.
     app = Starlette(routes=routes, lifespan=lifespan,

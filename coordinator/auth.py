@@ -31,7 +31,6 @@ from starlette.requests import Request
 from coordinator.errors import ApiError, Forbidden, Unauthorized
 from coordinator.keys import Keys
 
-HOST_TOKEN_MIN_CHARS = 32
 _CACHE_LIMIT = 100_000
 
 T = TypeVar("T")

@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coordinator.errors import ApiError, Internal, NotFound, Unavailable
+from coordinator.errors import ApiError, Internal, InvalidRequest, MethodNotAllowed, NotFound, Unavailable
 from coordinator.metrics import Metrics
 from coordinator.views import json_response
 
@@ -41,11 +41,6 @@ REDIS_UNAVAILABLE = (
 )
 # The metrics label is one of these, whatever a client sends as its method.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-
-
-class MethodNotAllowed(ApiError):
-    status_code = 405
-    code = "method_not_allowed"
 
 
 def request_id(scope: Scope) -> str:
@@ -76,9 +71,9 @@ def api_error_for(exc: BaseException, scope: Scope) -> ApiError:
             return error
         if exc.status_code == 404:
             return NotFound("no such path")
-        error = ApiError(str(exc.detail), code="http_error")
-        error.status_code = exc.status_code
-        return error
+        if exc.status_code < 500:
+            return InvalidRequest(str(exc.detail))
+        return Internal(str(exc.detail))
     rid = request_id(scope)
     if isinstance(exc, REDIS_UNAVAILABLE):
         log.warning("request %s: Redis unavailable (%s)", rid, type(exc).__name__)

@@ -12,11 +12,13 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
+
+import wire
 from starlette.responses import Response
 
-from coordinator.auth import HOST_TOKEN_MIN_CHARS, bearer_secret, token_digest
+from coordinator.auth import bearer_secret, token_digest
 from coordinator.context import Context
-from coordinator.errors import ApiError, Conflict, Forbidden, InvalidRequest, Unauthorized
+from coordinator.errors import ApiError, Forbidden, InvalidRequest, Unauthorized, device_limit
 from coordinator.operator_api import host_view_for
 from coordinator.validation import (
     canonical_json,
@@ -30,8 +32,6 @@ from coordinator.validation import (
 )
 from coordinator.views import iso_ms, json_response
 
-ENROLLMENT_TOKEN_PREFIX = "tet_"
-HOST_TOKEN_MAX_CHARS = 256
 MAX_TOKEN_TTL_S = 30 * 24 * 3600
 
 
@@ -58,7 +58,7 @@ async def create_token(ctx: Context, request: Request) -> Response:
     ttl_s = get_int(body, "ttl_s", default=3600, low=1, high=MAX_TOKEN_TTL_S)
     max_uses = get_int(body, "max_uses", default=1, low=1, high=100_000)
     labels = get_string_map(body, "labels")
-    secret = ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    secret = wire.ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = await ctx.store.create_enrollment_token(
         "et_" + secrets.token_hex(8), token_digest(secret), ttl_s * 1000, max_uses, canonical_json(labels)
     )
@@ -95,10 +95,9 @@ async def _parse_enroll(ctx: Context, request: Request) -> tuple[str, str, str, 
     body = await read_json(request, ctx.settings.max_body_bytes)
     enrollment_id = require_id(body.get("enrollment_id"), "enrollment_id")
     host_token = body.get("host_token")
-    if not isinstance(host_token, str) or not HOST_TOKEN_MIN_CHARS <= len(host_token) <= HOST_TOKEN_MAX_CHARS:
-        raise InvalidRequest(
-            f"host_token must be a string of {HOST_TOKEN_MIN_CHARS}..{HOST_TOKEN_MAX_CHARS} characters"
-        )
+    low, high = wire.HOST_TOKEN_MIN_CHARS, wire.HOST_TOKEN_MAX_CHARS
+    if not isinstance(host_token, str) or not low <= len(host_token) <= high:
+        raise InvalidRequest(f"host_token must be a string of {low}..{high} characters")
     hostname = get_str(body, "hostname", max_len=255) or ""
     return enrollment_id, host_token, hostname, canonical_json(get_string_map(body, "labels"))
 
@@ -125,7 +124,7 @@ async def _parse_devices(ctx: Context, request: Request) -> list[dict[str, str]]
     limit = ctx.settings.max_devices_per_host
     devices = body.get("devices")
     if isinstance(devices, list) and len(devices) > limit:
-        raise Conflict(f"a host may enroll at most {limit} devices", code="device_limit")
+        raise device_limit(limit)
     return [
         {
             "local_id": local_id,

@@ -5,6 +5,7 @@
      ├── Unauthorized      401    unauthorized (one body for every bad credential)
      ├── Forbidden         403    forbidden
      ├── NotFound          404    not_found
+     ├── MethodNotAllowed  405    method_not_allowed (with Allow)
      ├── Conflict          409    the contract's conflict codes (lease_expired, result_conflict, ...)
      ├── PayloadTooLarge   413    payload_too_large
      ├── Unavailable       503    unavailable (Redis unreachable), with Retry-After
@@ -18,10 +19,12 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
+from wire import ErrorCode
+
 
 class ApiError(Exception):
     status_code = 500
-    code = "internal"
+    code: str = ErrorCode.INTERNAL.value
     headers: dict[str, str] | None = None
 
     def __init__(self, message: str, *, code: str | None = None, details: Any = None) -> None:
@@ -40,12 +43,12 @@ class ApiError(Exception):
 
 class InvalidRequest(ApiError):
     status_code = 400
-    code = "invalid_request"
+    code = ErrorCode.INVALID_REQUEST.value
 
 
 class Unauthorized(ApiError):
     status_code = 401
-    code = "unauthorized"
+    code = ErrorCode.UNAUTHORIZED.value
 
     def __init__(self) -> None:
         # Deliberately one message for every case, so a caller learns nothing from it.
@@ -54,32 +57,41 @@ class Unauthorized(ApiError):
 
 class Forbidden(ApiError):
     status_code = 403
-    code = "forbidden"
+    code = ErrorCode.FORBIDDEN.value
 
 
 class NotFound(ApiError):
     status_code = 404
-    code = "not_found"
+    code = ErrorCode.NOT_FOUND.value
 
 
 class Conflict(ApiError):
     status_code = 409
 
 
+class MethodNotAllowed(ApiError):
+    status_code = 405
+    code = ErrorCode.METHOD_NOT_ALLOWED.value
+
+
+def device_limit(limit: int) -> Conflict:
+    return Conflict(f"a host may have at most {limit} devices", code=ErrorCode.DEVICE_LIMIT.value)
+
+
 class PayloadTooLarge(ApiError):
     status_code = 413
-    code = "payload_too_large"
+    code = ErrorCode.PAYLOAD_TOO_LARGE.value
 
 
 class Unavailable(ApiError):
     status_code = 503
-    code = "unavailable"
+    code = ErrorCode.UNAVAILABLE.value
     headers = {"Retry-After": "1"}
 
 
 class Internal(ApiError):
     status_code = 500
-    code = "internal"
+    code = ErrorCode.INTERNAL.value
 
 
 class ScriptError(IntEnum):
@@ -133,4 +145,4 @@ def error_for(code: int, detail: Any = None) -> ApiError:
         ScriptError.UNKNOWN_DEVICE,
         ScriptError.DRIVER_CONFLICT,
     ) else None
-    return Conflict(_CONFLICT_MESSAGES[failure], code=failure.name.lower(), details=details)
+    return Conflict(_CONFLICT_MESSAGES[failure], code=ErrorCode[failure.name].value, details=details)

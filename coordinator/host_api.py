@@ -13,11 +13,13 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
+
+import wire
 from starlette.responses import Response
 
 from coordinator.auth import HostPrincipal
 from coordinator.context import Context
-from coordinator.errors import ApiError, Conflict, InvalidRequest
+from coordinator.errors import ApiError, InvalidRequest, device_limit
 from coordinator.server import PEER_CLOSED
 from coordinator.validation import (
     canonical_json,
@@ -32,9 +34,8 @@ from coordinator.validation import (
 )
 from coordinator.views import iso_ms, json_response
 
-DEVICE_STATUSES = ("available", "busy", "unavailable")
-RESULT_STATUSES = ("succeeded", "failed", "cancelled")
-PROGRESS_FIELDS = frozenset({"step_index", "status", "summary"})
+_DEVICE_STATUSES = wire.values(wire.DeviceStatus)
+_RESULT_STATUSES = wire.values(wire.ResultStatus)
 
 
 async def _authorize(ctx: Context, request: Request) -> HostPrincipal:
@@ -48,12 +49,12 @@ async def _authorize(ctx: Context, request: Request) -> HostPrincipal:
 def parse_snapshot(body: dict[str, Any], max_devices: int) -> list[dict[str, str]]:
     devices = body.get("devices")
     if isinstance(devices, list) and len(devices) > max_devices:
-        raise Conflict(f"a host may report at most {max_devices} devices", code="device_limit")
+        raise device_limit(max_devices)
     parsed: list[dict[str, str]] = []
     for device_id, entry in unique_entries(body, "devices", "device_id", low=0, high=max_devices):
         status = entry.get("status")
-        if status not in DEVICE_STATUSES:
-            raise InvalidRequest(f"status must be one of {', '.join(DEVICE_STATUSES)}")
+        if status not in _DEVICE_STATUSES:
+            raise InvalidRequest(f"status must be one of {', '.join(_DEVICE_STATUSES)}")
         parsed.append({
             "device_id": device_id,
             "driver": require_id(entry.get("driver"), "driver"),
@@ -191,31 +192,31 @@ async def claim(ctx: Context, request: Request) -> Response:
 # -- renew ---------------------------------------------------------------------------------
 
 
-def parse_progress(body: dict[str, Any], max_chars: int) -> tuple[str, str]:
+def parse_progress(body: dict[str, Any], max_chars: int) -> tuple[wire.ProgressOutcome, str]:
     """(outcome, JSON to store or ""): a bad progress field never fails the renewal."""
     if "progress" not in body or body["progress"] is None:
-        return "omitted", ""
+        return wire.ProgressOutcome.OMITTED, ""
     progress = body["progress"]
-    if not isinstance(progress, dict) or set(progress) - PROGRESS_FIELDS:
-        return "rejected", ""
+    if not isinstance(progress, dict) or set(progress) - wire.PROGRESS_FIELDS:
+        return wire.ProgressOutcome.REJECTED, ""
     step_index = progress.get("step_index")
     status = progress.get("status")
     summary = progress.get("summary", "")
     if (
         isinstance(step_index, bool) or not isinstance(step_index, int) or not 0 <= step_index < 2**31
-        or not isinstance(status, str) or not 0 < len(status) <= 32
+        or not isinstance(status, str) or not 0 < len(status) <= wire.PROGRESS_STATUS_MAX_CHARS
         or not isinstance(summary, str)
     ):
-        return "rejected", ""
+        return wire.ProgressOutcome.REJECTED, ""
     status, summary = clean_text(status), clean_text(summary)
-    outcome = "stored"
+    outcome = wire.ProgressOutcome.STORED
     if len(summary) > max_chars:
         summary = summary[:max_chars]
-        outcome = "truncated"
+        outcome = wire.ProgressOutcome.TRUNCATED
     return outcome, canonical_json({"step_index": step_index, "status": status, "summary": summary})
 
 
-async def _parse_renew(ctx: Context, request: Request) -> tuple[str, str, int, str, str]:
+async def _parse_renew(ctx: Context, request: Request) -> tuple[str, str, int, wire.ProgressOutcome, str]:
     """Lease id, task id, attempt, progress outcome and progress JSON."""
     lease_id = require_id(request.path_params["lease_id"], "lease_id")
     # Progress is judged by parse_progress alone (a bad one is "rejected", never a failed
@@ -258,9 +259,9 @@ async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, 
     lease_id = require_id(body.get("lease_id"), "lease_id")
     attempt = get_int(body, "attempt", low=1, required=True)
     status = body.get("status")
-    if status not in RESULT_STATUSES:
-        raise InvalidRequest(f"status must be one of {', '.join(RESULT_STATUSES)}")
-    failure_reason = get_str(body, "failure_reason", max_len=256)
+    if status not in _RESULT_STATUSES:
+        raise InvalidRequest(f"status must be one of {', '.join(_RESULT_STATUSES)}")
+    failure_reason = get_str(body, "failure_reason", max_len=wire.FAILURE_REASON_MAX_CHARS)
     metadata = get_object(body, "metadata")
     report = canonical_json({"status": status, "failure_reason": failure_reason, "metadata": metadata})
     return task_id, lease_id, attempt, status, report  # type: ignore[return-value]

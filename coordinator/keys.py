@@ -46,6 +46,11 @@ class Keys:
         # pub/sub channel (not a key): host ids with new assignments
         self.wake_channel = p + "wake"
 
+    def all(self) -> list[str]:
+        """Every key of the deployment (the wake-up channel is not a key): for cleanup and
+        inspection, never for a hot path."""
+        return [v for name, v in vars(self).items() if name not in ("prefix", "wake_channel")]
+
     @property
     def scheduling(self) -> list[str]:
         """KEYS[1..9] of every script that includes lua/includes/schedule.lua, in its order."""

@@ -8,10 +8,12 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
+
+import wire
 from starlette.responses import Response
 
 from coordinator.context import Context
-from coordinator.errors import Conflict, InvalidRequest, NotFound
+from coordinator.errors import InvalidRequest, NotFound
 from coordinator.validation import (
     canonical_json,
     get_int,
@@ -23,8 +25,7 @@ from coordinator.validation import (
 )
 from coordinator.views import device_view, iso_ms, json_response, task_view
 
-TASK_STATUSES = ("queued", "assigned", "running", "succeeded", "failed", "cancelled")
-MAX_GOAL_CHARS = 4000
+_TASK_STATUSES = wire.values(wire.TaskStatus)
 
 
 def parse_task(body: dict[str, Any]) -> dict[str, Any]:
@@ -32,7 +33,7 @@ def parse_task(body: dict[str, Any]) -> dict[str, Any]:
     kind = body.get("kind")
     task: dict[str, Any] = {"kind": kind}
     if kind == "goal":
-        task["goal"] = get_str(body, "goal", max_len=MAX_GOAL_CHARS, required=True)
+        task["goal"] = get_str(body, "goal", max_len=wire.MAX_GOAL_CHARS, required=True)
         task["max_steps"] = get_int(body, "max_steps", default=30, low=1, high=10_000)
     elif kind == "workflow":
         workflow = body.get("workflow")
@@ -86,8 +87,8 @@ async def list_tasks(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
     params = request.query_params
     status = params.get("status")
-    if status is not None and status not in TASK_STATUSES:
-        raise InvalidRequest(f"status must be one of {', '.join(TASK_STATUSES)}")
+    if status is not None and status not in _TASK_STATUSES:
+        raise InvalidRequest(f"status must be one of {', '.join(_TASK_STATUSES)}")
     try:
         limit = int(params.get("limit", "50"))
         cursor = int(params["cursor"]) if "cursor" in params else None
@@ -106,10 +107,7 @@ async def list_tasks(ctx: Context, request: Request) -> Response:
 async def cancel_task(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
     task_id = require_id(request.path_params["task_id"], "task_id")
-    try:
-        task = await ctx.store.cancel_task(task_id)
-    except Conflict as exc:
-        raise Conflict("the task has already finished", code=exc.code) from None
+    task = await ctx.store.cancel_task(task_id)
     return json_response(task_view(task, None))
 
 

@@ -1,4 +1,4 @@
-"""Operations endpoints: liveness, readiness, metrics, the OpenAPI document."""
+"""Operations endpoints: liveness, readiness, metrics (the OpenAPI document is in routes.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from coordinator.context import Context
-from coordinator.openapi import openapi_document
 from coordinator.views import json_response
 
 
@@ -31,7 +30,3 @@ async def readyz(ctx: Context, request: Request) -> Response:
 
 async def metrics(ctx: Context, request: Request) -> Response:
     return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-
-async def openapi(ctx: Context, request: Request) -> Response:
-    return json_response(openapi_document())

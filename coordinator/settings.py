@@ -7,6 +7,8 @@ import math
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+import wire
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="COORDINATOR_", extra="ignore")
@@ -21,7 +23,7 @@ class Settings(BaseSettings):
     host_offline_after_s: float = Field(default=45.0, gt=0)
     claim_wait_default_s: float = Field(default=25.0, ge=0)
     claim_wait_max_s: float = Field(default=60.0, ge=0)
-    progress_summary_max_chars: int = Field(default=500, gt=0)
+    progress_summary_max_chars: int = Field(default=wire.PROGRESS_SUMMARY_MAX_CHARS, gt=0)
     # Renewals may carry a screenshot pushed into progress by a careless agent: read it, reject
     # the progress and still renew, rather than fail the renewal with 413.
     max_renew_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
@@ -38,10 +40,8 @@ class Settings(BaseSettings):
     @field_validator("static_hosts")
     @classmethod
     def _host_ids_valid(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        from coordinator.validation import is_valid_id
-
         for host_id in value:
-            if not is_valid_id(host_id):
+            if not wire.is_valid_id(host_id):
                 raise ValueError(f"static host id {host_id!r} is not a valid id")
         return value
 

@@ -11,21 +11,18 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
+import wire
+
 from coordinator.errors import InvalidRequest, PayloadTooLarge
 
-_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-MAX_JSON_DEPTH = 32
+MAX_JSON_DEPTH = wire.MAX_JSON_DEPTH
 # C0 control characters, tab and newline aside: never stored (they corrupt terminals and logs).
 _C0 = re.compile("[\x00-\x08\x0b-\x1f]")
 _C0_TABLE = dict.fromkeys([*range(0, 9), *range(11, 32)])
 
 
-def is_valid_id(value: object) -> bool:
-    return isinstance(value, str) and _ID.fullmatch(value) is not None
-
-
 def require_id(value: object, field: str) -> str:
-    if not is_valid_id(value):
+    if not wire.is_valid_id(value):
         raise InvalidRequest(f"{field} must be 1..128 characters of [A-Za-z0-9._:-]")
     return value  # type: ignore[return-value]
 

@@ -10,7 +10,9 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-TERMINAL = ("succeeded", "failed", "cancelled")
+import wire
+
+TERMINAL = frozenset(status.value for status in wire.TERMINAL_STATUSES)
 
 
 def json_response(content: Any, status_code: int = 200) -> Response:

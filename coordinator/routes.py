@@ -1,0 +1,90 @@
+"""The route table: every endpoint of the contract once, with what the OpenAPI document says of it.
+
+``app.py`` builds the Starlette routes from it and ``/openapi.json`` is generated from it, so a
+route cannot exist without being documented, nor be documented without existing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from coordinator import enrollment_api, host_api, operator_api, ops
+from coordinator.context import Context
+from coordinator.openapi import openapi_document
+from coordinator.views import json_response
+
+Handler = Callable[[Context, Request], Awaitable[Response]]
+
+HOST = "/internal/v1/hosts/{host_id}"
+_HOST_ERRORS: dict[int, str | None] = {400: "Error", 401: "Error", 403: "Error", 413: "Error"}
+_ADMIN_ERRORS: dict[int, str | None] = {401: "Error"}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    security: str | None  # the bearer principal: "host", "admin", "enrollment", or None
+    request: str | None = None  # schema name of the JSON body
+    responses: dict[int, str | None] = field(default_factory=dict)  # status -> schema name
+
+
+async def _openapi(ctx: Context, request: Request) -> Response:
+    return json_response(_document())
+
+
+ENDPOINTS: list[Endpoint] = [
+    Endpoint("POST", "/internal/v1/enroll", enrollment_api.enroll, "Enroll a managed host", "enrollment",
+             "Enroll", {200: "Enrolled", 201: "Enrolled", 400: "Error", 401: "Error", 409: "Error", 413: "Error"}),
+    Endpoint("POST", f"{HOST}/devices/enroll", enrollment_api.enroll_devices, "Enroll local devices", "host",
+             "DeviceEnroll", {200: "DeviceEnroll", 409: "Error", **_HOST_ERRORS}),
+    Endpoint("PUT", f"{HOST}/heartbeat", host_api.heartbeat, "Heartbeat with the complete device snapshot",
+             "host", "Heartbeat", {200: None, 409: "Error", **_HOST_ERRORS}),
+    Endpoint("POST", f"{HOST}/claim", host_api.claim, "Long-poll for one assignment", "host", "Claim",
+             {200: "Assignment", 204: None, **_HOST_ERRORS}),
+    Endpoint("POST", f"{HOST}/leases/{{lease_id}}/renew", host_api.renew, "Renew a lease, with progress",
+             "host", "Renew", {200: "Renewed", 409: "Error", **_HOST_ERRORS}),
+    Endpoint("POST", f"{HOST}/results", host_api.results, "Report a terminal result (idempotent)", "host",
+             "Result", {200: "Recorded", 409: "Error", **_HOST_ERRORS}),
+    Endpoint("POST", "/api/v1/tasks", operator_api.create_task, "Create a task", "admin", "TaskCreate",
+             {200: "Task", 201: "Task", 400: "Error", 409: "Error", 413: "Error", **_ADMIN_ERRORS}),
+    Endpoint("GET", "/api/v1/tasks", operator_api.list_tasks, "List tasks, newest first", "admin", None,
+             {200: "TaskPage", 400: "Error", **_ADMIN_ERRORS}),
+    Endpoint("GET", "/api/v1/tasks/{task_id}", operator_api.get_task, "Get a task", "admin", None,
+             {200: "Task", 404: "Error", **_ADMIN_ERRORS}),
+    Endpoint("POST", "/api/v1/tasks/{task_id}/cancel", operator_api.cancel_task, "Cancel a task", "admin",
+             None, {200: "Task", 404: "Error", 409: "Error", **_ADMIN_ERRORS}),
+    Endpoint("GET", "/api/v1/devices", operator_api.list_devices, "The aggregated device pool", "admin",
+             None, {200: "Devices", **_ADMIN_ERRORS}),
+    Endpoint("GET", "/api/v1/hosts", operator_api.list_hosts, "List hosts", "admin", None,
+             {200: "Hosts", **_ADMIN_ERRORS}),
+    Endpoint("GET", "/api/v1/hosts/{host_id}", operator_api.get_host, "Get a host", "admin", None,
+             {200: "Host", 404: "Error", **_ADMIN_ERRORS}),
+    Endpoint("POST", "/api/v1/hosts/{host_id}/revoke", enrollment_api.revoke_host, "Revoke a host", "admin",
+             None, {200: "Host", 404: "Error", **_ADMIN_ERRORS}),
+    Endpoint("POST", "/api/v1/enrollment-tokens", enrollment_api.create_token,
+             "Create an enrollment token (secret shown once)", "admin", "TokenCreate",
+             {201: "TokenCreated", 400: "Error", **_ADMIN_ERRORS}),
+    Endpoint("GET", "/api/v1/enrollment-tokens", enrollment_api.list_tokens,
+             "List enrollment tokens (never the secret)", "admin", None, {200: "Tokens", **_ADMIN_ERRORS}),
+    Endpoint("DELETE", "/api/v1/enrollment-tokens/{token_id}", enrollment_api.revoke_token,
+             "Revoke an enrollment token", "admin", None, {200: None, 404: "Error", **_ADMIN_ERRORS}),
+    Endpoint("GET", "/healthz", ops.healthz, "Process is up", None, None, {200: None}),
+    Endpoint("GET", "/readyz", ops.readyz, "Redis reachable and scripts loaded", None, None,
+             {200: None, 503: None}),
+    Endpoint("GET", "/metrics", ops.metrics, "Prometheus metrics", None, None, {200: None}),
+    Endpoint("GET", "/openapi.json", _openapi, "This document", None, None, {200: None}),
+]
+
+
+@lru_cache(maxsize=1)
+def _document() -> dict[str, Any]:
+    return openapi_document(ENDPOINTS)

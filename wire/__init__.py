@@ -1,0 +1,113 @@
+"""The wire vocabulary of Tether's HTTP contract (PROTOCOL.md), defined once.
+
+Status names, the id grammar, the limits a client must respect and the error codes. The
+coordinator validates and answers with these, the agent's protocol client and the ``tether``
+operator client speak them, and the OpenAPI document is built from them. It imports nothing of
+the project, so ``coordinator/``, ``agent/`` and ``tether/`` can each depend on it without
+depending on one another. The Lua scripts mirror the status names and error codes; a test keeps
+them equal.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+
+class TaskStatus(str, Enum):
+    QUEUED = "queued"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+
+
+class ResultStatus(str, Enum):
+    """What a host may report as an attempt's outcome."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class DeviceStatus(str, Enum):
+    AVAILABLE = "available"
+    BUSY = "busy"
+    UNAVAILABLE = "unavailable"
+
+
+class TaskKind(str, Enum):
+    GOAL = "goal"
+    WORKFLOW = "workflow"
+
+
+class ProgressOutcome(str, Enum):
+    """What a renewal did with the progress it carried."""
+
+    STORED = "stored"
+    OMITTED = "omitted"
+    TRUNCATED = "truncated"
+    REJECTED = "rejected"
+
+
+def values(enum: type[Enum]) -> tuple[str, ...]:
+    """The wire strings of an enum, in declaration order."""
+    return tuple(member.value for member in enum)
+
+
+# Ids: host, device, local device, task, lease, enrollment, claim, workflow name.
+ID_PATTERN = r"[A-Za-z0-9._:-]{1,128}"
+_ID = re.compile(ID_PATTERN)
+
+
+def is_valid_id(value: object) -> bool:
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
+
+
+# Progress carried by a renewal: these fields only, the summary cut to the coordinator's bound
+# (COORDINATOR_PROGRESS_SUMMARY_MAX_CHARS, this by default), the status short.
+PROGRESS_FIELDS = frozenset({"step_index", "status", "summary"})
+PROGRESS_SUMMARY_MAX_CHARS = 500
+PROGRESS_STATUS_MAX_CHARS = 32
+
+MAX_JSON_DEPTH = 32
+MAX_GOAL_CHARS = 4000
+FAILURE_REASON_MAX_CHARS = 256
+HOST_TOKEN_MIN_CHARS = 32
+HOST_TOKEN_MAX_CHARS = 256
+ENROLLMENT_TOKEN_PREFIX = "tet_"
+
+
+class ErrorCode(str, Enum):
+    """Every ``error.code`` the contract names."""
+
+    INVALID_REQUEST = "invalid_request"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    REQUEST_HEADER_TOO_LARGE = "request_header_too_large"
+    INTERNAL = "internal"
+    UNAVAILABLE = "unavailable"
+    # conflicts (409)
+    LEASE_EXPIRED = "lease_expired"
+    LEASE_REPLACED = "lease_replaced"
+    LEASE_NOT_OWNED = "lease_not_owned"
+    STALE_ATTEMPT = "stale_attempt"
+    RESULT_CONFLICT = "result_conflict"
+    DEVICE_CONFLICT = "device_conflict"
+    UNKNOWN_DEVICE = "unknown_device"
+    DRIVER_CONFLICT = "driver_conflict"
+    DEVICE_LIMIT = "device_limit"
+    TASK_TERMINAL = "task_terminal"
+    ENROLLMENT_CONFLICT = "enrollment_conflict"
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
