@@ -46,6 +46,21 @@ class Keys:
         # pub/sub channel (not a key): host ids with new assignments
         self.wake_channel = p + "wake"
 
+    # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
+    # joined by NUL, sequence numbers zero-padded so lexicographic order is age order.
+
+    @staticmethod
+    def status_range(status: str, before_seq: int | None = None) -> tuple[str, str]:
+        """ZREVRANGEBYLEX bounds (high, low) of ``tasks_by_status`` for one status, newest
+        first, below ``before_seq`` when given."""
+        high = f"({status}\0{before_seq:016d}\0" if before_seq is not None else f"({status}\1"
+        return high, f"[{status}\0"
+
+    @staticmethod
+    def member_task_id(member: bytes) -> bytes:
+        """The task id that ends an index member."""
+        return member.rsplit(b"\0", 1)[1]
+
     def all(self) -> list[str]:
         """Every key of the deployment (the wake-up channel is not a key): for cleanup and
         inspection, never for a hot path."""

@@ -16,10 +16,6 @@ from coordinator.keys import Keys
 from coordinator.scripts import Script, load_scripts
 
 
-def _pad(seq: int) -> str:
-    return f"{seq:016d}"
-
-
 def _clock_ms(clock: tuple[int, int]) -> int:
     seconds, micros = clock
     return int(seconds) * 1000 + int(micros) // 1000
@@ -214,9 +210,9 @@ class Store:
             high = f"({cursor}" if cursor is not None else "+inf"
             ids = await self.redis.zrevrangebyscore(k.tasks_by_seq, high, "-inf", start=0, num=limit)
         else:
-            high = f"({status}\0{_pad(cursor)}\0" if cursor is not None else f"({status}\1"
-            members = await self.redis.zrevrangebylex(k.tasks_by_status, high, f"[{status}\0", start=0, num=limit)
-            ids = [m.rsplit(b"\0", 1)[1] for m in members]
+            high, low = k.status_range(status, cursor)
+            members = await self.redis.zrevrangebylex(k.tasks_by_status, high, low, start=0, num=limit)
+            ids = [k.member_task_id(m) for m in members]
         if not ids:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:

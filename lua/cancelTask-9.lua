@@ -15,24 +15,25 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
 local taskId = ARGV[3]
 
-local task = getJson(K.tasks, taskId)
+local task = getJson(S.tasks, taskId)
 if not task then
   return {E.NOT_FOUND}
 end
 local now = nowMs()
 local previous = task.status
 if previous == 'queued' then
-  unqueueTask(task)
+  unqueueTask(S, task)
 elseif previous == 'assigned' then
-  rcall('ZREM', K.assigned, task.host_id .. '\0' .. pad(task.seq) .. '\0' .. task.id)
-  releaseDevice(task, now, false)
+  rcall('ZREM', S.assigned, assignedMember(task))
+  releaseDevice(S, task, now, false)
 elseif previous == 'running' then
   if not task.cancel_requested then
     task.cancel_requested = true
     task.updated_at = now
-    saveTask(task, previous)
+    saveTask(S, task, previous)
   end
   return {0, cjson.encode(task)}
 elseif previous == 'cancelled' then
@@ -44,5 +45,5 @@ task.status = 'cancelled'
 task.failure_reason = 'cancelled'
 task.finished_at = now
 task.updated_at = now
-saveTask(task, previous)
+saveTask(S, task, previous)
 return {0, cjson.encode(task)}

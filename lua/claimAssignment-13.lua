@@ -28,6 +28,7 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
 local leasesKey = KEYS[10]
 local deadlinesKey = KEYS[11]
 local claimsKey = KEYS[12]
@@ -42,12 +43,12 @@ if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
 end
 
-local claimField = hostId .. '\0' .. claimId
+local claimField = indexMember(hostId, claimId)
 if claimId ~= '' then
   local earlier = rcall('HGET', claimsKey, claimField)
   if earlier then
     local assignment = cjson.decode(earlier)
-    local leased = getJson(K.tasks, assignment.task_id)
+    local leased = getJson(S.tasks, assignment.task_id)
     local deadline = rcall('ZSCORE', deadlinesKey, assignment.lease_id)
     local now = nowMs()
     if not leased or leased.status ~= 'running' or leased.lease_id ~= assignment.lease_id
@@ -63,20 +64,21 @@ if claimId ~= '' then
   end
 end
 
-local member = rcall('ZRANGEBYLEX', K.assigned, '[' .. hostId .. '\0', '(' .. hostId .. '\1', 'LIMIT', 0, 1)[1]
+local low, high = prefixRange(hostId)
+local member = rcall('ZRANGEBYLEX', S.assigned, low, high, 'LIMIT', 0, 1)[1]
 if not member then
   return {0, false}
 end
-rcall('ZREM', K.assigned, member)
+rcall('ZREM', S.assigned, member)
 
 local now = nowMs()
-local task = getJson(K.tasks, splitMember(member)[3])
+local task = getJson(S.tasks, splitMember(member)[3])
 local previous = task.status
 task.status = 'running'
 task.lease_id = leaseId
 task.started_at = now
 task.updated_at = now
-saveTask(task, previous)
+saveTask(S, task, previous)
 
 local lease = {task_id = task.id, host_id = hostId, attempt = task.attempt, device_id = task.device_id}
 if claimId ~= '' then

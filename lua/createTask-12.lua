@@ -19,6 +19,7 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
 local seqKey = KEYS[10]
 local bySeqKey = KEYS[11]
 local idempotencyKey = KEYS[12]
@@ -29,7 +30,7 @@ local now = nowMs()
 if task.idempotency_key then
   local existingId = rcall('HGET', idempotencyKey, task.idempotency_key)
   if existingId then
-    local existing = getJson(K.tasks, existingId)
+    local existing = getJson(S.tasks, existingId)
     if existing.request_hash ~= task.request_hash then
       return {E.IDEMPOTENCY_CONFLICT, existingId}
     end
@@ -44,6 +45,6 @@ task.attempt = 1
 task.created_at = now
 task.updated_at = now
 rcall('ZADD', bySeqKey, task.seq, task.id)
-saveTask(task, nil)
-placeTask(task, now)
-return {0, rcall('HGET', K.tasks, task.id), 1}
+saveTask(S, task, nil)
+placeTask(S, task, now)
+return {0, rcall('HGET', S.tasks, task.id), 1}

@@ -43,7 +43,7 @@ end
 local existing = {}
 local added = 0
 for i, device in ipairs(devices) do
-  local mapped = getJson(localKey, hostId .. '\0' .. device.local_id)
+  local mapped = getJson(localKey, indexMember(hostId, device.local_id))
   if mapped and mapped.driver ~= device.driver then
     return {E.DRIVER_CONFLICT, device.local_id}
   end
@@ -68,7 +68,7 @@ for i, device in ipairs(devices) do
     deviceId = existing[i].device_id
   else
     deviceId = device.new_id
-    putJson(localKey, hostId .. '\0' .. device.local_id, {device_id = deviceId, driver = device.driver})
+    putJson(localKey, indexMember(hostId, device.local_id), {device_id = deviceId, driver = device.driver})
     putJson(enrolledKey, deviceId, {
       host_id = hostId, local_id = device.local_id, driver = device.driver, attributes = device.attributes,
     })

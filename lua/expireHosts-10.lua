@@ -17,12 +17,13 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
 local snapshotsKey = KEYS[10]
 local limit = tonumber(ARGV[3])
 
 local now = nowMs()
-local stale = rcall('ZRANGEBYSCORE', K.online, '-inf', now - offlineAfterMs, 'LIMIT', 0, limit)
+local stale = rcall('ZRANGEBYSCORE', S.online, '-inf', now - S.offlineAfterMs, 'LIMIT', 0, limit)
 for _, hostId in ipairs(stale) do
-  detachHost(hostId, getJson(snapshotsKey, hostId), now, false)
+  detachHost(S, hostId, getJson(snapshotsKey, hostId), now, false)
 end
 return {0, #stale}

@@ -20,6 +20,7 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
 local leasesKey = KEYS[10]
 local deadlinesKey = KEYS[11]
 local progressKey = KEYS[12]
@@ -30,7 +31,7 @@ local due = rcall('ZRANGEBYSCORE', deadlinesKey, '-inf', now, 'LIMIT', 0, limit)
 for _, leaseId in ipairs(due) do
   rcall('ZREM', deadlinesKey, leaseId)
   local lease = getJson(leasesKey, leaseId)
-  local task = lease and getJson(K.tasks, lease.task_id)
+  local task = lease and getJson(S.tasks, lease.task_id)
   if task and task.status == 'running' and task.lease_id == leaseId then
     rcall('HDEL', progressKey, task.id)
     local previous = task.status
@@ -39,17 +40,17 @@ for _, leaseId in ipairs(due) do
       task.status = 'cancelled'
       task.failure_reason = 'lease_expired'
       task.finished_at = now
-      saveTask(task, previous)
-      releaseDevice(task, now, false)
+      saveTask(S, task, previous)
+      releaseDevice(S, task, now, false)
     elseif task.attempt >= task.max_attempts then
       task.status = 'failed'
       task.failure_reason = 'lease_expired'
       task.finished_at = now
-      saveTask(task, previous)
-      releaseDevice(task, now, false)
+      saveTask(S, task, previous)
+      releaseDevice(S, task, now, false)
     else
       task.attempt = task.attempt + 1
-      requeueTask(task, now)
+      requeueTask(S, task, now)
     end
   end
 end

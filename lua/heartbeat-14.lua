@@ -30,6 +30,7 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
 local hostsKey = KEYS[10]
 local seenKey = KEYS[11]
 local snapshotsKey = KEYS[12]
@@ -44,10 +45,10 @@ if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
 end
 local now = nowMs()
-local wasOnline = hostOnline(hostId, now)
+local wasOnline = hostOnline(S, hostId, now)
 local previousJson = rcall('HGET', snapshotsKey, hostId)
 if wasOnline and previousJson == snapshotJson then
-  rcall('ZADD', K.online, now, hostId)
+  rcall('ZADD', S.online, now, hostId)
   rcall('ZADD', seenKey, now, hostId)
   return {0}
 end
@@ -67,8 +68,8 @@ for _, reported in ipairs(snapshot.devices) do
     if enrolled then
       return {E.DEVICE_CONFLICT, id}
     end
-    local current = getJson(K.devices, id)
-    if current and current.host_id ~= hostId and hostOnline(current.host_id, now) then
+    local current = getJson(S.devices, id)
+    if current and current.host_id ~= hostId and hostOnline(S, current.host_id, now) then
       return {E.DEVICE_CONFLICT, id}
     end
   end
@@ -100,14 +101,14 @@ end
 if previousJson then
   for _, old in ipairs(cjson.decode(previousJson).devices) do
     local id = old.device_id
-    local current = getJson(K.devices, id)
+    local current = getJson(S.devices, id)
     if not reportedIds[id] and current and current.host_id == hostId then
-      rcall('HDEL', K.devices, id)
-      rcall('ZREM', K.free, current.driver .. '\0' .. id)
-      local holder = rcall('HGET', K.reservations, id)
-      local task = holder and getJson(K.tasks, holder)
+      rcall('HDEL', S.devices, id)
+      rcall('ZREM', S.free, freeMember(current.driver, id))
+      local holder = rcall('HGET', S.reservations, id)
+      local task = holder and getJson(S.tasks, holder)
       if task and task.status == 'assigned' then
-        unassignTask(task, now)
+        unassignTask(S, task, now)
       end
     end
   end
@@ -115,11 +116,11 @@ end
 
 for _, reported in ipairs(snapshot.devices) do
   local id = reported.device_id
-  local current = getJson(K.devices, id)
+  local current = getJson(S.devices, id)
   if current and current.driver ~= reported.driver then
-    rcall('ZREM', K.free, current.driver .. '\0' .. id)
+    rcall('ZREM', S.free, freeMember(current.driver, id))
   end
-  putJson(K.devices, id, {
+  putJson(S.devices, id, {
     host_id = hostId,
     driver = reported.driver,
     status = reported.status,
@@ -128,7 +129,7 @@ for _, reported in ipairs(snapshot.devices) do
   })
 end
 
-rcall('ZADD', K.online, now, hostId)
+rcall('ZADD', S.online, now, hostId)
 rcall('ZADD', seenKey, now, hostId)
 rcall('HSET', snapshotsKey, hostId, snapshotJson)
 if not hostRecord then
@@ -136,6 +137,6 @@ if not hostRecord then
 end
 
 for _, reported in ipairs(snapshot.devices) do
-  refreshDevice(reported.device_id, now)
+  refreshDevice(S, reported.device_id, now)
 end
 return {0}

@@ -31,6 +31,7 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
 local leasesKey = KEYS[10]
 local deadlinesKey = KEYS[11]
 local progressKey = KEYS[12]
@@ -46,10 +47,10 @@ if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
 end
 local lease = getJson(leasesKey, leaseId)
-if not lease or lease.host_id ~= hostId or lease.task_id ~= taskId or lease.attempt ~= attempt then
+if not ownsLease(lease, hostId, taskId, attempt) then
   return {E.LEASE_NOT_OWNED}
 end
-local task = getJson(K.tasks, taskId)
+local task = getJson(S.tasks, taskId)
 if task.attempt > attempt then
   return {E.STALE_ATTEMPT}
 end
@@ -73,9 +74,9 @@ task.result_lease = leaseId
 task.result = {recorded_at = now, attempt = attempt}
 task.finished_at = now
 task.updated_at = now
-saveTask(task, previous)
+saveTask(S, task, previous)
 
 rcall('ZREM', deadlinesKey, leaseId)
 rcall('HDEL', progressKey, taskId)
-releaseDevice(task, now, true)
+releaseDevice(S, task, now, true)
 return {0, cjson.encode(task), 0}

@@ -42,7 +42,7 @@ if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
 end
 local lease = getJson(leasesKey, leaseId)
-if not lease or lease.host_id ~= hostId or lease.task_id ~= taskId or lease.attempt ~= attempt then
+if not ownsLease(lease, hostId, taskId, attempt) then
   return {E.LEASE_NOT_OWNED}
 end
 local task = getJson(tasksKey, taskId)

@@ -24,6 +24,7 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
 local hostsKey = KEYS[10]
 local snapshotsKey = KEYS[11]
 local revokedKey = KEYS[12]
@@ -47,6 +48,6 @@ else
     putJson(hostsKey, hostId, host)
   end
 end
-detachHost(hostId, getJson(snapshotsKey, hostId), now, true)
+detachHost(S, hostId, getJson(snapshotsKey, hostId), now, true)
 rcall('HDEL', snapshotsKey, hostId)
 return {0, cjson.encode(host)}

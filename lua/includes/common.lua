@@ -36,6 +36,21 @@ local function pad(seq)
   return string.format('%016d', seq)
 end
 
+-- An index member: fields joined by NUL ("host\0seq\0task"); ids never contain NUL.
+local function indexMember(...)
+  return table.concat({...}, '\0')
+end
+
+-- The ZRANGEBYLEX bounds of every member whose first field is `first`.
+local function prefixRange(first)
+  return '[' .. first .. '\0', '(' .. first .. '\1'
+end
+
+-- Whether `lease` (a lease record, or nil) is this host's lease of this task attempt.
+local function ownsLease(lease, hostId, taskId, attempt)
+  return lease ~= nil and lease.host_id == hostId and lease.task_id == taskId and lease.attempt == attempt
+end
+
 -- Split an index member "a\0b" or "a\0b\0c" (ids never contain NUL: they are [A-Za-z0-9._:-]).
 local function splitMember(member)
   local parts = {}
