@@ -24,7 +24,14 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coordinator.errors import ApiError, Internal, InvalidRequest, MethodNotAllowed, NotFound, Unavailable
+from coordinator.errors import (
+    ApiError,
+    Internal,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    Unavailable,
+)
 from coordinator.metrics import Metrics
 from coordinator.views import json_response
 

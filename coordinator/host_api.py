@@ -11,12 +11,10 @@ import asyncio
 import secrets
 from typing import Any
 
-import orjson
 from starlette.requests import Request
-
-import wire
 from starlette.responses import Response
 
+import wire
 from coordinator.auth import HostPrincipal
 from coordinator.context import Context
 from coordinator.errors import ApiError, InvalidRequest, device_limit
@@ -32,7 +30,7 @@ from coordinator.validation import (
     require_id,
     unique_entries,
 )
-from coordinator.views import iso_ms, json_response
+from coordinator.views import assignment_view, iso_ms, json_response
 
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
 _RESULT_STATUSES = wire.values(wire.ResultStatus)
@@ -118,24 +116,6 @@ def _client_left(request: Request, gone: asyncio.Future[None]) -> bool:
         return True
     peer_closed = request.scope.get("extensions", {}).get(PEER_CLOSED)
     return peer_closed is not None and peer_closed()
-
-
-def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
-    view = {
-        "task_id": assignment["task_id"],
-        "attempt": assignment["attempt"],
-        "lease_id": assignment["lease_id"],
-        "lease_ttl_ms": assignment["lease_ttl_ms"],
-        "lease_expires_at": iso_ms(assignment["lease_expires_at_ms"]),
-        "device_id": assignment["device_id"],
-        "kind": assignment["kind"],
-        "max_steps": assignment.get("max_steps"),
-    }
-    if assignment["kind"] == "goal":
-        view["goal"] = assignment["goal"]
-    else:
-        view["workflow"] = orjson.loads(assignment["workflow"])
-    return view
 
 
 async def _parse_claim(ctx: Context, request: Request) -> tuple[float, str]:
@@ -280,6 +260,6 @@ async def results(ctx: Context, request: Request) -> Response:
         "task_id": task_id,
         "attempt": attempt,
         "status": status,
-        "recorded_at": iso_ms(task["result"]["recorded_at"]),
+        "recorded_at": iso_ms(task.result["recorded_at"] if task.result else None),
         "replayed": replayed,
     })

@@ -6,14 +6,13 @@ import hashlib
 import secrets
 from typing import Any
 
-import orjson
 from starlette.requests import Request
-
-import wire
 from starlette.responses import Response
 
+import wire
 from coordinator.context import Context
 from coordinator.errors import InvalidRequest, NotFound
+from coordinator.records import HostRecord, HostState
 from coordinator.validation import (
     canonical_json,
     get_int,
@@ -23,7 +22,7 @@ from coordinator.validation import (
     read_json,
     require_id,
 )
-from coordinator.views import device_view, iso_ms, json_response, task_view
+from coordinator.views import device_view, host_view, json_response, task_view
 
 _TASK_STATUSES = wire.values(wire.TaskStatus)
 
@@ -71,16 +70,16 @@ async def create_task(ctx: Context, request: Request) -> Response:
     task = parse_task(await read_json(request, ctx.settings.max_body_bytes))
     task["id"] = "t_" + secrets.token_hex(12)
     stored, created = await ctx.store.create_task(task)
-    return json_response(task_view(stored, None), 201 if created else 200)
+    return json_response(task_view(stored), 201 if created else 200)
 
 
 async def get_task(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
     task_id = require_id(request.path_params["task_id"], "task_id")
-    task, progress = await ctx.store.get_task(task_id)
+    task = await ctx.store.get_task(task_id)
     if task is None:
         raise NotFound("no such task")
-    return json_response(task_view(task, progress))
+    return json_response(task_view(task))
 
 
 async def list_tasks(ctx: Context, request: Request) -> Response:
@@ -97,18 +96,14 @@ async def list_tasks(ctx: Context, request: Request) -> Response:
     if not 1 <= limit <= 500 or (cursor is not None and cursor < 0):
         raise InvalidRequest("limit must be in [1, 500] and cursor a value from next_cursor")
     tasks = await ctx.store.list_tasks(status, limit, cursor)
-    next_cursor = str(tasks[-1]["seq"]) if len(tasks) == limit else None
-    return json_response({
-        "tasks": [task_view(t, t.pop("_progress")) for t in tasks],
-        "next_cursor": next_cursor,
-    })
+    next_cursor = str(tasks[-1].seq) if len(tasks) == limit else None
+    return json_response({"tasks": [task_view(t) for t in tasks], "next_cursor": next_cursor})
 
 
 async def cancel_task(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
     task_id = require_id(request.path_params["task_id"], "task_id")
-    task = await ctx.store.cancel_task(task_id)
-    return json_response(task_view(task, None))
+    return json_response(task_view(await ctx.store.cancel_task(task_id)))
 
 
 def _online(last_seen: dict[str, int], now_ms: int, ctx: Context) -> set[str]:
@@ -118,56 +113,58 @@ def _online(last_seen: dict[str, int], now_ms: int, ctx: Context) -> set[str]:
 
 async def list_devices(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
-    devices, reservations, online, now_ms = await ctx.store.pool()
-    live = _online(online, now_ms, ctx)
+    pool = await ctx.store.pool()
+    live = _online(pool.last_seen, pool.now_ms, ctx)
     return json_response({
         "devices": [
-            device_view(device_id, device, device["host_id"] in live, reservations.get(device_id))
-            for device_id, device in sorted(devices.items())
+            device_view(device, device.host_id in live, pool.reservations.get(device_id))
+            for device_id, device in sorted(pool.devices.items())
         ]
     })
 
 
-def _host_view(host_id: str, state: dict[str, Any], live: set[str], ctx: Context) -> dict[str, Any]:
-    record = state["records"].get(host_id, {})
-    snapshot = state["snapshots"].get(host_id, {})
-    agent = snapshot.get("agent") or {}
-    static_digest = ctx.auth.static_digest(host_id)
+def _host_view(host: HostRecord, state: HostState, ctx: Context) -> dict[str, Any]:
+    static_digest = ctx.auth.static_digest(host.host_id)
     # Revocation is bound to the credential: a static host is revoked while its configured token
     # is, an enrolled one for good.
     if static_digest is not None:
-        revoked = static_digest in state["revoked_tokens"]
+        revoked = static_digest in state.revoked_tokens
     else:
-        revoked = bool(record.get("revoked"))
-    return {
-        "host_id": host_id,
-        "kind": record.get("kind") or ("static" if static_digest is not None else "enrolled"),
-        "online": host_id in live and not revoked,
-        "last_seen": iso_ms(state["seen"].get(host_id)),
-        "devices": len(snapshot.get("devices", [])),
-        "revoked": revoked,
-        "labels": orjson.loads(record.get("labels") or "{}"),
-        "enrollment_token_id": record.get("token_id"),
-        "hostname": record.get("hostname") or agent.get("hostname"),
-        "agent_version": agent.get("version"),
-        "created_at": iso_ms(record.get("created_at")),
-    }
+        revoked = host.revoked
+    online = (
+        host.online_seen is not None
+        and host.online_seen > state.now_ms - ctx.settings.host_offline_after_ms
+        and not revoked
+    )
+    kind = host.kind or ("static" if static_digest is not None else "enrolled")
+    return host_view(host, kind=kind, online=online, revoked=revoked)
 
 
 async def list_hosts(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
     state = await ctx.store.hosts()
-    live = _online(state["online"], state["now_ms"], ctx)
-    ids = sorted(set(state["records"]) | ctx.auth.static_host_ids)
-    return json_response({"hosts": [_host_view(h, state, live, ctx) for h in ids]})
+    hosts = dict(state.hosts)
+    for host_id in ctx.auth.static_host_ids - set(hosts):  # configured, never seen
+        hosts[host_id] = HostRecord(host_id)
+    return json_response({"hosts": [_host_view(hosts[h], state, ctx) for h in sorted(hosts)]})
 
 
 async def host_view_for(ctx: Context, host_id: str) -> dict[str, Any]:
     state = await ctx.store.hosts(host_id)
-    if host_id not in state["records"] and host_id not in ctx.auth.static_host_ids:
-        raise NotFound("no such host")
-    live = _online(state["online"], state["now_ms"], ctx)
-    return _host_view(host_id, state, live, ctx)
+    host = state.hosts.get(host_id)
+    if host is None:
+        if host_id not in ctx.auth.static_host_ids:
+            raise NotFound("no such host")
+        host = HostRecord(host_id)
+    return _host_view(host, state, ctx)
+
+
+async def revoke_host(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    host_id = require_id(request.path_params["host_id"], "host_id")
+    await ctx.store.revoke_host(host_id, ctx.auth.static_digest(host_id))
+    ctx.auth.forget(host_id)
+    return json_response(await host_view_for(ctx, host_id))
 
 
 async def get_host(ctx: Context, request: Request) -> Response:

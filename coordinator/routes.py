@@ -68,7 +68,7 @@ ENDPOINTS: list[Endpoint] = [
              {200: "Hosts", **_ADMIN_ERRORS}),
     Endpoint("GET", "/api/v1/hosts/{host_id}", operator_api.get_host, "Get a host", "admin", None,
              {200: "Host", 404: "Error", **_ADMIN_ERRORS}),
-    Endpoint("POST", "/api/v1/hosts/{host_id}/revoke", enrollment_api.revoke_host, "Revoke a host", "admin",
+    Endpoint("POST", "/api/v1/hosts/{host_id}/revoke", operator_api.revoke_host, "Revoke a host", "admin",
              None, {200: "Host", 404: "Error", **_ADMIN_ERRORS}),
     Endpoint("POST", "/api/v1/enrollment-tokens", enrollment_api.create_token,
              "Create an enrollment token (secret shown once)", "admin", "TokenCreate",

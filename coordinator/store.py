@@ -13,6 +13,14 @@ from redis.asyncio import Redis
 from coordinator.auth import HostPrincipal
 from coordinator.errors import error_for
 from coordinator.keys import Keys
+from coordinator.records import (
+    DeviceRecord,
+    EnrollmentToken,
+    HostRecord,
+    HostState,
+    PoolState,
+    TaskRecord,
+)
 from coordinator.scripts import Script, load_scripts
 
 
@@ -23,6 +31,10 @@ def _clock_ms(clock: tuple[int, int]) -> int:
 
 def _decode(raw: bytes | str | None) -> dict[str, Any] | None:
     return None if raw is None else orjson.loads(raw)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class Store:
@@ -64,14 +76,14 @@ class Store:
             [*self._sched_args, host.host_id, host.kind, snapshot_json, host.digest],
         )
 
-    async def create_task(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    async def create_task(self, task: dict[str, Any]) -> tuple[TaskRecord, bool]:
         k = self.keys
         reply = await self._run(
             "createTask",
             self._sched(k.task_seq, k.tasks_by_seq, k.idempotency),
             [*self._sched_args, orjson.dumps(task)],
         )
-        return orjson.loads(reply[1]), reply[2] == 1
+        return TaskRecord.from_json(reply[1]), reply[2] == 1
 
     async def claim(self, host: HostPrincipal, claim_id: str, lease_id: str,
                     ttl_ms: int) -> dict[str, Any] | None:
@@ -94,18 +106,18 @@ class Store:
         return int(reply[1]), reply[2] == 1
 
     async def record_result(self, host: HostPrincipal, task_id: str, attempt: int, lease_id: str,
-                            result_json: str) -> tuple[dict[str, Any], bool]:
+                            result_json: str) -> tuple[TaskRecord, bool]:
         k = self.keys
         reply = await self._run(
             "recordResult",
             self._sched(k.leases, k.lease_deadlines, k.progress, k.revoked_tokens),
             [*self._sched_args, host.host_id, task_id, attempt, lease_id, result_json, host.digest],
         )
-        return orjson.loads(reply[1]), reply[2] == 1
+        return TaskRecord.from_json(reply[1]), reply[2] == 1
 
-    async def cancel_task(self, task_id: str) -> dict[str, Any]:
+    async def cancel_task(self, task_id: str) -> TaskRecord:
         reply = await self._run("cancelTask", self._sched(), [*self._sched_args, task_id])
-        return orjson.loads(reply[1])
+        return TaskRecord.from_json(reply[1])
 
     async def expire_leases(self, limit: int = 100) -> int:
         k = self.keys
@@ -125,26 +137,26 @@ class Store:
     # -- managed hosts ---------------------------------------------------------------------
 
     async def create_enrollment_token(self, token_id: str, digest: str, ttl_ms: int, max_uses: int,
-                                      labels_json: str) -> dict[str, Any]:
+                                      labels_json: str) -> EnrollmentToken:
         k = self.keys
         reply = await self._run(
             "createEnrollmentToken",
             [k.enrollment_tokens, k.enrollment_token_hashes],
             [token_id, digest, ttl_ms, max_uses, labels_json],
         )
-        return orjson.loads(reply[1])
+        return EnrollmentToken.from_json(reply[1])
 
-    async def revoke_enrollment_token(self, token_id: str) -> dict[str, Any]:
+    async def revoke_enrollment_token(self, token_id: str) -> EnrollmentToken:
         reply = await self._run("revokeEnrollmentToken", [self.keys.enrollment_tokens], [token_id])
-        return orjson.loads(reply[1])
+        return EnrollmentToken.from_json(reply[1])
 
-    async def enrollment_tokens(self) -> tuple[list[dict[str, Any]], int]:
+    async def enrollment_tokens(self) -> tuple[list[EnrollmentToken], int]:
         """Every token, oldest first, and the Redis clock (ms) they were read at."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.enrollment_tokens)
             pipe.time()
             raw, clock = await pipe.execute()
-        tokens = sorted((orjson.loads(v) for v in raw.values()), key=lambda t: t["created_at"])
+        tokens = sorted((EnrollmentToken.from_json(v) for v in raw.values()), key=lambda t: t.created_at)
         return tokens, _clock_ms(clock)
 
     async def enrollment_token_usable(self, digest: str) -> bool:
@@ -156,11 +168,11 @@ class Store:
             token_id, clock = await pipe.execute()
         if token_id is None:
             return False
-        token = _decode(await self.redis.hget(k.enrollment_tokens, token_id))
-        return (
-            token is not None and not token["revoked"] and token["uses"] < token["max_uses"]
-            and _clock_ms(clock) < token["expires_at"]
-        )
+        raw = await self.redis.hget(k.enrollment_tokens, token_id)
+        if raw is None:
+            return False
+        token = EnrollmentToken.from_json(raw)
+        return not token.revoked and token.uses < token.max_uses and _clock_ms(clock) < token.expires_at
 
     async def enroll_host(self, token_digest: str, enrollment_id: str, host_token_digest: str,
                           new_host_id: str, hostname: str, labels_json: str) -> tuple[str, bool]:
@@ -183,27 +195,26 @@ class Store:
         )
         return orjson.loads(reply[1])
 
-    async def revoke_host(self, host_id: str, static_digest: str | None) -> dict[str, Any]:
+    async def revoke_host(self, host_id: str, static_digest: str | None) -> None:
         """Revoke an enrolled host's credential, or the configured one (``static_digest``)."""
         k = self.keys
-        reply = await self._run(
+        await self._run(
             "revokeHost",
             self._sched(k.hosts, k.host_snapshots, k.revoked_tokens, k.host_tokens),
             [*self._sched_args, host_id, static_digest or ""],
         )
-        return orjson.loads(reply[1])
 
     # -- reads (no state changes) ----------------------------------------------------------
 
-    async def get_task(self, task_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """The task record and its stored progress (for the caller to show only while running)."""
+    async def get_task(self, task_id: str) -> TaskRecord | None:
+        """The task, with its stored progress (which views show only while it runs)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hget(self.keys.tasks, task_id)
             pipe.hget(self.keys.progress, task_id)
             raw_task, raw_progress = await pipe.execute()
-        return _decode(raw_task), _decode(raw_progress)
+        return None if raw_task is None else TaskRecord.from_json(raw_task, raw_progress)
 
-    async def list_tasks(self, status: str | None, limit: int, cursor: int | None) -> list[dict[str, Any]]:
+    async def list_tasks(self, status: str | None, limit: int, cursor: int | None) -> list[TaskRecord]:
         """Newest first; ``cursor`` is the seq of the last task of the previous page."""
         k = self.keys
         if status is None:
@@ -220,14 +231,13 @@ class Store:
             pipe.hmget(k.progress, ids)
             raw_tasks, raw_progress = await pipe.execute()
         return [
-            {**orjson.loads(raw), "_progress": _decode(progress)}
+            TaskRecord.from_json(raw, progress)
             for raw, progress in zip(raw_tasks, raw_progress, strict=True)
             if raw is not None
         ]
 
-    async def pool(self) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, int], int]:
-        """Devices, reservations (device -> task), online hosts (host -> last seen ms) and the
-        Redis clock (ms) they were read at, in one round trip."""
+    async def pool(self) -> PoolState:
+        """Devices, reservations and online hosts, with the Redis clock, in one round trip."""
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(k.devices)
@@ -235,16 +245,15 @@ class Store:
             pipe.zrange(k.hosts_online, 0, -1, withscores=True)
             pipe.time()
             devices, reservations, online, clock = await pipe.execute()
-        return (
-            {d.decode(): orjson.loads(v) for d, v in devices.items()},
-            {d.decode(): t.decode() for d, t in reservations.items()},
-            {h.decode(): int(s) for h, s in online},
-            _clock_ms(clock),
+        return PoolState(
+            devices={_text(d): DeviceRecord.from_json(_text(d), v) for d, v in devices.items()},
+            reservations={_text(d): _text(t) for d, t in reservations.items()},
+            last_seen={_text(h): int(s) for h, s in online},
+            now_ms=_clock_ms(clock),
         )
 
-    async def hosts(self, host_id: str | None = None) -> dict[str, Any]:
-        """Host records, last-seen times, online index, snapshots and revocations: of every host,
-        or of one."""
+    async def hosts(self, host_id: str | None = None) -> HostState:
+        """Every host that has a record or has heartbeated, or just ``host_id``."""
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
             if host_id is None:
@@ -260,23 +269,25 @@ class Store:
             pipe.smembers(k.revoked_tokens)
             pipe.time()
             records, seen, online, snapshots, revoked, clock = await pipe.execute()
-        if host_id is not None:
+        if host_id is None:
+            records = {_text(h): v for h, v in records.items()}
+            snapshots = {_text(h): v for h, v in snapshots.items()}
+            seen = {_text(h): s for h, s in seen}
+            online = {_text(h): s for h, s in online}
+        else:
             records = {host_id: records} if records is not None else {}
-            seen = [(host_id, seen)] if seen is not None else []
-            online = [(host_id, online)] if online is not None else []
             snapshots = {host_id: snapshots} if snapshots is not None else {}
-
-        def text(value: bytes | str) -> str:
-            return value.decode() if isinstance(value, bytes) else value
-
-        return {
-            "records": {text(h): orjson.loads(v) for h, v in records.items()},
-            "seen": {text(h): int(s) for h, s in seen},
-            "online": {text(h): int(s) for h, s in online},
-            "snapshots": {text(h): orjson.loads(v) for h, v in snapshots.items()},
-            "revoked_tokens": {text(d) for d in revoked},
-            "now_ms": _clock_ms(clock),
-        }
+            seen = {host_id: seen} if seen is not None else {}
+            online = {host_id: online} if online is not None else {}
+        ids = set(records) | set(seen) | set(snapshots)
+        return HostState(
+            hosts={
+                h: HostRecord.from_parts(h, records.get(h), snapshots.get(h), seen.get(h), online.get(h))
+                for h in ids
+            },
+            revoked_tokens=frozenset(_text(d) for d in revoked),
+            now_ms=_clock_ms(clock),
+        )
 
     async def redis_time_ms(self) -> int:
         return _clock_ms(await self.redis.time())

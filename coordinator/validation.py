@@ -12,7 +12,6 @@ import orjson
 from starlette.requests import Request
 
 import wire
-
 from coordinator.errors import InvalidRequest, PayloadTooLarge
 
 MAX_JSON_DEPTH = wire.MAX_JSON_DEPTH

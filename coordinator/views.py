@@ -1,4 +1,4 @@
-"""How stored records look on the wire: timestamps, tasks, devices, hosts."""
+"""How stored records look on the wire: every response shape of the API lives here."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import orjson
 from starlette.responses import Response
 
 import wire
+from coordinator.records import DeviceRecord, EnrollmentToken, HostRecord, TaskRecord
 
 TERMINAL = frozenset(status.value for status in wire.TERMINAL_STATUSES)
 
@@ -44,61 +45,109 @@ def _json_field(raw: str | None) -> Any:
     return None if raw is None else orjson.loads(raw)
 
 
-def task_result(task: dict[str, Any]) -> dict[str, Any] | None:
-    if task["status"] not in TERMINAL:
+def task_result(task: TaskRecord) -> dict[str, Any] | None:
+    if task.status not in TERMINAL:
         return None
-    recorded = task.get("result")
-    if task.get("result_report") and recorded:
-        report = orjson.loads(task["result_report"])
-        return {**report, "attempt": recorded["attempt"], "recorded_at": iso_ms(recorded["recorded_at"])}
+    if task.result_report and task.result:
+        report = orjson.loads(task.result_report)
+        return {**report, "attempt": task.result["attempt"], "recorded_at": iso_ms(task.result["recorded_at"])}
     # Ended by the coordinator itself (cancel, or the lease expired for the last time).
     return {
-        "status": task["status"],
-        "failure_reason": task.get("failure_reason"),
+        "status": task.status,
+        "failure_reason": task.failure_reason,
         "metadata": {},
-        "attempt": task["attempt"],
-        "recorded_at": iso_ms(task.get("finished_at")),
+        "attempt": task.attempt,
+        "recorded_at": iso_ms(task.finished_at),
     }
 
 
-def task_view(task: dict[str, Any], progress: dict[str, Any] | None) -> dict[str, Any]:
+def task_view(task: TaskRecord) -> dict[str, Any]:
     view: dict[str, Any] = {
-        "task_id": task["id"],
-        "kind": task["kind"],
-        "status": task["status"],
-        "attempt": task["attempt"],
-        "max_attempts": task["max_attempts"],
-        "device_id": task.get("device_id") or task.get("target_device"),
-        "host_id": task.get("host_id"),
+        "task_id": task.id,
+        "kind": task.kind,
+        "status": task.status,
+        "attempt": task.attempt,
+        "max_attempts": task.max_attempts,
+        "device_id": task.device_id or task.target_device,
+        "host_id": task.host_id,
         "selector": None,
-        "max_steps": task.get("max_steps"),
-        "idempotency_key": task.get("idempotency_key"),
-        "cancel_requested": bool(task.get("cancel_requested")),
-        "failure_reason": task.get("failure_reason") if task["status"] in TERMINAL else None,
+        "max_steps": task.max_steps,
+        "idempotency_key": task.idempotency_key,
+        "cancel_requested": bool(task.cancel_requested),
+        "failure_reason": task.failure_reason if task.status in TERMINAL else None,
         # Progress belongs to the running attempt only; once a result is in it is history.
-        "progress": progress if task["status"] == "running" else None,
+        "progress": task.progress if task.status == wire.TaskStatus.RUNNING else None,
         "result": task_result(task),
-        "created_at": iso_ms(task["created_at"]),
-        "updated_at": iso_ms(task["updated_at"]),
+        "created_at": iso_ms(task.created_at),
+        "updated_at": iso_ms(task.updated_at),
     }
-    if task["kind"] == "goal":
-        view["goal"] = task["goal"]
+    if task.kind == wire.TaskKind.GOAL:
+        view["goal"] = task.goal
     else:
-        view["workflow"] = _json_field(task["workflow"])
-    if task.get("driver"):
-        view["selector"] = {"driver": task["driver"], "labels": _json_field(task.get("labels")) or {}}
+        view["workflow"] = _json_field(task.workflow)
+    if task.driver:
+        view["selector"] = {"driver": task.driver, "labels": _json_field(task.labels) or {}}
     return view
 
 
-def device_view(device_id: str, device: dict[str, Any], host_online: bool,
-                reserved_by: str | None) -> dict[str, Any]:
+def device_view(device: DeviceRecord, host_online: bool, reserved_by: str | None) -> dict[str, Any]:
     return {
-        "device_id": device_id,
-        "host_id": device["host_id"],
-        "driver": device["driver"],
-        "status": device["status"],
-        "attributes": _json_field(device.get("attributes")) or {},
-        "labels": _json_field(device.get("labels")) or {},
+        "device_id": device.device_id,
+        "host_id": device.host_id,
+        "driver": device.driver,
+        "status": device.status,
+        "attributes": _json_field(device.attributes) or {},
+        "labels": _json_field(device.labels) or {},
         "host_online": host_online,
         "reserved_by": reserved_by,
     }
+
+
+def host_view(host: HostRecord, *, kind: str, online: bool, revoked: bool) -> dict[str, Any]:
+    agent = host.snapshot.get("agent") or {}
+    return {
+        "host_id": host.host_id,
+        "kind": kind,
+        "online": online,
+        "last_seen": iso_ms(host.last_seen),
+        "devices": len(host.snapshot.get("devices", [])),
+        "revoked": revoked,
+        "labels": _json_field(host.labels) or {},
+        "enrollment_token_id": host.token_id,
+        "hostname": host.hostname or agent.get("hostname"),
+        "agent_version": agent.get("version"),
+        "created_at": iso_ms(host.created_at),
+    }
+
+
+def token_view(token: EnrollmentToken, now_ms: int) -> dict[str, Any]:
+    return {
+        "id": token.id,
+        "created_at": iso_ms(token.created_at),
+        "expires_at": iso_ms(token.expires_at),
+        "expired": now_ms >= token.expires_at,
+        "max_uses": token.max_uses,
+        "uses": token.uses,
+        "uses_left": max(0, token.max_uses - token.uses),
+        "labels": _json_field(token.labels) or {},
+        "revoked": bool(token.revoked),
+    }
+
+
+def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
+    """A claimed assignment, as the claim script stored and returned it."""
+    view = {
+        "task_id": assignment["task_id"],
+        "attempt": assignment["attempt"],
+        "lease_id": assignment["lease_id"],
+        "lease_ttl_ms": assignment["lease_ttl_ms"],
+        "lease_expires_at": iso_ms(assignment["lease_expires_at_ms"]),
+        "device_id": assignment["device_id"],
+        "kind": assignment["kind"],
+        "max_steps": assignment.get("max_steps"),
+    }
+    if assignment["kind"] == wire.TaskKind.GOAL:
+        view["goal"] = assignment["goal"]
+    else:
+        view["workflow"] = orjson.loads(assignment["workflow"])
+    return view

@@ -58,16 +58,16 @@ async def test_renew_racing_expiry_never_revives(store: Store) -> None:
         assignment = await _claim(store, "h1")
         await _expire(store, assignment["lease_id"])
         renewal, sweep = await asyncio.gather(
-            store.renew(_host("h1"), assignment["lease_id"], task["id"], 1, 30_000, ""),
+            store.renew(_host("h1"), assignment["lease_id"], task.id, 1, 30_000, ""),
             store.expire_leases(),
             return_exceptions=True,
         )
         assert isinstance(renewal, Conflict) and renewal.code in ("lease_expired", "lease_replaced")
         assert sweep == 1
-        record = await _task_record(store, task["id"])
+        record = await _task_record(store, task.id)
         assert record["attempt"] == 2 and record["status"] in ("queued", "assigned")
         # clean the device for the next round: cancel attempt 2 and report it idle
-        await store.cancel_task(task["id"])
+        await store.cancel_task(task.id)
         await store.heartbeat(_host("h1"), _snapshot())
         await store.heartbeat(_host("h1"), _snapshot("d1"))
 
@@ -81,16 +81,16 @@ async def test_result_racing_expiry_has_one_winner(store: Store) -> None:
         await _expire(store, assignment["lease_id"])
         report = '{"failure_reason":null,"metadata":{},"status":"succeeded"}'
         result, swept = await asyncio.gather(
-            store.record_result(_host("h1"), task["id"], 1, assignment["lease_id"], report),
+            store.record_result(_host("h1"), task.id, 1, assignment["lease_id"], report),
             store.expire_leases(),
             return_exceptions=True,
         )
-        record = await _task_record(store, task["id"])
+        record = await _task_record(store, task.id)
         if isinstance(result, Conflict):
             # the reaper won: attempt 2 exists and the stale report changed nothing
             assert result.code == "stale_attempt" and swept == 1
             assert record["attempt"] == 2 and "result" not in record
-            await store.cancel_task(task["id"])
+            await store.cancel_task(task.id)
             outcomes.add("expired")
         else:
             assert swept == 0 and record["status"] == "succeeded" and record["attempt"] == 1
@@ -103,7 +103,7 @@ async def test_result_racing_expiry_has_one_winner(store: Store) -> None:
 async def test_two_reapers_sweeping_at_once(redis_client: aioredis.Redis, store: Store) -> None:
     devices = [f"d{i}" for i in range(30)]
     await store.heartbeat(_host("h1"), _snapshot(*devices))
-    tasks = [(await store.create_task(_task(d)))[0]["id"] for d in devices]
+    tasks = [(await store.create_task(_task(d)))[0].id for d in devices]
     leases = [(await _claim(store, "h1"))["lease_id"] for _ in devices]
     for lease_id in leases:
         await _expire(store, lease_id)
@@ -118,7 +118,7 @@ async def test_two_reapers_sweeping_at_once(redis_client: aioredis.Redis, store:
 async def test_concurrent_claims_hand_out_each_assignment_once(store: Store) -> None:
     devices = [f"d{i}" for i in range(40)]
     await store.heartbeat(_host("h1"), _snapshot(*devices))
-    created = {(await store.create_task(_task(d)))[0]["id"] for d in devices}
+    created = {(await store.create_task(_task(d)))[0].id for d in devices}
     claims = await asyncio.gather(*(store.claim(_host("h1"), "", f"l_{i}", 30_000) for i in range(100)))
     claimed = [c["task_id"] for c in claims if c is not None]
     assert len(claimed) == len(created) and set(claimed) == created
@@ -133,8 +133,8 @@ async def test_concurrent_task_creation_reserves_each_device_once(store: Store) 
                            "request_hash": "h", **selector})
         for i in range(25)
     ))
-    assigned = [t for t, _ in results if t["status"] == "assigned"]
+    assigned = [t for t, _ in results if t.status == "assigned"]
     assert len(assigned) == len(devices)
-    assert sorted(t["device_id"] for t in assigned) == sorted(devices)
+    assert sorted(t.device_id for t in assigned) == sorted(devices)
     reservations = await store.redis.hgetall(store.keys.reservations)
     assert len(reservations) == len(devices)
