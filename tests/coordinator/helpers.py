@@ -1,4 +1,5 @@
-"""Test helpers that move the clock for one lease or host, instead of sleeping until it moves."""
+"""Helpers of the coordinator tests: move the clock for one lease or host instead of sleeping until
+it moves, set up common states, and snapshot everything stored under the test's prefix."""
 
 from __future__ import annotations
 
@@ -19,3 +20,48 @@ async def claim_one(api: Any, host: str, **kwargs: Any) -> dict[str, Any]:
     response = await api.claim(host, **kwargs)
     assert response.status_code == 200, response.text
     return response.json()
+
+
+def nested(depth: int) -> Any:
+    """A JSON value whose containers nest ``depth`` levels."""
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+async def running_task(api: Any) -> dict[str, Any]:
+    """One task running on host-a's device a1, claimed with claim id c-1."""
+    await api.heartbeat("host-a", ["a1"])
+    await api.create_task(device_id="a1")
+    return await claim_one(api, "host-a", claim_id="c-1")
+
+
+async def enrolled_host(api: Any) -> tuple[str, dict[str, str]]:
+    """Enroll a managed host through a fresh token: its id and its request headers."""
+    token = (await api.client.post("/api/v1/enrollment-tokens", headers=api.admin_headers, json={})).json()
+    host_token = "h" * 40
+    enrolled = await api.client.post(
+        "/internal/v1/enroll", headers={"authorization": f"Bearer {token['token']}"},
+        json={"enrollment_id": "e-1", "host_token": host_token},
+    )
+    assert enrolled.status_code == 201
+    return enrolled.json()["host_id"], {"authorization": f"Bearer {host_token}"}
+
+
+async def redis_state(api: Any) -> dict[str, Any]:
+    """Everything the service stores under the test's prefix."""
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    snapshot: dict[str, Any] = {}
+    for key in keys.all():
+        name = key.rsplit(":", 1)[1]
+        kind = (await redis.type(key)).decode()
+        if kind == "hash":
+            snapshot[name] = await redis.hgetall(key)
+        elif kind == "zset":
+            snapshot[name] = await redis.zrange(key, 0, -1, withscores=True)
+        elif kind == "set":
+            snapshot[name] = await redis.smembers(key)
+        elif kind == "string":
+            snapshot[name] = await redis.get(key)
+    return snapshot

@@ -7,28 +7,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import Api
-from tests.coordinator.helpers import claim_one
+from tests.coordinator.helpers import claim_one, redis_state
 
 pytestmark = pytest.mark.anyio
-
-
-async def _state(api: Api) -> dict[str, Any]:
-    """Everything the service stores under the test's prefix."""
-    redis, keys = api.ctx.store.redis, api.ctx.store.keys
-    snapshot: dict[str, Any] = {}
-    for name, key in vars(keys).items():
-        if name in ("prefix", "wake_channel"):
-            continue
-        kind = (await redis.type(key)).decode()
-        if kind == "hash":
-            snapshot[name] = await redis.hgetall(key)
-        elif kind == "zset":
-            snapshot[name] = await redis.zrange(key, 0, -1, withscores=True)
-        elif kind == "set":
-            snapshot[name] = await redis.smembers(key)
-        elif kind == "string":
-            snapshot[name] = await redis.get(key)
-    return snapshot
 
 
 @pytest.fixture
@@ -91,7 +72,7 @@ BAD_BODIES: list[tuple[str, str, list[Any]]] = [
 @pytest.mark.parametrize("method,path,bodies", BAD_BODIES, ids=[f"{m} {p}" for m, p, _ in BAD_BODIES])
 async def test_bad_bodies_are_rejected_and_change_nothing(api: Api, running: dict[str, Any], method: str,
                                                           path: str, bodies: list[Any]) -> None:
-    before = await _state(api)
+    before = await redis_state(api)
     headers = Api.admin_headers if path.startswith("/api") else Api.host_headers("host-a")
     for body in bodies:
         kwargs: dict[str, Any] = _raw(body) if isinstance(body, bytes) else {"json": body}
@@ -99,11 +80,11 @@ async def test_bad_bodies_are_rejected_and_change_nothing(api: Api, running: dic
         assert response.status_code == 400, (body, response.text)
         error = response.json()["error"]
         assert error["code"] == "invalid_request" and error["message"]
-    assert await _state(api) == before
+    assert await redis_state(api) == before
 
 
 async def test_bad_renewals_are_rejected_and_change_nothing(api: Api, running: dict[str, Any]) -> None:
-    before = await _state(api)
+    before = await redis_state(api)
     path = f"{HOST}/leases/{running['lease_id']}/renew"
     for body in (b"{oops", b"[]", {}, {"task_id": running["task_id"]}, {"task_id": 3, "attempt": 1},
                  {"task_id": running["task_id"], "attempt": "1"}, {"task_id": running["task_id"], "attempt": 0}):
@@ -114,7 +95,7 @@ async def test_bad_renewals_are_rejected_and_change_nothing(api: Api, running: d
     response = await api.client.post(f"{HOST}/leases/bad%20id/renew", headers=Api.host_headers("host-a"),
                                      json={"task_id": running["task_id"], "attempt": 1})
     assert response.status_code == 400
-    assert await _state(api) == before
+    assert await redis_state(api) == before
 
 
 async def test_bad_operator_reads(api: Api) -> None:
@@ -138,7 +119,7 @@ async def test_bad_operator_reads(api: Api) -> None:
 async def test_oversized_bodies_are_rejected(api_factory, method: str, path: str) -> None:  # type: ignore[no-untyped-def]
     async with api_factory(max_body_bytes=1024, max_renew_body_bytes=1024) as api:
         await api.heartbeat("host-a", ["a1"])
-        before = await _state(api)
+        before = await redis_state(api)
         headers = Api.admin_headers if path.startswith("/api") else Api.host_headers("host-a")
         big = {"devices": [], "padding": "x" * 2000}
         response = await api.client.request(method, path, json=big, headers=headers)
@@ -151,15 +132,15 @@ async def test_oversized_bodies_are_rejected(api_factory, method: str, path: str
 
         response = await api.client.request(method, path, content=chunks(), headers=headers)
         assert response.status_code == 413
-        assert await _state(api) == before
+        assert await redis_state(api) == before
 
 
 async def test_unauthenticated_operator_calls_change_nothing(api: Api) -> None:
-    before = await _state(api)
+    before = await redis_state(api)
     for headers in ({}, {"authorization": "Bearer wrong"}, Api.host_headers("host-a")):
         response = await api.client.post("/api/v1/tasks", headers=headers,
                                          json={"kind": "goal", "goal": "x", "device_id": "d"})
         assert response.status_code == 401
         assert response.json() == {"error": {"code": "unauthorized",
                                              "message": "missing, malformed or unknown credential"}}
-    assert await _state(api) == before
+    assert await redis_state(api) == before
