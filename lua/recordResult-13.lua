@@ -43,12 +43,9 @@ local leaseId = ARGV[6]
 local resultJson = ARGV[7]
 local credential = ARGV[8]
 
-if rcall('SISMEMBER', revokedKey, credential) == 1 then
-  return {E.REVOKED}
-end
-local lease = getJson(leasesKey, leaseId)
-if not ownsLease(lease, hostId, taskId, attempt) then
-  return {E.LEASE_NOT_OWNED}
+local lease, failure = presentedLease(revokedKey, credential, leasesKey, leaseId, hostId, taskId, attempt)
+if not lease then
+  return {failure}
 end
 local task = getJson(S.tasks, taskId)
 if task.attempt > attempt then

@@ -38,12 +38,9 @@ local ttl = tonumber(ARGV[5])
 local progress = ARGV[6]
 local credential = ARGV[7]
 
-if rcall('SISMEMBER', revokedKey, credential) == 1 then
-  return {E.REVOKED}
-end
-local lease = getJson(leasesKey, leaseId)
-if not ownsLease(lease, hostId, taskId, attempt) then
-  return {E.LEASE_NOT_OWNED}
+local lease, failure = presentedLease(revokedKey, credential, leasesKey, leaseId, hostId, taskId, attempt)
+if not lease then
+  return {failure}
 end
 local task = getJson(tasksKey, taskId)
 if task.attempt > attempt then

@@ -46,11 +46,6 @@ local function prefixRange(first)
   return '[' .. first .. '\0', '(' .. first .. '\1'
 end
 
--- Whether `lease` (a lease record, or nil) is this host's lease of this task attempt.
-local function ownsLease(lease, hostId, taskId, attempt)
-  return lease ~= nil and lease.host_id == hostId and lease.task_id == taskId and lease.attempt == attempt
-end
-
 -- Split an index member "a\0b" or "a\0b\0c" (ids never contain NUL: they are [A-Za-z0-9._:-]).
 local function splitMember(member)
   local parts = {}
@@ -76,4 +71,17 @@ end
 
 local function putJson(hashKey, field, value)
   rcall('HSET', hashKey, field, cjson.encode(value))
+end
+
+-- The lease a host presents for a task attempt, or nil and the failure to answer: its credential
+-- was revoked, or the lease is unknown, another host's, or not this task and attempt.
+local function presentedLease(revokedKey, credential, leasesKey, leaseId, hostId, taskId, attempt)
+  if rcall('SISMEMBER', revokedKey, credential) == 1 then
+    return nil, E.REVOKED
+  end
+  local lease = getJson(leasesKey, leaseId)
+  if not lease or lease.host_id ~= hostId or lease.task_id ~= taskId or lease.attempt ~= attempt then
+    return nil, E.LEASE_NOT_OWNED
+  end
+  return lease
 end
