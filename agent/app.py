@@ -20,7 +20,7 @@ from agent.client import CoordinatorClient
 from agent.executor import RuntimeExecutor
 from agent.host import EXIT_OK, HostAgent
 from agent.identity import DeviceEnroller, StartupError, enroll_devices, resolve_identity
-from agent.retry import Backoff
+from agent.retry import RetryPolicy
 from agent.runtime import DeviceManager, DriverError, TaskRunner, WorkflowRunner, make_planner
 from agent.settings import AgentSettings
 
@@ -64,7 +64,9 @@ async def run_agent(
 ) -> int:
     """Run the agent until ``shutdown`` is set; return the process exit code.
 
-    Raises ``ConfigError`` / ``StartupError`` when start-up cannot complete."""
+    ``backoff_base_s`` is the first retry's ceiling (tests and the demo shorten it); the cap is
+    ``settings.backoff_cap_s``. Raises ``ConfigError`` / ``StartupError`` when start-up cannot
+    complete."""
     version = agent_version()
     client = CoordinatorClient(
         settings.url or "",
@@ -82,17 +84,17 @@ async def run_agent(
                 "credential crosses the network unencrypted; use https://",
                 insecure_host,
             )
-        backoff = Backoff(backoff_base_s, settings.backoff_cap_s)
+        retry_policy = RetryPolicy(base_s=backoff_base_s, cap_s=settings.backoff_cap_s)
 
         async def start() -> tuple[HostAgent, object]:
-            identity = await resolve_identity(settings, client, backoff)
+            identity = await resolve_identity(settings, client, retry_policy)
             host = client.host(identity.host_id, identity.token)
             try:
                 manager = await DeviceManager.discover(settings.device_specs, adb_path=settings.adb_path)
             except DriverError as exc:
                 raise StartupError(f"device discovery failed: {exc}") from None
             local = manager.local_devices()
-            id_map = await enroll_devices(identity, host, local, settings.state_dir, backoff)
+            id_map = await enroll_devices(identity, host, local, settings.state_dir, retry_policy)
             manager.bind(id_map)
             enroller = DeviceEnroller(identity, host, settings.state_dir)
             planner = make_planner(
@@ -113,8 +115,7 @@ async def run_agent(
                 heartbeat_interval_s=settings.heartbeat_interval_s,
                 device_refresh_s=settings.device_refresh_s,
                 shutdown_grace_s=settings.shutdown_grace_s,
-                backoff_base_s=backoff_base_s,
-                backoff_cap_s=settings.backoff_cap_s,
+                retry_policy=retry_policy,
             )
             log.info(
                 "host %s (%s) ready with %d device(s): %s",

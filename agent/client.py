@@ -15,8 +15,7 @@ One method per endpoint. Each returns the parsed JSON answer (``claim`` returns 
         └── BadRequest         any other 4xx (``invalid_request``, ``payload_too_large``, ...)
 
 This module does not retry (httpx itself retries nothing here): every retry, with its backoff and
-jitter, is in ``agent/retry.py`` or in the loops of ``agent/host.py`` and ``agent/lease_run.py``
-that own a deadline.
+jitter, goes through ``agent/retry.py``. Status names and limits come from ``wire``.
 Credentials travel only in the ``Authorization`` header of each request; they are never part
 of a URL, an exception message or a ``repr``.
 """
@@ -29,6 +28,8 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import SecretStr
+
+from wire import ResultStatus, TaskKind
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0)
 # A claim waits up to wait_s on the server; its read timeout is wait_s plus this margin.
@@ -72,7 +73,7 @@ class BadRequest(Rejected):
 
 @dataclass(frozen=True)
 class Assignment:
-    """One claimed assignment (the ``claim`` answer), with the raw payload kept for runners."""
+    """One claimed assignment (the ``claim`` answer)."""
 
     task_id: str
     attempt: int
@@ -84,7 +85,6 @@ class Assignment:
     max_steps: int | None = None
     workflow_name: str | None = None
     workflow_params: dict[str, Any] = field(default_factory=dict)
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_wire(cls, data: Any) -> Assignment:
@@ -97,12 +97,11 @@ class Assignment:
                 lease_id=_str(data["lease_id"]),
                 lease_ttl_ms=_int(data["lease_ttl_ms"]),
                 device_id=_str(data["device_id"]),
-                kind=_str(data.get("kind", "goal")),
+                kind=_str(data.get("kind", TaskKind.GOAL.value)),
                 goal=data.get("goal"),
                 max_steps=None if max_steps is None else _int(max_steps),
                 workflow_name=workflow.get("name") if isinstance(workflow, dict) else None,
                 workflow_params=dict(workflow.get("params") or {}) if isinstance(workflow, dict) else {},
-                raw=dict(data),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise MalformedAnswer(f"malformed assignment ({type(exc).__name__}: {exc})") from None
@@ -310,7 +309,7 @@ class HostClient:
         task_id: str,
         attempt: int,
         lease_id: str,
-        status: str,
+        status: ResultStatus,
         failure_reason: str | None,
         metadata: dict[str, Any],
     ) -> dict[str, Any]:
@@ -319,7 +318,7 @@ class HostClient:
             "task_id": task_id,
             "attempt": attempt,
             "lease_id": lease_id,
-            "status": status,
+            "status": ResultStatus(status).value,
             "failure_reason": failure_reason,
             "metadata": metadata,
         }

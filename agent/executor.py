@@ -1,11 +1,12 @@
 """The agent's one seam into the execution runtime (``agent/runtime``).
 
-``RuntimeExecutor`` implements ``agent.host.Executor``: it reports the bound devices (with
+``RuntimeExecutor`` implements ``agent.runtime.Executor``: it reports the bound devices (with
 whether each is reachable) for the heartbeat, keeps them current (``refresh``: the runtime
 re-reads device state, and devices found since start-up get their cloud ids through ``enroll``
 before they are ever reported), and runs an assignment on the device it names — ``kind: goal``
 through ``TaskRunner`` (the planner/executor loop), ``kind: workflow`` through
-``WorkflowRunner``. It never raises for a bad assignment: every ending is an ``Outcome``.
+``WorkflowRunner``. It never raises for a bad assignment: every ending is an ``Outcome``, except
+a device this host does not have (``DeviceNotFound``), which ``LeasedRun`` reports.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from agent.client import Assignment, MalformedAnswer, Rejected, TransientError, Unauthorized
-from agent.host import DeviceRecord
 from agent.runtime import (
     DeviceManager,
+    DeviceRecord,
     Driver,
-    LocalDevice,
     Outcome,
     RunControl,
     Task,
     TaskRunner,
     WorkflowRunner,
 )
+from wire import ResultStatus, TaskKind
 
 log = logging.getLogger("agent.executor")
 
@@ -33,7 +34,7 @@ log = logging.getLogger("agent.executor")
 DEVICE_UNAVAILABLE = "device_unavailable"
 
 # Local devices -> {local id: cloud id}; raises the client's errors (see ``agent/identity.py``).
-Enroll = Callable[[list[LocalDevice]], Awaitable[dict[str, str]]]
+Enroll = Callable[[list[DeviceRecord]], Awaitable[dict[str, str]]]
 
 
 class RuntimeExecutor:
@@ -56,10 +57,7 @@ class RuntimeExecutor:
         self._refused: set[str] = set()
 
     def devices(self) -> list[DeviceRecord]:
-        return [
-            DeviceRecord(device.device_id, device.driver, dict(device.attributes), online=device.online)
-            for device in self.manager.bound_devices()
-        ]
+        return self.manager.bound_devices()
 
     async def refresh(self) -> None:
         """Re-read device state, then enroll devices found since the last refresh. A failed
@@ -87,25 +85,23 @@ class RuntimeExecutor:
         log.info("new device(s) in service: %s", ", ".join(f"{k}→{v}" for k, v in id_map.items()))
 
     async def run(self, assignment: Assignment, control: RunControl) -> Outcome:
-        try:
-            driver = self.manager.driver_for(assignment.device_id)
-        except KeyError:
-            return Outcome("failed", "device_not_found", {"device_id": assignment.device_id})
+        driver = self.manager.driver_for(assignment.device_id)  # DeviceNotFound: the caller's to report
         if not driver.online:
             # Assigned before the coordinator saw it ``unavailable``: fail fast, and say why.
             log.warning("task %s: device %s is not reachable", assignment.task_id, assignment.device_id)
-            return Outcome("failed", DEVICE_UNAVAILABLE, {"device_id": assignment.device_id})
+            return Outcome(ResultStatus.FAILED, DEVICE_UNAVAILABLE, {"device_id": assignment.device_id})
         outcome = await self._run(assignment, driver, control)
-        if outcome.status == "failed" and outcome.failure_reason == "driver_error":
+        if outcome.status == ResultStatus.FAILED and outcome.failure_reason == "driver_error":
             # The device may have gone away mid-run: ask once more (one listing for adb), so an
             # unplugged phone reads as the device's fault rather than the task's.
             await self.manager.refresh()
             if not driver.online:
-                return Outcome("failed", DEVICE_UNAVAILABLE, {**outcome.metadata, "device_id": assignment.device_id})
+                metadata = {**outcome.metadata, "device_id": assignment.device_id}
+                return Outcome(ResultStatus.FAILED, DEVICE_UNAVAILABLE, metadata)
         return outcome
 
     async def _run(self, assignment: Assignment, driver: Driver, control: RunControl) -> Outcome:
-        if assignment.kind == "goal":
+        if assignment.kind == TaskKind.GOAL:
             try:
                 task = (
                     Task(assignment.goal)  # type: ignore[arg-type]
@@ -113,13 +109,13 @@ class RuntimeExecutor:
                     else Task(assignment.goal, assignment.max_steps)  # type: ignore[arg-type]
                 )
             except (TypeError, ValueError) as exc:
-                return Outcome("failed", "invalid_assignment", {"error": str(exc)[:200]})
+                return Outcome(ResultStatus.FAILED, "invalid_assignment", {"error": str(exc)[:200]})
             return await self.task_runner.run(task, driver, control)
-        if assignment.kind == "workflow":
+        if assignment.kind == TaskKind.WORKFLOW:
             name = assignment.workflow_name
             if not isinstance(name, str) or not name:
-                return Outcome("failed", "invalid_assignment", {"error": "workflow without a name"})
+                return Outcome(ResultStatus.FAILED, "invalid_assignment", {"error": "workflow without a name"})
             if self.workflow_runner is None:
-                return Outcome("failed", "workflow_not_found", {"workflow": name})
+                return Outcome(ResultStatus.FAILED, "workflow_not_found", {"workflow": name})
             return await self.workflow_runner.run(name, assignment.workflow_params, driver, control)
-        return Outcome("failed", "unsupported_kind", {"kind": assignment.kind[:64]})
+        return Outcome(ResultStatus.FAILED, "unsupported_kind", {"kind": assignment.kind[:64]})

@@ -13,6 +13,8 @@
 - each claimed assignment holds its device from claim until it is reported, and runs as one
   ``LeasedRun`` (``agent/lease_run.py``: device wait, execution, renewal, result).
 
+Every "same request again" goes through ``agent/retry.py`` under the one ``RetryPolicy``.
+
 Shutdown (``run``'s ``shutdown`` event): stop claiming, give running work ``shutdown_grace_s``
 to finish, then stop it through its ``RunControl``, report what it returns, and return 0. A
 ``401`` (host credential revoked) or a crashed loop ends the agent the same way but returns 1.
@@ -23,11 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import random
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from agent.client import (
     Assignment,
@@ -35,12 +36,12 @@ from agent.client import (
     MalformedAnswer,
     ProtocolError,
     Rejected,
-    TransientError,
     Unauthorized,
 )
 from agent.lease_run import LeasedRun
-from agent.retry import Backoff
-from agent.runtime.base import Outcome, RunControl
+from agent.retry import RetryPolicy, retry
+from agent.runtime import DeviceRecord, Executor
+from wire import DeviceStatus
 
 log = logging.getLogger("agent.host")
 
@@ -50,31 +51,6 @@ EXIT_FATAL = 1
 # The coordinator's heartbeat interval is followed within these bounds, so a misconfigured
 # coordinator can neither make a fleet hammer it nor make hosts look dead for minutes.
 HEARTBEAT_INTERVAL_BOUNDS_S = (1.0, 300.0)
-
-
-@dataclass(frozen=True)
-class DeviceRecord:
-    """One device in the heartbeat snapshot, by cloud id."""
-
-    device_id: str
-    driver: str
-    attributes: dict[str, Any] = field(default_factory=dict)
-    online: bool = True
-
-
-class Executor(Protocol):
-    """The seam between the protocol loops and the runtime (see ``agent/executor.py``)."""
-
-    def devices(self) -> list[DeviceRecord]: ...
-
-    async def refresh(self) -> None:
-        """Bring ``devices()`` up to date (reachability, devices found or gone). Raises
-        ``Unauthorized`` when the host credential is gone."""
-        ...
-
-    async def run(self, assignment: Assignment, control: RunControl) -> Outcome:
-        """Run one assignment to an ``Outcome``; honour ``control.stopped`` between steps."""
-        ...
 
 
 async def _wait_event(event: asyncio.Event, timeout: float) -> None:
@@ -111,15 +87,14 @@ class HostAgent:
         device_refresh_s: float = 5.0,
         shutdown_grace_s: float = 30.0,
         renew_fraction: float = 1 / 3,
-        backoff_base_s: float = 0.5,
-        backoff_cap_s: float = 30.0,
+        retry_policy: RetryPolicy | None = None,
         min_poll_interval_s: float = 1.0,
-        rng: Callable[[], float] = random.random,
         pause: Callable[[asyncio.Event, float], Awaitable[None]] = _wait_event,
     ) -> None:
         """``heartbeat_interval_s`` applies until the coordinator answers with its own.
-        ``pause(event, seconds)`` is the heartbeat loop's wait (until the event is set or the
-        time passes); tests inject one to observe the schedule."""
+        ``retry_policy`` governs every retry of every loop and run (its ``rng`` also jitters
+        the pause after an empty poll). ``pause(event, seconds)`` is the heartbeat loop's wait
+        (until the event is set or the time passes); tests inject one to observe the schedule."""
         self._client = client
         self._executor = executor
         self._agent_info = {"version": version, "hostname": hostname}
@@ -130,10 +105,8 @@ class HostAgent:
         self._pause = pause
         self._shutdown_grace_s = shutdown_grace_s
         self._renew_fraction = renew_fraction
-        self._backoff_base_s = backoff_base_s
-        self._backoff_cap_s = backoff_cap_s
+        self._retry = retry_policy or RetryPolicy()
         self._min_poll_interval_s = min_poll_interval_s
-        self._rng = rng
 
         self._held: dict[str, int] = {}  # device id -> assignments holding it (running or waiting)
         self._device_locks: dict[str, asyncio.Lock] = {}
@@ -202,13 +175,11 @@ class HostAgent:
             if fatal:
                 self._die(f"{name} crashed")
 
-    def _backoff(self, cap_s: float | None = None) -> Backoff:
-        return Backoff(self._backoff_base_s, self._backoff_cap_s if cap_s is None else cap_s, self._rng)
-
     # -- devices -----------------------------------------------------------------------------
 
     def _known_devices(self) -> dict[str, DeviceRecord]:
-        return {device.device_id: device for device in self._executor.devices()}
+        """The executor's devices by cloud id (it reports enrolled devices only)."""
+        return {device.device_id: device for device in self._executor.devices() if device.device_id is not None}
 
     def _any_idle(self) -> bool:
         return any(
@@ -228,16 +199,16 @@ class HostAgent:
 
     def snapshot(self) -> list[dict[str, Any]]:
         devices = []
-        for device in self._executor.devices():
-            if self._held.get(device.device_id, 0):
-                status = "busy"
+        for device_id, device in self._known_devices().items():
+            if self._held.get(device_id, 0):
+                status = DeviceStatus.BUSY
             else:
-                status = "available" if device.online else "unavailable"
+                status = DeviceStatus.AVAILABLE if device.online else DeviceStatus.UNAVAILABLE
             devices.append(
                 {
-                    "device_id": device.device_id,
+                    "device_id": device_id,
                     "driver": device.driver,
-                    "status": status,
+                    "status": status.value,
                     "attributes": device.attributes,
                     "labels": self._labels,
                 }
@@ -247,24 +218,27 @@ class HostAgent:
     # -- heartbeat ---------------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        backoff = self._backoff()
+        backoff = self._retry.backoff()
+
+        async def send() -> Any:
+            self._snapshot_dirty.clear()  # this snapshot is the newest the coordinator will have
+            return await self._client.heartbeat(self.snapshot(), self._agent_info)
+
+        async def pause(seconds: float) -> None:
+            await self._pause(self._snapshot_dirty, seconds)
+
         while True:
-            self._snapshot_dirty.clear()
-            delay = self.heartbeat_interval_s
+            # Retries stay within one interval, so a short outage does not cost a missed beat.
+            backoff.policy = replace(self._retry, cap_s=min(self._retry.cap_s, self.heartbeat_interval_s))
             try:
-                answer = await self._client.heartbeat(self.snapshot(), self._agent_info)
+                answer = await retry(send, backoff, what="heartbeat", sleep=pause)
             except Unauthorized:
                 self._revoked()
                 return
-            except TransientError as exc:
-                # Retries stay within one interval, so a short outage does not cost a missed beat.
-                backoff.cap_s = min(self._backoff_cap_s, self.heartbeat_interval_s)
-                delay = backoff.next_delay()
-                log.warning("heartbeat failed (%s); retry in %.2fs", exc, delay)
             except ProtocolError as exc:  # 409 unknown_device/device_conflict, 4xx: not fixed by retrying now
                 log.error("heartbeat rejected: %s", exc)
+                delay = self.heartbeat_interval_s
             else:
-                backoff.reset()
                 self.heartbeats_sent += 1
                 delay = self._follow_interval(answer)
             await self._pause(self._snapshot_dirty, delay)
@@ -303,34 +277,34 @@ class HostAgent:
 
     async def _claim_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        backoff = self._backoff()
+        backoff = self._retry.backoff()  # shared by every claim: a rejection backs off the next one
         while True:
             await self._wait_any_idle()
             claim_id = uuid.uuid4().hex
-            while True:  # the same claim_id until an answer arrives
+            sent_at = loop.time()
+
+            async def poll(claim_id: str = claim_id) -> Assignment | None:
+                nonlocal sent_at
                 sent_at = loop.time()
-                try:
-                    assignment = await self._client.claim(claim_id, self._poll_wait_s)
-                except TransientError as exc:
-                    delay = backoff.next_delay()
-                    log.warning("claim %s failed (%s); same claim in %.2fs", claim_id, exc, delay)
-                    await asyncio.sleep(delay)
-                    continue
-                except Unauthorized:
-                    self._revoked()
-                    return
-                except (Rejected, MalformedAnswer) as exc:
-                    delay = backoff.next_delay()
-                    log.error("claim rejected: %s; new claim in %.2fs", exc, delay)
-                    await asyncio.sleep(delay)
-                    break
-                backoff.reset()
-                if assignment is not None:
-                    self._start(assignment, received_at=loop.time())
-                elif loop.time() - sent_at < self._min_poll_interval_s:
-                    # An empty answer that came back at once (wait_s=0, or a busy server): don't spin.
-                    await asyncio.sleep(self._min_poll_interval_s * self._rng())
-                break
+                return await self._client.claim(claim_id, self._poll_wait_s)
+
+            try:
+                # The same claim_id until an answer arrives: an assignment whose response was
+                # lost is then handed back instead of orphaned.
+                assignment = await retry(poll, backoff, what=f"claim {claim_id}")
+            except Unauthorized:
+                self._revoked()
+                return
+            except (Rejected, MalformedAnswer) as exc:
+                delay = backoff.next_delay()
+                log.error("claim rejected: %s; new claim in %.2fs", exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            if assignment is not None:
+                self._start(assignment, received_at=loop.time())
+            elif loop.time() - sent_at < self._min_poll_interval_s:
+                # An empty answer that came back at once (wait_s=0, or a busy server): don't spin.
+                await asyncio.sleep(self._min_poll_interval_s * self._retry.rng())
 
     def _start(self, assignment: Assignment, *, received_at: float) -> None:
         log.info(
@@ -354,9 +328,7 @@ class HostAgent:
             device_lock=device_lock,
             received_at=received_at,
             renew_fraction=self._renew_fraction,
-            backoff_base_s=self._backoff_base_s,
-            backoff_cap_s=self._backoff_cap_s,
-            rng=self._rng,
+            retry_policy=self._retry,
             on_unauthorized=self._revoked,
         )
         task = asyncio.create_task(

@@ -31,7 +31,8 @@ from typing import Any
 from pydantic import SecretStr
 
 from agent.client import Conflict, CoordinatorClient, HostClient, MalformedAnswer, Rejected, Unauthorized
-from agent.retry import Backoff, retry_transient
+from agent.retry import RetryPolicy, retry
+from agent.runtime import DeviceRecord
 from agent.settings import ENV_PREFIX, IDENTITY_FILE, AgentSettings, ConfigError
 
 log = logging.getLogger("agent.identity")
@@ -49,15 +50,6 @@ class HostIdentity:
     host_id: str
     token: SecretStr
     managed: bool
-
-
-@dataclass(frozen=True)
-class LocalDevice:
-    """What device enrollment needs to know about one local device."""
-
-    local_id: str
-    driver: str
-    attributes: dict[str, Any]
 
 
 def new_host_token() -> SecretStr:
@@ -144,7 +136,7 @@ class StateStore:
 
 
 async def resolve_identity(
-    settings: AgentSettings, client: CoordinatorClient, backoff: Backoff
+    settings: AgentSettings, client: CoordinatorClient, retry_policy: RetryPolicy
 ) -> HostIdentity:
     """Legacy credentials as configured, or the managed identity (enrolling if not yet done)."""
     if settings.legacy:
@@ -173,7 +165,7 @@ async def resolve_identity(
             )
     enrollment_token = settings.enrollment_token
     try:
-        answer = await retry_transient(
+        answer = await retry(
             lambda: client.enroll(
                 enrollment_token,
                 enrollment_id=enrollment_id,
@@ -181,7 +173,7 @@ async def resolve_identity(
                 hostname=settings.hostname,
                 labels=settings.labels,
             ),
-            backoff,
+            retry_policy.backoff(),
             what="enrollment",
         )
     except Unauthorized:
@@ -217,7 +209,7 @@ class DeviceEnroller:
             assert state_dir is not None
             self._store = StateStore(state_dir)
 
-    async def enroll(self, devices: list[LocalDevice]) -> dict[str, str]:
+    async def enroll(self, devices: list[DeviceRecord]) -> dict[str, str]:
         if self._store is None:
             return {device.local_id: device.local_id for device in devices}
         if not devices:
@@ -244,15 +236,15 @@ class DeviceEnroller:
 async def enroll_devices(
     identity: HostIdentity,
     host: HostClient,
-    devices: list[LocalDevice],
+    devices: list[DeviceRecord],
     state_dir: Path | None,
-    backoff: Backoff,
+    retry_policy: RetryPolicy,
 ) -> dict[str, str]:
     """Start-up: map every local device id to its cloud device id (legacy: the same id),
     retrying while the coordinator is unreachable."""
     enroller = DeviceEnroller(identity, host, state_dir)
     try:
-        mapping = await retry_transient(lambda: enroller.enroll(devices), backoff, what="device enrollment")
+        mapping = await retry(lambda: enroller.enroll(devices), retry_policy.backoff(), what="device enrollment")
     except Unauthorized:  # only managed hosts call the coordinator here
         assert state_dir is not None
         raise StartupError(

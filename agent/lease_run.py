@@ -18,22 +18,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agent.client import Assignment, Conflict, HostClient, ProtocolError, TransientError, Unauthorized
-from agent.retry import Backoff
-from agent.runtime.base import Outcome, Progress, RunControl
-
-if TYPE_CHECKING:  # agent.host imports this module; the seam is only needed for type hints
-    from agent.host import Executor
+from agent.client import Assignment, Conflict, HostClient, ProtocolError, Unauthorized
+from agent.retry import RetryPolicy, retry
+from agent.runtime import DeviceNotFound, Executor, Outcome, Progress, RunControl
+from wire import PROGRESS_SUMMARY_MAX_CHARS, ResultStatus
 
 log = logging.getLogger("agent.lease_run")
 
-PROGRESS_SUMMARY_MAX_CHARS = 500  # the coordinator bounds it too; this keeps requests small
+DEVICE_NOT_FOUND = "device_not_found"
+
+
+class _DeadlinePassed(Exception):
+    """The local lease deadline passed before a renewal got through: the lease is gone."""
 
 
 def progress_body(progress: Progress | None) -> dict[str, Any] | None:
-    """The bounded progress of a renewal: step index, status and short text, nothing else."""
+    """The bounded progress of a renewal: step index, status and short text, nothing else. The
+    summary is cut to the coordinator's default bound here, so requests stay small."""
     if progress is None:
         return None
     return {
@@ -47,8 +50,10 @@ class LeasedRun:
     """Runs one assignment under its lease; ``run()`` returns once it is reported or given up.
 
     ``device_lock`` is ``None`` when this host does not have the device the assignment names:
-    the run then reports ``failed``/``device_not_found`` and does nothing else. ``control`` is
-    public so the agent can stop the run at shutdown; what the runtime then returns is reported.
+    the run then reports ``failed``/``device_not_found`` and does nothing else; the same report
+    follows when the executor finds the device gone by the time the run starts (``DeviceNotFound``).
+    ``control`` is public so the agent can stop the run at shutdown; what the runtime then
+    returns is reported.
     """
 
     def __init__(
@@ -60,9 +65,7 @@ class LeasedRun:
         device_lock: asyncio.Lock | None,
         received_at: float,
         renew_fraction: float,
-        backoff_base_s: float,
-        backoff_cap_s: float,
-        rng: Callable[[], float],
+        retry_policy: RetryPolicy,
         on_unauthorized: Callable[[], None],
     ) -> None:
         self.assignment = assignment
@@ -71,9 +74,7 @@ class LeasedRun:
         self._executor = executor
         self._device_lock = device_lock
         self._renew_fraction = renew_fraction
-        self._backoff_base_s = backoff_base_s
-        self._backoff_cap_s = backoff_cap_s
-        self._rng = rng
+        self._retry = retry_policy
         self._on_unauthorized = on_unauthorized
         # Event-loop time by which a renewal must have succeeded; each renewal moves it on.
         self._deadline = received_at + assignment.lease_ttl_ms / 1000
@@ -84,8 +85,7 @@ class LeasedRun:
         assignment = self.assignment
         lock = self._device_lock
         if lock is None:
-            log.error("task %s names device %s which this host does not have", assignment.task_id, assignment.device_id)
-            await self._report(Outcome("failed", "device_not_found"))
+            await self._report(self._device_not_found())
             return
         renewer = asyncio.create_task(self._renew())
         try:
@@ -114,12 +114,20 @@ class LeasedRun:
                 # The operator's cancel wins, even over a run that finished while it stopped;
                 # what the runner itself said stays visible in the metadata.
                 outcome = Outcome(
-                    "cancelled", "cancel_requested", {**outcome.metadata, "runner_status": outcome.status}
+                    ResultStatus.CANCELLED,
+                    "cancel_requested",
+                    {**outcome.metadata, "runner_status": outcome.status.value},
                 )
             await self._report(outcome)
         finally:
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
+
+    def _device_not_found(self) -> Outcome:
+        """The one verdict for an assignment naming a device this host does not have."""
+        assignment = self.assignment
+        log.error("task %s names device %s which this host does not have", assignment.task_id, assignment.device_id)
+        return Outcome(ResultStatus.FAILED, DEVICE_NOT_FOUND, {"device_id": assignment.device_id})
 
     async def _execute(self) -> Outcome:
         assignment = self.assignment
@@ -127,14 +135,16 @@ class LeasedRun:
             outcome = await self._executor.run(assignment, self.control)
         except asyncio.CancelledError:
             raise
+        except DeviceNotFound:  # bound at claim time, gone (unplugged, dropped) by now
+            return self._device_not_found()
         except Exception as exc:
             log.exception("task %s: the runtime raised", assignment.task_id)
-            return Outcome("failed", "agent_error", {"error": type(exc).__name__})
+            return Outcome(ResultStatus.FAILED, "agent_error", {"error": type(exc).__name__})
         log.info(
             "task %s attempt %d finished: %s%s",
             assignment.task_id,
             assignment.attempt,
-            outcome.status,
+            outcome.status.value,
             f" ({outcome.failure_reason})" if outcome.failure_reason else "",
         )
         return outcome
@@ -156,26 +166,48 @@ class LeasedRun:
         ttl_s = assignment.lease_ttl_ms / 1000
         next_at = loop.time() + ttl_s * self._renew_fraction
         # Retries after a failed renewal must fit well inside the lease.
-        backoff = Backoff(min(self._backoff_base_s, ttl_s / 10), ttl_s * self._renew_fraction, self._rng)
-        while True:
-            wait = min(next_at, self._deadline) - loop.time()
+        backoff = self._retry.backoff(
+            base_s=min(self._retry.base_s, ttl_s / 10), cap_s=ttl_s * self._renew_fraction
+        )
+        sent_at = loop.time()  # of the latest try; set again by every one
+
+        async def sleep_within_lease(seconds: float) -> None:
+            wait = min(loop.time() + seconds, self._deadline) - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
+
+        async def renew() -> dict[str, Any]:
+            nonlocal sent_at
             sent_at = loop.time()
             if sent_at >= self._deadline:
-                self._lose_lease("local lease deadline passed")
-                return
+                raise _DeadlinePassed("local lease deadline passed")
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
                 async with asyncio.timeout(self._deadline - sent_at):
-                    answer = await self._client.renew(
+                    return await self._client.renew(
                         assignment.lease_id,
                         task_id=assignment.task_id,
                         attempt=assignment.attempt,
-                        progress=progress_body(self.control.latest),
+                        progress=progress_body(self.control.latest),  # the latest, on every try
                     )
             except TimeoutError:
-                self._lose_lease("local lease deadline passed during renewal")
+                raise _DeadlinePassed("local lease deadline passed during renewal") from None
+
+        while True:
+            await sleep_within_lease(next_at - loop.time())
+            try:
+                # Any other failure (no answer, 5xx, a 4xx other than 401/409) may pass: retry
+                # while the lease lasts.
+                answer = await retry(
+                    renew,
+                    backoff,
+                    what=f"renewal of lease {assignment.lease_id}",
+                    retry_on=ProtocolError,
+                    stop_on=(Conflict, Unauthorized),
+                    sleep=sleep_within_lease,
+                )
+            except _DeadlinePassed as exc:
+                self._lose_lease(str(exc))
                 return
             except Conflict as exc:
                 self._lose_lease(exc.code or "409")
@@ -184,12 +216,6 @@ class LeasedRun:
                 self._lose_lease("401")
                 self._on_unauthorized()
                 return
-            except ProtocolError as exc:
-                delay = backoff.next_delay()
-                log.warning("renewal of lease %s failed (%s); retry in %.2fs", assignment.lease_id, exc, delay)
-                next_at = loop.time() + delay
-                continue
-            backoff.reset()
             ttl_ms = answer.get("lease_ttl_ms")
             if isinstance(ttl_ms, int) and not isinstance(ttl_ms, bool) and ttl_ms > 0:
                 ttl_s = ttl_ms / 1000
@@ -213,37 +239,34 @@ class LeasedRun:
     async def _report(self, outcome: Outcome) -> None:
         """Send the terminal result until the coordinator answers it (200, or 409: give up)."""
         assignment = self.assignment
-        backoff = Backoff(self._backoff_base_s, self._backoff_cap_s, self._rng)
-        while True:
-            try:
-                answer = await self._client.report_result(
-                    task_id=assignment.task_id,
-                    attempt=assignment.attempt,
-                    lease_id=assignment.lease_id,
-                    status=outcome.status,
-                    failure_reason=outcome.failure_reason,
-                    metadata=dict(outcome.metadata),
-                )
-            except TransientError as exc:
-                delay = backoff.next_delay()
-                log.warning("result for task %s failed (%s); retry in %.2fs", assignment.task_id, exc, delay)
-                await asyncio.sleep(delay)
-                continue
-            except Conflict as exc:
-                log.warning("result for task %s refused (%s); giving up", assignment.task_id, exc.code)
-                return
-            except Unauthorized:
-                self._on_unauthorized()
-                return
-            except ProtocolError as exc:
-                log.error("result for task %s rejected (%s); giving up", assignment.task_id, exc)
-                return
-            replayed = isinstance(answer, dict) and answer.get("replayed") is True
-            log.info(
-                "reported task %s attempt %d: %s%s",
-                assignment.task_id,
-                assignment.attempt,
-                outcome.status,
-                " (replayed)" if replayed else "",
+
+        async def send() -> Any:
+            # The identical report every time: the coordinator treats a repeat as a replay.
+            return await self._client.report_result(
+                task_id=assignment.task_id,
+                attempt=assignment.attempt,
+                lease_id=assignment.lease_id,
+                status=outcome.status,
+                failure_reason=outcome.failure_reason,
+                metadata=dict(outcome.metadata),
             )
+
+        try:
+            answer = await retry(send, self._retry.backoff(), what=f"result for task {assignment.task_id}")
+        except Conflict as exc:
+            log.warning("result for task %s refused (%s); giving up", assignment.task_id, exc.code)
             return
+        except Unauthorized:
+            self._on_unauthorized()
+            return
+        except ProtocolError as exc:
+            log.error("result for task %s rejected (%s); giving up", assignment.task_id, exc)
+            return
+        replayed = isinstance(answer, dict) and answer.get("replayed") is True
+        log.info(
+            "reported task %s attempt %d: %s%s",
+            assignment.task_id,
+            assignment.attempt,
+            outcome.status.value,
+            " (replayed)" if replayed else "",
+        )

@@ -72,16 +72,20 @@ class AgentSettings(BaseSettings):
             raise ValueError("must start with http:// or https://")
         return value
 
-    @field_validator("host_id", "token", "enrollment_token", "llm_base_url", "llm_model", "llm_api_key", mode="before")
+    # An empty ``HOST_AGENT_X=`` line (a template .env) means "not set", not an empty value.
+    @field_validator(
+        "host_id",
+        "token",
+        "enrollment_token",
+        "state_dir",
+        "workflows_dir",
+        "llm_base_url",
+        "llm_model",
+        "llm_api_key",
+        mode="before",
+    )
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
-        if isinstance(value, str) and not value.strip():
-            return None
-        return value
-
-    @field_validator("state_dir", "workflows_dir", mode="before")
-    @classmethod
-    def _blank_path_is_unset(cls, value: object) -> object:
         if isinstance(value, str) and not value.strip():
             return None
         return value
@@ -103,7 +107,7 @@ class AgentSettings(BaseSettings):
     @field_validator("devices")
     @classmethod
     def _devices_parse(cls, value: str) -> str:
-        _parse_devices(value)  # raises ValueError with a one-line reason
+        parse_device_specs(value)  # raises ValueError with a one-line reason
         return value
 
     @field_validator("workflows_dir")
@@ -142,11 +146,7 @@ class AgentSettings(BaseSettings):
 
     @property
     def device_specs(self) -> list[DeviceSpec]:
-        return _parse_devices(self.devices)
-
-
-def _parse_devices(text: str) -> list[DeviceSpec]:
-    return parse_device_specs(text)
+        return parse_device_specs(self.devices)
 
 
 def load_settings(**overrides: object) -> AgentSettings:

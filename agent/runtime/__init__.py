@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .actions import Action, parse_action
-from .base import DeviceSpec, Outcome, Progress, RunControl
-from .devices import BoundDevice, DeviceManager, LocalDevice, parse_device_specs
+from .base import DeviceRecord, DeviceSpec, Executor, Outcome, Progress, RunControl
+from .devices import DeviceManager, parse_device_specs
 from .driver import Driver, Observation
-from .errors import DriverError, PlannerError
+from .errors import DeviceNotFound, DriverError, PlannerError
 from .openai_planner import OpenAIPlanner
 from .planners import ScriptedPlanner, make_planner
 from .task import Planner, Task, TaskRunner
@@ -22,12 +22,13 @@ EXAMPLE_WORKFLOWS_DIR = Path(__file__).parent / "example_workflows"
 __all__ = [
     "EXAMPLE_WORKFLOWS_DIR",
     "Action",
-    "BoundDevice",
     "DeviceManager",
+    "DeviceNotFound",
+    "DeviceRecord",
     "DeviceSpec",
     "Driver",
     "DriverError",
-    "LocalDevice",
+    "Executor",
     "Observation",
     "OpenAIPlanner",
     "Outcome",

@@ -1,17 +1,23 @@
 """The small contracts shared by the agent and its execution runtime.
 
 The agent (``agent/``) only ever talks to the runtime through these types: it builds a
-``DeviceManager`` from ``DeviceSpec``s, picks a runner for an assignment and hands it a
-``RunControl`` through which the runner publishes ``Progress`` and learns that it must stop.
+``DeviceManager`` from ``DeviceSpec``s, reads its devices as ``DeviceRecord``s, hands an
+assignment to an ``Executor`` with a ``RunControl`` through which the runner publishes
+``Progress`` and learns that it must stop, and gets an ``Outcome`` back. They live here, below
+both the protocol loops (``agent/host.py``, ``agent/lease_run.py``) and the runtime, so neither
+side imports the other to name them.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-OutcomeStatus = Literal["succeeded", "failed", "cancelled"]
+from wire import ResultStatus
+
+if TYPE_CHECKING:  # only named in hints: the runtime does not need the HTTP client to run
+    from agent.client import Assignment
 
 
 @dataclass(frozen=True)
@@ -20,6 +26,23 @@ class DeviceSpec:
 
     driver: str
     local_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceRecord:
+    """One local device as the agent sees it, from its driver to enrollment and the heartbeat.
+
+    ``device_id`` is the cloud id (what heartbeats report and assignments name); it is ``None``
+    while the device is not enrolled yet (start-up, or a phone plugged in later). ``online``:
+    the driver can reach the device now; ``False`` is reported ``unavailable``. Keyword-only,
+    because ``driver`` and ``local_id`` are both short strings and easy to swap by position.
+    """
+
+    driver: str
+    local_id: str
+    attributes: dict[str, str] = field(default_factory=dict)
+    device_id: str | None = None
+    online: bool = True
 
 
 @dataclass(frozen=True)
@@ -33,9 +56,14 @@ class Progress:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: OutcomeStatus
+    status: ResultStatus
     failure_reason: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # A plain "failed" is accepted and stored as the member, so every outcome carries one
+        # of the statuses a host may report, whoever built it.
+        object.__setattr__(self, "status", ResultStatus(self.status))
 
 
 class RunControl:
@@ -75,3 +103,21 @@ class RunControl:
         except asyncio.TimeoutError:
             return False
         return True
+
+
+class Executor(Protocol):
+    """The seam between the protocol loops and the runtime (see ``agent/executor.py``)."""
+
+    def devices(self) -> list[DeviceRecord]:
+        """The enrolled devices (``device_id`` set), as the heartbeat reports them."""
+        ...
+
+    async def refresh(self) -> None:
+        """Bring ``devices()`` up to date (reachability, devices found or gone). Raises
+        ``Unauthorized`` when the host credential is gone."""
+        ...
+
+    async def run(self, assignment: Assignment, control: RunControl) -> Outcome:
+        """Run one assignment to an ``Outcome``; honour ``control.stopped`` between steps.
+        Raises ``DeviceNotFound`` when this host does not have the device it names."""
+        ...

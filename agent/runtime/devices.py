@@ -10,35 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+
+from wire import is_valid_id
 
 from .adb import ADB_READY, AdbDevice, AdbDriver, list_adb_devices, read_os_version
-from .base import DeviceSpec
+from .base import DeviceRecord, DeviceSpec
 from .driver import Driver
-from .errors import DriverError
+from .errors import DeviceNotFound, DriverError
 from .sim import SimDriver
 
 logger = logging.getLogger(__name__)
 
 KNOWN_DRIVERS = ("adb", "sim")
-# adb serials include ':' for network devices ("192.168.1.5:5555").
-_LOCAL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 
-class LocalDevice(NamedTuple):
-    driver: str
-    local_id: str
-    attributes: dict[str, str]
-
-
-class BoundDevice(NamedTuple):
-    device_id: str  # the cloud id: what heartbeats report and assignments name
-    driver: str
-    local_id: str
-    attributes: dict[str, str]
-    online: bool = True  # the driver can reach the device now; False is reported ``unavailable``
+def _valid_local_id(local_id: str) -> bool:
+    """The wire's id grammar (adb serials include ':' for network devices, "192.168.1.5:5555"),
+    and a letter or digit first: a leading '-' would read as an option on adb's command line."""
+    return is_valid_id(local_id) and local_id[0].isalnum()
 
 
 def parse_device_specs(value: str) -> list[DeviceSpec]:
@@ -60,7 +50,7 @@ def parse_device_specs(value: str) -> list[DeviceSpec]:
         if local_id == "*":
             if driver != "adb":
                 raise ValueError(f"{entry!r}: '*' (every attached device) only works with the adb driver")
-        elif not _LOCAL_ID.fullmatch(local_id):
+        elif not _valid_local_id(local_id):
             raise ValueError(
                 f"malformed device id in {entry!r}: use letters, digits, '.', '_', ':' or '-' (at most 128)"
             )
@@ -192,8 +182,10 @@ class DeviceManager:
         if self._by_cloud is not None:
             self._by_cloud = {c: l for c, l in self._by_cloud.items() if l != driver.local_id}
 
-    def local_devices(self) -> list[LocalDevice]:
-        return [LocalDevice(d.driver, d.local_id, d.attributes()) for d in self._drivers.values()]
+    def local_devices(self) -> list[DeviceRecord]:
+        """Every device this host holds, bound or not (``device_id`` is ``None`` until bound)."""
+        by_local = {local_id: device_id for device_id, local_id in (self._by_cloud or {}).items()}
+        return [_record(driver, by_local.get(driver.local_id)) for driver in self._drivers.values()]
 
     def local_driver(self, local_id: str) -> Driver:
         return self._drivers[local_id]
@@ -217,12 +209,10 @@ class DeviceManager:
             by_cloud[device_id] = local_id
         self._by_cloud = by_cloud
 
-    def unbound_devices(self) -> list[LocalDevice]:
+    def unbound_devices(self) -> list[DeviceRecord]:
         """Local devices found since the last ``bind``/``bind_new``: they need a cloud id."""
         bound = set(self._bound().values())
-        return [
-            LocalDevice(d.driver, d.local_id, d.attributes()) for d in self._drivers.values() if d.local_id not in bound
-        ]
+        return [_record(d, None) for d in self._drivers.values() if d.local_id not in bound]
 
     def bind_new(self, id_map: Mapping[str, str]) -> None:
         """Add cloud ids for devices found after start-up. An entry for a device gone meanwhile,
@@ -244,19 +234,16 @@ class DeviceManager:
     def device_ids(self) -> list[str]:
         return list(self._bound())
 
-    def bound_devices(self) -> list[BoundDevice]:
-        """The device snapshot a heartbeat reports."""
-        return [
-            BoundDevice(device_id, driver.driver, driver.local_id, driver.attributes(), driver.online)
-            for device_id, local_id in self._bound().items()
-            for driver in (self._drivers[local_id],)
-        ]
+    def bound_devices(self) -> list[DeviceRecord]:
+        """The device snapshot a heartbeat reports, in binding order."""
+        return [_record(self._drivers[local_id], device_id) for device_id, local_id in self._bound().items()]
 
     def driver_for(self, device_id: str) -> Driver:
-        """The driver for a cloud device id; ``KeyError`` if this host does not have it."""
+        """The driver for a cloud device id; ``DeviceNotFound`` (a ``KeyError``) if this host
+        does not have it."""
         local_id = self._bound().get(device_id)
         if local_id is None:
-            raise KeyError(f"no local device is bound to {device_id!r}")
+            raise DeviceNotFound(device_id)
         return self._drivers[local_id]
 
     def _bound(self) -> dict[str, str]:
@@ -264,6 +251,17 @@ class DeviceManager:
             # Serving local ids as cloud ids by accident would misroute work on a managed host.
             raise RuntimeError("DeviceManager is not bound: call bind() or bind_identity() first")
         return self._by_cloud
+
+
+def _record(driver: Driver, device_id: str | None) -> DeviceRecord:
+    # attributes() is a fresh dict: a record compared later is not changed under it.
+    return DeviceRecord(
+        driver=driver.driver,
+        local_id=driver.local_id,
+        attributes=driver.attributes(),
+        device_id=device_id,
+        online=driver.online,
+    )
 
 
 async def _adb_driver(adb_path: str, serial: str, listed: AdbDevice | None, timeout: float) -> AdbDriver:

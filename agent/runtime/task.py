@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from wire import ResultStatus
+
 from .actions import Action, clip, perform, summarize
 from .base import Outcome, Progress, RunControl
 from .driver import Driver, Observation
@@ -76,11 +78,11 @@ class TaskRunner:
             history.append(step)
             control.publish(Progress(step.index, "succeeded" if ok else "failed", summary))
 
-        def finish(status: str, reason: str | None = None, **extra: Any) -> Outcome:
-            return Outcome(status, reason, {"steps": len(history), **extra})  # type: ignore[arg-type]
+        def finish(status: ResultStatus, reason: str | None = None, **extra: Any) -> Outcome:
+            return Outcome(status, reason, {"steps": len(history), **extra})
 
         def cancelled() -> Outcome:
-            return finish("cancelled", control.stop_reason)
+            return finish(ResultStatus.CANCELLED, control.stop_reason)
 
         while True:
             if control.stopped:
@@ -104,9 +106,9 @@ class TaskRunner:
                 planner_errors += 1
                 record(None, clip(f"planner error: {exc}"), False, str(exc)[:200])
                 if planner_errors >= self.max_planner_errors:
-                    return finish("failed", "planner_error", error=str(exc)[:200])
+                    return finish(ResultStatus.FAILED, "planner_error", error=str(exc)[:200])
                 if len(history) >= task.max_steps:
-                    return finish("failed", "max_steps_exceeded")
+                    return finish(ResultStatus.FAILED, "max_steps_exceeded")
                 continue
             if isinstance(action, _Stopped):
                 return cancelled()
@@ -115,12 +117,12 @@ class TaskRunner:
             summary = summarize(action)
             if action.kind == "done":
                 control.publish(Progress(len(history), "succeeded", summary))
-                return finish("succeeded")
+                return finish(ResultStatus.SUCCEEDED)
             if action.kind == "fail":
                 control.publish(Progress(len(history), "failed", summary))
-                return finish("failed", clip(action.reason or "planner_gave_up", 120))
+                return finish(ResultStatus.FAILED, clip(action.reason or "planner_gave_up", 120))
             if len(history) >= task.max_steps:
-                return finish("failed", "max_steps_exceeded")
+                return finish(ResultStatus.FAILED, "max_steps_exceeded")
             if control.stopped:
                 return cancelled()
 
@@ -142,7 +144,7 @@ class TaskRunner:
 def _driver_failure(exc: Exception, finish: Callable[..., Outcome]) -> Outcome:
     # A DriverError is the device talking; anything else is a bug in a driver, worth a traceback.
     logger.warning("device failed: %s", exc, exc_info=None if isinstance(exc, DriverError) else exc)
-    return finish("failed", "driver_error", error=clip(str(exc) or type(exc).__name__))
+    return finish(ResultStatus.FAILED, "driver_error", error=clip(str(exc) or type(exc).__name__))
 
 
 async def _unless_stopped(awaitable: Awaitable[T], control: RunControl) -> T | _Stopped:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wire import ResultStatus
+
 from .actions import DEVICE_ACTIONS, Action, clip, parse_action, perform, summarize
 from .base import Outcome, Progress, RunControl
 from .driver import Driver
@@ -117,18 +119,18 @@ class WorkflowRunner:
         """Never raises for device trouble: every ending is an ``Outcome``."""
         workflow = self.find(name)
         if workflow is None:
-            return Outcome("failed", "workflow_not_found", {"workflow": name})
+            return Outcome(ResultStatus.FAILED, "workflow_not_found", {"workflow": name})
         meta: dict[str, Any] = {"workflow": name}
         try:
             actions = self._prepare(workflow, params or {})
         except MissingParam as exc:
-            return Outcome("failed", "missing_param", {**meta, "param": exc.name, "steps": 0})
+            return Outcome(ResultStatus.FAILED, "missing_param", {**meta, "param": exc.name, "steps": 0})
         except ActionError as exc:
-            return Outcome("failed", "workflow_invalid", {**meta, "error": clip(str(exc)), "steps": 0})
+            return Outcome(ResultStatus.FAILED, "workflow_invalid", {**meta, "error": clip(str(exc)), "steps": 0})
 
         for index, action in enumerate(actions):
             if control.stopped:
-                return Outcome("cancelled", control.stop_reason, {**meta, "steps": index})
+                return Outcome(ResultStatus.CANCELLED, control.stop_reason, {**meta, "steps": index})
             summary = summarize(action)
             control.publish(Progress(index, "running", summary))
             reason: str | None = None
@@ -141,16 +143,17 @@ class WorkflowRunner:
                 reason, error = "element_not_found", str(exc)
             except Exception as exc:
                 if control.stopped:
-                    return Outcome("cancelled", control.stop_reason, {**meta, "steps": index})
+                    return Outcome(ResultStatus.CANCELLED, control.stop_reason, {**meta, "steps": index})
                 logger.warning("workflow %s step %d: device failed: %s", name, index, exc)
                 reason, error = "driver_error", str(exc) or type(exc).__name__
             if reason is not None:
                 control.publish(Progress(index, "failed", summary))
-                return Outcome("failed", reason, {**meta, "steps": index, "failed_step": index, "error": clip(error)})
+                failure = {**meta, "steps": index, "failed_step": index, "error": clip(error)}
+                return Outcome(ResultStatus.FAILED, reason, failure)
             if stopped:
-                return Outcome("cancelled", control.stop_reason, {**meta, "steps": index})
+                return Outcome(ResultStatus.CANCELLED, control.stop_reason, {**meta, "steps": index})
             control.publish(Progress(index, "succeeded", summary))
-        return Outcome("succeeded", None, {**meta, "steps": len(actions)})
+        return Outcome(ResultStatus.SUCCEEDED, None, {**meta, "steps": len(actions)})
 
     @staticmethod
     def _prepare(workflow: Workflow, params: Mapping[str, Any]) -> list[Action]:

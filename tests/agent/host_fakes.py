@@ -15,8 +15,9 @@ import httpx
 from pydantic import SecretStr
 
 from agent.client import Assignment, CoordinatorClient
-from agent.host import DeviceRecord, HostAgent
-from agent.runtime import Outcome, Progress, RunControl
+from agent.host import HostAgent
+from agent.retry import RetryPolicy
+from agent.runtime import DeviceRecord, Outcome, Progress, RunControl
 
 HOST_ID = "host-a"
 HOST_TOKEN = "tht_test-host-token-0123456789abcdefghijklmnop"
@@ -225,7 +226,9 @@ class FakeExecutor:
     """Runs last until the test calls ``finish`` (or the agent stops them)."""
 
     def __init__(self, device_ids: tuple[str, ...] = ("phone-1",)) -> None:
-        self._devices = [DeviceRecord(d, "sim", {"model": "Tether Sim"}) for d in device_ids]
+        self._devices = [
+            DeviceRecord(device_id=d, driver="sim", local_id=d, attributes={"model": "Tether Sim"}) for d in device_ids
+        ]
         self.controls: dict[str, RunControl] = {}
         self.started: list[str] = []
         self.returned: dict[str, Outcome] = {}
@@ -286,8 +289,7 @@ def make_agent(
         "poll_wait_s": 1,
         "heartbeat_interval_s": 0.2,
         "shutdown_grace_s": 1.0,
-        "backoff_base_s": 0.01,
-        "backoff_cap_s": 0.05,
+        "retry_policy": RetryPolicy(base_s=0.01, cap_s=0.05),
         "min_poll_interval_s": 0.01,
     }
     options.update(overrides)

@@ -14,6 +14,7 @@ from agent.executor import RuntimeExecutor
 from agent.runtime import (
     EXAMPLE_WORKFLOWS_DIR,
     DeviceManager,
+    DeviceNotFound,
     DeviceSpec,
     parse_device_specs,
     Progress,
@@ -66,10 +67,12 @@ async def test_execute_a_workflow_assignment() -> None:
     assert (missing.status, missing.failure_reason) == ("failed", "workflow_not_found")
 
 
-async def test_assignment_for_a_device_this_host_lacks_fails_cleanly() -> None:
+async def test_assignment_for_a_device_this_host_lacks_is_left_to_the_run_to_report() -> None:
+    # LeasedRun turns this into failed/device_not_found (test_host_loops), the one place that does.
     executor, _ = await _executor()
-    outcome = await executor.run(_assignment(kind="goal", goal="Turn on Wi-Fi", device_id="d_other"), RunControl())
-    assert (outcome.status, outcome.failure_reason) == ("failed", "device_not_found")
+    with pytest.raises(DeviceNotFound) as caught:
+        await executor.run(_assignment(kind="goal", goal="Turn on Wi-Fi", device_id="d_other"), RunControl())
+    assert caught.value.device_id == "d_other"
 
 
 async def test_task_on_an_unreachable_device_fails_as_device_unavailable(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from host_fakes import FakeCoordinator, FakeExecutor, Running, make_agent, publi
 from agent.executor import RuntimeExecutor
 from agent.host import EXIT_OK, EXIT_FATAL
 from agent.lease_run import progress_body
-from agent.runtime import DeviceManager, Outcome, Progress, ScriptedPlanner, TaskRunner, parse_device_specs
+from agent.retry import RetryPolicy
+from agent.runtime import DeviceManager, DeviceNotFound, Outcome, Progress, ScriptedPlanner, TaskRunner, parse_device_specs
 
 pytestmark = pytest.mark.anyio
 
@@ -222,7 +223,7 @@ async def test_lease_deadline_passing_without_renewal_stops_the_run() -> None:
     coordinator = FakeCoordinator(lease_ttl_ms=200)
     coordinator.always["renew"] = "drop_before"  # every renewal fails: the coordinator is unreachable
     executor = FakeExecutor()
-    agent, client = make_agent(coordinator, executor, backoff_cap_s=0.02)
+    agent, client = make_agent(coordinator, executor, retry_policy=RetryPolicy(base_s=0.01, cap_s=0.02))
     loop = asyncio.get_running_loop()
     async with Running(agent, client):
         task = coordinator.assign()
@@ -312,16 +313,29 @@ async def test_result_409_means_give_up() -> None:
     assert len(_results_for(coordinator, task["task_id"])) == 1
 
 
-async def test_assignment_for_unknown_device_is_reported_failed() -> None:
+@pytest.mark.parametrize("found_missing", ["at claim", "at run start"])
+async def test_assignment_for_unknown_device_is_reported_failed(found_missing: str) -> None:
     coordinator = FakeCoordinator()
     executor = FakeExecutor()
+    device_id = "phone-9" if found_missing == "at claim" else "phone-1"
+
+    async def unplugged(*_: object) -> None:
+        raise DeviceNotFound(device_id)  # bound when claimed, dropped before the run began
+
+    if found_missing == "at run start":
+        executor.on_start = unplugged
     agent, client = make_agent(coordinator, executor)
     async with Running(agent, client):
-        task = coordinator.assign("phone-9")
+        task = coordinator.assign(device_id)
         await wait_until(lambda: _results_for(coordinator, task["task_id"]), what="result")
+        await wait_until(lambda: _device_free(agent.snapshot()), what="device freed")
     [result] = _results_for(coordinator, task["task_id"])
-    assert (result["status"], result["failure_reason"]) == ("failed", "device_not_found")
-    assert executor.started == []
+    # One verdict, whoever finds the device missing.
+    assert (result["status"], result["failure_reason"], result["metadata"]) == (
+        "failed", "device_not_found", {"device_id": device_id}
+    )
+    if found_missing == "at claim":
+        assert executor.started == []
 
 
 async def test_executor_crash_is_reported_failed_and_frees_the_device() -> None:

@@ -19,14 +19,14 @@ from agent.client import CoordinatorClient
 from agent.identity import (
     HOST_TOKEN_PREFIX,
     HostIdentity,
-    LocalDevice,
     StartupError,
     StateStore,
     atomic_write_json,
     enroll_devices,
     resolve_identity,
 )
-from agent.retry import Backoff
+from agent.retry import RetryPolicy
+from agent.runtime import DeviceRecord
 from agent.settings import AgentSettings, ConfigError
 
 pytestmark = pytest.mark.anyio
@@ -89,8 +89,8 @@ class EnrollServer:
         return CoordinatorClient("http://coord.test", transport=httpx.MockTransport(self.handle))
 
 
-def backoff() -> Backoff:
-    return Backoff(0.001, 0.005)
+def backoff() -> RetryPolicy:
+    return RetryPolicy(base_s=0.001, cap_s=0.005)
 
 
 def mode(path: Path) -> int:
@@ -154,7 +154,7 @@ async def test_crash_between_persist_and_answer_resends_the_same_enrollment(tmp_
         # The first process dies (cancelled) while the coordinator is unreachable ...
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.2):
-                await resolve_identity(settings(state), client, Backoff(0.01, 0.02))
+                await resolve_identity(settings(state), client, RetryPolicy(base_s=0.01, cap_s=0.02))
         unfinished = json.loads((state / "identity.json").read_text())
         assert unfinished["host_id"] is None
         # ... and the next one finishes the same enrollment.
@@ -194,7 +194,7 @@ async def test_legacy_identity_never_enrolls(tmp_path: Path) -> None:
     async with server.client() as client:
         identity = await resolve_identity(legacy, client, backoff())
         mapping = await enroll_devices(
-            identity, client.host("host-a", identity.token), [LocalDevice("phone-1", "sim", {})], None, backoff()
+            identity, client.host("host-a", identity.token), [DeviceRecord(local_id="phone-1", driver="sim")], None, backoff()
         )
     assert identity == HostIdentity("host-a", SecretStr("tok-a-0123456789"), managed=False)
     assert mapping == {"phone-1": "phone-1"}
@@ -206,7 +206,10 @@ async def test_managed_devices_are_enrolled_and_the_map_persisted(tmp_path: Path
     server = EnrollServer(state)
     async with server.client() as client:
         identity = await resolve_identity(settings(state), client, backoff())
-        devices = [LocalDevice("phone-1", "sim", {"model": "Tether Sim"}), LocalDevice("emulator-5554", "adb", {})]
+        devices = [
+            DeviceRecord(local_id="phone-1", driver="sim", attributes={"model": "Tether Sim"}),
+            DeviceRecord(local_id="emulator-5554", driver="adb"),
+        ]
         mapping = await enroll_devices(identity, client.host(identity.host_id, identity.token), devices, state, backoff())
     assert mapping == {"phone-1": "dev-phone-1", "emulator-5554": "dev-emulator-5554"}
     assert server.requests[-1] == {"devices": [

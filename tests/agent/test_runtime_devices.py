@@ -45,8 +45,9 @@ async def test_discover_sim_devices_without_running_adb() -> None:
     manager = await DeviceManager.discover(parse_device_specs("sim:phone-1,sim:phone-2"), "/nonexistent/adb")
     local = manager.local_devices()
     assert [(d.driver, d.local_id) for d in local] == [("sim", "phone-1"), ("sim", "phone-2")]
-    driver, local_id, attributes = local[0]
-    assert (driver, local_id) == ("sim", "phone-1") and attributes["model"] == "Tether Sim"
+    first = local[0]
+    assert (first.driver, first.local_id) == ("sim", "phone-1") and first.attributes["model"] == "Tether Sim"
+    assert first.device_id is None  # not bound yet
 
 
 async def test_bind_serves_drivers_by_cloud_id() -> None:
