@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_adb import FakeAdb
 
 from agent.client import Assignment
 from agent.executor import RuntimeExecutor
@@ -16,13 +15,14 @@ from agent.runtime import (
     DeviceManager,
     DeviceNotFound,
     DeviceSpec,
-    parse_device_specs,
     Progress,
     RunControl,
     ScriptedPlanner,
     TaskRunner,
     WorkflowRunner,
+    parse_device_specs,
 )
+from tests.agent.fake_adb import FakeAdb
 
 pytestmark = pytest.mark.anyio
 

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_adb import FakeAdb
-from host_fakes import FakeCoordinator, wait_until
 from pydantic import SecretStr
 
 from agent.app import run_agent
 from agent.identity import StateStore
 from agent.runtime import EXAMPLE_WORKFLOWS_DIR
 from agent.settings import AgentSettings
+from tests.agent.fake_adb import FakeAdb
+from tests.agent.host_fakes import FakeCoordinator, wait_until
 
 pytestmark = pytest.mark.anyio
 

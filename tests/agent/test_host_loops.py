@@ -6,14 +6,29 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from fake_adb import FakeAdb
-from host_fakes import FakeCoordinator, FakeExecutor, Running, make_agent, publish, wait_until
 
 from agent.executor import RuntimeExecutor
-from agent.host import EXIT_OK, EXIT_FATAL
+from agent.host import EXIT_FATAL, EXIT_OK
 from agent.lease_run import progress_body
 from agent.retry import RetryPolicy
-from agent.runtime import DeviceManager, DeviceNotFound, Outcome, Progress, ScriptedPlanner, TaskRunner, parse_device_specs
+from agent.runtime import (
+    DeviceManager,
+    DeviceNotFound,
+    Outcome,
+    Progress,
+    ScriptedPlanner,
+    TaskRunner,
+    parse_device_specs,
+)
+from tests.agent.fake_adb import FakeAdb
+from tests.agent.host_fakes import (
+    FakeCoordinator,
+    FakeExecutor,
+    Running,
+    make_agent,
+    publish,
+    wait_until,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -6,11 +6,16 @@ import shlex
 from pathlib import Path
 
 import pytest
-from fake_adb import SCREENSHOT, FakeAdb
 
 from agent.runtime import DeviceManager, parse_device_specs
-from agent.runtime.adb import AdbDriver, escape_input_text, parse_adb_devices, parse_ui_dump
+from agent.runtime.adb import (
+    AdbDriver,
+    escape_input_text,
+    parse_adb_devices,
+    parse_ui_dump,
+)
 from agent.runtime.errors import DriverError
+from tests.agent.fake_adb import SCREENSHOT, FakeAdb
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +33,7 @@ def phone(adb: FakeAdb) -> AdbDriver:
 
 
 def test_parse_adb_devices_keeps_state_and_properties() -> None:
-    from fake_adb import DEVICES_OUTPUT
+    from tests.agent.fake_adb import DEVICES_OUTPUT
 
     devices = parse_adb_devices(DEVICES_OUTPUT)
     assert [(d.serial, d.state) for d in devices] == [

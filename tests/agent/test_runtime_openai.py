@@ -6,12 +6,20 @@ import json
 import logging
 
 import pytest
-from fake_llm import FakeLLM
 
-from agent.runtime import Action, Observation, OpenAIPlanner, Progress, RunControl, Task, TaskRunner
+from agent.runtime import (
+    Action,
+    Observation,
+    OpenAIPlanner,
+    Progress,
+    RunControl,
+    Task,
+    TaskRunner,
+)
 from agent.runtime.errors import PlannerError
 from agent.runtime.openai_planner import parse_reply
 from agent.runtime.sim import SimDriver
+from tests.agent.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.anyio
 

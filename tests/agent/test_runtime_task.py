@@ -7,7 +7,16 @@ from collections.abc import Sequence
 
 import pytest
 
-from agent.runtime import Action, Observation, Progress, RunControl, ScriptedPlanner, Task, TaskRunner, make_planner
+from agent.runtime import (
+    Action,
+    Observation,
+    Progress,
+    RunControl,
+    ScriptedPlanner,
+    Task,
+    TaskRunner,
+    make_planner,
+)
 from agent.runtime.actions import MAX_SUMMARY_CHARS
 from agent.runtime.errors import DriverError, PlannerError
 from agent.runtime.openai_planner import OpenAIPlanner

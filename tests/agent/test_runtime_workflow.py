@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from agent.runtime import EXAMPLE_WORKFLOWS_DIR, Progress, RunControl, WorkflowRunner, validate_workflows_dir
+from agent.runtime import (
+    EXAMPLE_WORKFLOWS_DIR,
+    Progress,
+    RunControl,
+    WorkflowRunner,
+    validate_workflows_dir,
+)
 from agent.runtime.actions import MAX_SUMMARY_CHARS
 from agent.runtime.sim import SimDriver
 
