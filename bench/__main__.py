@@ -13,9 +13,11 @@ import time
 import uvloop
 from redis.asyncio import Redis
 
-from bench.procs import raise_nofile, redis_info
+from bench.context import PRESETS, Bench
+from bench.procs import redis_info
 from bench.report import Row, machine, table, write_doc
-from bench.scenarios import PRESETS, SCENARIOS, Bench
+from bench.scenarios import SCENARIOS
+from bench.system import raise_nofile
 
 
 async def run(args: argparse.Namespace) -> int:

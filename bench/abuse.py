@@ -27,6 +27,7 @@ from pathlib import Path
 
 import redis
 
+from bench.system import free_port
 from coordinator.keys import Keys
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,12 +51,6 @@ def _serve_default(port: int) -> int:
     return 0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _healthz(port: int, timeout: float = 2.0) -> float:
     """Seconds one GET /healthz took on a fresh connection; raises on any failure."""
     started = time.monotonic()
@@ -73,7 +68,7 @@ def _healthz(port: int, timeout: float = 2.0) -> float:
 
 @contextmanager
 def _server(mode: str, header_timeout_s: float, fd_limit: tuple[int, int] | None = None) -> Iterator[int]:
-    port = _free_port()
+    port = free_port()
     prefix = f"tether-abuse-{uuid.uuid4().hex[:8]}:{{a}}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
     env.update(REDIS_URL=REDIS_URL, COORDINATOR_KEY_PREFIX=prefix,
@@ -110,8 +105,7 @@ def _server(mode: str, header_timeout_s: float, fd_limit: tuple[int, int] | None
                 process.kill()
                 process.wait()
             client = redis.Redis.from_url(REDIS_URL)
-            names = [v for k, v in vars(Keys(prefix)).items() if k not in ("prefix", "wake_channel")]
-            client.delete(*names)
+            client.delete(*Keys(prefix).all())
             client.close()
 
 

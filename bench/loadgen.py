@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import orjson
 
-from bench.procs import CpuWindow
+from bench.system import CpuWindow, raise_nofile
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -240,8 +240,6 @@ async def closed_loop(port_conns: list[list[Connection]], step: Step, warmup_s: 
 def run_child(func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
     """Entry point of a spawned load-generator process: run ``func(*args)`` on uvloop."""
     import uvloop
-
-    from bench.procs import raise_nofile
 
     raise_nofile()
     return uvloop.run(func(*args))

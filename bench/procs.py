@@ -1,16 +1,11 @@
-"""Server processes and what the kernel and Redis say about them: CPU, memory, connections.
-
-Everything is read from /proc and `CLIENT LIST`, so the figures are those of the real processes,
-not of anything they report about themselves.
-"""
+"""Benchmark server processes (started, awaited until they answer, stopped), and what Redis says
+about them: their connections (`CLIENT LIST` matched against /proc), and a bench prefix's keys."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,60 +16,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bench.loadgen import build, connect
+from bench.system import free_port
 from coordinator.keys import Keys
 
 REPO = Path(__file__).resolve().parent.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def raise_nofile() -> None:
-    """Soft fd limit up to the hard one: 10,000 polls are 10,000 sockets on each side."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc/PID/stat (fields 14 and 15)."""
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds all cores spent not idle (kernel and interrupts included), from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    return (sum(values[:8]) - idle) / CLK_TCK
-
-
-class CpuWindow:
-    """CPU used by some processes between start() and stop(), in cores (1.0 = one core), and by
-    the whole machine ("machine", out of os.cpu_count() cores) to show when it is saturated."""
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = pids
-        self._t0 = 0.0
-        self._cpu0: dict[str, float] = {}
-        self._machine0 = 0.0
-
-    def start(self) -> None:
-        self._t0 = time.monotonic()
-        self._cpu0 = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
-        self._machine0 = machine_busy_seconds()
-
-    def stop(self) -> dict[str, float]:
-        elapsed = time.monotonic() - self._t0
-        cpu = {name: (cpu_seconds(pid) - self._cpu0[name]) / elapsed for name, pid in self.pids.items()}
-        cpu["machine"] = (machine_busy_seconds() - self._machine0) / elapsed
-        return cpu
 
 
 def _local_ports_to(pid: int, remote_port: int) -> set[int]:
@@ -110,12 +56,6 @@ async def redis_info(redis: Redis) -> tuple[str, int, int]:
     return str(info["redis_version"]), int(info["process_id"]), int(info["tcp_port"])
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclass
 class Server:
     """A benchmark server process (coordinator or floor) on a loopback port."""
@@ -141,8 +81,6 @@ class Server:
 async def start_server(kind: str, env: dict[str, str], hosts: dict[str, str] | None = None) -> Server:
     """Start ``python -m bench.server KIND`` and wait until it answers. Static hosts go through
     a file because Linux caps one environment string at 128 KiB, less than 10,000 hosts' JSON."""
-    from bench.loadgen import build, connect
-
     port = free_port()
     args = [sys.executable, "-m", "bench.server", kind, "--port", str(port)]
     log = tempfile.TemporaryFile()
@@ -186,8 +124,7 @@ def _glob_escape(text: str) -> str:
 async def delete_prefix(redis: Redis, prefix: str) -> int:
     """Delete the keys of one bench prefix: every name keys.py builds, then anything else still
     under the prefix (a key added to keys.py later must not leak). Never FLUSHDB: Redis is shared."""
-    names = [v for k, v in vars(Keys(prefix)).items() if isinstance(v, str) and k not in ("prefix", "wake_channel")]
-    deleted = int(await redis.unlink(*names))
+    deleted = int(await redis.unlink(*Keys(prefix).all()))
     async for key in redis.scan_iter(match=_glob_escape(prefix) + ":*", count=1000):
         deleted += int(await redis.unlink(key))
     return deleted

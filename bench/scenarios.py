@@ -9,304 +9,33 @@ does not inflate them.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 from redis.asyncio import Redis
 
-from bench.loadgen import (
-    Connection,
-    LoadResult,
-    build,
-    closed_loop,
-    connect,
-    connect_many,
-    in_child,
-    merge,
-    percentile,
-    self_cpu_s,
+from bench.context import Bench
+from bench.drivers import (
+    DEVICES_PER_HOST,
+    BenchError,
+    expect,
+    fan_out,
+    heartbeats,
+    lifecycles,
+    quiet,
+    throughput,
+    waiting_polls,
 )
-from bench.procs import CpuWindow, Server, delete_prefix, redis_connections, rss_mb, start_server
+from bench.loadgen import Connection, LoadResult, build, connect, connect_many, in_child, merge, percentile
+from bench.procs import Server, redis_connections, start_server
 from bench.report import Row, cpu_note, fmt_ms
+from bench.requests import GOAL, claim_req, create_req, fleet, heartbeat_req, renew_body, renew_req, result_req
+from bench.system import CpuWindow, rss_mb
 from coordinator.keys import Keys
 from coordinator.operator_api import parse_task
 from coordinator.store import Store
-
-GOAL = "Turn on airplane mode"
-HEARTBEAT_INTERVAL_S = 15
-DEVICES_PER_HOST = 10  # the heartbeat scenario's fleet shape (issue: 10,000 hosts x 10 devices)
-
-
-@dataclass(frozen=True)
-class Preset:
-    name: str
-    concurrency: int  # connections of the floor and renew generators (the same for both)
-    warmup_s: float
-    rounds: int  # floor and renew windows, alternated: this VM's speed drifts by 10-20 %
-    throughput_s: float  # one measured window of floor or renew
-    lifecycle_hosts: int
-    lifecycle_s: float
-    dispatch_probes: int  # idle dispatch samples
-    polls: int  # concurrent waiting polls on one process
-    poll_probes: int
-    heartbeat_hosts: int
-    heartbeat_window_s: float
-    cost_hosts: int  # the large fleet of the cost-growth scenario (the small one is 10)
-    cost_tasks: int  # waiting tasks of the large case (the small one is 100)
-    cost_samples: int
-
-
-PRESETS = {
-    "small": Preset("small", concurrency=64, warmup_s=1, rounds=2, throughput_s=4, lifecycle_hosts=128,
-                    lifecycle_s=10, dispatch_probes=150, polls=1_000, poll_probes=100,
-                    heartbeat_hosts=1_000, heartbeat_window_s=15, cost_hosts=1_000,
-                    cost_tasks=10_000, cost_samples=200),
-    "full": Preset("full", concurrency=64, warmup_s=2, rounds=4, throughput_s=6, lifecycle_hosts=256,
-                   lifecycle_s=30, dispatch_probes=500, polls=10_000, poll_probes=300,
-                   heartbeat_hosts=10_000, heartbeat_window_s=30, cost_hosts=10_000,
-                   cost_tasks=100_000, cost_samples=500),
-}
-
-
-class BenchError(RuntimeError):
-    pass
-
-
-@dataclass
-class Bench:
-    """What every scenario shares: the preset, Redis, and the prefixes to clean up."""
-
-    preset: Preset
-    redis_url: str
-    redis: Redis
-    redis_pid: int
-    redis_port: int
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    admin: str = field(default_factory=lambda: "bench-admin-" + uuid.uuid4().hex)
-
-    def prefix(self, name: str) -> str:
-        return f"bench-{self.run_id}-{name}:{{b}}"
-
-    def env(self, prefix: str, **settings: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
-        env.update({
-            "REDIS_URL": self.redis_url,
-            "COORDINATOR_KEY_PREFIX": prefix,
-            "COORDINATOR_ADMIN_TOKEN": self.admin,
-            # Hosts stay online without background heartbeats, so only the scenario's own load
-            # runs; the heartbeat scenario uses the default threshold.
-            "COORDINATOR_HOST_OFFLINE_AFTER_S": "3600",
-        })
-        env.update(settings)
-        return env
-
-    async def cleanup(self, prefix: str) -> None:
-        await delete_prefix(self.redis, prefix)
-
-
-# -- requests of the wire contract (PROTOCOL.md) -----------------------------------------------
-
-
-def fleet(count: int, tag: str) -> dict[str, str]:
-    """Static hosts: id -> plain-text token."""
-    return {f"h{i:05d}": f"bench-{tag}-token-{i:05d}" for i in range(count)}
-
-
-def heartbeat_req(host: str, token: str, devices: list[str]) -> bytes:
-    return build("PUT", f"/internal/v1/hosts/{host}/heartbeat", token, {
-        "devices": [{"device_id": d, "driver": "adb", "status": "available",
-                     "attributes": {"model": "Pixel 7", "os_version": "14"}, "labels": {"tier": "a"}}
-                    for d in devices],
-        "agent": {"version": "bench", "hostname": host},
-    })
-
-
-def claim_req(host: str, token: str, wait_s: float) -> bytes:
-    return build("POST", f"/internal/v1/hosts/{host}/claim?wait_s={wait_s:g}", token)
-
-
-def renew_body(assignment: dict[str, Any], step: int = 1) -> dict[str, Any]:
-    return {"task_id": assignment["task_id"], "attempt": assignment["attempt"],
-            "progress": {"step_index": step, "status": "running", "summary": "Opened Settings"}}
-
-
-def renew_req(host: str, token: str, assignment: dict[str, Any], step: int = 1) -> bytes:
-    return build("POST", f"/internal/v1/hosts/{host}/leases/{assignment['lease_id']}/renew", token,
-                 renew_body(assignment, step))
-
-
-def result_req(host: str, token: str, assignment: dict[str, Any]) -> bytes:
-    return build("POST", f"/internal/v1/hosts/{host}/results", token, {
-        "task_id": assignment["task_id"], "attempt": assignment["attempt"],
-        "lease_id": assignment["lease_id"], "status": "succeeded", "failure_reason": None,
-        "metadata": {"steps": 3},
-    })
-
-
-def create_req(admin: str, device_id: str) -> bytes:
-    return build("POST", "/api/v1/tasks", admin, {"kind": "goal", "goal": GOAL, "device_id": device_id})
-
-
-async def expect(conn: Connection, raw: bytes, *ok: int, timeout: float = 30.0) -> bytes:
-    status, body = await conn.request(raw, timeout)
-    if status not in ok:
-        raise BenchError(f"{raw.split(b' ', 2)[1].decode()} answered {status}: {body[:300]!r}")
-    return body
-
-
-async def fan_out(port: int, raws: list[bytes], concurrency: int = 32) -> list[bytes]:
-    """Send every request (over ``concurrency`` connections) and return the bodies, in order;
-    any answer other than 200/201 fails the scenario."""
-    conns = await connect_many(port, min(concurrency, len(raws)))
-    out = [b""] * len(raws)
-    todo = iter(range(len(raws)))
-
-    async def worker(conn: Connection) -> None:
-        for i in todo:
-            out[i] = await expect(conn, raws[i], 200, 201)
-
-    try:
-        await asyncio.gather(*(worker(c) for c in conns))
-    finally:
-        for c in conns:
-            c.close()
-    return out
-
-
-async def waiting_polls(port: int) -> float:
-    conn = await connect(port)
-    try:
-        text = (await expect(conn, build("GET", "/metrics"), 200)).decode()
-    finally:
-        conn.close()
-    for line in text.splitlines():
-        if line.startswith("tether_waiting_polls "):
-            return float(line.split()[1])
-    raise BenchError("/metrics has no tether_waiting_polls")
-
-
-async def quiet(pid: int, deadline: float, cores: float = 0.05) -> None:
-    """Return once the process uses less than ``cores`` CPU over 0.3 s."""
-    while time.perf_counter() < deadline:
-        window = CpuWindow({"p": pid})
-        window.start()
-        await asyncio.sleep(0.3)
-        if window.stop()["p"] < cores:
-            return
-    raise BenchError(f"process {pid} did not go quiet")
-
-
-# -- generator processes (module-level so a spawned process can import them) ------------------
-
-
-async def throughput(port: int, raws: list[bytes], warmup_s: float, duration_s: float,
-                     watch: dict[str, int]) -> LoadResult:
-    """Closed loop: worker i sends raws[i] back to back on its own connection."""
-    conns = await connect_many(port, len(raws))
-
-    async def step(i: int, cs: list[Connection]) -> bool:
-        status, _ = await cs[0].request(raws[i])
-        return status == 200
-
-    try:
-        return await closed_loop([[c] for c in conns], step, warmup_s, duration_s, watch)
-    finally:
-        for c in conns:
-            c.close()
-
-
-async def lifecycles(ports: tuple[int, int], hosts: list[tuple[str, str]], admin: str, warmup_s: float,
-                     duration_s: float, watch: dict[str, int], rate: float | None = None) -> LoadResult:
-    """Per simulated host: create (operator) -> claim -> renew -> result, each call alternating
-    between the two coordinator processes; back to back (closed loop), or started at ``rate``
-    lifecycles/s overall when given."""
-    conns = [[await connect(ports[0]), await connect(ports[1])] for _ in hosts]
-    creates = [create_req(admin, f"{h}-d0") for h, _ in hosts]
-    claims = [claim_req(h, t, 5) for h, t in hosts]
-    slots = itertools.count()
-    start = time.perf_counter()
-
-    async def step(i: int, cs: list[Connection]) -> bool:
-        host, token = hosts[i]
-        if rate is not None:
-            delay = start + next(slots) / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-        first, second = cs if i % 2 == 0 else cs[::-1]
-        if (await first.request(creates[i]))[0] != 201:
-            return False
-        status, body = await second.request(claims[i], 15)
-        if status != 200:
-            return False
-        assignment = orjson.loads(body)
-        if (await first.request(renew_req(host, token, assignment)))[0] != 200:
-            return False
-        return (await second.request(result_req(host, token, assignment)))[0] == 200
-
-    try:
-        return await closed_loop(conns, step, warmup_s, duration_s, watch)
-    finally:
-        for pair in conns:
-            for c in pair:
-                c.close()
-
-
-async def heartbeats(port: int, hosts: list[tuple[str, str]], window_s: float, watch: dict[str, int]) -> LoadResult:
-    """First heartbeats of the whole fleet as fast as they go (registration), then one heartbeat
-    per host every 15 s, open loop, evenly spread, for ``window_s``. Latency is counted from the
-    scheduled send time, so a stalled server shows up as latency, not as a slower schedule."""
-    raws = [heartbeat_req(h, t, [f"{h}-d{k}" for k in range(DEVICES_PER_HOST)]) for h, t in hosts]
-    conns = await connect_many(port, 64)
-    result = LoadResult()
-    free: asyncio.Queue[Connection] = asyncio.Queue()
-    for c in conns:
-        free.put_nowait(c)
-
-    async def send(raw: bytes, scheduled: float, record: bool) -> None:
-        conn = await free.get()
-        try:
-            status, _ = await conn.request(raw)
-        finally:
-            free.put_nowait(conn)
-        if status != 200:
-            raise BenchError(f"heartbeat answered {status}")
-        if record:
-            result.latencies.append(time.perf_counter() - scheduled)
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(send(raw, t0, False) for raw in raws))
-    result.extra["registration_per_s"] = len(raws) / (time.perf_counter() - t0)
-
-    rate = len(hosts) / HEARTBEAT_INTERVAL_S
-    total = int(rate * window_s)
-    window = CpuWindow(watch)
-    window.start()
-    cpu0 = self_cpu_s()
-    start = time.perf_counter()
-    sends = []
-    for k in range(total):
-        scheduled = start + k / rate
-        delay = scheduled - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        sends.append(asyncio.ensure_future(send(raws[k % len(raws)], scheduled, True)))
-    await asyncio.gather(*sends)
-    result.seconds = time.perf_counter() - start
-    result.cpu = window.stop()
-    result.cpu["generator"] = (self_cpu_s() - cpu0) / result.seconds
-    result.count = total
-    for c in conns:
-        c.close()
-    return result
-
-
-# -- scenarios ----------------------------------------------------------------------------------
 
 
 async def floor_and_renew(b: Bench) -> list[Row]:

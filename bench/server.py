@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench.procs import raise_nofile
+from bench.system import raise_nofile
 
 
 def main() -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -16,24 +15,14 @@ from coordinator.app import create_app
 from coordinator.keys import Keys
 from coordinator.settings import Settings
 from coordinator.store import Store
+from tests.support import ADMIN, HOSTS, REAL_REDIS_URL, delete_prefix_async, unique_prefix
 
-REAL_REDIS_URL = "redis://127.0.0.1:6379/0"
-ADMIN = "test-admin-token"
-HOSTS = {"host-a": "token-a-0123456789", "host-b": "token-b-0123456789", "host-c": "token-c-0123456789"}
+# ADMIN, HOSTS and unique_prefix live in tests/support.py; tests may still import them from here.
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def unique_prefix() -> str:
-    return f"tether-test-{uuid.uuid4().hex[:12]}:{{t}}"
-
-
-async def _delete_prefix(client: aioredis.Redis, prefix: str) -> None:
-    keys = [v for k, v in vars(Keys(prefix)).items() if k not in ("prefix", "wake_channel")]
-    await client.delete(*keys)
 
 
 @pytest.fixture(params=["redis", "fakeredis"])
@@ -72,7 +61,7 @@ async def store(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[Stor
     s = Store(redis_client, Keys(prefix), host_offline_after_ms=30_000)
     await s.load_scripts()
     yield s
-    await _delete_prefix(redis_client, prefix)
+    await delete_prefix_async(redis_client, prefix)
 
 
 class Api:
@@ -158,7 +147,7 @@ def api_factory(redis_client: aioredis.Redis) -> Callable[..., Any]:
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://coordinator") as client:
                 yield Api(client, app)
-        await _delete_prefix(redis_client, prefix)
+        await delete_prefix_async(redis_client, prefix)
 
     return factory
 

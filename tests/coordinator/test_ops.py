@@ -69,7 +69,7 @@ async def test_readyz_is_503_without_redis() -> None:
 
     from coordinator.app import create_app
     from tests.conftest import make_settings
-    from tests.e2e.processes import free_port
+    from tests.support import free_port
 
     unreachable = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
     app = create_app(make_settings("unused:{t}"), redis=unreachable)

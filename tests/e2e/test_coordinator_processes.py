@@ -9,11 +9,16 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-import redis
 
-from coordinator.keys import Keys
-from tests.conftest import ADMIN, HOSTS, REAL_REDIS_URL, unique_prefix
-from tests.e2e.processes import coordinator_env, coordinator_process
+from tests.support import (
+    ADMIN,
+    HOSTS,
+    coordinator_env,
+    coordinator_process,
+    fresh_prefix,
+    unique_prefix,
+    wait_until_async,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -25,29 +30,29 @@ def host_headers(host: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def two_coordinators() -> Iterator[tuple[str, str, str]]:
-    prefix = unique_prefix()
-    env = coordinator_env(prefix)
-    with coordinator_process(env) as (first, _), coordinator_process(env) as (second, _):
-        yield first, second, prefix
-    client = redis.Redis.from_url(REAL_REDIS_URL)
-    client.delete(*[v for k, v in vars(Keys(prefix)).items() if k not in ("prefix", "wake_channel")])
-    client.close()
+def two_coordinators() -> Iterator[tuple[str, str]]:
+    with fresh_prefix() as prefix:
+        env = coordinator_env(prefix)
+        with coordinator_process(env) as first, coordinator_process(env) as second:
+            yield first.url, second.url
+
+
+async def _metrics_show(client: httpx.AsyncClient, url: str, line: bytes) -> bool:
+    return line in (await client.get(f"{url}/metrics")).content
 
 
 async def test_poll_on_one_process_wakes_for_work_created_through_the_other(
-    two_coordinators: tuple[str, str, str],
+    two_coordinators: tuple[str, str],
 ) -> None:
-    first, second, _ = two_coordinators
+    first, second = two_coordinators
     async with httpx.AsyncClient(timeout=30) as client:
         heartbeat = {"devices": [{"device_id": "wake-1", "driver": "sim", "status": "available"}]}
         assert (await client.put(f"{first}/internal/v1/hosts/host-a/heartbeat", json=heartbeat,
                                  headers=host_headers("host-a"))).status_code == 200
         poll = asyncio.ensure_future(client.post(f"{first}/internal/v1/hosts/host-a/claim?wait_s=20",
                                                  headers=host_headers("host-a")))
-        # until the poll waits on the first process
-        while b"tether_waiting_polls 1.0" not in (await client.get(f"{first}/metrics")).content:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: _metrics_show(client, first, b"tether_waiting_polls 1.0"),
+                               what="the poll waiting on the first process")
         loop = asyncio.get_running_loop()
         created_at = loop.time()
         task = (await client.post(f"{second}/api/v1/tasks", headers=ADMIN_HEADERS,
@@ -60,9 +65,9 @@ async def test_poll_on_one_process_wakes_for_work_created_through_the_other(
 
 
 async def test_concurrent_claimers_on_two_processes_dispatch_each_assignment_once(
-    two_coordinators: tuple[str, str, str],
+    two_coordinators: tuple[str, str],
 ) -> None:
-    first, second, _ = two_coordinators
+    first, second = two_coordinators
     devices = [f"race-{i}" for i in range(24)]
     async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=200)) as client:
         heartbeat = {"devices": [{"device_id": d, "driver": "race", "status": "available"} for d in devices]}
@@ -87,24 +92,22 @@ async def test_concurrent_claimers_on_two_processes_dispatch_each_assignment_onc
     assert sorted(a["device_id"] for a in claimed) == sorted(devices)
 
 
-async def test_poll_whose_client_disconnected_claims_nothing(two_coordinators: tuple[str, str, str]) -> None:
-    first, _, _ = two_coordinators
+async def test_poll_whose_client_disconnected_claims_nothing(two_coordinators: tuple[str, str]) -> None:
+    first, _ = two_coordinators
     async with httpx.AsyncClient(timeout=30) as client:
         heartbeat = {"devices": [{"device_id": "gone-1", "driver": "gone", "status": "available"}]}
         await client.put(f"{first}/internal/v1/hosts/host-c/heartbeat", json=heartbeat,
                          headers=host_headers("host-c"))
 
-        async def waiting_polls() -> bytes:
-            return (await client.get(f"{first}/metrics")).content
-
         async with httpx.AsyncClient(timeout=30) as doomed:
             poll = asyncio.ensure_future(doomed.post(f"{first}/internal/v1/hosts/host-c/claim?wait_s=20",
                                                      headers=host_headers("host-c")))
-            while b"tether_waiting_polls 1.0" not in await waiting_polls():
-                await asyncio.sleep(0.01)
+            await wait_until_async(lambda: _metrics_show(client, first, b"tether_waiting_polls 1.0"),
+                                   what="the poll waiting")
             poll.cancel()  # the agent goes away mid-poll: its connection closes
-        while b'tether_claims_total{outcome="disconnected"} 1.0' not in await waiting_polls():
-            await asyncio.sleep(0.01)
+        await wait_until_async(
+            lambda: _metrics_show(client, first, b'tether_claims_total{outcome="disconnected"} 1.0'),
+            what="the disconnected claim counted")
         task = (await client.post(f"{first}/api/v1/tasks", headers=ADMIN_HEADERS,
                                   json={"kind": "goal", "goal": "g", "device_id": "gone-1"})).json()
         state = (await client.get(f"{first}/api/v1/tasks/{task['task_id']}", headers=ADMIN_HEADERS)).json()

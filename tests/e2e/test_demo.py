@@ -1,22 +1,22 @@
-"""The README's first command: the demo runs the real coordinator and agent code and exits 0."""
+"""The README's first command: the demo runs the real coordinator and agent processes, drives them
+through the operator API, stops them and exits 0."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support import child_env
+
 pytestmark = pytest.mark.e2e
 
 
 def test_demo_runs_every_task_to_its_expected_end(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("COORDINATOR_", "HOST_AGENT_")) and k != "REDIS_URL"}
-    result = subprocess.run([sys.executable, "-m", "coordinator", "demo"], cwd=tmp_path, env=env,
-                            capture_output=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "coordinator", "demo"], cwd=tmp_path, env=child_env(),
+                            capture_output=True, timeout=120, check=False)
     out = result.stdout.decode()
     assert result.returncode == 0, out + result.stderr.decode()
     assert "embedded in-memory Redis" in out
@@ -25,4 +25,12 @@ def test_demo_runs_every_task_to_its_expected_end(tmp_path: Path) -> None:
     assert "workflow_not_found" in out and "planner_cannot_plan" in out
     assert "6 of 6 tasks finished: 4 succeeded, 2 failed" in out
     assert "Every task ended as expected." in out
-    assert "tet_" not in out and "demo-admin-" not in out  # no secret is printed
+    assert "Hosts and coordinator stopped." in out  # each process exited 0 after SIGTERM
+    assert "tet_" not in out and "demo-admin-" not in out and "demo-host-" not in out  # no secret is printed
+
+
+def test_demo_imports_nothing_from_the_agent() -> None:
+    code = ("import sys, coordinator.__main__, coordinator.demo; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('agent', 'tether')))")
+    result = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, check=True)
+    assert result.stdout.decode().strip() == "[]"

@@ -8,28 +8,27 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from tests.conftest import ADMIN, HOSTS, unique_prefix
-from tests.e2e.processes import coordinator_env, coordinator_process, free_port
+from tests.support import (
+    ADMIN,
+    HOSTS,
+    coordinator_env,
+    coordinator_process,
+    free_port,
+    fresh_prefix,
+    unique_prefix,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
 ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN}"}
 HOST_A = {"authorization": f"Bearer {HOSTS['host-a']}"}
-
-
-def _until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.02)
 
 
 @contextmanager
@@ -41,7 +40,7 @@ def _redis_server(port: int) -> Iterator[subprocess.Popen[bytes]]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        _until(lambda: _answers(port))
+        wait_until(lambda: _answers(port), 10, 0.02, what=f"redis-server on port {port}")
         yield process
     finally:
         process.kill()
@@ -60,8 +59,10 @@ def _answers(port: int) -> bool:
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to stop and start")
 def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns() -> None:
     redis_port = free_port()
+    # The prefix is on the throwaway server: nothing to clean up on the shared one.
     env = coordinator_env(unique_prefix(), REDIS_URL=f"redis://127.0.0.1:{redis_port}/0")
-    with _redis_server(redis_port) as redis, coordinator_process(env) as (url, _):
+    with _redis_server(redis_port) as redis, coordinator_process(env) as coordinator:
+        url = coordinator.url
         heartbeat = {"devices": [{"device_id": "a1", "driver": "sim", "status": "available"}]}
         assert httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A).status_code == 200
         redis.kill()
@@ -81,21 +82,21 @@ def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns
         with _redis_server(redis_port):  # an empty Redis: the scripts are loaded again on demand
             response = httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A)
             assert response.status_code == 200
-            _until(lambda: httpx.get(f"{url}/readyz").status_code == 200)
+            wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200, 10, 0.02, what="ready again")
 
 
 def test_a_poll_whose_client_left_before_it_was_served_claims_nothing() -> None:
     """The coordinator stalls (SIGSTOP); meanwhile a host sends a claim and hangs up. When the
     coordinator resumes it reads the request and the hang-up together: it must not claim."""
-    env = coordinator_env(unique_prefix())
-    with coordinator_process(env) as (url, process):
+    with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix)) as coordinator:
+        url, pid = coordinator.url, coordinator.pid
         heartbeat = {"devices": [{"device_id": "a1", "driver": "sim", "status": "available"}]}
         assert httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A).status_code == 200
         task = httpx.post(f"{url}/api/v1/tasks", headers=ADMIN_HEADERS,
                           json={"kind": "goal", "goal": "g", "device_id": "a1", "max_attempts": 1}).json()
         assert task["status"] == "assigned"
-        port = int(url.rsplit(":", 1)[1])
-        os.kill(process.pid, signal.SIGSTOP)
+        port = coordinator.port
+        os.kill(pid, signal.SIGSTOP)
         try:
             with socket.create_connection(("127.0.0.1", port)) as sock:
                 sock.sendall(
@@ -103,8 +104,9 @@ def test_a_poll_whose_client_left_before_it_was_served_claims_nothing() -> None:
                     b"Authorization: Bearer " + HOSTS["host-a"].encode() + b"\r\nContent-Length: 0\r\n\r\n"
                 )
         finally:
-            os.kill(process.pid, signal.SIGCONT)
-        _until(lambda: "tether_claims_total{" in httpx.get(f"{url}/metrics").text)
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: "tether_claims_total{" in httpx.get(f"{url}/metrics").text, 10, 0.02,
+                   what="the claim counted")
         claims = [line for line in httpx.get(f"{url}/metrics").text.splitlines()
                   if line.startswith("tether_claims_total{")]
         assert claims == ['tether_claims_total{outcome="disconnected"} 1.0']

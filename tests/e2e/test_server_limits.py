@@ -13,29 +13,20 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
-from coordinator.keys import Keys
-from tests.conftest import HOSTS, REAL_REDIS_URL, unique_prefix
-from tests.e2e.processes import coordinator_env, coordinator_process
+from tests.support import HOSTS, coordinator_env, coordinator_process, fresh_prefix, wait_until
 
 pytestmark = [pytest.mark.e2e]
 
 HEADER_TIMEOUT_S = 0.5
 
 
-def _delete_prefix(prefix: str) -> None:
-    client = redis.Redis.from_url(REAL_REDIS_URL)
-    client.delete(*[v for k, v in vars(Keys(prefix)).items() if k not in ("prefix", "wake_channel")])
-    client.close()
-
-
 @pytest.fixture(scope="module")
 def coordinator() -> Iterator[str]:
-    prefix = unique_prefix()
-    with coordinator_process(coordinator_env(prefix, COORDINATOR_HEADER_TIMEOUT_S=HEADER_TIMEOUT_S)) as (url, _):
-        yield url
-    _delete_prefix(prefix)
+    with fresh_prefix() as prefix, coordinator_process(
+        coordinator_env(prefix, COORDINATOR_HEADER_TIMEOUT_S=HEADER_TIMEOUT_S)
+    ) as process:
+        yield process.url
 
 
 def _connect(url: str) -> socket.socket:
@@ -147,8 +138,6 @@ def test_client_streaming_a_huge_header_is_cut_off_without_stalling_healthz(coor
 
 
 def test_sigterm_answers_waiting_polls_at_once_and_exits_0(tmp_path: Path) -> None:
-    prefix = unique_prefix()
-    log_path = tmp_path / "coordinator.log"
     polls = 3
     statuses: list[int] = []
     answered_at: list[float] = []
@@ -159,26 +148,24 @@ def test_sigterm_answers_waiting_polls_at_once_and_exits_0(tmp_path: Path) -> No
         answered_at.append(time.monotonic())
         statuses.append(response.status_code)
 
-    try:
-        with coordinator_process(coordinator_env(prefix), log_path=log_path) as (url, process):
-            threads = [threading.Thread(target=poll, args=(url,)) for _ in range(polls)]
-            for thread in threads:
-                thread.start()
-            deadline = time.monotonic() + 10
-            while f"tether_waiting_polls {polls}.0".encode() not in httpx.get(f"{url}/metrics").content:
-                assert time.monotonic() < deadline, "the polls never started waiting"
-                time.sleep(0.02)
-            process.send_signal(signal.SIGTERM)
-            signalled_at = time.monotonic()
-            for thread in threads:
-                thread.join(10)
-            exit_code = process.wait(10)
-            exited_after = time.monotonic() - signalled_at
-    finally:
-        _delete_prefix(prefix)
+    with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix), tmp_path) as coordinator:
+        url = coordinator.url
+        threads = [threading.Thread(target=poll, args=(url,)) for _ in range(polls)]
+        for thread in threads:
+            thread.start()
+        waiting = f"tether_waiting_polls {polls}.0".encode()
+        wait_until(lambda: waiting in httpx.get(f"{url}/metrics").content, 10, 0.02, what="the polls waiting")
+        process = coordinator.process
+        assert process is not None
+        process.signal(signal.SIGTERM)
+        signalled_at = time.monotonic()
+        for thread in threads:
+            thread.join(10)
+        exit_code = process.wait(10)
+        exited_after = time.monotonic() - signalled_at
     assert statuses == [204] * polls
     # At once, not after uvicorn's 5 s graceful timeout.
     assert max(answered_at) - signalled_at < 2
     assert exit_code == 0 and exited_after < 4
-    log = log_path.read_text()
+    log = (tmp_path / "coordinator.log").read_text()
     assert "Exception in ASGI application" not in log and "Traceback" not in log

@@ -6,14 +6,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.conftest import unique_prefix
-from tests.e2e.processes import coordinator_env, coordinator_process, free_port
+from tests.support import coordinator_env, coordinator_process, free_port, unique_prefix, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -33,23 +32,25 @@ def tls_redis(tmp_path: Path) -> Iterator[int]:
          "--tls-key-file", "key.pem", "--tls-auth-clients", "no", "--save", "", "--appendonly", "no"],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 10
-    while subprocess.run(["redis-cli", "--tls", "--insecure", "-p", str(port), "ping"],
-                         capture_output=True).stdout.strip() != b"PONG":
-        assert time.monotonic() < deadline, "TLS redis did not start"
-        time.sleep(0.05)
-    yield port
-    server.terminate()
-    server.wait(10)
+
+    def answers() -> bool:
+        ping = subprocess.run(["redis-cli", "--tls", "--insecure", "-p", str(port), "ping"], capture_output=True)
+        return ping.stdout.strip() == b"PONG"
+
+    try:
+        wait_until(answers, 10, what="TLS redis-server")
+        yield port
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def test_rediss_with_self_signed_certificate(tls_redis: int) -> None:
     url = f"rediss://127.0.0.1:{tls_redis}/0"
     env = coordinator_env(unique_prefix(), REDIS_URL=url, COORDINATOR_REDIS_TLS_INSECURE="true")
-    with coordinator_process(env) as (base, _):
-        import httpx
-
-        assert httpx.get(f"{base}/readyz").json()["redis"] is True
+    # The keys live on the throwaway server: nothing to clean up on the shared one.
+    with coordinator_process(env) as coordinator:
+        assert httpx.get(f"{coordinator.url}/readyz").json()["redis"] is True
     # without the setting, the unverifiable certificate is refused and the process does not start
     strict = coordinator_env(unique_prefix(), REDIS_URL=url)
     result = subprocess.run(

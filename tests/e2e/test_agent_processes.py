@@ -7,122 +7,40 @@ import json
 import os
 import signal
 import stat
-import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import redis
 
-from tests.e2e.processes import free_port
+from tests.support import (
+    ADMIN,
+    HOSTS,
+    CoordinatorProcess,
+    Process,
+    child_env,
+    coordinator_env,
+    fresh_prefix,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-REDIS_URL = "redis://127.0.0.1:6379/0"
-ADMIN = "e2e-admin-token-0123456789"
-HOST_TOKEN = "e2e-host-a-token-0123456789"
-HOST_B_TOKEN = "e2e-host-b-token-0123456789"
-EXAMPLE_WORKFLOWS = REPO / "agent" / "runtime" / "example_workflows"
+HOST_TOKEN = HOSTS["host-a"]
+HOST_B_TOKEN = HOSTS["host-b"]
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
-def poll_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+class Coordinator(CoordinatorProcess):
+    """The coordinator process, and the operator API calls these tests make."""
 
-
-def base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOST_AGENT_", "COORDINATOR_"))}
-    # Run the checkout under test, whatever state the installed package is in.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-class Proc:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.name = name
-        self.log_path = cwd / f"{name}.log"
-        self._log = open(self.log_path, "wb")
-        self.popen = subprocess.Popen(args, cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def signal(self, signum: int) -> None:
-        self.popen.send_signal(signum)
-
-    def wait(self, timeout: float = 20.0) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.name} did not exit in {timeout}s; log:\n{self.log()}") from None
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-        self._log.close()
-
-
-class Coordinator:
-    def __init__(self, workdir: Path, prefix: str, **settings: str) -> None:
-        self.workdir = workdir
-        self.prefix = prefix
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.settings = settings
-        self.proc: Proc | None = None
+    def __init__(self, workdir: Path, prefix: str) -> None:
+        super().__init__(coordinator_env(prefix, COORDINATOR_LEASE_TTL_S="1.5", COORDINATOR_REAPER_INTERVAL_S="0.1",
+                                         COORDINATOR_HEARTBEAT_INTERVAL_S="0.5"), workdir)
         self.api = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10)
-
-    def start(self) -> None:
-        env = base_env()
-        env.update(
-            REDIS_URL=REDIS_URL,
-            COORDINATOR_KEY_PREFIX=self.prefix,
-            COORDINATOR_ADMIN_TOKEN=ADMIN,
-            COORDINATOR_STATIC_HOSTS=json.dumps({"host-a": HOST_TOKEN, "host-b": HOST_B_TOKEN}),
-            COORDINATOR_LEASE_TTL_S="1.5",
-            COORDINATOR_REAPER_INTERVAL_S="0.1",
-            COORDINATOR_HEARTBEAT_INTERVAL_S="0.5",
-        )
-        env.update(self.settings)
-        args = [sys.executable, "-m", "coordinator", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = Proc("coordinator", args, env, self.workdir)
-
-        def ready() -> bool:
-            assert self.proc is not None
-            if self.proc.popen.poll() is not None:
-                raise AssertionError(f"coordinator exited:\n{self.proc.log()}")
-            try:
-                return httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        poll_until(ready, what="coordinator ready")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()
 
     def create_task(self, **body: Any) -> dict[str, Any]:
         response = self.api.post("/api/v1/tasks", json=body)
@@ -135,8 +53,8 @@ class Coordinator:
         return response.json()
 
     def wait_task(self, task_id: str, statuses: tuple[str, ...] = TERMINAL, timeout: float = 20) -> dict[str, Any]:
-        return poll_until(
-            lambda: (t := self.task(task_id))["status"] in statuses and t, timeout, f"task {task_id} in {statuses}"
+        return wait_until(
+            lambda: (t := self.task(task_id))["status"] in statuses and t, timeout, what=f"task {task_id} in {statuses}"
         )
 
     def devices(self) -> list[dict[str, Any]]:
@@ -147,40 +65,25 @@ class Coordinator:
 
 @pytest.fixture
 def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    prefix = f"tether-test-{uuid.uuid4().hex[:12]}:{{t}}"
-    coord = Coordinator(tmp_path, prefix)
-    try:
-        coord.start()
-        yield coord
-    finally:
-        coord.stop()
-        coord.api.close()
-        client = redis.Redis.from_url(REDIS_URL)
+    with fresh_prefix() as prefix:
+        coord = Coordinator(tmp_path, prefix)
         try:
-            keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-            if keys:
-                client.delete(*keys)
+            coord.start()
+            yield coord
         finally:
-            client.close()
+            coord.stop()
+            coord.api.close()
 
 
 @pytest.fixture
-def start_agent(tmp_path: Path, coordinator: Coordinator) -> Iterator[Callable[..., Proc]]:
-    agents: list[Proc] = []
+def start_agent(tmp_path: Path, coordinator: Coordinator) -> Iterator[Callable[..., Process]]:
+    agents: list[Process] = []
 
-    def start(name: str = "agent", **settings: str) -> Proc:
-        env = base_env()
-        env.update(
-            HOST_AGENT_URL=coordinator.url,
-            HOST_AGENT_POLL_WAIT_S="2",
-            HOST_AGENT_HEARTBEAT_INTERVAL_S="0.3",
-            HOST_AGENT_BACKOFF_CAP_S="0.5",
-            HOST_AGENT_SHUTDOWN_GRACE_S="10",
-        )
-        env.update({f"HOST_AGENT_{k}": v for k, v in settings.items()})
-        workdir = tmp_path / name
-        workdir.mkdir(exist_ok=True)
-        proc = Proc(name, [sys.executable, "-m", "agent"], env, workdir)
+    def start(name: str = "agent", **settings: str) -> Process:
+        settings = {"URL": coordinator.url, "POLL_WAIT_S": "2", "HEARTBEAT_INTERVAL_S": "0.3",
+                    "BACKOFF_CAP_S": "0.5", "SHUTDOWN_GRACE_S": "10", **settings}
+        env = child_env(**{f"HOST_AGENT_{k}": v for k, v in settings.items()})
+        proc = Process(name, [sys.executable, "-m", "agent"], env, tmp_path / name)
         agents.append(proc)
         return proc
 
@@ -210,7 +113,7 @@ def wait_pooled(coordinator: Coordinator, count: int = 1) -> list[dict[str, Any]
         devices = [d for d in coordinator.devices() if d["host_online"]]
         return devices if len(devices) >= count else None
 
-    return poll_until(online, what=f"{count} pooled device(s)")
+    return wait_until(online, what=f"{count} pooled device(s)")
 
 
 def listening_inodes() -> set[str]:
@@ -240,7 +143,7 @@ def socket_inodes(pid: int) -> set[str]:
 
 
 def test_host_is_behind_nat(
-    coordinator: Coordinator, start_agent: Callable[..., Proc], workflows: Path
+    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     """Spec: with no inbound listener, the agent registers devices and executes goal and workflow
     assignments through the complete protocol (and an unknown workflow fails cleanly)."""
@@ -268,13 +171,13 @@ def test_host_is_behind_nat(
 
 
 def test_progress_is_visible_and_cancel_stops_the_run(
-    coordinator: Coordinator, start_agent: Callable[..., Proc], workflows: Path
+    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
     task = coordinator.create_task(kind="workflow", workflow={"name": "slow", "params": {"ms": 60000}},
                                    device_id="phone-1")
-    running = poll_until(lambda: (t := coordinator.task(task["task_id"]))["progress"] and t, what="progress")
+    running = wait_until(lambda: (t := coordinator.task(task["task_id"]))["progress"] and t, what="progress")
     assert running["status"] == "running"
     assert set(running["progress"]) >= {"step_index", "status", "summary"}
     response = coordinator.api.post(f"/api/v1/tasks/{task['task_id']}/cancel")
@@ -287,7 +190,7 @@ def test_progress_is_visible_and_cancel_stops_the_run(
 
 
 def test_killed_agent_mid_task_finishes_on_another_host_as_attempt_2(
-    coordinator: Coordinator, start_agent: Callable[..., Proc], workflows: Path
+    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     doomed = start_agent("doomed", **legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
@@ -306,7 +209,7 @@ def test_killed_agent_mid_task_finishes_on_another_host_as_attempt_2(
 
 
 def test_sigterm_lets_running_work_finish_then_exits_zero(
-    coordinator: Coordinator, start_agent: Callable[..., Proc], workflows: Path
+    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
@@ -321,7 +224,7 @@ def test_sigterm_lets_running_work_finish_then_exits_zero(
 
 
 def test_sigterm_past_the_grace_period_stops_the_run_and_reports_it(
-    coordinator: Coordinator, start_agent: Callable[..., Proc], workflows: Path
+    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows), SHUTDOWN_GRACE_S="0.3"))
     wait_pooled(coordinator)
@@ -338,12 +241,12 @@ def test_sigterm_past_the_grace_period_stops_the_run_and_reports_it(
 
 
 def test_agent_rides_out_a_coordinator_restart(
-    coordinator: Coordinator, start_agent: Callable[..., Proc], workflows: Path
+    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
     coordinator.stop()
-    poll_until(lambda: "failed" in agent.log(), what="agent notices the outage")
+    wait_until(lambda: "failed" in agent.log(), what="agent notices the outage")
     coordinator.start()  # same port, same Redis prefix
     task = coordinator.create_task(kind="workflow", workflow={"name": "quick", "params": {}}, device_id="phone-1")
     done = coordinator.wait_task(task["task_id"])
@@ -352,7 +255,7 @@ def test_agent_rides_out_a_coordinator_restart(
 
 
 def test_stalled_agent_loses_its_lease_reports_nothing_and_runs_the_retry(
-    coordinator: Coordinator, start_agent: Callable[..., Proc], workflows: Path
+    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
@@ -361,7 +264,7 @@ def test_stalled_agent_loses_its_lease_reports_nothing_and_runs_the_retry(
     coordinator.wait_task(task["task_id"], ("running",))
     agent.signal(signal.SIGSTOP)  # the host stalls past its lease
     try:
-        poll_until(lambda: coordinator.task(task["task_id"])["attempt"] == 2, what="requeued as attempt 2")
+        wait_until(lambda: coordinator.task(task["task_id"])["attempt"] == 2, what="requeued as attempt 2")
     finally:
         agent.signal(signal.SIGCONT)
     done = coordinator.wait_task(task["task_id"], timeout=30)
@@ -373,7 +276,7 @@ def test_stalled_agent_loses_its_lease_reports_nothing_and_runs_the_retry(
 
 
 def test_managed_agent_enrolls_once_and_restarts_without_the_token(
-    coordinator: Coordinator, start_agent: Callable[..., Proc], tmp_path: Path
+    coordinator: Coordinator, start_agent: Callable[..., Process], tmp_path: Path
 ) -> None:
     response = coordinator.api.post("/api/v1/enrollment-tokens", json={"ttl_s": 600, "max_uses": 1})
     if response.status_code in (404, 405):
@@ -404,7 +307,7 @@ def test_managed_agent_enrolls_once_and_restarts_without_the_token(
 
 
 def test_revoked_managed_host_exits_nonzero(
-    coordinator: Coordinator, start_agent: Callable[..., Proc], tmp_path: Path
+    coordinator: Coordinator, start_agent: Callable[..., Process], tmp_path: Path
 ) -> None:
     response = coordinator.api.post("/api/v1/enrollment-tokens", json={"ttl_s": 600, "max_uses": 1})
     if response.status_code in (404, 405):

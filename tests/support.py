@@ -1,0 +1,236 @@
+"""What tests share that is not a fixture: loopback ports, real child processes (the coordinator
+above all), per-test key prefixes and their cleanup, and waiting until a condition holds.
+
+Child processes run the checkout under test (it leads ``PYTHONPATH``, as it leads ``sys.path``
+in the tests themselves), in a working folder of their own so no ``.env`` file is picked up,
+with every ``COORDINATOR_*``, ``HOST_AGENT_*`` and ``REDIS_URL`` of the caller's environment
+removed. Whatever starts one stops it the same way: SIGTERM, wait, SIGKILL; and prints its log
+when it ended with an exit code nobody expected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import redis
+import redis.asyncio as aioredis
+
+from coordinator.keys import Keys
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parent.parent
+REAL_REDIS_URL = "redis://127.0.0.1:6379/0"
+ADMIN = "test-admin-token"
+HOSTS = {"host-a": "token-a-0123456789", "host-b": "token-b-0123456789", "host-c": "token-c-0123456789"}
+# Exit codes of a process stopped as intended: a clean exit, or SIGTERM not handled.
+_STOPPED = (0, -signal.SIGTERM)
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on (free when asked: bind it soon)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- key prefixes ------------------------------------------------------------------------------
+
+
+def unique_prefix() -> str:
+    """A key prefix of its own for one test (or one module's processes), with a hash tag."""
+    return f"tether-test-{uuid.uuid4().hex[:12]}:{{t}}"
+
+
+def delete_prefix(prefix: str, url: str = REAL_REDIS_URL) -> None:
+    """Delete every key of ``prefix`` on the Redis at ``url`` (never FLUSHDB: Redis is shared)."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.delete(*Keys(prefix).all())
+    finally:
+        client.close()
+
+
+async def delete_prefix_async(client: aioredis.Redis, prefix: str) -> None:
+    """Delete every key of ``prefix`` through an open asyncio client (real Redis or fakeredis)."""
+    await client.delete(*Keys(prefix).all())
+
+
+@contextmanager
+def fresh_prefix(url: str = REAL_REDIS_URL) -> Iterator[str]:
+    """A unique prefix whose keys are deleted at the end of the block."""
+    prefix = unique_prefix()
+    try:
+        yield prefix
+    finally:
+        delete_prefix(prefix, url)
+
+
+# -- waiting -----------------------------------------------------------------------------------
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.05,
+               what: str = "condition") -> T:
+    """Call ``predicate`` every ``interval`` seconds until it returns something truthy, and
+    return that; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+async def wait_until_async(predicate: Callable[[], T | Awaitable[T]], timeout: float = 20.0,
+                           interval: float = 0.01, what: str = "condition") -> T:
+    """``wait_until`` on the event loop; ``predicate`` may be a plain function or a coroutine
+    function."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+# -- child processes ---------------------------------------------------------------------------
+
+
+def child_env(**overrides: Any) -> dict[str, str]:
+    """This environment minus Tether's settings, with the checkout first on ``PYTHONPATH``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("COORDINATOR_", "HOST_AGENT_")) and k != "REDIS_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update({k: str(v) for k, v in overrides.items()})
+    return env
+
+
+def coordinator_env(prefix: str, **overrides: Any) -> dict[str, str]:
+    """A coordinator on real Redis under ``prefix``, with the test admin token and ``HOSTS``."""
+    return child_env(**{
+        "REDIS_URL": REAL_REDIS_URL,
+        "COORDINATOR_KEY_PREFIX": prefix,
+        "COORDINATOR_ADMIN_TOKEN": ADMIN,
+        "COORDINATOR_STATIC_HOSTS": json.dumps(HOSTS),
+        "COORDINATOR_REAPER_INTERVAL_S": "0.2",
+        **overrides,
+    })
+
+
+class Process:
+    """A child process whose output (stdout and stderr) goes to ``<workdir>/<name>.log``.
+    Without a ``workdir`` it gets a temporary one, removed by ``stop``."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], workdir: Path | None = None) -> None:
+        self.name = name
+        self._tempdir = None if workdir is not None else tempfile.mkdtemp(prefix=f"tether-{name}-")
+        self.workdir = Path(workdir if workdir is not None else self._tempdir)  # type: ignore[arg-type]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / f"{name}.log"
+        with open(self.log_path, "ab") as log:  # appended to: a restarted process keeps its history
+            self.popen = subprocess.Popen(args, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        self.popen.send_signal(signum)
+
+    def wait(self, timeout: float = 20.0) -> int:
+        """The exit code; fails the test, showing the log, if it has not exited in time."""
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.name} did not exit in {timeout:g} s; log:\n{self.log()}") from None
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM, wait up to ``timeout``, then SIGKILL; the log is printed (pytest shows it
+        with a failure) unless the process exited 0 or by the SIGTERM."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        if self.popen.returncode not in _STOPPED:
+            print(f"--- {self.name} exited with {self.popen.returncode}; its log:\n{self.log()}")
+        if self._tempdir is not None:
+            shutil.rmtree(self._tempdir, ignore_errors=True)
+        return self.popen.returncode
+
+
+class CoordinatorProcess:
+    """``python -m coordinator serve`` on a loopback port; ``start`` returns once ``/readyz``
+    answers 200. It may be stopped and started again, on the same port."""
+
+    def __init__(self, env: dict[str, str], workdir: Path | None = None, port: int | None = None) -> None:
+        self.env = env
+        self.workdir = workdir
+        self.port = port if port is not None else free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: Process | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "not started"
+        return self.process.pid
+
+    def start(self, timeout: float = 20.0) -> None:
+        args = [sys.executable, "-m", "coordinator", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        process = self.process = Process("coordinator", args, self.env, self.workdir)
+
+        def ready() -> bool:
+            if process.popen.poll() is not None:
+                # stop() below prints its log
+                raise AssertionError(f"coordinator exited with {process.popen.returncode} before it was ready")
+            try:
+                return httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        try:
+            wait_until(ready, timeout, what=f"coordinator ready at {self.url}")
+        except BaseException:
+            process.stop()
+            raise
+
+    def stop(self) -> int | None:
+        return self.process.stop() if self.process is not None else None
+
+
+@contextmanager
+def coordinator_process(env: dict[str, str], workdir: Path | None = None) -> Iterator[CoordinatorProcess]:
+    """A started ``CoordinatorProcess``, stopped at the end of the block."""
+    coordinator = CoordinatorProcess(env, workdir)
+    coordinator.start()
+    try:
+        yield coordinator
+    finally:
+        coordinator.stop()
