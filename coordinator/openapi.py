@@ -4,13 +4,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import wire
 from coordinator import __version__
 
-if TYPE_CHECKING:
-    from coordinator.routes import Endpoint
+
+class Endpoint(Protocol):
+    """What the document needs of a route (``coordinator.routes.Endpoint`` is one)."""
+
+    method: str
+    path: str
+    summary: str
+    security: str | None  # the bearer principal, or None for an open route
+    request: str | None  # the schema name of the JSON body
+    responses: dict[int, str | None]  # status -> schema name
 
 _ID = {"type": "string", "pattern": f"^{wire.ID_PATTERN}$"}
 _LABELS = {"type": "object", "additionalProperties": {"type": "string"}}

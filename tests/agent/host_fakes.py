@@ -325,3 +325,13 @@ class Running:
                 await self.client.aclose()
         else:
             await self.client.aclose()
+
+
+def results_for(coordinator: FakeCoordinator, task_id: str) -> list[dict]:
+    """The result reports the fake coordinator received for one task."""
+    return [call.body for call in coordinator.of("results") if call.body["task_id"] == task_id]
+
+
+def device_free(agent_snapshot: list[dict], device_id: str = "phone-1") -> bool:
+    """Whether an agent's heartbeat snapshot reports the device available."""
+    return any(d["device_id"] == device_id and d["status"] == "available" for d in agent_snapshot)

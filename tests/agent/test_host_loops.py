@@ -9,13 +9,10 @@ import pytest
 
 from agent.executor import RuntimeExecutor
 from agent.host import EXIT_FATAL, EXIT_OK
-from agent.lease_run import progress_body
-from agent.retry import RetryPolicy
 from agent.runtime import (
     DeviceManager,
     DeviceNotFound,
     Outcome,
-    Progress,
     ScriptedPlanner,
     TaskRunner,
     parse_device_specs,
@@ -25,20 +22,13 @@ from tests.agent.host_fakes import (
     FakeCoordinator,
     FakeExecutor,
     Running,
+    device_free,
     make_agent,
-    publish,
+    results_for,
     wait_until,
 )
 
 pytestmark = pytest.mark.anyio
-
-
-def _results_for(coordinator: FakeCoordinator, task_id: str) -> list[dict]:
-    return [call.body for call in coordinator.of("results") if call.body["task_id"] == task_id]
-
-
-def _device_free(agent_snapshot: list[dict], device_id: str = "phone-1") -> bool:
-    return any(d["device_id"] == device_id and d["status"] == "available" for d in agent_snapshot)
 
 
 async def test_heartbeat_sends_complete_snapshot_and_marks_running_device_busy() -> None:
@@ -65,7 +55,7 @@ async def test_heartbeat_sends_complete_snapshot_and_marks_running_device_busy()
             what="busy heartbeat",
         )
         executor.finish(task["task_id"])
-        await wait_until(lambda: _results_for(coordinator, task["task_id"]), what="result")
+        await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
         seen = len(coordinator.of("heartbeat"))
         await wait_until(
             lambda: coordinator.heartbeat_statuses()[seen:]
@@ -91,8 +81,8 @@ async def test_goal_run_reports_success_with_runner_metadata() -> None:
         task = coordinator.assign()
         await wait_until(lambda: task["task_id"] in executor.started, what="run start")
         executor.finish(task["task_id"], Outcome("failed", "max_steps_exceeded", {"steps": 10}))
-        await wait_until(lambda: _results_for(coordinator, task["task_id"]), what="result")
-    assert _results_for(coordinator, task["task_id"]) == [
+        await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
+    assert results_for(coordinator, task["task_id"]) == [
         {"task_id": task["task_id"], "attempt": 1, "lease_id": task["lease_id"], "status": "failed",
          "failure_reason": "max_steps_exceeded", "metadata": {"steps": 10}}
     ]
@@ -109,7 +99,7 @@ async def test_claim_lost_response_is_retried_with_same_claim_id_and_runs_once()
     async with Running(agent, client):
         await wait_until(lambda: task["task_id"] in executor.started, what="run start")
         executor.finish(task["task_id"])
-        await wait_until(lambda: _results_for(coordinator, task["task_id"]), what="result")
+        await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
         await wait_until(lambda: len(coordinator.of("claim")) >= 4, what="a later claim")
     claims = coordinator.of("claim")
     ids = [call.body["claim_id"] for call in claims]
@@ -129,7 +119,7 @@ async def test_claim_5xx_is_retried_with_same_claim_id() -> None:
     async with Running(agent, client):
         await wait_until(lambda: task["task_id"] in executor.started, what="run start")
         executor.finish(task["task_id"])
-        await wait_until(lambda: _results_for(coordinator, task["task_id"]), what="result")
+        await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
     ids = [call.body["claim_id"] for call in coordinator.of("claim")[:3]]
     assert len(set(ids)) == 1
 
@@ -175,157 +165,9 @@ async def test_assignment_for_busy_device_waits_and_keeps_its_lease() -> None:
         executor.finish(first["task_id"])
         await wait_until(lambda: second["task_id"] in executor.started, what="second run")
         executor.finish(second["task_id"])
-        await wait_until(lambda: _results_for(coordinator, second["task_id"]), what="second result")
+        await wait_until(lambda: results_for(coordinator, second["task_id"]), what="second result")
     assert executor.max_running_per_device == 1
-    assert [r["status"] for r in _results_for(coordinator, first["task_id"])] == ["succeeded"]
-
-
-async def test_renewal_carries_latest_progress_in_contract_shape() -> None:
-    coordinator = FakeCoordinator(lease_ttl_ms=150)
-    executor = FakeExecutor()
-    agent, client = make_agent(coordinator, executor)
-    async with Running(agent, client):
-        task = coordinator.assign()
-        await wait_until(lambda: task["task_id"] in executor.started, what="run start")
-        await wait_until(lambda: coordinator.of("renew"), what="first renewal")
-        first = coordinator.of("renew")[0]
-        assert first.path == f"/internal/v1/hosts/host-a/leases/{task['lease_id']}/renew"
-        assert first.body == {"task_id": task["task_id"], "attempt": 1}  # no progress yet: omitted
-        publish(executor.controls[task["task_id"]], 4, "running", "Opened Settings")
-        await wait_until(lambda: "progress" in coordinator.of("renew")[-1].body, what="progress renewal")
-        assert coordinator.of("renew")[-1].body["progress"] == {
-            "step_index": 4, "status": "running", "summary": "Opened Settings"
-        }
-        executor.finish(task["task_id"])
-        await wait_until(lambda: _results_for(coordinator, task["task_id"]), what="result")
-
-
-def test_progress_body_is_bounded_and_has_only_the_three_fields() -> None:
-    body = progress_body(Progress(2, "running", "x" * 5000))
-    assert set(body) == {"step_index", "status", "summary"}
-    assert len(body["summary"]) == 500
-    assert progress_body(None) is None
-
-
-async def test_renewals_keep_a_long_run_alive() -> None:
-    coordinator = FakeCoordinator(lease_ttl_ms=240)
-    executor = FakeExecutor()
-    agent, client = make_agent(coordinator, executor)
-    async with Running(agent, client):
-        task = coordinator.assign()
-        await wait_until(lambda: len(coordinator.of("renew")) >= 7, what="seven renewals")
-        assert not executor.controls[task["task_id"]].stopped  # over two lease lifetimes: still ours
-        executor.finish(task["task_id"])
-        await wait_until(lambda: _results_for(coordinator, task["task_id"]), what="result")
-    assert [r["status"] for r in _results_for(coordinator, task["task_id"])] == ["succeeded"]
-
-
-async def test_renew_409_stops_the_run_and_reports_nothing() -> None:
-    coordinator = FakeCoordinator(lease_ttl_ms=150)
-    executor = FakeExecutor()
-    agent, client = make_agent(coordinator, executor)
-    async with Running(agent, client):
-        task = coordinator.assign()
-        coordinator.renew_conflict[task["lease_id"]] = "lease_expired"
-        await wait_until(lambda: task["task_id"] in executor.returned, what="run stopped")
-        assert executor.controls[task["task_id"]].stop_reason == "lease_lost"
-        await wait_until(lambda: _device_free(agent.snapshot()), what="device freed")
-        assert len(coordinator.of("renew")) == 1  # no renewing a lease we lost
-    assert coordinator.of("results") == []
-
-
-async def test_lease_deadline_passing_without_renewal_stops_the_run() -> None:
-    coordinator = FakeCoordinator(lease_ttl_ms=200)
-    coordinator.always["renew"] = "drop_before"  # every renewal fails: the coordinator is unreachable
-    executor = FakeExecutor()
-    agent, client = make_agent(coordinator, executor, retry_policy=RetryPolicy(base_s=0.01, cap_s=0.02))
-    loop = asyncio.get_running_loop()
-    async with Running(agent, client):
-        task = coordinator.assign()
-        await wait_until(lambda: task["task_id"] in executor.started, what="run start")
-        claimed_at = loop.time()
-        await wait_until(lambda: task["task_id"] in executor.returned, what="run stopped")
-        stopped_after = loop.time() - claimed_at
-        assert executor.controls[task["task_id"]].stop_reason == "lease_lost"
-        assert 0.15 <= stopped_after < 1.0
-        assert len(coordinator.of("renew")) >= 2  # it kept trying inside the lease
-        await wait_until(lambda: _device_free(agent.snapshot()), what="device freed")
-    assert coordinator.of("results") == []
-
-
-async def test_hanging_renewal_does_not_outlive_the_lease() -> None:
-    coordinator = FakeCoordinator(lease_ttl_ms=200)
-    coordinator.always["renew"] = "hang"
-    executor = FakeExecutor()
-    agent, client = make_agent(coordinator, executor)
-    async with Running(agent, client):
-        task = coordinator.assign()
-        await wait_until(lambda: task["task_id"] in executor.returned, what="run stopped")
-        assert executor.controls[task["task_id"]].stop_reason == "lease_lost"
-        await wait_until(lambda: _device_free(agent.snapshot()), what="device freed")
-    assert coordinator.of("results") == []
-
-
-async def test_successful_renewal_extends_the_local_deadline() -> None:
-    coordinator = FakeCoordinator(lease_ttl_ms=150)
-    executor = FakeExecutor()
-    agent, client = make_agent(coordinator, executor)
-    async with Running(agent, client):
-        task = coordinator.assign()
-        await wait_until(lambda: len(coordinator.of("renew")) >= 3, what="three renewals")
-        coordinator.always["renew"] = "drop_before"
-        failing_from = len(coordinator.of("renew"))
-        await wait_until(lambda: task["task_id"] in executor.returned, what="run stopped")
-        assert len(coordinator.of("renew")) > failing_from
-    assert coordinator.of("results") == []
-
-
-async def test_cancel_requested_stops_the_run_and_reports_cancelled() -> None:
-    coordinator = FakeCoordinator(lease_ttl_ms=150)
-    executor = FakeExecutor()
-    agent, client = make_agent(coordinator, executor)
-    async with Running(agent, client):
-        task = coordinator.assign()
-        await wait_until(lambda: task["task_id"] in executor.started, what="run start")
-        coordinator.cancel_requested.add(task["task_id"])
-        await wait_until(lambda: _results_for(coordinator, task["task_id"]), what="result")
-        assert executor.controls[task["task_id"]].stop_reason == "cancel_requested"
-    [result] = _results_for(coordinator, task["task_id"])
-    assert result["status"] == "cancelled"
-    assert result["lease_id"] == task["lease_id"]
-    assert result["failure_reason"] == "cancel_requested"
-
-
-async def test_result_is_retried_until_answered() -> None:
-    coordinator = FakeCoordinator()
-    executor = FakeExecutor()
-    coordinator.fail_next("results", "drop_before", (503, "unavailable"), "drop_after")
-    agent, client = make_agent(coordinator, executor)
-    async with Running(agent, client):
-        task = coordinator.assign()
-        await wait_until(lambda: task["task_id"] in executor.started, what="run start")
-        executor.finish(task["task_id"])
-        await wait_until(lambda: len(_results_for(coordinator, task["task_id"])) >= 4, what="answered result")
-        await wait_until(lambda: _device_free(agent.snapshot()), what="device freed")
-        reports = _results_for(coordinator, task["task_id"])
-        assert len(reports) == 4  # dropped, 503, processed-but-lost, replayed: then it stops
-        assert all(report == reports[0] for report in reports), "retries are the identical report"
-        assert coordinator.results[(task["task_id"], 1)] == reports[0]
-
-
-async def test_result_409_means_give_up() -> None:
-    coordinator = FakeCoordinator()
-    executor = FakeExecutor()
-    coordinator.fail_next("results", (409, "stale_attempt"))
-    agent, client = make_agent(coordinator, executor)
-    async with Running(agent, client):
-        task = coordinator.assign()
-        await wait_until(lambda: task["task_id"] in executor.started, what="run start")
-        executor.finish(task["task_id"])
-        await wait_until(lambda: _device_free(agent.snapshot()), what="device freed")
-        polls = len(coordinator.of("claim"))
-        await wait_until(lambda: len(coordinator.of("claim")) > polls, what="polling again")
-    assert len(_results_for(coordinator, task["task_id"])) == 1
+    assert [r["status"] for r in results_for(coordinator, first["task_id"])] == ["succeeded"]
 
 
 @pytest.mark.parametrize("found_missing", ["at claim", "at run start"])
@@ -342,9 +184,9 @@ async def test_assignment_for_unknown_device_is_reported_failed(found_missing: s
     agent, client = make_agent(coordinator, executor)
     async with Running(agent, client):
         task = coordinator.assign(device_id)
-        await wait_until(lambda: _results_for(coordinator, task["task_id"]), what="result")
-        await wait_until(lambda: _device_free(agent.snapshot()), what="device freed")
-    [result] = _results_for(coordinator, task["task_id"])
+        await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
+        await wait_until(lambda: device_free(agent.snapshot()), what="device freed")
+    [result] = results_for(coordinator, task["task_id"])
     # One verdict, whoever finds the device missing.
     assert (result["status"], result["failure_reason"], result["metadata"]) == (
         "failed", "device_not_found", {"device_id": device_id}
@@ -364,9 +206,9 @@ async def test_executor_crash_is_reported_failed_and_frees_the_device() -> None:
     agent, client = make_agent(coordinator, executor)
     async with Running(agent, client):
         task = coordinator.assign()
-        await wait_until(lambda: _results_for(coordinator, task["task_id"]), what="result")
-        await wait_until(lambda: _device_free(agent.snapshot()), what="device freed")
-    [result] = _results_for(coordinator, task["task_id"])
+        await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
+        await wait_until(lambda: device_free(agent.snapshot()), what="device freed")
+    [result] = results_for(coordinator, task["task_id"])
     assert (result["status"], result["failure_reason"]) == ("failed", "agent_error")
 
 
@@ -405,7 +247,7 @@ async def test_shutdown_stops_claiming_and_lets_running_work_finish() -> None:
         assert await asyncio.wait_for(runner.task, 5) == EXIT_OK
     assert len(coordinator.of("claim")) == polls
     assert later["task_id"] not in executor.started
-    assert [r["status"] for r in _results_for(coordinator, task["task_id"])] == ["succeeded"]
+    assert [r["status"] for r in results_for(coordinator, task["task_id"])] == ["succeeded"]
 
 
 async def test_shutdown_grace_expiry_stops_the_run_and_reports_what_it_returns() -> None:
@@ -418,7 +260,7 @@ async def test_shutdown_grace_expiry_stops_the_run_and_reports_what_it_returns()
         await wait_until(lambda: task["task_id"] in executor.started, what="run start")
         assert await runner.stop() == EXIT_OK
     assert executor.controls[task["task_id"]].stop_reason == "shutdown"
-    [result] = _results_for(coordinator, task["task_id"])
+    [result] = results_for(coordinator, task["task_id"])
     assert (result["status"], result["failure_reason"]) == ("cancelled", "shutdown")
 
 
