@@ -36,6 +36,7 @@ from bench.system import CpuWindow, rss_mb
 from coordinator.keys import Keys
 from coordinator.operator_api import parse_task
 from coordinator.store import Store
+from coordinator.validation import Body
 
 
 async def floor_and_renew(b: Bench) -> list[Row]:
@@ -278,7 +279,7 @@ async def _cost_case(b: Bench, label: str, n_hosts: int, n_tasks: int) -> dict[s
         store = Store(Redis.from_url(b.redis_url, max_connections=64), Keys(prefix),
                       host_offline_after_ms=3_600_000)
         await store.load_scripts()
-        template = parse_task({"kind": "goal", "goal": GOAL, "device_id": "absent-device"})
+        template = parse_task(Body({"kind": "goal", "goal": GOAL, "device_id": "absent-device"}))
         todo = iter(range(n_tasks))
 
         async def populate() -> None:

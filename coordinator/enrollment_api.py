@@ -22,16 +22,7 @@ from coordinator.errors import (
     Unauthorized,
     device_limit,
 )
-from coordinator.validation import (
-    canonical_json,
-    get_int,
-    get_object,
-    get_str,
-    get_string_map,
-    read_json,
-    require_id,
-    unique_entries,
-)
+from coordinator.validation import canonical_json, read_json, require_id
 from coordinator.views import json_response, token_view
 
 MAX_TOKEN_TTL_S = 30 * 24 * 3600
@@ -43,9 +34,9 @@ MAX_TOKEN_TTL_S = 30 * 24 * 3600
 async def create_token(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
     body = await read_json(request, ctx.settings.max_body_bytes, required=False)
-    ttl_s = get_int(body, "ttl_s", default=3600, low=1, high=MAX_TOKEN_TTL_S)
-    max_uses = get_int(body, "max_uses", default=1, low=1, high=100_000)
-    labels = get_string_map(body, "labels")
+    ttl_s = body.integer("ttl_s", default=3600, low=1, high=MAX_TOKEN_TTL_S)
+    max_uses = body.integer("max_uses", default=1, low=1, high=100_000)
+    labels = body.labels("labels")
     secret = wire.ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = await ctx.store.create_enrollment_token(
         "et_" + secrets.token_hex(8), token_digest(secret), ttl_s * 1000, max_uses, canonical_json(labels)
@@ -73,13 +64,13 @@ async def revoke_token(ctx: Context, request: Request) -> Response:
 async def _parse_enroll(ctx: Context, request: Request) -> tuple[str, str, str, str]:
     """Enrollment id, host token, hostname and labels JSON."""
     body = await read_json(request, ctx.settings.max_body_bytes)
-    enrollment_id = require_id(body.get("enrollment_id"), "enrollment_id")
+    enrollment_id = body.id("enrollment_id")
     host_token = body.get("host_token")
     low, high = wire.HOST_TOKEN_MIN_CHARS, wire.HOST_TOKEN_MAX_CHARS
     if not isinstance(host_token, str) or not low <= len(host_token) <= high:
         raise InvalidRequest(f"host_token must be a string of {low}..{high} characters")
-    hostname = get_str(body, "hostname", max_len=255) or ""
-    return enrollment_id, host_token, hostname, canonical_json(get_string_map(body, "labels"))
+    hostname = body.text("hostname", max_len=255) or ""
+    return enrollment_id, host_token, hostname, canonical_json(body.labels("labels"))
 
 
 async def enroll(ctx: Context, request: Request) -> Response:
@@ -108,11 +99,11 @@ async def _parse_devices(ctx: Context, request: Request) -> list[dict[str, str]]
     return [
         {
             "local_id": local_id,
-            "driver": require_id(entry.get("driver"), "driver"),
-            "attributes": canonical_json(get_object(entry, "attributes")),
+            "driver": entry.id("driver"),
+            "attributes": canonical_json(entry.object("attributes")),
             "new_id": "d_" + secrets.token_hex(10),
         }
-        for local_id, entry in unique_entries(body, "devices", "local_id", low=1, high=limit)
+        for local_id, entry in body.entries("devices", "local_id", low=1, high=limit)
     ]
 
 

@@ -23,9 +23,19 @@ from wire import ErrorCode
 
 
 class ApiError(Exception):
+    """An error the contract names. Subclasses set their status and code in the class line:
+    ``class NotFound(ApiError, status=404, code=ErrorCode.NOT_FOUND)``."""
+
     status_code = 500
     code: str = ErrorCode.INTERNAL.value
     headers: dict[str, str] | None = None
+
+    def __init_subclass__(cls, *, status: int | None = None, code: ErrorCode | None = None) -> None:
+        super().__init_subclass__()
+        if status is not None:
+            cls.status_code = status
+        if code is not None:
+            cls.code = code.value
 
     def __init__(self, message: str, *, code: str | None = None, details: Any = None) -> None:
         super().__init__(message)
@@ -41,57 +51,27 @@ class ApiError(Exception):
         return {"error": error}
 
 
-class InvalidRequest(ApiError):
-    status_code = 400
-    code = ErrorCode.INVALID_REQUEST.value
+class InvalidRequest(ApiError, status=400, code=ErrorCode.INVALID_REQUEST): ...
+class Forbidden(ApiError, status=403, code=ErrorCode.FORBIDDEN): ...
+class NotFound(ApiError, status=404, code=ErrorCode.NOT_FOUND): ...
+class MethodNotAllowed(ApiError, status=405, code=ErrorCode.METHOD_NOT_ALLOWED): ...
+class Conflict(ApiError, status=409): ...  # its code is the conflict's, given when raised
+class PayloadTooLarge(ApiError, status=413, code=ErrorCode.PAYLOAD_TOO_LARGE): ...
+class Internal(ApiError, status=500, code=ErrorCode.INTERNAL): ...
 
 
-class Unauthorized(ApiError):
-    status_code = 401
-    code = ErrorCode.UNAUTHORIZED.value
-
+class Unauthorized(ApiError, status=401, code=ErrorCode.UNAUTHORIZED):
     def __init__(self) -> None:
         # Deliberately one message for every case, so a caller learns nothing from it.
         super().__init__("missing, malformed or unknown credential")
 
 
-class Forbidden(ApiError):
-    status_code = 403
-    code = ErrorCode.FORBIDDEN.value
-
-
-class NotFound(ApiError):
-    status_code = 404
-    code = ErrorCode.NOT_FOUND.value
-
-
-class Conflict(ApiError):
-    status_code = 409
-
-
-class MethodNotAllowed(ApiError):
-    status_code = 405
-    code = ErrorCode.METHOD_NOT_ALLOWED.value
+class Unavailable(ApiError, status=503, code=ErrorCode.UNAVAILABLE):
+    headers = {"Retry-After": "1"}
 
 
 def device_limit(limit: int) -> Conflict:
     return Conflict(f"a host may have at most {limit} devices", code=ErrorCode.DEVICE_LIMIT.value)
-
-
-class PayloadTooLarge(ApiError):
-    status_code = 413
-    code = ErrorCode.PAYLOAD_TOO_LARGE.value
-
-
-class Unavailable(ApiError):
-    status_code = 503
-    code = ErrorCode.UNAVAILABLE.value
-    headers = {"Retry-After": "1"}
-
-
-class Internal(ApiError):
-    status_code = 500
-    code = ErrorCode.INTERNAL.value
 
 
 class ScriptError(IntEnum):

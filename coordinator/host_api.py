@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,15 +19,11 @@ from coordinator.context import Context
 from coordinator.errors import ApiError, InvalidRequest, device_limit
 from coordinator.server import PEER_CLOSED
 from coordinator.validation import (
+    Body,
     canonical_json,
     clean_text,
-    get_int,
-    get_object,
-    get_str,
-    get_string_map,
     read_json,
     require_id,
-    unique_entries,
 )
 from coordinator.views import assignment_view, iso_ms, json_response
 
@@ -44,21 +39,21 @@ async def _authorize(ctx: Context, request: Request) -> HostPrincipal:
 # -- heartbeat -----------------------------------------------------------------------------
 
 
-def parse_snapshot(body: dict[str, Any], max_devices: int) -> list[dict[str, str]]:
+def parse_snapshot(body: Body, max_devices: int) -> list[dict[str, str]]:
     devices = body.get("devices")
     if isinstance(devices, list) and len(devices) > max_devices:
         raise device_limit(max_devices)
     parsed: list[dict[str, str]] = []
-    for device_id, entry in unique_entries(body, "devices", "device_id", low=0, high=max_devices):
+    for device_id, entry in body.entries("devices", "device_id", low=0, high=max_devices):
         status = entry.get("status")
         if status not in _DEVICE_STATUSES:
             raise InvalidRequest(f"status must be one of {', '.join(_DEVICE_STATUSES)}")
         parsed.append({
             "device_id": device_id,
-            "driver": require_id(entry.get("driver"), "driver"),
+            "driver": entry.id("driver"),
             "status": status,
-            "attributes": canonical_json(get_object(entry, "attributes")),
-            "labels": canonical_json(get_string_map(entry, "labels")),
+            "attributes": canonical_json(entry.object("attributes")),
+            "labels": canonical_json(entry.labels("labels")),
         })
     parsed.sort(key=lambda d: d["device_id"])
     return parsed
@@ -68,7 +63,7 @@ async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[str, int]:
     """The canonical snapshot JSON and its device count."""
     body = await read_json(request, ctx.settings.max_body_bytes)
     devices = parse_snapshot(body, ctx.settings.max_devices_per_host)
-    agent = get_object(body, "agent")
+    agent = body.object("agent")
     return canonical_json({"agent": agent, "devices": devices}), len(devices)
 
 
@@ -122,10 +117,8 @@ async def _parse_claim(ctx: Context, request: Request) -> tuple[float, str]:
     """How long to wait, and the claim id ("" for none)."""
     wait_s = _wait_seconds(request, ctx)
     body = await read_json(request, ctx.settings.max_body_bytes, required=False)
-    claim_id = body.get("claim_id")
-    if claim_id is not None:
-        require_id(claim_id, "claim_id")
-    return wait_s, claim_id or ""
+    claim_id = body.id("claim_id") if body.get("claim_id") is not None else ""
+    return wait_s, claim_id
 
 
 async def claim(ctx: Context, request: Request) -> Response:
@@ -172,7 +165,7 @@ async def claim(ctx: Context, request: Request) -> Response:
 # -- renew ---------------------------------------------------------------------------------
 
 
-def parse_progress(body: dict[str, Any], max_chars: int) -> tuple[wire.ProgressOutcome, str]:
+def parse_progress(body: Body, max_chars: int) -> tuple[wire.ProgressOutcome, str]:
     """(outcome, JSON to store or ""): a bad progress field never fails the renewal."""
     if "progress" not in body or body["progress"] is None:
         return wire.ProgressOutcome.OMITTED, ""
@@ -202,8 +195,8 @@ async def _parse_renew(ctx: Context, request: Request) -> tuple[str, str, int, w
     # Progress is judged by parse_progress alone (a bad one is "rejected", never a failed
     # renewal), so it is exempt from read_json's depth check, and the body may be large.
     body = await read_json(request, ctx.settings.max_renew_body_bytes, unchecked=("progress",))
-    task_id = require_id(body.get("task_id"), "task_id")
-    attempt = get_int(body, "attempt", low=1, required=True)
+    task_id = body.id("task_id")
+    attempt = body.integer("attempt", low=1, required=True)
     outcome, progress_json = parse_progress(body, ctx.settings.progress_summary_max_chars)
     return lease_id, task_id, attempt, outcome, progress_json  # type: ignore[return-value]
 
@@ -235,14 +228,14 @@ async def renew(ctx: Context, request: Request) -> Response:
 async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, str, str]:
     """Task id, lease id, attempt, status and the canonical report JSON."""
     body = await read_json(request, ctx.settings.max_body_bytes)
-    task_id = require_id(body.get("task_id"), "task_id")
-    lease_id = require_id(body.get("lease_id"), "lease_id")
-    attempt = get_int(body, "attempt", low=1, required=True)
+    task_id = body.id("task_id")
+    lease_id = body.id("lease_id")
+    attempt = body.integer("attempt", low=1, required=True)
     status = body.get("status")
     if status not in _RESULT_STATUSES:
         raise InvalidRequest(f"status must be one of {', '.join(_RESULT_STATUSES)}")
-    failure_reason = get_str(body, "failure_reason", max_len=wire.FAILURE_REASON_MAX_CHARS)
-    metadata = get_object(body, "metadata")
+    failure_reason = body.text("failure_reason", max_len=wire.FAILURE_REASON_MAX_CHARS)
+    metadata = body.object("metadata")
     report = canonical_json({"status": status, "failure_reason": failure_reason, "metadata": metadata})
     return task_id, lease_id, attempt, status, report  # type: ignore[return-value]
 

@@ -13,35 +13,23 @@ import wire
 from coordinator.context import Context
 from coordinator.errors import InvalidRequest, NotFound
 from coordinator.records import HostRecord, HostState
-from coordinator.validation import (
-    canonical_json,
-    get_int,
-    get_object,
-    get_str,
-    get_string_map,
-    read_json,
-    require_id,
-)
+from coordinator.validation import Body, canonical_json, read_json, require_id
 from coordinator.views import device_view, host_view, json_response, task_view
 
 _TASK_STATUSES = wire.values(wire.TaskStatus)
 
 
-def parse_task(body: dict[str, Any]) -> dict[str, Any]:
+def parse_task(body: Body) -> dict[str, Any]:
     """The task record to create, from a validated request (ids and status are added later)."""
     kind = body.get("kind")
     task: dict[str, Any] = {"kind": kind}
     if kind == "goal":
-        task["goal"] = get_str(body, "goal", max_len=wire.MAX_GOAL_CHARS, required=True)
-        task["max_steps"] = get_int(body, "max_steps", default=30, low=1, high=10_000)
+        task["goal"] = body.text("goal", max_len=wire.MAX_GOAL_CHARS, required=True)
+        task["max_steps"] = body.integer("max_steps", default=30, low=1, high=10_000)
     elif kind == "workflow":
-        workflow = body.get("workflow")
-        if not isinstance(workflow, dict):
-            raise InvalidRequest("workflow must be an object with a name and params")
-        name = require_id(workflow.get("name"), "workflow.name")
-        params = get_object(workflow, "params")
-        task["workflow"] = canonical_json({"name": name, "params": params})
-        task["max_steps"] = get_int(body, "max_steps", low=1, high=10_000)
+        workflow = body.object("workflow", required=True)
+        task["workflow"] = canonical_json({"name": workflow.id("name"), "params": workflow.object("params")})
+        task["max_steps"] = body.integer("max_steps", low=1, high=10_000)
     else:
         raise InvalidRequest("kind must be goal or workflow")
 
@@ -49,17 +37,14 @@ def parse_task(body: dict[str, Any]) -> dict[str, Any]:
     if has_device == has_selector:
         raise InvalidRequest("give exactly one target: device_id or selector")
     if has_device:
-        task["target_device"] = require_id(body["device_id"], "device_id")
+        task["target_device"] = body.id("device_id")
     else:
-        selector = body["selector"]
-        if not isinstance(selector, dict):
-            raise InvalidRequest("selector must be an object with a driver and labels")
-        task["driver"] = require_id(selector.get("driver"), "selector.driver")
-        task["labels"] = canonical_json(get_string_map(selector, "labels"))
-    task["max_attempts"] = get_int(body, "max_attempts", default=3, low=1, high=100)
-    key = body.get("idempotency_key")
-    if key is not None:
-        task["idempotency_key"] = require_id(key, "idempotency_key")
+        selector = body.object("selector", required=True)
+        task["driver"] = selector.id("driver")
+        task["labels"] = canonical_json(selector.labels("labels"))
+    task["max_attempts"] = body.integer("max_attempts", default=3, low=1, high=100)
+    if body.get("idempotency_key") is not None:
+        task["idempotency_key"] = body.id("idempotency_key")
     # What makes two requests "the same" for the idempotency key.
     task["request_hash"] = hashlib.sha256(canonical_json(task).encode()).hexdigest()
     return {k: v for k, v in task.items() if v is not None}

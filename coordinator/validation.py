@@ -64,7 +64,7 @@ def _clean(value: Any, depth: int) -> Any:
 
 
 async def read_json(request: Request, limit: int, *, required: bool = True,
-                    unchecked: tuple[str, ...] = ()) -> dict[str, Any]:
+                    unchecked: tuple[str, ...] = ()) -> Body:
     """The body as a JSON object, at most ``MAX_JSON_DEPTH`` deep and with C0 controls stripped
     from its text; an empty body is ``{}`` when not ``required``. Top-level fields named in
     ``unchecked`` are passed on as sent, for a caller that judges them itself."""
@@ -72,83 +72,91 @@ async def read_json(request: Request, limit: int, *, required: bool = True,
     if not raw.strip():
         if required:
             raise InvalidRequest("a JSON object body is required")
-        return {}
+        return Body({})
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise InvalidRequest("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
-    return {
-        clean_text(k): v if k in unchecked else _clean(v, 2)
-        for k, v in body.items()
-    }
+    return Body({clean_text(k): v if k in unchecked else _clean(v, 2) for k, v in body.items()})
 
 
-def get_int(body: dict[str, Any], field: str, *, default: int | None = None, low: int = 0,
-            high: int = 2**31 - 1, required: bool = False) -> int | None:
-    value = body.get(field, None)
-    if value is None:
-        if required:
-            raise InvalidRequest(f"{field} is required")
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidRequest(f"{field} must be an integer in [{low}, {high}]")
-    return value
+class Body(dict[str, Any]):
+    """A JSON object from a request, read field by field: each reader returns the field's value
+    or raises ``InvalidRequest`` naming it (with the path of the object it sits in)."""
 
+    def __init__(self, data: dict[str, Any], path: str = "") -> None:
+        super().__init__(data)
+        self._path = path
 
-def get_str(body: dict[str, Any], field: str, *, max_len: int, required: bool = False,
-            default: str | None = None) -> str | None:
-    value = body.get(field, None)
-    if value is None:
-        if required:
-            raise InvalidRequest(f"{field} is required")
-        return default
-    if not isinstance(value, str) or not value or len(value) > max_len:
-        raise InvalidRequest(f"{field} must be a non-empty string of at most {max_len} characters")
-    return value
+    def _name(self, field: str) -> str:
+        return f"{self._path}.{field}" if self._path else field
 
+    def id(self, field: str) -> str:
+        return require_id(self.get(field), self._name(field))
 
-def get_string_map(body: dict[str, Any], field: str, *, max_items: int = 64,
-                   max_len: int = 256) -> dict[str, str]:
-    """Labels: a flat object of short strings."""
-    value = body.get(field, None)
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or len(value) > max_items:
-        raise InvalidRequest(f"{field} must be an object of at most {max_items} string values")
-    for key, item in value.items():
-        if not key or len(key) > max_len or not isinstance(item, str) or len(item) > max_len:
-            raise InvalidRequest(f"{field} must map short strings to short strings")
-    return value
+    def integer(self, field: str, *, default: int | None = None, low: int = 0, high: int = 2**31 - 1,
+                required: bool = False) -> int | None:
+        value = self.get(field)
+        if value is None:
+            if required:
+                raise InvalidRequest(f"{self._name(field)} is required")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InvalidRequest(f"{self._name(field)} must be an integer in [{low}, {high}]")
+        return value
 
+    def text(self, field: str, *, max_len: int, required: bool = False) -> str | None:
+        value = self.get(field)
+        if value is None:
+            if required:
+                raise InvalidRequest(f"{self._name(field)} is required")
+            return None
+        if not isinstance(value, str) or not value or len(value) > max_len:
+            raise InvalidRequest(f"{self._name(field)} must be a non-empty string of at most {max_len} characters")
+        return value
 
-def unique_entries(body: dict[str, Any], field: str, id_field: str, *, low: int,
-                   high: int) -> list[tuple[str, dict[str, Any]]]:
-    """A list field of objects keyed by a valid, unique id: [(id, object), ...] in order."""
-    entries = body.get(field)
-    if not isinstance(entries, list) or not low <= len(entries) <= high:
-        raise InvalidRequest(f"{field} must be a list of {low}..{high} objects")
-    parsed: list[tuple[str, dict[str, Any]]] = []
-    seen: set[str] = set()
-    for entry in entries:
-        if not isinstance(entry, dict):
-            raise InvalidRequest(f"each of {field} must be an object")
-        entry_id = require_id(entry.get(id_field), id_field)
-        if entry_id in seen:
-            raise InvalidRequest(f"{id_field} {entry_id} appears twice")
-        seen.add(entry_id)
-        parsed.append((entry_id, entry))
-    return parsed
+    def object(self, field: str, *, required: bool = False) -> Body:
+        """A nested object ({} when absent and not ``required``)."""
+        value = self.get(field)
+        if value is None and not required:
+            return Body({}, self._name(field))
+        if not isinstance(value, dict):
+            raise InvalidRequest(f"{self._name(field)} must be an object")
+        return Body(value, self._name(field))
 
+    def labels(self, field: str, *, max_items: int = 64, max_len: int = 256) -> dict[str, str]:
+        """A flat object of short strings."""
+        value = self.get(field)
+        if value is None:
+            return {}
+        name = self._name(field)
+        if not isinstance(value, dict) or len(value) > max_items:
+            raise InvalidRequest(f"{name} must be an object of at most {max_items} string values")
+        for key, item in value.items():
+            if not key or len(key) > max_len or not isinstance(item, str) or len(item) > max_len:
+                raise InvalidRequest(f"{name} must map short strings to short strings")
+        return value
 
-def get_object(body: dict[str, Any], field: str) -> dict[str, Any]:
-    value = body.get(field, None)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidRequest(f"{field} must be an object")
-    return value
+    def entries(self, field: str, id_field: str, *, low: int, high: int) -> list[tuple[str, Body]]:
+        """A list of objects keyed by a valid, unique id: [(id, object), ...] in order."""
+        entries = self.get(field)
+        name = self._name(field)
+        if not isinstance(entries, list) or not low <= len(entries) <= high:
+            raise InvalidRequest(f"{name} must be a list of {low}..{high} objects")
+        parsed: list[tuple[str, Body]] = []
+        seen: set[str] = set()
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise InvalidRequest(f"each of {name} must be an object")
+            item = Body(entry, f"{name}[{index}]")
+            entry_id = item.id(id_field)
+            if entry_id in seen:
+                raise InvalidRequest(f"{id_field} {entry_id} appears twice")
+            seen.add(entry_id)
+            parsed.append((entry_id, item))
+        return parsed
 
 
 def canonical_json(value: Any) -> str:
