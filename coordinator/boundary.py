@@ -2,7 +2,8 @@
 
 ``RequestBoundary`` is the outermost middleware of the app (inside Starlette's own server-error
 middleware, which therefore never sees an exception). It counts each request for ``/metrics`` and
-turns whatever escaped the route into a response with ``response_for``:
+turns whatever escaped the route into a response with ``response_for``, using the mapping of
+``errors.error_for_exception``:
 
 - ``ApiError`` and its subclasses: their status, code and headers;
 - Starlette's ``HTTPException`` (routing 404 and 405): ``not_found`` / ``method_not_allowed``,
@@ -17,8 +18,6 @@ from __future__ import annotations
 import logging
 import secrets
 
-from redis import exceptions as redis_errors
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
@@ -27,25 +26,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from coordinator.errors import (
     ApiError,
     Internal,
-    InvalidRequest,
     MethodNotAllowed,
-    NotFound,
     Unavailable,
+    error_for_exception,
 )
 from coordinator.metrics import Metrics
 from coordinator.views import json_response
 
 log = logging.getLogger("coordinator")
 
-# Redis answers nothing useful now, but may in a moment: the client should retry.
-REDIS_UNAVAILABLE = (
-    redis_errors.ConnectionError,  # includes BusyLoadingError and a full connection pool
-    redis_errors.TimeoutError,
-    redis_errors.ReadOnlyError,
-    redis_errors.ClusterDownError,
-    redis_errors.MasterDownError,
-    redis_errors.TryAgainError,
-)
 # The metrics label is one of these, whatever a client sends as its method.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
@@ -67,33 +56,23 @@ def _allowed_methods(scope: Scope) -> str:
     return ", ".join(sorted(methods))
 
 
-def api_error_for(exc: BaseException, scope: Scope) -> ApiError:
-    """The contract's error for any exception (logging the unexpected ones once)."""
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, HTTPException):
-        if exc.status_code == 405:
-            error = MethodNotAllowed(f"{scope['method'][:16]} is not allowed on this path")
-            error.headers = {"Allow": _allowed_methods(scope)}
-            return error
-        if exc.status_code == 404:
-            return NotFound("no such path")
-        if exc.status_code < 500:
-            return InvalidRequest(str(exc.detail))
-        return Internal(str(exc.detail))
-    rid = request_id(scope)
-    if isinstance(exc, REDIS_UNAVAILABLE):
+def _log(exc: BaseException, error: ApiError, rid: str) -> None:
+    if isinstance(error, Unavailable):
         log.warning("request %s: Redis unavailable (%s)", rid, type(exc).__name__)
-        return Unavailable("the coordinator cannot reach Redis; retry shortly")
-    log.error("request %s: unexpected %s", rid, type(exc).__name__, exc_info=exc)
-    return Internal(f"internal error (request {rid})")
+    elif isinstance(error, Internal):
+        log.error("request %s: unexpected %s", rid, type(exc).__name__, exc_info=exc)
 
 
 def response_for(exc: BaseException, scope: Scope) -> Response:
-    error = api_error_for(exc, scope)
+    """The contract's answer to ``exc`` (errors.py maps it), logged once if it was unexpected."""
+    rid = "" if isinstance(exc, ApiError) else request_id(scope)  # the common case needs none
+    error = error_for_exception(exc, rid)
+    _log(exc, error, rid)
     response = json_response(error.body(), error.status_code)
     if error.headers:
         response.headers.update(error.headers)
+    if isinstance(error, MethodNotAllowed):
+        response.headers["Allow"] = _allowed_methods(scope)
     return response
 
 

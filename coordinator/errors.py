@@ -11,13 +11,17 @@
      ├── Unavailable       503    unavailable (Redis unreachable), with Retry-After
      └── Internal          500    internal (anything unexpected; logged, never echoed)
 
-``response_for`` (coordinator/boundary.py) is the one place any exception becomes one of these.
+``error_for_exception`` maps any exception to one of these (``error_for`` a script's failure
+code); ``coordinator/boundary.py`` answers and logs it.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
 from typing import Any
+
+from redis import exceptions as redis_errors
+from starlette.exceptions import HTTPException
 
 from wire import ErrorCode
 
@@ -68,6 +72,34 @@ class Unauthorized(ApiError, status=401, code=ErrorCode.UNAUTHORIZED):
 
 class Unavailable(ApiError, status=503, code=ErrorCode.UNAVAILABLE):
     headers = {"Retry-After": "1"}
+
+
+# Redis answers nothing useful now, but may in a moment: the client should retry.
+REDIS_UNAVAILABLE = (
+    redis_errors.ConnectionError,  # includes BusyLoadingError and a full connection pool
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,
+    redis_errors.ClusterDownError,
+    redis_errors.MasterDownError,
+    redis_errors.TryAgainError,
+)
+
+
+def error_for_exception(exc: BaseException, request_id: str) -> ApiError:
+    """The contract's error for any exception a request raised. ``request_id`` is named in an
+    unexpected error's message, so an operator can find its log line; the exception's own text
+    is never shown."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, HTTPException):  # Starlette's routing: no such path, or method
+        if exc.status_code == 405:
+            return MethodNotAllowed("this method is not allowed on this path")
+        if exc.status_code == 404:
+            return NotFound("no such path")
+        return InvalidRequest(str(exc.detail)) if exc.status_code < 500 else Internal(str(exc.detail))
+    if isinstance(exc, REDIS_UNAVAILABLE):
+        return Unavailable("the coordinator cannot reach Redis; retry shortly")
+    return Internal(f"internal error (request {request_id})")
 
 
 def device_limit(limit: int) -> Conflict:
