@@ -18,6 +18,7 @@ from agent.client import Assignment, CoordinatorClient
 from agent.host import HostAgent
 from agent.retry import RetryPolicy
 from agent.runtime import DeviceRecord, Outcome, Progress, RunControl
+from tests.support import wait_until_async
 
 HOST_ID = "host-a"
 HOST_TOKEN = "tht_test-host-token-0123456789abcdefghijklmnop"
@@ -30,13 +31,9 @@ HOST_TOKEN = "tht_test-host-token-0123456789abcdefghijklmnop"
 Fault = str | tuple[int, str]
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+async def wait_until(predicate: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
     """Poll ``predicate`` on the event loop (no fixed sleeps standing in for synchronisation)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
+    await wait_until_async(predicate, timeout=timeout, interval=0.005, what=what)
 
 
 @dataclass
