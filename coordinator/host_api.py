@@ -104,10 +104,11 @@ async def _client_gone(request: Request) -> None:
             return
 
 
-def _client_left(request: Request, gone: asyncio.Future[None]) -> bool:
-    """Whether the client is gone: told by the server (``gone``), or found on the socket now,
-    where the server offers that (``coordinator/server.py``)."""
-    if gone.done():
+def _client_left(request: Request, gone: asyncio.Future[None] | None) -> bool:
+    """Whether the client is gone: told by the server (``gone``, the watch started before the
+    first wait), or found on the socket now, where the server offers that (``server.py``): a
+    request handled late, after a stall, may have lost its client before the watch could run."""
+    if gone is not None and gone.done():
         return True
     peer_closed = request.scope.get("extensions", {}).get(PEER_CLOSED)
     return peer_closed is not None and peer_closed()
@@ -130,10 +131,10 @@ async def claim(ctx: Context, request: Request) -> Response:
     deadline = loop.time() + wait_s
 
     # Register before the first attempt, so a wake-up between the attempt and the wait is kept.
-    # Watch the client from before the first attempt too: a poll whose client is gone already
-    # (a request handled late, after a stall) must claim nothing.
+    # Every attempt first checks that the client is still there: a poll whose client has gone
+    # claims nothing.
     event = waiter.register(host_id)
-    gone = asyncio.ensure_future(_client_gone(request))
+    gone: asyncio.Future[None] | None = None
     try:
         while True:
             if _client_left(request, gone):
@@ -152,6 +153,8 @@ async def claim(ctx: Context, request: Request) -> Response:
             if remaining <= 0:
                 metrics.claims.inc("empty")
                 return Response(status_code=204)
+            if gone is None:
+                gone = asyncio.ensure_future(_client_gone(request))
             woken = asyncio.ensure_future(event.wait())
             try:
                 await asyncio.wait((woken, gone), timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
@@ -159,7 +162,8 @@ async def claim(ctx: Context, request: Request) -> Response:
                 woken.cancel()
     finally:
         waiter.unregister(host_id, event)
-        gone.cancel()
+        if gone is not None:
+            gone.cancel()
 
 
 # -- renew ---------------------------------------------------------------------------------
