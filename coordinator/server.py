@@ -217,8 +217,12 @@ class Server(uvicorn.Server):
 def raise_nofile() -> None:
     """Soft fd limit up to the hard one: every connection, half-open ones included, is an fd."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard  # the kernel's usual nr_open
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):  # a container may forbid it: keep the limit we have
+            pass
 
 
 def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
