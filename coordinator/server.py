@@ -31,6 +31,8 @@ from starlette.types import ASGIApp
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from wire import ErrorCode
+
 MAX_HEAD_BYTES = 64 * 1024
 # The scope extension through which a handler asks whether its client has hung up, now.
 PEER_CLOSED = "tether.peer_closed"
@@ -130,16 +132,16 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         if self._head_too_large:
             self._send_431()
         else:
-            self._send_error(400, "invalid_request", "malformed HTTP request")
+            self._send_error(400, ErrorCode.INVALID_REQUEST, "malformed HTTP request")
 
     def _send_431(self) -> None:
         limit = self.max_head_bytes
-        self._send_error(431, "request_header_too_large", f"request head over {limit} bytes")
+        self._send_error(431, ErrorCode.REQUEST_HEADER_TOO_LARGE, f"request head over {limit} bytes")
 
-    def _send_error(self, status: int, code: str, message: str) -> None:
+    def _send_error(self, status: int, code: ErrorCode, message: str) -> None:
         if self.transport.is_closing():
             return
-        body = orjson.dumps({"error": {"code": code, "message": message}})
+        body = orjson.dumps({"error": {"code": code.value, "message": message}})
         content = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             content += [name, b": ", value, b"\r\n"]

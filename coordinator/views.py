@@ -13,8 +13,6 @@ from starlette.responses import Response
 import wire
 from coordinator.records import DeviceRecord, EnrollmentToken, HostRecord, TaskRecord
 
-TERMINAL = frozenset(status.value for status in wire.TERMINAL_STATUSES)
-
 
 def json_response(content: Any, status_code: int = 200) -> Response:
     try:
@@ -46,7 +44,7 @@ def _json_field(raw: str | None) -> Any:
 
 
 def task_result(task: TaskRecord) -> dict[str, Any] | None:
-    if task.status not in TERMINAL:
+    if task.status not in wire.TERMINAL_STATUSES:
         return None
     if task.result_report and task.result:
         report = orjson.loads(task.result_report)
@@ -74,7 +72,7 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "max_steps": task.max_steps,
         "idempotency_key": task.idempotency_key,
         "cancel_requested": bool(task.cancel_requested),
-        "failure_reason": task.failure_reason if task.status in TERMINAL else None,
+        "failure_reason": task.failure_reason if task.status in wire.TERMINAL_STATUSES else None,
         # Progress belongs to the running attempt only; once a result is in it is history.
         "progress": task.progress if task.status == wire.TaskStatus.RUNNING else None,
         "result": task_result(task),

@@ -22,12 +22,10 @@ class TaskStatus(str, Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_STATUSES
 
-
-TERMINAL_STATUSES = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+# The wire strings of the statuses a task never leaves (an Enum member hashes by its name, so a
+# set of members would not find a plain "failed").
+TERMINAL_STATUSES = frozenset(s.value for s in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED))
 
 
 class ResultStatus(str, Enum):
