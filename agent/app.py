@@ -19,9 +19,20 @@ import httpx
 from agent.client import CoordinatorClient
 from agent.executor import RuntimeExecutor
 from agent.host import EXIT_OK, HostAgent
-from agent.identity import DeviceEnroller, StartupError, enroll_devices, resolve_identity
+from agent.identity import (
+    DeviceEnroller,
+    StartupError,
+    enroll_devices,
+    resolve_identity,
+)
 from agent.retry import RetryPolicy
-from agent.runtime import DeviceManager, DriverError, TaskRunner, WorkflowRunner, make_planner
+from agent.runtime import (
+    DeviceManager,
+    DriverError,
+    TaskRunner,
+    WorkflowRunner,
+    make_planner,
+)
 from agent.settings import AgentSettings
 
 log = logging.getLogger("agent")
@@ -60,13 +71,12 @@ async def run_agent(
     shutdown: asyncio.Event,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
-    backoff_base_s: float = 0.5,
+    retry_policy: RetryPolicy | None = None,
 ) -> int:
     """Run the agent until ``shutdown`` is set; return the process exit code.
 
-    ``backoff_base_s`` is the first retry's ceiling (tests and the demo shorten it); the cap is
-    ``settings.backoff_cap_s``. Raises ``ConfigError`` / ``StartupError`` when start-up cannot
-    complete."""
+    ``retry_policy`` defaults to the standard base with ``settings.backoff_cap_s`` (tests pass a
+    faster one). Raises ``ConfigError`` / ``StartupError`` when start-up cannot complete."""
     version = agent_version()
     client = CoordinatorClient(
         settings.url or "",
@@ -84,7 +94,7 @@ async def run_agent(
                 "credential crosses the network unencrypted; use https://",
                 insecure_host,
             )
-        retry_policy = RetryPolicy(base_s=backoff_base_s, cap_s=settings.backoff_cap_s)
+        retry_policy = retry_policy or RetryPolicy(cap_s=settings.backoff_cap_s)
 
         async def start() -> tuple[HostAgent, object]:
             identity = await resolve_identity(settings, client, retry_policy)

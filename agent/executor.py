@@ -14,7 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from agent.client import Assignment, MalformedAnswer, Rejected, TransientError, Unauthorized
+from agent.client import (
+    Assignment,
+    MalformedAnswer,
+    Rejected,
+    TransientError,
+    Unauthorized,
+)
 from agent.runtime import (
     DeviceManager,
     DeviceRecord,

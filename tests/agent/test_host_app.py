@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from agent.app import run_agent
 from agent.identity import StateStore
+from agent.retry import RetryPolicy
 from agent.runtime import EXAMPLE_WORKFLOWS_DIR
 from agent.settings import AgentSettings
 from tests.agent.fake_adb import FakeAdb
@@ -48,7 +49,8 @@ def result(coordinator: FakeCoordinator, task: dict[str, Any]) -> dict[str, Any]
 async def start(settings: AgentSettings, coordinator: FakeCoordinator) -> tuple[asyncio.Event, asyncio.Task[int]]:
     shutdown = asyncio.Event()
     task = asyncio.create_task(
-        run_agent(settings, shutdown, transport=coordinator.transport(), backoff_base_s=0.01)
+        run_agent(settings, shutdown, transport=coordinator.transport(),
+                  retry_policy=RetryPolicy(base_s=0.01, cap_s=settings.backoff_cap_s))
     )
     return shutdown, task
 
