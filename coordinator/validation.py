@@ -14,7 +14,6 @@ from starlette.requests import Request
 import wire
 from coordinator.errors import InvalidRequest, PayloadTooLarge
 
-MAX_JSON_DEPTH = wire.MAX_JSON_DEPTH
 # C0 control characters, tab and newline aside: never stored (they corrupt terminals and logs).
 _C0 = re.compile("[\x00-\x08\x0b-\x1f]")
 _C0_TABLE = dict.fromkeys([*range(0, 9), *range(11, 32)])
@@ -51,12 +50,12 @@ def clean_text(value: str) -> str:
 
 def _clean(value: Any, depth: int) -> Any:
     """``value`` with C0 controls stripped from every string; 400 for a container nested past
-    ``MAX_JSON_DEPTH`` (the body object itself is level 1)."""
+    ``wire.MAX_JSON_DEPTH`` (the body object itself is level 1)."""
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, dict | list):
-        if depth > MAX_JSON_DEPTH:
-            raise InvalidRequest(f"JSON is nested deeper than {MAX_JSON_DEPTH} levels")
+        if depth > wire.MAX_JSON_DEPTH:
+            raise InvalidRequest(f"JSON is nested deeper than {wire.MAX_JSON_DEPTH} levels")
         if isinstance(value, list):
             return [_clean(item, depth + 1) for item in value]
         return {clean_text(k): _clean(v, depth + 1) for k, v in value.items()}
@@ -65,7 +64,7 @@ def _clean(value: Any, depth: int) -> Any:
 
 async def read_json(request: Request, limit: int, *, required: bool = True,
                     unchecked: tuple[str, ...] = ()) -> Body:
-    """The body as a JSON object, at most ``MAX_JSON_DEPTH`` deep and with C0 controls stripped
+    """The body as a JSON object, at most ``wire.MAX_JSON_DEPTH`` deep and with C0 controls stripped
     from its text; an empty body is ``{}`` when not ``required``. Top-level fields named in
     ``unchecked`` are passed on as sent, for a caller that judges them itself."""
     raw = await read_body(request, limit)
