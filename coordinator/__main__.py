@@ -30,9 +30,9 @@ def _serve(args: argparse.Namespace) -> int:
     raise_nofile()
     port = args.port if args.port is not None else settings.port
     app = create_app(settings)
-    # The waiter is closed at the signal, so waiting polls answer 204 instead of holding the stop.
+    # Waiting polls and feed watchers are ended at the signal, instead of holding the stop.
     return run(app, host=args.host, port=port, header_timeout_s=settings.header_timeout_s,
-               on_exit=app.state.ctx.waiter.close)
+               on_exit=app.state.stopping)
 
 
 def main(argv: list[str] | None = None) -> int:

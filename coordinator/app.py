@@ -19,6 +19,7 @@ from starlette.routing import Route
 from coordinator.auth import Authenticator
 from coordinator.boundary import RequestBoundary, http_exception_handler
 from coordinator.context import Context
+from coordinator.feed import EventFeed
 from coordinator.keys import Keys
 from coordinator.metrics import Metrics
 from coordinator.reaper import run_reaper
@@ -41,6 +42,7 @@ def build_context(settings: Settings, redis: Redis) -> Context:
         auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts),
         waiter=ClaimWaiter(redis, keys.wake_channel),
         metrics=Metrics(),
+        feed=EventFeed(redis, keys.feed),
     )
 
 
@@ -51,6 +53,7 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
         redis, description = open_redis(settings)
     ctx = build_context(settings, redis)
     ctx.metrics.waiting_polls.set_function(lambda: ctx.waiter.waiting)
+    ctx.metrics.feed_watchers.set_function(lambda: ctx.feed.watchers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -61,7 +64,8 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
             log.warning("COORDINATOR_ADMIN_TOKEN is shorter than %d characters: easy to guess",
                         ADMIN_TOKEN_MIN_CHARS)
         await ctx.store.load_scripts()
-        loops = [asyncio.create_task(ctx.waiter.run(), name="waiter")]
+        loops = [asyncio.create_task(ctx.waiter.run(), name="waiter"),
+                 asyncio.create_task(ctx.feed.run(), name="feed")]
         await ctx.waiter.wait_ready()
         loops.append(asyncio.create_task(
             run_reaper(ctx.store, settings.reaper_interval_s, ctx.metrics), name="reaper"
@@ -84,4 +88,11 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
                     exception_handlers={HTTPException: http_exception_handler})
     app.add_middleware(RequestBoundary, metrics=ctx.metrics)
     app.state.ctx = ctx  # for tests and the demo; routes get ctx explicitly
+
+    def stopping() -> None:
+        """Told to stop: waiting polls answer 204 and feed watchers' streams end, at once."""
+        ctx.waiter.close()
+        ctx.feed.close()
+
+    app.state.stopping = stopping
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.auth import Authenticator
+from coordinator.feed import EventFeed
 from coordinator.metrics import Metrics
 from coordinator.settings import Settings
 from coordinator.store import Store
@@ -18,3 +19,4 @@ class Context:
     auth: Authenticator
     waiter: ClaimWaiter
     metrics: Metrics
+    feed: EventFeed

@@ -27,6 +27,17 @@ class Keys:
         self.waiting_device = p + "waiting_device"
         self.waiting_driver = p + "waiting_driver"
         self.assigned = p + "assigned"
+        self.devices_by_driver = p + "devices_by_driver"
+        self.disabled_devices = p + "disabled_devices"
+        self.hosts_draining = p + "hosts_draining"
+        self.hosts_stalled = p + "hosts_stalled"  # did not claim in time; no new work until it polls
+        # deadlines (the reaper's sweeps)
+        self.queue_deadlines = p + "queue_deadlines"
+        self.claim_deadlines = p + "claim_deadlines"
+        self.retention = p + "retention"
+        # history: the live feed (a capped stream) and deployment-wide counters
+        self.feed = p + "feed"
+        self.stats = p + "stats"
         # leases
         self.leases = p + "leases"
         self.lease_deadlines = p + "lease_deadlines"
@@ -34,17 +45,30 @@ class Keys:
         self.progress = p + "progress"
         # hosts and credentials
         self.hosts = p + "hosts"
+        self.host_ids = p + "host_ids"
         self.host_seen = p + "host_seen"
         self.host_snapshots = p + "host_snapshots"
         self.revoked_tokens = p + "revoked_tokens"  # digests of revoked host credentials
         self.host_tokens = p + "host_tokens"
         self.enrollment_tokens = p + "enrollment_tokens"
         self.enrollment_token_hashes = p + "enrollment_token_hashes"
+        self.enrollment_tokens_by_age = p + "enrollment_tokens_by_age"
         self.enrollments = p + "enrollments"
         self.local_devices = p + "local_devices"
         self.enrolled_devices = p + "enrolled_devices"
         # pub/sub channel (not a key): host ids with new assignments
         self.wake_channel = p + "wake"
+        # Keys of one task or device are this base plus a kind and the id (task_events:<task id>,
+        # device_runs:<device id>): the scripts derive them, and they carry the hash tag too.
+        self.base = p
+
+    def task_events(self, task_id: str) -> str:
+        """A task's history: a list of event JSON, oldest first, capped."""
+        return f"{self.base}task_events:{task_id}"
+
+    def device_runs(self, device_id: str) -> str:
+        """A device's runs: a list of run JSON, newest first, capped."""
+        return f"{self.base}device_runs:{device_id}"
 
     # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
     # joined by NUL, sequence numbers zero-padded so lexicographic order is age order.
@@ -64,7 +88,7 @@ class Keys:
     def all(self) -> list[str]:
         """Every key of the deployment (the wake-up channel is not a key): for cleanup and
         inspection, never for a hot path."""
-        return [v for name, v in vars(self).items() if name not in ("prefix", "wake_channel")]
+        return [v for name, v in vars(self).items() if name not in ("prefix", "wake_channel", "base")]
 
     @property
     def scheduling(self) -> list[str]:

@@ -46,5 +46,9 @@ class Metrics:
             "tether_waiting_polls", "Long-polls waiting in this process", registry=self.registry
         )
 
+        self.feed_watchers = Gauge(
+            "tether_feed_watchers", "Watchers of the live event feed in this process", registry=self.registry
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -14,7 +14,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from coordinator import enrollment_api, host_api, operator_api, ops
+from coordinator import enrollment_api, feed_api, host_api, operator_api, ops
 from coordinator.context import Context
 from coordinator.openapi import openapi_document
 from coordinator.views import json_response
@@ -77,6 +77,8 @@ ENDPOINTS: list[Endpoint] = [
              "List enrollment tokens (never the secret)", "admin", None, {200: "Tokens", **_ADMIN_ERRORS}),
     Endpoint("DELETE", "/api/v1/enrollment-tokens/{token_id}", enrollment_api.revoke_token,
              "Revoke an enrollment token", "admin", None, {200: None, 404: "Error", **_ADMIN_ERRORS}),
+    Endpoint("GET", "/api/v1/events", feed_api.events, "The live event feed (server-sent events)", "admin",
+             None, {200: None, **_ADMIN_ERRORS}),
     Endpoint("GET", "/healthz", ops.healthz, "Process is up", None, None, {200: None}),
     Endpoint("GET", "/readyz", ops.readyz, "Redis reachable and scripts loaded", None, None,
              {200: None, 503: None}),

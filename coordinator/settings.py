@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,13 @@ class Settings(BaseSettings):
     # wake-up subscription).
     redis_max_connections: int = Field(default=8, ge=2)
     reaper_interval_s: float = Field(default=1.0, gt=0)
+    # Deadlines of the service's own (PROTOCOL.md "Waiting work" and "Retention").
+    queue_timeout_s: float = Field(default=86400.0, gt=0)
+    claim_timeout_s: float = Field(default=60.0, gt=0)
+    task_retention_s: float = Field(default=604800.0, gt=0)
+    # Worker processes of `serve` (Heroku's name), and the log format: "text" or "json".
+    web_concurrency: int = Field(default=1, ge=1, le=64, validation_alias=AliasChoices("WEB_CONCURRENCY"))
+    log_format: Literal["text", "json"] = "text"
 
     @field_validator("static_hosts")
     @classmethod
@@ -58,3 +66,15 @@ class Settings(BaseSettings):
     @property
     def host_offline_after_ms(self) -> int:
         return int(self.host_offline_after_s * 1000)
+
+    @property
+    def queue_timeout_ms(self) -> int:
+        return int(self.queue_timeout_s * 1000)
+
+    @property
+    def claim_timeout_ms(self) -> int:
+        return int(self.claim_timeout_s * 1000)
+
+    @property
+    def task_retention_ms(self) -> int:
+        return int(self.task_retention_s * 1000)

@@ -56,6 +56,36 @@ class ProgressOutcome(str, Enum):
     REJECTED = "rejected"
 
 
+class EventType(str, Enum):
+    """What a task's history and the live feed record (GET /api/v1/tasks/{id}/events, /events)."""
+
+    CREATED = "created"
+    ASSIGNED = "assigned"
+    UNASSIGNED = "unassigned"
+    CLAIMED = "claimed"
+    CANCEL_REQUESTED = "cancel_requested"
+    LEASE_EXPIRED = "lease_expired"
+    REQUEUED = "requeued"
+    RESULT = "result"
+    QUEUE_TIMEOUT = "queue_timeout"
+    CANCELLED = "cancelled"
+    # the live feed only
+    HOST_ONLINE = "host_online"
+    HOST_OFFLINE = "host_offline"
+    HOST_DRAINING = "host_draining"
+    HOST_REVOKED = "host_revoked"
+    DEVICE_DISABLED = "device_disabled"
+    DEVICE_ENABLED = "device_enabled"
+
+
+class WaitingReason(str, Enum):
+    """Why a queued task waits (PROTOCOL.md, "Waiting work")."""
+
+    NO_MATCHING_DEVICE = "no_matching_device"
+    MATCHING_DEVICES_BUSY = "matching_devices_busy"
+    NO_SCHEDULABLE_DEVICE = "no_schedulable_device"
+
+
 def values(enum: type[Enum]) -> tuple[str, ...]:
     """The wire strings of an enum, in declaration order."""
     return tuple(member.value for member in enum)
@@ -83,6 +113,11 @@ HOST_TOKEN_MIN_CHARS = 32
 HOST_TOKEN_MAX_CHARS = 256
 ENROLLMENT_TOKEN_PREFIX = "tet_"
 
+# What the coordinator keeps: a task's history, a device's runs, the live feed.
+TASK_EVENTS_KEPT = 200
+DEVICE_RUNS_KEPT = 1000
+FEED_EVENTS_KEPT = 10_000
+
 
 class ErrorCode(str, Enum):
     """Every ``error.code`` the contract names."""
@@ -109,3 +144,4 @@ class ErrorCode(str, Enum):
     TASK_TERMINAL = "task_terminal"
     ENROLLMENT_CONFLICT = "enrollment_conflict"
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    DEVICE_BUSY = "device_busy"
