@@ -2,8 +2,9 @@
 
 settings → identity (legacy, or managed: stored or enrolled) → discover local devices → enroll
 them (managed) and bind the ``DeviceManager`` to cloud ids → heartbeat, claim and device loops
-(devices found later are enrolled through the same ``DeviceEnroller``). A shutdown signal during
-start-up abandons it and the agent exits 0.
+(devices found later, and a managed host's devices again after the coordinator forgot one, are
+enrolled through the same ``DeviceEnroller``). A shutdown signal during start-up abandons it and
+the agent exits 0.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ async def run_agent(
                 device_refresh_s=settings.device_refresh_s,
                 shutdown_grace_s=settings.shutdown_grace_s,
                 retry_policy=retry_policy,
+                managed=identity.managed,
             )
             log.info(
                 "host %s (%s) ready with %d device(s): %s",

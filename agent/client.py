@@ -37,10 +37,21 @@ CLAIM_TIMEOUT_MARGIN_S = 10.0
 
 
 class ProtocolError(Exception):
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
+    """``code`` and ``details`` are the error answer's ``error.code`` and ``error.details``
+    (``{"device_id": ...}`` with ``409 unknown_device``), when it had them."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
+        self.details = details or {}
 
 
 class TransientError(ProtocolError):
@@ -219,7 +230,7 @@ def _decode(method: str, path: str, response: httpx.Response) -> Any:
             return response.json()
         except ValueError:
             raise TransientError(f"{where} with an unreadable body", status=status) from None
-    code = _error_code(response)
+    code, details = _error_code(response)
     if code:
         where = f"{where} {code}"
     if status >= 500 or status in (408, 429):
@@ -229,18 +240,24 @@ def _decode(method: str, path: str, response: httpx.Response) -> Any:
     if status == 403:
         raise Forbidden(where, status=status, code=code)
     if status == 409:
-        raise Conflict(where, status=status, code=code)
+        raise Conflict(where, status=status, code=code, details=details)
     if 400 <= status < 500:
-        raise BadRequest(where, status=status, code=code)
+        raise BadRequest(where, status=status, code=code, details=details)
     raise TransientError(f"{where} (unexpected status)", status=status, code=code)
 
 
-def _error_code(response: httpx.Response) -> str | None:
+def _error_code(response: httpx.Response) -> tuple[str | None, dict[str, Any] | None]:
+    """The error answer's ``code`` (when it is a plain identifier) and ``details`` (when an object)."""
     try:
-        code = response.json()["error"]["code"]
+        error = response.json()["error"]
+        code = error["code"]
     except (ValueError, KeyError, TypeError):
-        return None
-    return code if isinstance(code, str) and code.isidentifier() else None
+        return None, None
+    details = error.get("details") if isinstance(error, dict) else None
+    return (
+        code if isinstance(code, str) and code.isidentifier() else None,
+        details if isinstance(details, dict) else None,
+    )
 
 
 class HostClient:
@@ -312,9 +329,14 @@ class HostClient:
         status: ResultStatus,
         failure_reason: str | None,
         metadata: dict[str, Any],
+        retryable: bool = False,
     ) -> dict[str, Any]:
-        """``POST .../results``: idempotent, so the identical report may be sent again."""
-        body = {
+        """``POST .../results``: idempotent, so the identical report may be sent again.
+
+        ``retryable`` (a ``failed`` run that was not the task's fault) is sent only when true:
+        the coordinator then requeues the task as ``attempt + 1`` while attempts remain. The
+        answer's ``task_status`` says what the task became."""
+        body: dict[str, Any] = {
             "task_id": task_id,
             "attempt": attempt,
             "lease_id": lease_id,
@@ -322,4 +344,6 @@ class HostClient:
             "failure_reason": failure_reason,
             "metadata": metadata,
         }
+        if retryable:
+            body["retryable"] = True
         return await self._client.request("POST", f"{self._prefix}/results", self._token, json=body)

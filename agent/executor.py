@@ -7,6 +7,13 @@ before they are ever reported), and runs an assignment on the device it names �
 through ``TaskRunner`` (the planner/executor loop), ``kind: workflow`` through
 ``WorkflowRunner``. It never raises for a bad assignment: every ending is an ``Outcome``, except
 a device this host does not have (``DeviceNotFound``), which ``LeasedRun`` reports.
+
+A run that fails because of its device rather than its task is a *retryable* failure: the device
+is unreachable when the run starts (``device_unavailable``), adb lost it during a command
+(``device_lost``), or a driver error turns out, on a fresh look at the devices, to be the device
+gone (``device_gone``: dropped) or unreachable (``device_unavailable``). ``reenroll`` gives the
+bound devices their cloud ids again when the coordinator has forgotten one (a managed host's
+device un-enrolled by an operator).
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ from agent.client import (
     Unauthorized,
 )
 from agent.runtime import (
+    DEVICE_GONE,
+    DEVICE_LOST,
+    DEVICE_UNAVAILABLE,
     DeviceManager,
     DeviceRecord,
     Driver,
@@ -35,9 +45,8 @@ from wire import ResultStatus, TaskKind
 
 log = logging.getLogger("agent.executor")
 
-# The failure reason of a run whose device could not be reached (unplugged, offline,
-# unauthorized, gone): the device, not the task, is at fault, so another attempt may well work.
-DEVICE_UNAVAILABLE = "device_unavailable"
+# Runner failures that may be the device going away: the devices are looked at again after them.
+_DRIVER_ERROR = "driver_error"
 
 # Local devices -> {local id: cloud id}; raises the client's errors (see ``agent/identity.py``).
 Enroll = Callable[[list[DeviceRecord]], Awaitable[dict[str, str]]]
@@ -90,20 +99,37 @@ class RuntimeExecutor:
         self.manager.bind_new(id_map)
         log.info("new device(s) in service: %s", ", ".join(f"{k}→{v}" for k, v in id_map.items()))
 
+    async def reenroll(self) -> dict[str, str]:
+        """Enroll every bound device again and bind the ids the coordinator answers (persisted
+        by ``enroll`` before they are used); ``{local id: new cloud id}`` of those that changed."""
+        bound = self.manager.bound_devices()
+        if not bound or self._enroll is None:
+            return {}
+        before = {device.local_id: device.device_id for device in bound}
+        changed = self.manager.rebind(await self._enroll(bound))
+        for local_id, device_id in changed.items():
+            log.info("device %s enrolled again: cloud id %s → %s", local_id, before[local_id], device_id)
+        return changed
+
     async def run(self, assignment: Assignment, control: RunControl) -> Outcome:
         driver = self.manager.driver_for(assignment.device_id)  # DeviceNotFound: the caller's to report
         if not driver.online:
             # Assigned before the coordinator saw it ``unavailable``: fail fast, and say why.
             log.warning("task %s: device %s is not reachable", assignment.task_id, assignment.device_id)
-            return Outcome(ResultStatus.FAILED, DEVICE_UNAVAILABLE, {"device_id": assignment.device_id})
+            return Outcome.retryable_failure(DEVICE_UNAVAILABLE, {"device_id": assignment.device_id})
         outcome = await self._run(assignment, driver, control)
-        if outcome.status == ResultStatus.FAILED and outcome.failure_reason == "driver_error":
-            # The device may have gone away mid-run: ask once more (one listing for adb), so an
-            # unplugged phone reads as the device's fault rather than the task's.
+        if outcome.status == ResultStatus.FAILED and outcome.failure_reason in (_DRIVER_ERROR, DEVICE_LOST):
+            # The device may have gone away mid-run: ask once more (one listing for adb), so the
+            # next heartbeat reports it as it is, and an unplugged phone reads as the device's
+            # fault rather than the task's.
             await self.manager.refresh()
+            metadata = {**outcome.metadata, "device_id": assignment.device_id}
+            if outcome.failure_reason == DEVICE_LOST:
+                return Outcome.retryable_failure(DEVICE_LOST, metadata)  # adb said so: that is the reason
+            if not any(device.local_id == driver.local_id for device in self.manager.local_devices()):
+                return Outcome.retryable_failure(DEVICE_GONE, metadata)  # dropped by the device manager
             if not driver.online:
-                metadata = {**outcome.metadata, "device_id": assignment.device_id}
-                return Outcome(ResultStatus.FAILED, DEVICE_UNAVAILABLE, metadata)
+                return Outcome.retryable_failure(DEVICE_UNAVAILABLE, metadata)
         return outcome
 
     async def _run(self, assignment: Assignment, driver: Driver, control: RunControl) -> Outcome:

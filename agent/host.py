@@ -3,7 +3,12 @@
 - heartbeat: the complete device snapshot at the interval the coordinator's last answer gave
   (``heartbeat_interval_s``, kept within ``HEARTBEAT_INTERVAL_BOUNDS_S``; the agent's own setting
   is only used until the first answer), and soon after the snapshot changes. A device holding an
-  assignment reports ``busy``; one its driver cannot reach, ``unavailable``.
+  assignment reports ``busy``; one its driver cannot reach, ``unavailable``. The answer's
+  ``draining`` is followed (``draining``, logged when it changes): a draining host gets no new
+  work from the coordinator but keeps heartbeating, polling and finishing what it runs.
+  ``409 unknown_device`` means an operator un-enrolled one of a managed host's devices: the
+  agent enrolls its devices again (the forgotten one gets a new cloud id), then heartbeats after
+  the loop's backoff; once per rejection, so a coordinator that keeps refusing cannot make it spin.
 - devices: every ``device_refresh_s`` the executor re-reads device state and enrolls devices
   found since start-up; a changed snapshot is heartbeated at once, and a device coming online
   wakes the claim loop.
@@ -32,16 +37,18 @@ from typing import Any
 
 from agent.client import (
     Assignment,
+    Conflict,
     HostClient,
     MalformedAnswer,
     ProtocolError,
     Rejected,
+    TransientError,
     Unauthorized,
 )
 from agent.lease_run import LeasedRun
 from agent.retry import RetryPolicy, retry
-from agent.runtime import DeviceRecord, Executor
-from wire import DeviceStatus
+from agent.runtime import SHUTDOWN, DeviceRecord, Executor
+from wire import DeviceStatus, ErrorCode
 
 log = logging.getLogger("agent.host")
 
@@ -89,12 +96,15 @@ class HostAgent:
         renew_fraction: float = 1 / 3,
         retry_policy: RetryPolicy | None = None,
         min_poll_interval_s: float = 1.0,
+        managed: bool = False,
         pause: Callable[[asyncio.Event, float], Awaitable[None]] = _wait_event,
     ) -> None:
         """``heartbeat_interval_s`` applies until the coordinator answers with its own.
         ``retry_policy`` governs every retry of every loop and run (its ``rng`` also jitters
-        the pause after an empty poll). ``pause(event, seconds)`` is the heartbeat loop's wait
-        (until the event is set or the time passes); tests inject one to observe the schedule."""
+        the pause after an empty poll). ``managed``: an enrolled host, whose devices are enrolled
+        again when the coordinator no longer knows one (a legacy host never enrolls).
+        ``pause(event, seconds)`` is the heartbeat loop's wait (until the event is set or the
+        time passes); tests inject one to observe the schedule."""
         self._client = client
         self._executor = executor
         self._agent_info = {"version": version, "hostname": hostname}
@@ -107,6 +117,7 @@ class HostAgent:
         self._renew_fraction = renew_fraction
         self._retry = retry_policy or RetryPolicy()
         self._min_poll_interval_s = min_poll_interval_s
+        self._managed = managed
 
         self._held: dict[str, int] = {}  # device id -> assignments holding it (running or waiting)
         self._device_locks: dict[str, asyncio.Lock] = {}
@@ -116,6 +127,7 @@ class HostAgent:
         self._shutdown: asyncio.Event | None = None
         self._fatal: str | None = None
         self.heartbeats_sent = 0  # successful heartbeats, for tests and logs
+        self.draining = False  # the coordinator's last word; public for logs and tests
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -139,7 +151,7 @@ class HostAgent:
             _, pending = await asyncio.wait(pending, timeout=self._shutdown_grace_s)
         if pending:
             for task in pending:
-                self._runs[task].control.stop("shutdown")
+                self._runs[task].control.stop(SHUTDOWN)
             log.info("grace period over: stopped %d run(s); waiting for their reports", len(pending))
             _, pending = await asyncio.wait(pending, timeout=max(self._shutdown_grace_s, 1.0))
         for task in pending:
@@ -236,12 +248,59 @@ class HostAgent:
                 self._revoked()
                 return
             except ProtocolError as exc:  # 409 unknown_device/device_conflict, 4xx: not fixed by retrying now
+                if self._managed and isinstance(exc, Conflict) and exc.code == ErrorCode.UNKNOWN_DEVICE:
+                    if not await self._enroll_again(exc):
+                        return
+                    # The next heartbeat after the loop's backoff, not woken early by a snapshot
+                    # change: a coordinator that keeps refusing gets one enrollment per rejection.
+                    await self._pause(asyncio.Event(), backoff.next_delay())
+                    continue
                 log.error("heartbeat rejected: %s", exc)
                 delay = self.heartbeat_interval_s
             else:
                 self.heartbeats_sent += 1
+                self._follow_draining(answer)
                 delay = self._follow_interval(answer)
             await self._pause(self._snapshot_dirty, delay)
+
+    async def _enroll_again(self, rejection: Conflict) -> bool:
+        """A managed host's answer to ``409 unknown_device``: an operator un-enrolled one of its
+        devices, so every heartbeat naming it would be refused and the host would go offline.
+        Enroll the devices again (idempotent; the forgotten one gets a new cloud id, persisted
+        before use) so the next heartbeat reports it. False when the credential is gone."""
+        device_id = rejection.details.get("device_id")
+        log.warning(
+            "the coordinator no longer knows device %s (409 unknown_device: un-enrolled?); "
+            "enrolling this host's devices again",
+            device_id if isinstance(device_id, str) else "(not named)",
+        )
+        try:
+            changed = await self._executor.reenroll()
+        except Unauthorized:
+            self._revoked()
+            return False
+        except (TransientError, Rejected, MalformedAnswer) as exc:
+            log.error("enrolling the devices again failed (%s); trying again after the next heartbeat", exc)
+            return True
+        if changed:
+            log.info(
+                "devices enrolled again; now reporting %s",
+                ", ".join(f"{local_id} as {device_id}" for local_id, device_id in changed.items()),
+            )
+            self._devices_changed.set()  # a device under a new id: the claim loop looks again
+        else:
+            log.warning("devices enrolled again; no cloud id changed")
+        return True
+
+    def _follow_draining(self, answer: Any) -> None:
+        draining = answer.get("draining") if isinstance(answer, dict) else None
+        if not isinstance(draining, bool) or draining == self.draining:
+            return
+        self.draining = draining
+        if draining:
+            log.info("coordinator: this host is draining; no new work is assigned, running work finishes")
+        else:
+            log.info("coordinator: this host is no longer draining; new work may be assigned")
 
     def _follow_interval(self, answer: Any) -> float:
         interval = heartbeat_interval_from(answer)

@@ -11,6 +11,12 @@
 
 A ``401`` on renewal or report means the host credential is gone: the run tells the agent
 (``on_unauthorized``), which shuts down.
+
+A failure that is not the task's fault is reported ``"retryable": true`` and the coordinator
+requeues the task as ``attempt + 1`` while attempts remain: the device is gone (``device_gone``:
+not this host's, at claim or at run start), the runtime's own retryable outcomes (the device
+lost or unreachable, see ``agent/executor.py``), and a run the agent's shutdown stopped, or that
+never started before it (``shutdown``). An operator's cancel still wins over all of them.
 """
 
 from __future__ import annotations
@@ -22,12 +28,18 @@ from typing import Any
 
 from agent.client import Assignment, Conflict, HostClient, ProtocolError, Unauthorized
 from agent.retry import RetryPolicy, retry
-from agent.runtime import DeviceNotFound, Executor, Outcome, Progress, RunControl
+from agent.runtime import (
+    DEVICE_GONE,
+    SHUTDOWN,
+    DeviceNotFound,
+    Executor,
+    Outcome,
+    Progress,
+    RunControl,
+)
 from wire import PROGRESS_SUMMARY_MAX_CHARS, ResultStatus
 
 log = logging.getLogger("agent.lease_run")
-
-DEVICE_NOT_FOUND = "device_not_found"
 
 
 class _DeadlinePassed(Exception):
@@ -50,10 +62,11 @@ class LeasedRun:
     """Runs one assignment under its lease; ``run()`` returns once it is reported or given up.
 
     ``device_lock`` is ``None`` when this host does not have the device the assignment names:
-    the run then reports ``failed``/``device_not_found`` and does nothing else; the same report
-    follows when the executor finds the device gone by the time the run starts (``DeviceNotFound``).
-    ``control`` is public so the agent can stop the run at shutdown; what the runtime then
-    returns is reported.
+    the run then reports ``failed``/``device_gone`` (retryable) and does nothing else; the same
+    report follows when the executor finds the device gone by the time the run starts
+    (``DeviceNotFound``). ``control`` is public so the agent can stop the run at shutdown
+    (``control.stop(SHUTDOWN)``): a run it stopped, or that had not started yet, is reported
+    ``failed``/``shutdown`` (retryable).
     """
 
     def __init__(
@@ -85,7 +98,7 @@ class LeasedRun:
         assignment = self.assignment
         lock = self._device_lock
         if lock is None:
-            await self._report(self._device_not_found())
+            await self._report(self._device_gone())
             return
         renewer = asyncio.create_task(self._renew())
         try:
@@ -107,10 +120,10 @@ class LeasedRun:
                     self._lease_lost,
                 )
                 return
-            if outcome is None:
-                log.warning("task %s never started (%s); its lease will lapse", assignment.task_id, self.control.stop_reason)
-                return
             if self._cancel_requested:
+                if outcome is None:
+                    log.warning("task %s cancelled before it started; its lease will lapse", assignment.task_id)
+                    return
                 # The operator's cancel wins, even over a run that finished while it stopped;
                 # what the runner itself said stays visible in the metadata.
                 outcome = Outcome(
@@ -118,16 +131,27 @@ class LeasedRun:
                     "cancel_requested",
                     {**outcome.metadata, "runner_status": outcome.status.value},
                 )
+            elif self.control.stop_reason == SHUTDOWN and (outcome is None or outcome.status == ResultStatus.CANCELLED):
+                # Stopped (or never started) because this agent is going away, not because of the
+                # task: another attempt, here later or elsewhere, may run it to the end. A run
+                # that ended on its own terms meanwhile is reported as it ended.
+                log.info("task %s attempt %d: stopped by the shutdown", assignment.task_id, assignment.attempt)
+                metadata = {"steps": 0} if outcome is None else outcome.metadata
+                outcome = Outcome.retryable_failure(SHUTDOWN, metadata)
+            elif outcome is None:
+                log.warning("task %s never started (%s); its lease will lapse", assignment.task_id, self.control.stop_reason)
+                return
             await self._report(outcome)
         finally:
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
 
-    def _device_not_found(self) -> Outcome:
-        """The one verdict for an assignment naming a device this host does not have."""
+    def _device_gone(self) -> Outcome:
+        """The one verdict for an assignment naming a device this host does not have (any more):
+        the device went away, not the task's fault, so another attempt may run it elsewhere."""
         assignment = self.assignment
         log.error("task %s names device %s which this host does not have", assignment.task_id, assignment.device_id)
-        return Outcome(ResultStatus.FAILED, DEVICE_NOT_FOUND, {"device_id": assignment.device_id})
+        return Outcome.retryable_failure(DEVICE_GONE, {"device_id": assignment.device_id})
 
     async def _execute(self) -> Outcome:
         assignment = self.assignment
@@ -136,7 +160,7 @@ class LeasedRun:
         except asyncio.CancelledError:
             raise
         except DeviceNotFound:  # bound at claim time, gone (unplugged, dropped) by now
-            return self._device_not_found()
+            return self._device_gone()
         except Exception as exc:
             log.exception("task %s: the runtime raised", assignment.task_id)
             return Outcome(ResultStatus.FAILED, "agent_error", {"error": type(exc).__name__})
@@ -249,6 +273,7 @@ class LeasedRun:
                 status=outcome.status,
                 failure_reason=outcome.failure_reason,
                 metadata=dict(outcome.metadata),
+                retryable=outcome.retryable,
             )
 
         try:
@@ -263,10 +288,15 @@ class LeasedRun:
             log.error("result for task %s rejected (%s); giving up", assignment.task_id, exc)
             return
         replayed = isinstance(answer, dict) and answer.get("replayed") is True
+        task_status = answer.get("task_status") if isinstance(answer, dict) else None
         log.info(
-            "reported task %s attempt %d: %s%s",
+            "reported task %s attempt %d: %s%s%s%s%s",
             assignment.task_id,
             assignment.attempt,
             outcome.status.value,
+            f" ({outcome.failure_reason})" if outcome.failure_reason else "",
+            ", retryable" if outcome.retryable else "",
             " (replayed)" if replayed else "",
+            # What the task became: "queued" means the coordinator will run it again.
+            f"; task is now {task_status}" if isinstance(task_status, str) else "",
         )

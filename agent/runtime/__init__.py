@@ -8,10 +8,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from .actions import Action, parse_action
-from .base import DeviceRecord, DeviceSpec, Executor, Outcome, Progress, RunControl
+from .base import (
+    DEVICE_GONE,
+    DEVICE_LOST,
+    DEVICE_UNAVAILABLE,
+    SHUTDOWN,
+    DeviceRecord,
+    DeviceSpec,
+    Executor,
+    Outcome,
+    Progress,
+    RunControl,
+)
 from .devices import DeviceManager, parse_device_specs
 from .driver import Driver, Observation
-from .errors import DeviceNotFound, DriverError, PlannerError
+from .errors import DeviceLost, DeviceNotFound, DriverError, PlannerError
 from .openai_planner import OpenAIPlanner
 from .planners import ScriptedPlanner, make_planner
 from .task import Planner, Task, TaskRunner
@@ -20,8 +31,13 @@ from .workflow import WorkflowRunner, validate_workflows_dir
 EXAMPLE_WORKFLOWS_DIR = Path(__file__).parent / "example_workflows"
 
 __all__ = [
+    "DEVICE_GONE",
+    "DEVICE_LOST",
+    "DEVICE_UNAVAILABLE",
     "EXAMPLE_WORKFLOWS_DIR",
+    "SHUTDOWN",
     "Action",
+    "DeviceLost",
     "DeviceManager",
     "DeviceNotFound",
     "DeviceRecord",

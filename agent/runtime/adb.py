@@ -1,7 +1,9 @@
 """The ``adb`` driver: a real Android device driven through the ``adb`` executable.
 
 Every call is one ``adb -s SERIAL ...`` subprocess with a timeout, so a wedged device costs one
-timeout and a ``DriverError``, never a hung agent. The screen comes from ``uiautomator dump``
+timeout and a ``DriverError``, never a hung agent. When adb itself says it lost the device (not
+found, offline, no devices, its connection to the device closed) the error is ``DeviceLost``:
+the device went away, the command was not wrong. The screen comes from ``uiautomator dump``
 parsed into the same ``UINode`` shape the sim driver renders.
 """
 
@@ -16,7 +18,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 
 from .driver import Bounds, Driver, Observation, UINode, make_node
-from .errors import DriverError
+from .errors import DeviceLost, DriverError
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +47,14 @@ APP_ALIASES = {
 }
 ADB_READY = "device"  # the one ``adb devices`` state in which a device takes commands
 _BOUNDS = re.compile(r"\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]")
+# What adb prints when it has lost the device: "adb: device 'SERIAL' not found", "error: device
+# offline", "error: no devices/emulators found", and its connection to the device failing
+# ("error: closed", "error: protocol fault (couldn't read status): Connection reset by peer").
+_DEVICE_LOST = re.compile(
+    r"device (?:'[^']*' )?not found|device offline|no devices/emulators found"
+    r"|error: closed|protocol fault|connection reset",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -129,8 +139,9 @@ def _union(boxes: list[Bounds]) -> Bounds:
 
 
 async def run_adb(adb_path: str, args: list[str], *, timeout: float, what: str) -> bytes:
-    """Run ``adb ARGS``; return stdout. ``what`` names the call in errors, so typed text (which
-    may be a password) never ends up in an error message or a log line."""
+    """Run ``adb ARGS``; return stdout, or raise ``DeviceLost`` when adb says it lost the device,
+    else ``DriverError``. ``what`` names the call in errors, so typed text (which may be a
+    password) never ends up in an error message or a log line."""
     try:
         proc = await asyncio.create_subprocess_exec(
             adb_path,
@@ -150,8 +161,10 @@ async def run_adb(adb_path: str, args: list[str], *, timeout: float, what: str) 
         await _reap(proc)
         raise
     if proc.returncode != 0:
-        detail = stderr.decode("utf-8", "replace").strip().splitlines()
-        raise DriverError(f"adb {what} failed (exit {proc.returncode}): {detail[-1][:200] if detail else ''}")
+        text = stderr.decode("utf-8", "replace")
+        detail = text.strip().splitlines()
+        error = DeviceLost if _DEVICE_LOST.search(text) else DriverError
+        raise error(f"adb {what} failed (exit {proc.returncode}): {detail[-1][:200] if detail else ''}")
     return stdout
 
 

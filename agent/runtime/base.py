@@ -54,16 +54,35 @@ class Progress:
     summary: str  # short plain text
 
 
+# Failure reasons of runs that ended through no fault of their task: another attempt, on this
+# device later or on another one, may well succeed, so they are reported ``retryable``.
+SHUTDOWN = "shutdown"  # the agent shut down (SIGTERM) before the run finished
+DEVICE_GONE = "device_gone"  # this host no longer has the device (not found, dropped)
+DEVICE_UNAVAILABLE = "device_unavailable"  # held, but its driver cannot reach it (unplugged, offline)
+DEVICE_LOST = "device_lost"  # adb lost the device during a command (not found, offline, closed)
+
+
 @dataclass(frozen=True)
 class Outcome:
+    """How a run ended. ``retryable`` (only ever on ``failed``) tells the coordinator that the
+    device or the host, not the task, was at fault: it requeues the task while attempts remain."""
+
     status: ResultStatus
     failure_reason: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    retryable: bool = False
 
     def __post_init__(self) -> None:
         # A plain "failed" is accepted and stored as the member, so every outcome carries one
         # of the statuses a host may report, whoever built it.
         object.__setattr__(self, "status", ResultStatus(self.status))
+        if self.retryable and self.status != ResultStatus.FAILED:
+            raise ValueError("only a failed outcome can be retryable")
+
+    @classmethod
+    def retryable_failure(cls, failure_reason: str, metadata: dict[str, Any] | None = None) -> Outcome:
+        """A ``failed`` outcome the coordinator may run again as a new attempt."""
+        return cls(ResultStatus.FAILED, failure_reason, dict(metadata or {}), retryable=True)
 
 
 class RunControl:
@@ -120,4 +139,11 @@ class Executor(Protocol):
     async def run(self, assignment: Assignment, control: RunControl) -> Outcome:
         """Run one assignment to an ``Outcome``; honour ``control.stopped`` between steps.
         Raises ``DeviceNotFound`` when this host does not have the device it names."""
+        ...
+
+    async def reenroll(self) -> dict[str, str]:
+        """Enroll the bound devices again (managed hosts: the coordinator forgot one of them),
+        persist and bind the cloud ids it answers; return ``{local id: new cloud id}`` for the
+        devices whose id changed. Raises the client's errors (``TransientError``,
+        ``Unauthorized``, ``Rejected``, ``MalformedAnswer``)."""
         ...

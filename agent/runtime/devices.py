@@ -227,6 +227,29 @@ class DeviceManager:
             by_cloud[device_id] = local_id
         self._by_cloud = by_cloud
 
+    def rebind(self, id_map: Mapping[str, str]) -> dict[str, str]:
+        """Give bound devices the cloud ids an enrollment now answers (a device the coordinator
+        forgot gets a new one when enrolled again); return ``{local id: new cloud id}`` for the
+        devices whose id changed. Entries for devices not bound (gone, or never enrolled) are
+        skipped; an empty id, or one bound to another local device, is refused and logged."""
+        by_cloud = self._bound()
+        current = {local_id: device_id for device_id, local_id in by_cloud.items()}
+        taken = set(by_cloud)
+        changed: dict[str, str] = {}
+        for local_id, device_id in id_map.items():
+            old = current.get(local_id)
+            if old is None or device_id == old:
+                continue
+            if not device_id or device_id in taken:
+                logger.error("cloud device id %r for %s is empty or taken; keeping %r", device_id, local_id, old)
+                continue
+            taken.discard(old)
+            taken.add(device_id)
+            changed[local_id] = device_id
+        # Rebuilt in the same order, so the heartbeat keeps listing the devices as before.
+        self._by_cloud = {changed.get(local_id, device_id): local_id for device_id, local_id in by_cloud.items()}
+        return changed
+
     def bind_identity(self) -> None:
         """Legacy hosts: the cloud id of every device is its local id."""
         self.bind({local_id: local_id for local_id in self._drivers})

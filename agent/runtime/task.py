@@ -16,9 +16,15 @@ from typing import Any, Protocol, TypeVar
 from wire import ResultStatus
 
 from .actions import Action, clip, perform, summarize
-from .base import Outcome, Progress, RunControl
+from .base import DEVICE_LOST, Outcome, Progress, RunControl
 from .driver import Driver, Observation
-from .errors import AssertionFailed, DriverError, ElementNotFound, PlannerError
+from .errors import (
+    AssertionFailed,
+    DeviceLost,
+    DriverError,
+    ElementNotFound,
+    PlannerError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +84,10 @@ class TaskRunner:
             history.append(step)
             control.publish(Progress(step.index, "succeeded" if ok else "failed", summary))
 
-        def finish(status: ResultStatus, reason: str | None = None, **extra: Any) -> Outcome:
-            return Outcome(status, reason, {"steps": len(history), **extra})
+        def finish(
+            status: ResultStatus, reason: str | None = None, *, retryable: bool = False, **extra: Any
+        ) -> Outcome:
+            return Outcome(status, reason, {"steps": len(history), **extra}, retryable=retryable)
 
         def cancelled() -> Outcome:
             return finish(ResultStatus.CANCELLED, control.stop_reason)
@@ -142,9 +150,13 @@ class TaskRunner:
 
 
 def _driver_failure(exc: Exception, finish: Callable[..., Outcome]) -> Outcome:
+    error = clip(str(exc) or type(exc).__name__)
+    if isinstance(exc, DeviceLost):  # the device went away: not the task's fault, so retryable
+        logger.warning("device lost: %s", exc)
+        return finish(ResultStatus.FAILED, DEVICE_LOST, retryable=True, error=error)
     # A DriverError is the device talking; anything else is a bug in a driver, worth a traceback.
     logger.warning("device failed: %s", exc, exc_info=None if isinstance(exc, DriverError) else exc)
-    return finish(ResultStatus.FAILED, "driver_error", error=clip(str(exc) or type(exc).__name__))
+    return finish(ResultStatus.FAILED, "driver_error", error=error)
 
 
 async def _unless_stopped(awaitable: Awaitable[T], control: RunControl) -> T | _Stopped:

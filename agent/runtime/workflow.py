@@ -23,9 +23,9 @@ from typing import Any
 from wire import ResultStatus
 
 from .actions import DEVICE_ACTIONS, Action, clip, parse_action, perform, summarize
-from .base import Outcome, Progress, RunControl
+from .base import DEVICE_LOST, Outcome, Progress, RunControl
 from .driver import Driver
-from .errors import ActionError, AssertionFailed, ElementNotFound
+from .errors import ActionError, AssertionFailed, DeviceLost, ElementNotFound
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +135,7 @@ class WorkflowRunner:
             control.publish(Progress(index, "running", summary))
             reason: str | None = None
             error = ""
+            retryable = False
             try:
                 stopped = await perform(driver, action, control)
             except AssertionFailed as exc:
@@ -146,10 +147,12 @@ class WorkflowRunner:
                     return Outcome(ResultStatus.CANCELLED, control.stop_reason, {**meta, "steps": index})
                 logger.warning("workflow %s step %d: device failed: %s", name, index, exc)
                 reason, error = "driver_error", str(exc) or type(exc).__name__
+                if isinstance(exc, DeviceLost):  # the device went away: not the workflow's fault
+                    reason, retryable = DEVICE_LOST, True
             if reason is not None:
                 control.publish(Progress(index, "failed", summary))
                 failure = {**meta, "steps": index, "failed_step": index, "error": clip(error)}
-                return Outcome(ResultStatus.FAILED, reason, failure)
+                return Outcome(ResultStatus.FAILED, reason, failure, retryable=retryable)
             if stopped:
                 return Outcome(ResultStatus.CANCELLED, control.stop_reason, {**meta, "steps": index})
             control.publish(Progress(index, "succeeded", summary))

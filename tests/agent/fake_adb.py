@@ -55,6 +55,9 @@ serial, rest = (args[1], args[2:]) if args[:1] == ["-s"] else (None, args)
 if serial in config["missing_serials"]:
     sys.stderr.write("adb: device '%s' not found\\n" % serial)
     sys.exit(1)
+if config["fail_stderr"] is not None:
+    sys.stderr.write(config["fail_stderr"] + "\\n")
+    sys.exit(1)
 if config["hang"]:
     time.sleep(30)
 if rest[:2] == ["shell", "uiautomator"]:
@@ -81,6 +84,7 @@ class FakeAdb:
             "screenshot_hex": SCREENSHOT.hex(),
             "missing_serials": [],
             "missing_packages": [],
+            "fail_stderr": None,  # what every device command prints to stderr before exiting 1
             "hang": False,
         }
         self.save()

@@ -29,6 +29,7 @@ HOST_TOKEN = "tht_test-host-token-0123456789abcdefghijklmnop"
 #   "hang"         no answer, ever (until the client gives up or is cancelled)
 #   (status, code) an error answer
 Fault = str | tuple[int, str]
+MAX_ATTEMPTS = 3  # the fake's max_attempts of every task: a retryable failure before it is requeued
 
 
 async def wait_until(predicate: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
@@ -64,6 +65,9 @@ class FakeCoordinator:
         self.enrollment_token: str | None = None  # set to accept POST /internal/v1/enroll
         self.enrolled: tuple[str, str] | None = None
         self.heartbeat_interval_s: Any = None  # put into heartbeat answers when set
+        self.draining: Any = None  # put into heartbeat answers when set
+        self.device_ids: dict[str, str] = {}  # local id -> cloud id, as enrolled
+        self.retired: set[str] = set()  # cloud ids an operator un-enrolled (forget)
         self._work = asyncio.Event()
         self._never = asyncio.Event()
 
@@ -98,6 +102,16 @@ class FakeCoordinator:
 
     def of(self, endpoint: str) -> list[Call]:
         return [call for call in self.calls if _endpoint(call.path) == endpoint]
+
+    def forget(self, device_id: str) -> None:
+        """``DELETE /api/v1/devices/{device_id}``: the cloud id is retired; enrolling the local
+        device again mints a new one, and a heartbeat naming the old one gets 409 unknown_device."""
+        self.retired.add(device_id)
+        self.device_ids = {local: cloud for local, cloud in self.device_ids.items() if cloud != device_id}
+
+    def reported_ids(self) -> list[list[str]]:
+        """The device ids of every heartbeat, in order."""
+        return [[d["device_id"] for d in call.body["devices"]] for call in self.of("heartbeat")]
 
     def heartbeat_statuses(self) -> list[dict[str, str]]:
         return [{d["device_id"]: d["status"] for d in call.body["devices"]} for call in self.of("heartbeat")]
@@ -140,15 +154,30 @@ class FakeCoordinator:
         return httpx.Response(201, json={"host_id": self.host_id, "created": True})
 
     async def _devices_enroll(self, call: Call) -> httpx.Response:
+        # Idempotent per local id; a device enrolled again after ``forget`` gets a new cloud id.
+        for device in call.body["devices"]:
+            local_id = device["local_id"]
+            if local_id not in self.device_ids:
+                device_id = f"{self.host_id}.{local_id}"
+                generation = 1
+                while device_id in self.retired:
+                    generation += 1
+                    device_id = f"{self.host_id}.{local_id}.{generation}"
+                self.device_ids[local_id] = device_id
         return httpx.Response(200, json={"devices": [
-            {"local_id": d["local_id"], "driver": d["driver"], "device_id": f"{self.host_id}.{d['local_id']}"}
+            {"local_id": d["local_id"], "driver": d["driver"], "device_id": self.device_ids[d["local_id"]]}
             for d in call.body["devices"]
         ]})
 
     async def _heartbeat(self, call: Call) -> httpx.Response:
+        for device in call.body["devices"]:
+            if device["device_id"] in self.retired:  # the whole snapshot is rejected
+                return _error(409, "unknown_device", {"device_id": device["device_id"]})
         answer = {"host_id": self.host_id, "devices": len(call.body["devices"])}
         if self.heartbeat_interval_s is not None:
             answer["heartbeat_interval_s"] = self.heartbeat_interval_s
+        if self.draining is not None:
+            answer["draining"] = self.draining
         return httpx.Response(200, json=answer)
 
     async def _claim(self, call: Call) -> httpx.Response:
@@ -207,16 +236,21 @@ def _endpoint(path: str) -> str:
 
 
 def _result_answer(body: dict[str, Any]) -> dict[str, Any]:
+    requeued = body.get("retryable") is True and body["attempt"] < MAX_ATTEMPTS
     return {
         "task_id": body["task_id"],
         "attempt": body["attempt"],
         "status": body["status"],
+        "task_status": "queued" if requeued else body["status"],
         "recorded_at": "2026-12-02T08:00:00.000Z",
     }
 
 
-def _error(status: int, code: str) -> httpx.Response:
-    return httpx.Response(status, json={"error": {"code": code, "message": code.replace("_", " ")}})
+def _error(status: int, code: str, details: dict[str, Any] | None = None) -> httpx.Response:
+    error: dict[str, Any] = {"code": code, "message": code.replace("_", " ")}
+    if details is not None:
+        error["details"] = details
+    return httpx.Response(status, json={"error": error})
 
 
 class FakeExecutor:
@@ -233,12 +267,17 @@ class FakeExecutor:
         self.running_per_device: dict[str, int] = {}
         self.max_running_per_device = 0
         self.on_start: Callable[[Assignment, RunControl], Awaitable[None]] | None = None
+        self.reenrolled = 0  # calls of ``reenroll``
 
     def devices(self) -> list[DeviceRecord]:
         return list(self._devices)
 
     async def refresh(self) -> None:
         pass  # these devices never change
+
+    async def reenroll(self) -> dict[str, str]:
+        self.reenrolled += 1
+        return {}  # the same ids again
 
     def finish(self, task_id: str, outcome: Outcome | None = None) -> None:
         self._future(task_id).set_result(outcome or Outcome("succeeded", None, {"steps": 3}))

@@ -130,6 +130,14 @@ async def test_enroll_devices_heartbeat_renew_results_shapes() -> None:
         assert rec.body() == {
             "task_id": "t-1", "attempt": 2, "lease_id": "l-1", "status": "failed",
             "failure_reason": "x", "metadata": {"steps": 7},
+        }  # not retryable: the field is left out, never sent as false
+        await host.report_result(
+            task_id="t-1", attempt=2, lease_id="l-1", status="failed", failure_reason="device_lost",
+            metadata={"steps": 3}, retryable=True,
+        )
+        assert rec.body() == {
+            "task_id": "t-1", "attempt": 2, "lease_id": "l-1", "status": "failed",
+            "failure_reason": "device_lost", "metadata": {"steps": 3}, "retryable": True,
         }
     for request in rec.requests:
         assert request.headers["authorization"] == f"Bearer {TOKEN.get_secret_value()}"
@@ -207,6 +215,15 @@ async def test_error_answers_map_to_the_hierarchy(
     assert isinstance(caught.value, ProtocolError)
     assert isinstance(caught.value, Rejected) == (kind not in (TransientError,))
     assert TOKEN.get_secret_value() not in str(caught.value)
+
+
+async def test_error_details_are_kept() -> None:
+    body = {"error": {"code": "unknown_device", "message": "no", "details": {"device_id": "d-9"}}}
+    client, _ = make(answer(409, body))
+    async with client:
+        with pytest.raises(Conflict) as caught:
+            await client.host("h-1", TOKEN).heartbeat([], {"version": "1"})
+    assert (caught.value.code, caught.value.details) == ("unknown_device", {"device_id": "d-9"})
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from agent.runtime import (
     EXAMPLE_WORKFLOWS_DIR,
     DeviceManager,
     DeviceNotFound,
+    DeviceRecord,
     DeviceSpec,
     Progress,
     RunControl,
@@ -84,24 +85,63 @@ async def test_task_on_an_unreachable_device_fails_as_device_unavailable(tmp_pat
     calls = len(adb.calls())
     outcome = await executor.run(_assignment(kind="goal", goal="Turn on Wi-Fi"), RunControl())
     # A reason that names the device, not the task, and no adb call wasted on a phone not there.
-    assert (outcome.status, outcome.failure_reason) == ("failed", "device_unavailable")
+    assert (outcome.status, outcome.failure_reason, outcome.retryable) == ("failed", "device_unavailable", True)
     assert len(adb.calls()) == calls
 
 
-async def test_device_lost_mid_run_fails_as_device_unavailable(tmp_path: Path) -> None:
+ATTACHED = "List of devices attached\nemulator-5554 device model:Pixel_7\n\n"
+DETACHED = "List of devices attached\n\n"
+
+
+@pytest.mark.parametrize(
+    ("spec", "adb_says", "listing_after", "expected"),
+    [
+        # adb itself says the device is gone, whatever the listing says after it
+        ("adb:emulator-5554", "adb: device 'emulator-5554' not found", DETACHED, ("device_lost", True)),
+        ("adb:emulator-5554", "error: device offline", ATTACHED, ("device_lost", True)),
+        # an ordinary adb failure, then the listing shows why: unplugged (held: explicit serial)...
+        ("adb:emulator-5554", "error: something odd", DETACHED, ("device_unavailable", True)),
+        # ... or gone from this host (adb:* drops a phone that left the listing)
+        ("adb:*", "error: something odd", DETACHED, ("device_gone", True)),
+        # an ordinary failure on a device that is still there stays the task's failure
+        ("adb:emulator-5554", "error: something odd", ATTACHED, ("driver_error", False)),
+    ],
+)
+async def test_device_trouble_mid_run_is_retryable_and_other_failures_are_not(
+    tmp_path: Path, spec: str, adb_says: str, listing_after: str, expected: tuple[str, bool]
+) -> None:
     adb = FakeAdb(tmp_path)
-    manager = await DeviceManager.discover(parse_device_specs("adb:emulator-5554"), adb_path=adb.path)
+    adb.set(devices=ATTACHED)
+    manager = await DeviceManager.discover(parse_device_specs(spec), adb_path=adb.path)
     manager.bind({"emulator-5554": "d_cloud_1"})
     executor = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), WorkflowRunner(EXAMPLE_WORKFLOWS_DIR))
-    # Unplugged after the run was handed the device: its adb calls fail, and the listing
-    # taken after the failure no longer has it.
-    adb.set(missing_serials=["emulator-5554"], devices="List of devices attached\n\n")
+    # After the run was handed the device: its adb calls fail, and the listing taken after the
+    # failure (which keeps the next heartbeat honest) shows the device as it is now.
+    adb.set(fail_stderr=adb_says, devices=listing_after)
     outcome = await executor.run(_assignment(kind="workflow", workflow={"name": "home-smoke", "params": {}}),
                                  RunControl())
-    assert (outcome.status, outcome.failure_reason) == ("failed", "device_unavailable")
-    # A driver error on a device that is still there stays a driver error.
-    adb.set(missing_serials=[], dump_status="ERROR: null root node returned by UiTestAutomationBridge.")
-    adb.set(devices="List of devices attached\nemulator-5554 device model:Pixel_7\n\n")
-    await manager.refresh()
-    outcome = await executor.run(_assignment(kind="goal", goal="Turn on Wi-Fi"), RunControl())
-    assert (outcome.status, outcome.failure_reason) == ("failed", "driver_error")
+    assert (outcome.status, (outcome.failure_reason, outcome.retryable)) == ("failed", expected)
+    if outcome.retryable:
+        assert outcome.metadata["device_id"] == "d_cloud_1"
+    assert adb.calls()[-1] == ["devices", "-l"]
+
+
+async def test_reenroll_binds_the_cloud_ids_the_coordinator_answers_now() -> None:
+    manager = await DeviceManager.discover(parse_device_specs("sim:phone-1,sim:phone-2"))
+    manager.bind({"phone-1": "d_1", "phone-2": "d_2"})
+    sent: list[list[str]] = []
+
+    async def enroll(devices: list[DeviceRecord]) -> dict[str, str]:
+        sent.append([device.local_id for device in devices])
+        return {"phone-1": "d_1_new", "phone-2": "d_2"}  # phone-1 was forgotten: a new id
+
+    executor = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), None, enroll=enroll)
+    assert await executor.reenroll() == {"phone-1": "d_1_new"}
+    assert sent == [["phone-1", "phone-2"]]  # every bound device, in one idempotent batch
+    assert [(d.local_id, d.device_id) for d in executor.devices()] == [("phone-1", "d_1_new"), ("phone-2", "d_2")]
+    assert manager.driver_for("d_1_new").local_id == "phone-1"
+    with pytest.raises(DeviceNotFound):
+        manager.driver_for("d_1")
+    # An id already bound to another device, or a device this host does not hold, changes nothing.
+    assert manager.rebind({"phone-1": "d_2", "phone-9": "d_9"}) == {}
+    assert manager.device_ids() == ["d_1_new", "d_2"]

@@ -147,6 +147,67 @@ async def test_explicit_legacy_credentials_are_configured(tmp_path: Path) -> Non
     )
 
 
+async def test_forgotten_device_is_enrolled_again_and_reported_under_its_new_id(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent")
+    coordinator = FakeCoordinator(host_id="host-m", token="unused")
+    coordinator.enrollment_token = ENROLL_SECRET
+    state = tmp_path / "state"
+    shutdown, agent = await start(managed_settings(state), coordinator)
+    await wait_until(lambda: coordinator.reported_ids(), what="first heartbeat")
+    assert coordinator.reported_ids()[0] == ["host-m.phone-1", "host-m.phone-2"]
+
+    coordinator.forget("host-m.phone-1")  # DELETE /api/v1/devices/host-m.phone-1
+    enrollments = len(coordinator.of("devices_enroll"))
+    forgotten_at = len(coordinator.calls)
+    await wait_until(
+        lambda: coordinator.reported_ids()[-1] == ["host-m.phone-1.2", "host-m.phone-2"],
+        what="heartbeat with the new id",
+    )
+    # The heartbeat naming the forgotten id was refused; one enrollment of the host's devices
+    # answered it, and the map on disk has the new id (written atomically, like at start-up).
+    later = [c.body["devices"][0]["device_id"] for c in coordinator.calls[forgotten_at:] if c.path.endswith("/heartbeat")]
+    assert later[0] == "host-m.phone-1" and "host-m.phone-1.2" in later
+    assert len(coordinator.of("devices_enroll")) == enrollments + 1
+    assert [d["local_id"] for d in coordinator.of("devices_enroll")[-1].body["devices"]] == ["phone-1", "phone-2"]
+    assert StateStore(state).load_device_map() == {
+        "phone-1": {"driver": "sim", "device_id": "host-m.phone-1.2"},
+        "phone-2": {"driver": "sim", "device_id": "host-m.phone-2"},
+    }
+    assert "no longer knows device host-m.phone-1" in caplog.text
+    assert "phone-1 as host-m.phone-1.2" in caplog.text
+    # The device serves work under its new id.
+    task = coordinator.assign("host-m.phone-1.2", goal="Turn on airplane mode")
+    await wait_until(lambda: result(coordinator, task), what="result on the re-enrolled device")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+    assert result(coordinator, task)["status"] == "succeeded"
+
+
+async def test_static_host_never_enrolls_when_a_heartbeat_names_an_unknown_device(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent")
+    coordinator = FakeCoordinator(host_id="host-a", token="token-a-0123456789")
+    coordinator.always["heartbeat"] = (409, "unknown_device")
+    settings = AgentSettings(
+        _env_file=None,
+        url="http://coordinator.test",
+        host_id="host-a",
+        token=SecretStr("token-a-0123456789"),
+        devices="sim:phone-1",
+        poll_wait_s=1,
+        heartbeat_interval_s=0.05,
+    )
+    shutdown, agent = await start(settings, coordinator)
+    await wait_until(lambda: len(coordinator.of("heartbeat")) >= 3, what="heartbeats go on")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+    assert coordinator.of("devices_enroll") == [] and coordinator.of("enroll") == []
+    assert "heartbeat rejected" in caplog.text and "enrolling" not in caplog.text
+
+
 async def test_shutdown_during_startup_exits_zero(tmp_path: Path) -> None:
     coordinator = FakeCoordinator(host_id="host-m")
     coordinator.enrollment_token = ENROLL_SECRET

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
 
+from agent.client import Assignment
 from agent.executor import RuntimeExecutor
 from agent.host import EXIT_FATAL, EXIT_OK
+from agent.retry import RetryPolicy
 from agent.runtime import (
     DeviceManager,
     DeviceNotFound,
     Outcome,
+    RunControl,
     ScriptedPlanner,
     TaskRunner,
     parse_device_specs,
@@ -73,7 +77,7 @@ async def test_heartbeat_repeats_every_interval() -> None:
     assert all(later - earlier >= 0.04 for earlier, later in zip(times, times[1:]))
 
 
-async def test_goal_run_reports_success_with_runner_metadata() -> None:
+async def test_goal_run_reports_the_runner_outcome_and_metadata() -> None:
     coordinator = FakeCoordinator()
     executor = FakeExecutor()
     agent, client = make_agent(coordinator, executor)
@@ -82,10 +86,33 @@ async def test_goal_run_reports_success_with_runner_metadata() -> None:
         await wait_until(lambda: task["task_id"] in executor.started, what="run start")
         executor.finish(task["task_id"], Outcome("failed", "max_steps_exceeded", {"steps": 10}))
         await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
+    # The task's own failure: no "retryable" in the body at all (it is only ever sent as true).
     assert results_for(coordinator, task["task_id"]) == [
         {"task_id": task["task_id"], "attempt": 1, "lease_id": task["lease_id"], "status": "failed",
          "failure_reason": "max_steps_exceeded", "metadata": {"steps": 10}}
     ]
+
+
+async def test_a_retryable_outcome_is_reported_retryable_and_the_task_status_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent")
+    coordinator = FakeCoordinator()
+    executor = FakeExecutor()
+    agent, client = make_agent(coordinator, executor)
+    async with Running(agent, client):
+        task = coordinator.assign()
+        await wait_until(lambda: task["task_id"] in executor.started, what="run start")
+        lost = Outcome.retryable_failure("device_lost", {"steps": 2, "error": "device offline"})
+        executor.finish(task["task_id"], lost)
+        await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
+        await wait_until(lambda: "task is now queued" in caplog.text, what="task status logged")
+    assert results_for(coordinator, task["task_id"]) == [
+        {"task_id": task["task_id"], "attempt": 1, "lease_id": task["lease_id"], "status": "failed",
+         "failure_reason": "device_lost", "metadata": {"steps": 2, "error": "device offline"}, "retryable": True}
+    ]
+    [line] = [r for r in caplog.records if "task is now queued" in r.getMessage()]
+    assert line.levelno == logging.INFO and "retryable" in line.getMessage()
 
 
 async def test_claim_lost_response_is_retried_with_same_claim_id_and_runs_once() -> None:
@@ -187,9 +214,9 @@ async def test_assignment_for_unknown_device_is_reported_failed(found_missing: s
         await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
         await wait_until(lambda: device_free(agent.snapshot()), what="device freed")
     [result] = results_for(coordinator, task["task_id"])
-    # One verdict, whoever finds the device missing.
-    assert (result["status"], result["failure_reason"], result["metadata"]) == (
-        "failed", "device_not_found", {"device_id": device_id}
+    # One verdict, whoever finds the device missing: the device went away, so another attempt.
+    assert (result["status"], result["failure_reason"], result["metadata"], result.get("retryable")) == (
+        "failed", "device_gone", {"device_id": device_id}, True
     )
     if found_missing == "at claim":
         assert executor.started == []
@@ -210,6 +237,7 @@ async def test_executor_crash_is_reported_failed_and_frees_the_device() -> None:
         await wait_until(lambda: device_free(agent.snapshot()), what="device freed")
     [result] = results_for(coordinator, task["task_id"])
     assert (result["status"], result["failure_reason"]) == ("failed", "agent_error")
+    assert "retryable" not in result
 
 
 async def test_heartbeat_network_errors_back_off_and_recover() -> None:
@@ -260,8 +288,48 @@ async def test_shutdown_grace_expiry_stops_the_run_and_reports_what_it_returns()
         await wait_until(lambda: task["task_id"] in executor.started, what="run start")
         assert await runner.stop() == EXIT_OK
     assert executor.controls[task["task_id"]].stop_reason == "shutdown"
+    assert executor.returned[task["task_id"]].status == "cancelled"  # what the runner said
     [result] = results_for(coordinator, task["task_id"])
-    assert (result["status"], result["failure_reason"]) == ("cancelled", "shutdown")
+    # Not the task's fault: failed, retryable, so the coordinator runs it again elsewhere.
+    assert (result["status"], result["failure_reason"], result.get("retryable")) == ("failed", "shutdown", True)
+
+
+async def test_shutdown_reports_a_run_still_waiting_for_its_device_retryable() -> None:
+    coordinator = FakeCoordinator()
+    executor = FakeExecutor(("phone-1", "phone-2"))
+    agent, client = make_agent(coordinator, executor, shutdown_grace_s=0.1)
+    runner = Running(agent, client)
+    async with runner:
+        running = coordinator.assign("phone-1")
+        await wait_until(lambda: running["task_id"] in executor.started, what="run start")
+        waiting = coordinator.assign("phone-1")  # phone-2 idle, so the agent claims it at once
+        await wait_until(lambda: not coordinator.pending, what="second claimed")
+        assert await runner.stop() == EXIT_OK
+    assert waiting["task_id"] not in executor.started
+    for task in (running, waiting):
+        [result] = results_for(coordinator, task["task_id"])
+        assert (result["status"], result["failure_reason"], result.get("retryable")) == ("failed", "shutdown", True)
+    assert results_for(coordinator, waiting["task_id"])[0]["metadata"] == {"steps": 0}
+
+
+async def test_a_run_that_finishes_during_shutdown_reports_what_it_did() -> None:
+    coordinator = FakeCoordinator()
+    executor = FakeExecutor()
+
+    async def finish_anyway(assignment: Assignment, control: RunControl) -> None:
+        await control.wait_stopped()
+        executor.finish(assignment.task_id, Outcome("failed", "assertion_failed", {"steps": 3}))
+
+    executor.on_start = finish_anyway
+    agent, client = make_agent(coordinator, executor, shutdown_grace_s=0.05)
+    runner = Running(agent, client)
+    async with runner:
+        task = coordinator.assign()
+        await wait_until(lambda: task["task_id"] in executor.started, what="run start")
+        assert await runner.stop() == EXIT_OK
+    # The run ended on its own terms (its task failed): not turned into a retryable shutdown.
+    [result] = results_for(coordinator, task["task_id"])
+    assert (result["status"], result["failure_reason"], "retryable" in result) == ("failed", "assertion_failed", False)
 
 
 async def test_heartbeat_follows_the_interval_the_coordinator_answers() -> None:
@@ -284,6 +352,75 @@ async def test_heartbeat_follows_the_interval_the_coordinator_answers() -> None:
     # The agent's own setting only until the first answer; then the coordinator's, within [1, 300] s.
     assert pauses == [0.2, 15.0, 1.0, 300.0, 300.0, 20.0]
     assert len(coordinator.of("heartbeat")) == 6
+
+
+async def test_draining_is_logged_once_per_change_and_the_host_keeps_working(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent.host")
+    coordinator = FakeCoordinator()
+    coordinator.draining = False
+    executor = FakeExecutor(("phone-1", "phone-2"))
+    agent, client = make_agent(coordinator, executor, heartbeat_interval_s=0.02, poll_wait_s=0)
+
+    def said(text: str) -> int:
+        return sum(text in record.getMessage() for record in caplog.records)
+
+    async with Running(agent, client):
+        task = coordinator.assign()
+        await wait_until(lambda: task["task_id"] in executor.started, what="run start")
+        coordinator.draining = True
+        await wait_until(lambda: agent.draining, what="draining seen")
+        heartbeats, claims = len(coordinator.of("heartbeat")), len(coordinator.of("claim"))
+        # Still heartbeating and polling (the coordinator just assigns nothing), and the running
+        # task still finishes and is reported.
+        await wait_until(lambda: len(coordinator.of("heartbeat")) >= heartbeats + 3, what="heartbeats go on")
+        await wait_until(lambda: len(coordinator.of("claim")) >= claims + 3, what="polls go on")
+        executor.finish(task["task_id"])
+        await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result while draining")
+        assert said("this host is draining") == 1
+        coordinator.draining = False
+        await wait_until(lambda: not agent.draining, what="draining over")
+        heartbeats = len(coordinator.of("heartbeat"))
+        await wait_until(lambda: len(coordinator.of("heartbeat")) >= heartbeats + 3, what="more heartbeats")
+    assert said("this host is draining") == 1
+    assert said("no longer draining") == 1
+    assert [r["status"] for r in results_for(coordinator, task["task_id"])] == ["succeeded"]
+
+
+async def test_unknown_device_makes_a_managed_host_enroll_again_once_per_rejection_with_backoff() -> None:
+    coordinator = FakeCoordinator()
+    coordinator.always["heartbeat"] = (409, "unknown_device")  # a coordinator that keeps refusing
+    executor = FakeExecutor()
+    pauses: list[float] = []
+
+    async def pause(_: asyncio.Event, seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 6:
+            await asyncio.Event().wait()  # hold the loop here until shutdown cancels it
+
+    policy = RetryPolicy(base_s=0.01, cap_s=1.0, rng=lambda: 1.0)  # no jitter: the schedule is exact
+    agent, client = make_agent(
+        coordinator, executor, managed=True, heartbeat_interval_s=0.05, retry_policy=policy, pause=pause
+    )
+    async with Running(agent, client):
+        await wait_until(lambda: len(pauses) == 6, what="six rejected heartbeats")
+        # One enrollment per rejected heartbeat, never more; the pauses between them back off
+        # (capped by the heartbeat interval) instead of hammering the coordinator.
+        assert executor.reenrolled == len(coordinator.of("heartbeat")) == 6
+    assert pauses == [0.01, 0.02, 0.04, 0.05, 0.05, 0.05]
+
+
+async def test_unknown_device_on_a_static_host_is_only_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent.host")
+    coordinator = FakeCoordinator()
+    coordinator.always["heartbeat"] = (409, "unknown_device")
+    executor = FakeExecutor()
+    agent, client = make_agent(coordinator, executor, heartbeat_interval_s=0.02)  # managed=False: legacy
+    async with Running(agent, client):
+        await wait_until(lambda: len(coordinator.of("heartbeat")) >= 3, what="heartbeats go on")
+    assert executor.reenrolled == 0
+    assert "heartbeat rejected" in caplog.text
 
 
 async def test_unplugged_adb_device_is_unavailable_until_plugged_back(tmp_path: Path) -> None:

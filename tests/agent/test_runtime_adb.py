@@ -14,7 +14,7 @@ from agent.runtime.adb import (
     parse_adb_devices,
     parse_ui_dump,
 )
-from agent.runtime.errors import DriverError
+from agent.runtime.errors import DeviceLost, DriverError
 from tests.agent.fake_adb import SCREENSHOT, FakeAdb
 
 pytestmark = pytest.mark.anyio
@@ -184,6 +184,38 @@ async def test_failing_and_hanging_adb_are_driver_errors(adb: FakeAdb) -> None:
     # The error names the call, never the typed text (it may be a password). The hung process
     # was killed: otherwise reaping it would have held this test for the fake's 30 s sleep.
     assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        "adb: device 'emulator-5554' not found",
+        "error: device offline",
+        "adb: no devices/emulators found",
+        "error: closed",
+        "error: protocol fault (couldn't read status): Connection reset by peer",
+    ],
+)
+async def test_adb_losing_the_device_is_device_lost(adb: FakeAdb, phone: AdbDriver, stderr: str) -> None:
+    adb.set(fail_stderr=stderr)
+    with pytest.raises(DeviceLost, match=r"input tap failed \(exit 1\)"):
+        await phone.tap(1, 2)
+
+
+async def test_other_adb_failures_are_not_device_lost(adb: FakeAdb, phone: AdbDriver) -> None:
+    adb.set(fail_stderr="/system/bin/sh: input: inaccessible or not found")  # "not found", not the device
+    with pytest.raises(DriverError) as info:
+        await phone.tap(1, 2)
+    assert not isinstance(info.value, DeviceLost)
+    adb.set(fail_stderr=None, dump_status="ERROR: null root node returned by UiTestAutomationBridge.")
+    with pytest.raises(DriverError) as info:
+        await phone.observe()
+    assert not isinstance(info.value, DeviceLost)
+    adb.set(dump_status="", hang=True)
+    slow = AdbDriver(SERIAL, adb_path=adb.path, timeout=0.3)
+    with pytest.raises(DriverError) as info:
+        await slow.key("home")
+    assert not isinstance(info.value, DeviceLost)
 
 
 def listing(*lines: str) -> str:

@@ -18,7 +18,7 @@ from agent.runtime import (
     make_planner,
 )
 from agent.runtime.actions import MAX_SUMMARY_CHARS
-from agent.runtime.errors import DriverError, PlannerError
+from agent.runtime.errors import DeviceLost, DriverError, PlannerError
 from agent.runtime.openai_planner import OpenAIPlanner
 from agent.runtime.sim import SimDriver
 from agent.runtime.task import StepRecord
@@ -230,8 +230,17 @@ class BrokenPhone(SimDriver):
 async def test_driver_exceptions_are_failed_outcomes(fail_in: str, error: Exception) -> None:
     outcome, progress = await run_goal("Turn on airplane mode", BrokenPhone(fail_in, error))
     assert outcome.status == "failed" and outcome.failure_reason == "driver_error"
+    assert outcome.retryable is False  # the task's own failure: another attempt would not help
     assert outcome.metadata["error"] == str(error)
     assert not any(p.status == "succeeded" for p in progress)
+
+
+@pytest.mark.parametrize("fail_in", ["observe", "launch"])
+async def test_a_lost_device_is_a_retryable_failure(fail_in: str) -> None:
+    error = DeviceLost("adb input tap failed (exit 1): adb: device 'emulator-5554' not found")
+    outcome, _ = await run_goal("Turn on airplane mode", BrokenPhone(fail_in, error))
+    assert (outcome.status, outcome.failure_reason, outcome.retryable) == ("failed", "device_lost", True)
+    assert outcome.metadata["error"] == str(error)
 
 
 async def test_a_missing_element_is_a_failed_step_the_planner_sees() -> None:

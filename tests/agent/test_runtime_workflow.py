@@ -17,6 +17,7 @@ from agent.runtime import (
     validate_workflows_dir,
 )
 from agent.runtime.actions import MAX_SUMMARY_CHARS
+from agent.runtime.errors import DeviceLost
 from agent.runtime.sim import SimDriver
 
 pytestmark = pytest.mark.anyio
@@ -140,6 +141,19 @@ async def test_missing_element_and_driver_errors_are_failed_outcomes(tmp_path: P
     assert outcome.failure_reason == "element_not_found"
     outcome, _ = await run(runner, "bad-app", None, SimDriver("p1"))
     assert outcome.failure_reason == "driver_error" and "not installed" in outcome.metadata["error"]
+    assert outcome.retryable is False
+
+
+async def test_a_lost_device_is_a_retryable_failure(tmp_path: Path) -> None:
+    class Unplugged(SimDriver):
+        async def launch_app(self, app: str) -> None:
+            raise DeviceLost("adb monkey failed (exit 1): error: device offline")
+
+    write(tmp_path, "a.json", "launch", [{"action": "launch", "app": "settings"}])
+    outcome, progress = await run(WorkflowRunner(tmp_path), "launch", None, Unplugged("p1"))
+    assert (outcome.status, outcome.failure_reason, outcome.retryable) == ("failed", "device_lost", True)
+    assert outcome.metadata["failed_step"] == 0 and "device offline" in outcome.metadata["error"]
+    assert progress[-1].status == "failed"
 
 
 async def test_stop_interrupts_a_wait_and_cancels(tmp_path: Path) -> None:
