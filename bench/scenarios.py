@@ -34,7 +34,7 @@ from bench.report import Row, cpu_note, fmt_ms
 from bench.requests import GOAL, claim_req, create_req, fleet, heartbeat_req, renew_body, renew_req, result_req
 from bench.system import CpuWindow, rss_mb
 from coordinator.keys import Keys
-from coordinator.operator_api import parse_task
+from coordinator.task_api import parse_task
 from coordinator.store import Store
 from coordinator.validation import Body
 
@@ -279,7 +279,7 @@ async def _cost_case(b: Bench, label: str, n_hosts: int, n_tasks: int) -> dict[s
         store = Store(Redis.from_url(b.redis_url, max_connections=64), Keys(prefix),
                       host_offline_after_ms=3_600_000)
         await store.load_scripts()
-        template = parse_task(Body({"kind": "goal", "goal": GOAL, "device_id": "absent-device"}))
+        template = parse_task(Body({"kind": "goal", "goal": GOAL, "device_id": "absent-device"}), 86_400_000)
         todo = iter(range(n_tasks))
 
         async def populate() -> None:

@@ -22,6 +22,7 @@ from coordinator.context import Context
 from coordinator.feed import EventFeed
 from coordinator.keys import Keys
 from coordinator.metrics import Metrics
+from coordinator.queries import Queries
 from coordinator.reaper import run_reaper
 from coordinator.redis_client import open_redis
 from coordinator.routes import ENDPOINTS, Handler
@@ -38,7 +39,9 @@ def build_context(settings: Settings, redis: Redis) -> Context:
     keys = Keys(settings.key_prefix)
     return Context(
         settings=settings,
-        store=Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms),
+        store=Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
+                    claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms),
+        queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms),
         auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts),
         waiter=ClaimWaiter(redis, keys.wake_channel),
         metrics=Metrics(),
@@ -68,7 +71,7 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
                  asyncio.create_task(ctx.feed.run(), name="feed")]
         await ctx.waiter.wait_ready()
         loops.append(asyncio.create_task(
-            run_reaper(ctx.store, settings.reaper_interval_s, ctx.metrics), name="reaper"
+            run_reaper(ctx.store, settings.reaper_interval_s), name="reaper"
         ))
         try:
             yield

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from coordinator.auth import Authenticator
 from coordinator.feed import EventFeed
 from coordinator.metrics import Metrics
+from coordinator.queries import Queries
 from coordinator.settings import Settings
 from coordinator.store import Store
 from coordinator.waiter import ClaimWaiter
@@ -16,6 +17,7 @@ from coordinator.waiter import ClaimWaiter
 class Context:
     settings: Settings
     store: Store
+    queries: Queries
     auth: Authenticator
     waiter: ClaimWaiter
     metrics: Metrics

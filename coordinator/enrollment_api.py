@@ -22,7 +22,7 @@ from coordinator.errors import (
     Unauthorized,
     device_limit,
 )
-from coordinator.validation import canonical_json, read_json, require_id
+from coordinator.validation import Query, canonical_json, read_json, require_id
 from coordinator.views import json_response, token_view
 
 MAX_TOKEN_TTL_S = 30 * 24 * 3600
@@ -47,15 +47,21 @@ async def create_token(ctx: Context, request: Request) -> Response:
 
 async def list_tokens(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
-    tokens, now_ms = await ctx.store.enrollment_tokens()
-    return json_response({"tokens": [token_view(t, now_ms) for t in tokens]})
+    query = Query(request)
+    limit = query.limit(default=100, high=1000)
+    offset = query.integer("cursor", default=0, low=0, high=2**31 - 1)
+    tokens, now_ms, more = await ctx.queries.enrollment_tokens(limit, offset)
+    return json_response({
+        "enrollment_tokens": [token_view(t, now_ms) for t in tokens],
+        "next_cursor": str(offset + limit) if more else None,
+    })
 
 
 async def revoke_token(ctx: Context, request: Request) -> Response:
     ctx.auth.require_admin(request)
     token_id = require_id(request.path_params["token_id"], "token_id")
     token = await ctx.store.revoke_enrollment_token(token_id)
-    return json_response(token_view(token, await ctx.store.redis_time_ms()))
+    return json_response(token_view(token, await ctx.queries.redis_time_ms()))
 
 
 # -- agents ----------------------------------------------------------------------------------
@@ -80,7 +86,7 @@ async def enroll(ctx: Context, request: Request) -> Response:
         enrollment_id, host_token, hostname, labels_json = await _parse_enroll(ctx, request)
     except ApiError:
         # Credential first: a token that could not enroll gets its 401, whatever the body.
-        if not await ctx.store.enrollment_token_usable(token_hash):
+        if not await ctx.queries.enrollment_token_usable(token_hash):
             raise Unauthorized() from None
         raise
     host_id, created = await ctx.store.enroll_host(

@@ -125,6 +125,7 @@ class ScriptError(IntEnum):
     IDEMPOTENCY_CONFLICT = -14
     NOT_ENROLLED_HOST = -15
     DEVICE_LIMIT = -16
+    DEVICE_BUSY = -17
 
 
 _CONFLICT_MESSAGES = {
@@ -140,6 +141,7 @@ _CONFLICT_MESSAGES = {
     ScriptError.ENROLLMENT_CONFLICT: "this enrollment id was used with another host token",
     ScriptError.IDEMPOTENCY_CONFLICT: "this idempotency key was used for a different request",
     ScriptError.DEVICE_LIMIT: "the host would have more devices than COORDINATOR_MAX_DEVICES_PER_HOST",
+    ScriptError.DEVICE_BUSY: "the device holds a task; cancel it or let it finish first",
 }
 
 

@@ -70,12 +70,12 @@ async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[str, int]:
 async def heartbeat(ctx: Context, request: Request) -> Response:
     principal = await _authorize(ctx, request)
     snapshot, count = await ctx.auth.parse_for(principal, _parse_heartbeat(ctx, request))
-    await ctx.store.heartbeat(principal, snapshot)
+    draining = await ctx.store.heartbeat(principal, snapshot)
     return json_response({
         "host_id": principal.host_id,
         "devices": count,
         "heartbeat_interval_s": ctx.settings.heartbeat_interval_whole_s,
-        "draining": False,
+        "draining": draining,
     })
 
 
@@ -145,10 +145,12 @@ async def claim(ctx: Context, request: Request) -> Response:
                 return Response(status_code=204)
             event.clear()
             lease_id = "l_" + secrets.token_hex(16)
-            assignment = await store.claim(principal, claim_id, lease_id, ctx.settings.lease_ttl_ms)
-            if assignment is not None:
+            claimed = await store.claim(principal, claim_id, lease_id, ctx.settings.lease_ttl_ms)
+            if claimed is not None:
                 metrics.claims.inc("assigned")
-                return json_response(assignment_view(assignment))
+                if claimed.waited_ms is not None:
+                    metrics.schedule_to_start.observe(claimed.waited_ms / 1000)
+                return json_response(assignment_view(claimed.assignment))
             remaining = deadline - loop.time()
             if remaining <= 0:
                 metrics.claims.inc("empty")
@@ -230,7 +232,8 @@ async def renew(ctx: Context, request: Request) -> Response:
 
 
 async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, str, str]:
-    """Task id, lease id, attempt, status and the canonical report JSON."""
+    """Task id, lease id, attempt, status and the canonical report JSON (``retryable`` only in a
+    failed report that asks for a retry, so the same report always has the same bytes)."""
     body = await read_json(request, ctx.settings.max_body_bytes)
     task_id = body.id("task_id")
     lease_id = body.id("lease_id")
@@ -240,23 +243,30 @@ async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, 
         raise InvalidRequest(f"status must be one of {', '.join(_RESULT_STATUSES)}")
     failure_reason = body.text("failure_reason", max_len=wire.FAILURE_REASON_MAX_CHARS)
     metadata = body.object("metadata")
-    report = canonical_json({"status": status, "failure_reason": failure_reason, "metadata": metadata})
-    return task_id, lease_id, attempt, status, report  # type: ignore[return-value]
+    retryable = body.get("retryable")
+    if retryable is not None and not isinstance(retryable, bool):
+        raise InvalidRequest("retryable must be true or false")
+    report: dict[str, object] = {"status": status, "failure_reason": failure_reason, "metadata": metadata}
+    if retryable and status == wire.ResultStatus.FAILED:
+        report["retryable"] = True
+    return task_id, lease_id, attempt, status, canonical_json(report)  # type: ignore[return-value]
 
 
 async def results(ctx: Context, request: Request) -> Response:
     principal = await _authorize(ctx, request)
     task_id, lease_id, attempt, status, report = await ctx.auth.parse_for(principal, _parse_result(ctx, request))
     try:
-        task, replayed = await ctx.store.record_result(principal, task_id, attempt, lease_id, report)
+        recorded = await ctx.store.record_result(principal, task_id, attempt, lease_id, report)
     except ApiError as exc:
         ctx.metrics.results.inc(exc.code)
         raise
-    ctx.metrics.results.inc("replayed" if replayed else "recorded")
+    ctx.metrics.results.inc("replayed" if recorded.replayed else "recorded")
+    result = recorded.task.result
     return json_response({
         "task_id": task_id,
         "attempt": attempt,
         "status": status,
-        "recorded_at": iso_ms(task.result["recorded_at"] if task.result else None),
-        "replayed": replayed,
+        "task_status": recorded.task_status,
+        "recorded_at": iso_ms(result["recorded_at"] if result else None),
+        "replayed": recorded.replayed,
     })

@@ -92,7 +92,7 @@ class Keys:
 
     @property
     def scheduling(self) -> list[str]:
-        """KEYS[1..9] of every script that includes lua/includes/schedule.lua, in its order."""
+        """KEYS[1..19] of every script that includes lua/includes/schedule.lua, in its order."""
         return [
             self.tasks,
             self.tasks_by_status,
@@ -103,4 +103,14 @@ class Keys:
             self.waiting_device,
             self.waiting_driver,
             self.assigned,
+            self.host_snapshots,
+            self.devices_by_driver,
+            self.disabled_devices,
+            self.hosts_draining,
+            self.hosts_stalled,
+            self.queue_deadlines,
+            self.claim_deadlines,
+            self.retention,
+            self.feed,
+            self.stats,
         ]

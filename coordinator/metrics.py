@@ -1,8 +1,26 @@
-"""Prometheus metrics of one coordinator process, in a registry of its own (no globals)."""
+"""Prometheus metrics, in a registry of the process's own (no globals).
+
+Two kinds. Per-process ones are counted where they happen (requests, claims, renewals, results,
+the schedule-to-start histogram, waiting polls, feed watchers); with several worker processes each
+scrape sees the process that answered it. Deployment-wide ones are read from Redis at scrape time
+(tasks by status, queue depth by waiting reason, expiries, timeouts, retries, deletions), so every
+process answers the same figures.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 
 class _LabelledCounter:
@@ -18,6 +36,51 @@ class _LabelledCounter:
         if child is None:
             child = self._children.setdefault(labels, self._counter.labels(*labels))
         child.inc()
+
+
+@dataclass
+class Deployment:
+    """The deployment-wide figures of one scrape, read from Redis."""
+
+    tasks_by_status: dict[str, int] = field(default_factory=dict)
+    queued_by_reason: dict[str, int] = field(default_factory=dict)
+    queued_examined: int = 0
+    counters: dict[str, int] = field(default_factory=dict)  # the stats hash
+
+
+# The stats hash's fields (written by the scripts) and what each counts.
+STAT_COUNTERS = {
+    "lease_expiries": "Leases that expired",
+    "claim_timeouts": "Assignments sent back to the queue because their host did not claim in time",
+    "queue_timeouts": "Tasks failed with queue_timeout",
+    "retries": "Retryable failures requeued as a new attempt",
+    "purged": "Terminal tasks deleted after their retention",
+}
+
+
+class _DeploymentCollector(Collector):
+    def __init__(self) -> None:
+        self.latest = Deployment()
+
+    def collect(self) -> Iterator[Metric]:
+        d = self.latest
+        by_status = GaugeMetricFamily("tether_tasks", "Tasks by status (deployment-wide)", labels=["status"])
+        for status, n in sorted(d.tasks_by_status.items()):
+            by_status.add_metric([status], n)
+        yield by_status
+        by_reason = GaugeMetricFamily(
+            "tether_queued_tasks_by_reason",
+            "Queued tasks by waiting reason, among the oldest examined (tether_queued_tasks_examined)",
+            labels=["reason"],
+        )
+        for reason, n in sorted(d.queued_by_reason.items()):
+            by_reason.add_metric([reason], n)
+        yield by_reason
+        yield GaugeMetricFamily("tether_queued_tasks_examined", "Queued tasks whose reason was computed",
+                                value=d.queued_examined)
+        for name, help_text in STAT_COUNTERS.items():
+            yield CounterMetricFamily(f"tether_{name}", f"{help_text} (deployment-wide)",
+                                      value=d.counters.get(name, 0))
 
 
 class Metrics:
@@ -39,16 +102,22 @@ class Metrics:
             "tether_results", "Results by outcome (recorded, replayed or the conflict code)", ["outcome"],
             registry=self.registry,
         ))
-        self.lease_expiries = Counter(
-            "tether_lease_expiries", "Leases ended by the reaper in this process", registry=self.registry
+        self.schedule_to_start = Histogram(
+            "tether_schedule_to_start_seconds",
+            "From a task's attempt entering the queue (its creation, for the first) to its claim",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+            registry=self.registry,
         )
         self.waiting_polls = Gauge(
             "tether_waiting_polls", "Long-polls waiting in this process", registry=self.registry
         )
-
         self.feed_watchers = Gauge(
             "tether_feed_watchers", "Watchers of the live event feed in this process", registry=self.registry
         )
+        self._deployment = _DeploymentCollector()
+        self.registry.register(self._deployment)
 
-    def render(self) -> bytes:
+    def render(self, deployment: Deployment | None = None) -> bytes:
+        if deployment is not None:
+            self._deployment.latest = deployment
         return generate_latest(self.registry)

@@ -63,59 +63,98 @@ SCHEMAS: dict[str, Any] = {
     "Result": {"type": "object", "required": ["task_id", "attempt", "lease_id", "status"], "properties": {
         "task_id": _ID, "attempt": {"type": "integer"}, "lease_id": _ID,
         "status": {"enum": list(wire.values(wire.ResultStatus))},
-        "failure_reason": {"type": ["string", "null"]}, "metadata": {"type": "object"}}},
+        "failure_reason": {"type": ["string", "null"]}, "metadata": {"type": "object"},
+        "retryable": {"type": "boolean", "default": False}}},
     "Recorded": {"type": "object", "properties": {
         "task_id": _ID, "attempt": {"type": "integer"}, "status": {"type": "string"},
+        "task_status": {"enum": ["succeeded", "failed", "cancelled", "queued"]},
         "recorded_at": {"type": "string"}, "replayed": {"type": "boolean"}}},
+    "Heartbeated": {"type": "object", "properties": {
+        "host_id": _ID, "devices": {"type": "integer"}, "heartbeat_interval_s": {"type": "integer"},
+        "draining": {"type": "boolean"}}},
     "TaskCreate": {"type": "object", "required": ["kind"], "properties": {
         "kind": {"enum": list(wire.values(wire.TaskKind))}, "goal": {"type": "string"},
         "workflow": {"type": "object", "properties": {"name": _ID, "params": {"type": "object"}}},
         "device_id": _ID, "selector": {"type": "object", "required": ["driver"],
                                        "properties": {"driver": _ID, "labels": _LABELS}},
         "max_attempts": {"type": "integer", "minimum": 1, "default": 3},
-        "max_steps": {"type": "integer", "minimum": 1}, "idempotency_key": _ID}},
+        "max_steps": {"type": "integer", "minimum": 1}, "idempotency_key": _ID,
+        "queue_timeout_s": {"type": "integer", "minimum": 1}}},
     "Task": {"type": "object", "properties": {
         "task_id": _ID, "kind": {"type": "string"},
         "status": {"enum": list(wire.values(wire.TaskStatus))},
         "attempt": {"type": "integer"}, "max_attempts": {"type": "integer"},
         "device_id": {"type": ["string", "null"]}, "host_id": {"type": ["string", "null"]},
         "progress": {"type": ["object", "null"]}, "result": {"type": ["object", "null"]},
-        "cancel_requested": {"type": "boolean"}, "created_at": {"type": "string"}}},
+        "cancel_requested": {"type": "boolean"}, "created_at": {"type": "string"},
+        "waiting_reason": {"enum": [*wire.values(wire.WaitingReason), None]},
+        "candidates": {"type": ["object", "null"], "properties": {
+            name: {"type": "integer"} for name in (
+                "matching", "busy", "unavailable", "host_offline", "host_draining", "disabled", "host_stalled")}},
+        "queue_timeout_s": {"type": ["integer", "null"]}}},
+    "Events": {"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object", "properties": {
+        "at": {"type": "string"}, "type": {"enum": list(wire.values(wire.EventType))}, "task_id": _ID,
+        "attempt": {"type": "integer"}, "host_id": {"type": ["string", "null"]},
+        "device_id": {"type": ["string", "null"]}, "reason": {"type": ["string", "null"]},
+        "status": {"type": ["string", "null"]}}}}}},
     "TaskPage": {"type": "object", "properties": {
         "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/Task"}},
         "next_cursor": {"type": ["string", "null"]}}},
-    "Devices": {"type": "object", "properties": {"devices": {"type": "array", "items": {"type": "object", "properties": {
+    "Device": {"type": "object", "properties": {
         "device_id": _ID, "host_id": _ID, "driver": _ID, "status": {"type": "string"},
         "attributes": {"type": "object"}, "labels": _LABELS, "host_online": {"type": "boolean"},
-        "reserved_by": {"type": ["string", "null"]}}}}}},
+        "reserved_by": {"type": ["string", "null"]}, "disabled": {"type": "boolean"},
+        "disabled_reason": {"type": ["string", "null"]}}},
+    "Devices": {"type": "object", "properties": {
+        "devices": {"type": "array", "items": {"$ref": "#/components/schemas/Device"}},
+        "next_cursor": {"type": ["string", "null"]}}},
+    "DeviceDisable": {"type": "object", "properties": {"reason": {"type": "string", "maxLength": 256}}},
+    "Runs": {"type": "object", "properties": {"runs": {"type": "array", "items": {"type": "object", "properties": {
+        "task_id": _ID, "attempt": {"type": "integer"}, "host_id": _ID, "started_at": {"type": "string"},
+        "ended_at": {"type": ["string", "null"]}, "outcome": {"type": ["string", "null"]}}}}}},
     "Host": {"type": "object", "properties": {
         "host_id": _ID, "kind": {"enum": ["static", "enrolled"]}, "online": {"type": "boolean"},
         "last_seen": {"type": ["string", "null"]}, "devices": {"type": "integer"},
-        "revoked": {"type": "boolean"}, "labels": _LABELS,
+        "revoked": {"type": "boolean"}, "draining": {"type": "boolean"}, "labels": _LABELS,
         "enrollment_token_id": {"type": ["string", "null"]}}},
-    "Hosts": {"type": "object", "properties": {"hosts": {"type": "array", "items": {"$ref": "#/components/schemas/Host"}}}},
+    "Hosts": {"type": "object", "properties": {
+        "hosts": {"type": "array", "items": {"$ref": "#/components/schemas/Host"}},
+        "next_cursor": {"type": ["string", "null"]}}},
     "TokenCreate": {"type": "object", "properties": {
         "ttl_s": {"type": "integer", "minimum": 1}, "max_uses": {"type": "integer", "minimum": 1}, "labels": _LABELS}},
     "TokenCreated": {"type": "object", "properties": {
         "id": _ID, "token": {"type": "string"}, "expires_at": {"type": "string"}}},
-    "Tokens": {"type": "object", "properties": {"tokens": {"type": "array", "items": {"type": "object"}}}},
+    "Tokens": {"type": "object", "properties": {
+        "enrollment_tokens": {"type": "array", "items": {"type": "object"}},
+        "next_cursor": {"type": ["string", "null"]}}},
 }
+
+_LIMIT = {"type": "integer", "minimum": 1}
+_CURSOR = {"type": "string"}
+# The query parameters of each operation that takes some.
+_QUERY: dict[tuple[str, str], dict[str, Any]] = {
+    ("post", "/internal/v1/hosts/{host_id}/claim"): {"wait_s": {"type": "number", "minimum": 0}},
+    ("get", "/api/v1/tasks"): {"status": {"enum": list(wire.values(wire.TaskStatus))}, "host_id": _ID,
+                               "device_id": _ID, "limit": _LIMIT, "cursor": _CURSOR},
+    ("get", "/api/v1/devices"): {"host_id": _ID, "driver": _ID,
+                                 "status": {"enum": list(wire.values(wire.DeviceStatus))},
+                                 "limit": _LIMIT, "cursor": _CURSOR},
+    ("get", "/api/v1/devices/{device_id}/history"): {"limit": _LIMIT},
+    ("get", "/api/v1/hosts"): {"limit": _LIMIT, "cursor": _CURSOR},
+    ("get", "/api/v1/enrollment-tokens"): {"limit": _LIMIT, "cursor": _CURSOR},
+    ("get", "/api/v1/events"): {"task_id": _ID, "host_id": _ID, "last_event_id": _CURSOR},
+}
+
 
 def _operation(endpoint: Endpoint) -> dict[str, Any]:
     method, path, security, request = endpoint.method.lower(), endpoint.path, endpoint.security, endpoint.request
     op: dict[str, Any] = {"summary": endpoint.summary, "operationId": f"{method}_{path}", "responses": {}}
     params = [
         {"name": name, "in": "path", "required": True, "schema": _ID}
-        for name in ("host_id", "lease_id", "task_id", "token_id") if "{" + name + "}" in path
+        for name in ("host_id", "lease_id", "task_id", "token_id", "device_id") if "{" + name + "}" in path
     ]
-    if path.endswith("/claim"):
-        params.append({"name": "wait_s", "in": "query", "required": False, "schema": {"type": "number", "minimum": 0}})
-    if path == "/api/v1/tasks" and method == "get":
-        params += [
-            {"name": "status", "in": "query", "schema": {"enum": list(wire.values(wire.TaskStatus))}},
-            {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
-            {"name": "cursor", "in": "query", "schema": {"type": "string"}},
-        ]
+    params += [{"name": name, "in": "query", "required": False, "schema": schema}
+               for name, schema in _QUERY.get((method, path), {}).items()]
     if params:
         op["parameters"] = params
     if security:

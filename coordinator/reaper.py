@@ -1,8 +1,16 @@
-"""The lease reaper: ends expired leases and takes silent hosts offline.
+"""The reaper: acts on every deadline that has passed.
 
-It runs in every coordinator process. Its scripts find due work through deadline indexes (no
-KEYS or SCAN) and are atomic and idempotent, so two processes sweeping at once is safe and no
-leader election is needed.
+- leases past their deadline: requeued as the next attempt, or failed / cancelled;
+- hosts silent past the offline threshold: offline, their unclaimed assignments requeued;
+- assignments not claimed within the claim timeout: requeued, their host stalled until it polls;
+- queued tasks past their queue deadline: failed with ``queue_timeout``;
+- terminal tasks past their retention: deleted, with everything hanging off them.
+
+It runs in every coordinator process. Each sweep is one script that finds due work through a
+deadline index (no KEYS or SCAN) and takes at most a batch per call, removing each deadline in
+the step that acts on it; so two processes sweeping at once is safe, no leader election is
+needed, and a sweep never blocks Redis for long. While no coordinator runs, nothing expires;
+the first sweep after a restart acts on everything that fell due meanwhile.
 """
 
 from __future__ import annotations
@@ -10,39 +18,42 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable, Callable
 
 from coordinator.cancellation import cancelling
-from coordinator.metrics import Metrics
-from coordinator.store import Store
+from coordinator.store import Store, Sweep
 
 log = logging.getLogger("coordinator.reaper")
 
-_BATCH = 200
+BATCH = 200
 
 
-async def sweep(store: Store, metrics: Metrics | None = None) -> tuple[int, int]:
-    """One full sweep; returns (leases ended, hosts taken offline)."""
-    leases = hosts = 0
+async def _drain(call: Callable[[int], Awaitable[int | Sweep]]) -> int:
+    """Call a sweep until a call takes less than a full batch; what it acted on in all."""
+    total = 0
     while True:
-        ended = await store.expire_leases(_BATCH)
-        leases += ended
-        if ended < _BATCH:
-            break
-    while True:
-        gone = await store.expire_hosts(_BATCH)
-        hosts += gone
-        if gone < _BATCH:
-            break
-    if metrics is not None and leases:
-        metrics.lease_expiries.inc(leases)
-    return leases, hosts
+        reply = await call(BATCH)
+        taken, acted = (reply.taken, reply.acted) if isinstance(reply, Sweep) else (reply, reply)
+        total += acted
+        if taken < BATCH:
+            return total
 
 
+async def sweep(store: Store) -> dict[str, int]:
+    """One full sweep; how many of each kind it acted on."""
+    return {
+        "leases": await _drain(store.expire_leases),
+        "hosts": await _drain(store.expire_hosts),
+        "claims": await _drain(store.expire_assignments),
+        "queued": await _drain(store.expire_queued),
+        "purged": await _drain(store.purge_tasks),
+    }
 
-async def run_reaper(store: Store, interval_s: float, metrics: Metrics | None = None) -> None:
+
+async def run_reaper(store: Store, interval_s: float) -> None:
     while True:
         try:
-            await sweep(store, metrics)
+            await sweep(store)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - keep sweeping through Redis hiccups

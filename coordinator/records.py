@@ -47,9 +47,11 @@ class TaskRecord:
     cancel_requested: bool = False
     failure_reason: str | None = None
     result_report: str | None = None  # the host's report JSON {status, failure_reason, metadata}
-    result: dict[str, Any] | None = None  # {recorded_at, attempt}
+    result: dict[str, Any] | None = None  # {recorded_at, attempt, task_status} of the last report
     started_at: int | None = None
     finished_at: int | None = None
+    queue_timeout_ms: int | None = None
+    queue_deadline: int | None = None  # when it fails queue_timeout if still queued
     # The running attempt's latest progress {step_index, status, summary}, when read with it.
     progress: dict[str, Any] | None = None
 

@@ -161,3 +161,40 @@ class Body(dict[str, Any]):
 def canonical_json(value: Any) -> str:
     """Byte-stable JSON, so equal content compares equal inside the scripts."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+class Query:
+    """A request's query parameters, read with the same rules as a body: 400 for anything
+    malformed, nothing else read."""
+
+    def __init__(self, request: Request) -> None:
+        self._params = request.query_params
+
+    def id(self, name: str) -> str | None:
+        value = self._params.get(name)
+        return None if value is None else require_id(value, name)
+
+    def choice(self, name: str, choices: tuple[str, ...]) -> str | None:
+        value = self._params.get(name)
+        if value is not None and value not in choices:
+            raise InvalidRequest(f"{name} must be one of {', '.join(choices)}")
+        return value
+
+    def integer(self, name: str, *, default: int, low: int, high: int) -> int:
+        raw = self._params.get(name)
+        if raw is None:
+            return default
+        if not raw.isascii() or not raw.isdigit() or not low <= int(raw) <= high:
+            raise InvalidRequest(f"{name} must be an integer in [{low}, {high}]")
+        return int(raw)
+
+    def limit(self, default: int = 50, high: int = 500) -> int:
+        return self.integer("limit", default=default, low=1, high=high)
+
+    def text(self, name: str, *, max_len: int = 300) -> str | None:
+        """A cursor or similar opaque text: printable ASCII, bounded."""
+        value = self._params.get(name)
+        if value is not None and (not value or len(value) > max_len or not value.isascii()
+                                  or not value.isprintable()):
+            raise InvalidRequest(f"{name} is not a value this API gave")
+        return value

@@ -11,7 +11,9 @@ import orjson
 from starlette.responses import Response
 
 import wire
-from coordinator.records import DeviceRecord, EnrollmentToken, HostRecord, TaskRecord
+from coordinator.queries import DeviceState
+from coordinator.records import EnrollmentToken, HostRecord, TaskRecord
+from coordinator.waiting import waiting_reason
 
 
 def json_response(content: Any, status_code: int = 200) -> Response:
@@ -46,7 +48,7 @@ def _json_field(raw: str | None) -> Any:
 def task_result(task: TaskRecord) -> dict[str, Any] | None:
     if task.status not in wire.TERMINAL_STATUSES:
         return None
-    if task.result_report and task.result:
+    if task.result_report and task.result and task.result["attempt"] == task.attempt:
         report = orjson.loads(task.result_report)
         return {**report, "attempt": task.result["attempt"], "recorded_at": iso_ms(task.result["recorded_at"])}
     # Ended by the coordinator itself (cancel, or the lease expired for the last time).
@@ -59,7 +61,8 @@ def task_result(task: TaskRecord) -> dict[str, Any] | None:
     }
 
 
-def task_view(task: TaskRecord) -> dict[str, Any]:
+def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``candidates`` of a queued task (``queries.candidates``) give its waiting reason."""
     view: dict[str, Any] = {
         "task_id": task.id,
         "kind": task.kind,
@@ -76,8 +79,13 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         # Progress belongs to the running attempt only; once a result is in it is history.
         "progress": task.progress if task.status == wire.TaskStatus.RUNNING else None,
         "result": task_result(task),
+        "waiting_reason": waiting_reason(candidates) if candidates is not None else None,
+        "candidates": candidates,
+        "queue_timeout_s": None if task.queue_timeout_ms is None else task.queue_timeout_ms // 1000,
+        "queue_deadline": iso_ms(task.queue_deadline) if task.status == wire.TaskStatus.QUEUED else None,
         "created_at": iso_ms(task.created_at),
         "updated_at": iso_ms(task.updated_at),
+        "finished_at": iso_ms(task.finished_at) if task.status in wire.TERMINAL_STATUSES else None,
     }
     if task.kind == wire.TaskKind.GOAL:
         view["goal"] = task.goal
@@ -88,7 +96,8 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
     return view
 
 
-def device_view(device: DeviceRecord, host_online: bool, reserved_by: str | None) -> dict[str, Any]:
+def device_view(state: DeviceState) -> dict[str, Any]:
+    device = state.device
     return {
         "device_id": device.device_id,
         "host_id": device.host_id,
@@ -96,12 +105,15 @@ def device_view(device: DeviceRecord, host_online: bool, reserved_by: str | None
         "status": device.status,
         "attributes": _json_field(device.attributes) or {},
         "labels": _json_field(device.labels) or {},
-        "host_online": host_online,
-        "reserved_by": reserved_by,
+        "host_online": state.host_online,
+        "reserved_by": state.reserved_by,
+        "disabled": state.disabled is not None,
+        "disabled_reason": state.disabled.get("reason") if state.disabled is not None else None,
+        "disabled_at": iso_ms(state.disabled.get("at")) if state.disabled is not None else None,
     }
 
 
-def host_view(host: HostRecord, *, kind: str, online: bool, revoked: bool) -> dict[str, Any]:
+def host_view(host: HostRecord, *, kind: str, online: bool, revoked: bool, draining: bool) -> dict[str, Any]:
     agent = host.snapshot.get("agent") or {}
     return {
         "host_id": host.host_id,
@@ -110,6 +122,7 @@ def host_view(host: HostRecord, *, kind: str, online: bool, revoked: bool) -> di
         "last_seen": iso_ms(host.last_seen),
         "devices": len(host.snapshot.get("devices", [])),
         "revoked": revoked,
+        "draining": draining,
         "labels": _json_field(host.labels) or {},
         "enrollment_token_id": host.token_id,
         "hostname": host.hostname or agent.get("hostname"),
@@ -149,3 +162,23 @@ def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
     else:
         view["workflow"] = orjson.loads(assignment["workflow"])
     return view
+
+
+_EVENT_FIELDS = ("task_id", "attempt", "host_id", "device_id", "reason", "status")
+
+
+def event_view(event: dict[str, Any]) -> dict[str, Any]:
+    """A task event as the scripts wrote it (lua/includes/schedule.lua ``taskEvent``)."""
+    return {"at": iso_ms(event.get("at")), "type": event.get("type"), **{f: event.get(f) for f in _EVENT_FIELDS}}
+
+
+def run_view(run: dict[str, Any]) -> dict[str, Any]:
+    """One run of a device (``startRun``/``endRun``); ``outcome`` is null while it runs."""
+    return {
+        "task_id": run.get("task_id"),
+        "attempt": run.get("attempt"),
+        "host_id": run.get("host_id"),
+        "started_at": iso_ms(run.get("started_at")),
+        "ended_at": iso_ms(run.get("ended_at")),
+        "outcome": run.get("outcome"),
+    }

@@ -127,7 +127,17 @@ class Api:
             f"/internal/v1/hosts/{host}/results", json=body, headers=self.host_headers(host)
         )
 
-    async def sweep(self) -> tuple[int, int]:
+    async def admin(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """An operator API call: ``await api.admin("POST", "/api/v1/hosts/h/drain")``."""
+        return await self.client.request(method, path, headers=self.admin_headers, **kwargs)
+
+    async def events(self, task_id: str) -> list[dict[str, Any]]:
+        response = await self.admin("GET", f"/api/v1/tasks/{task_id}/events")
+        assert response.status_code == 200, response.text
+        return response.json()["events"]
+
+    async def sweep(self) -> dict[str, int]:
+        """One reaper sweep: how many leases, hosts, claims, queued tasks and purges it acted on."""
         from coordinator.reaper import sweep
 
         return await sweep(self.ctx.store)

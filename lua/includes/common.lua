@@ -23,7 +23,14 @@ local E = {
   IDEMPOTENCY_CONFLICT = -14,
   NOT_ENROLLED_HOST = -15,
   DEVICE_LIMIT = -16,
+  DEVICE_BUSY = -17,
 }
+
+-- What is kept (mirrors wire.TASK_EVENTS_KEPT, DEVICE_RUNS_KEPT, FEED_EVENTS_KEPT; a test keeps
+-- them equal).
+local TASK_EVENTS_KEPT = 200
+local DEVICE_RUNS_KEPT = 1000
+local FEED_EVENTS_KEPT = 10000
 
 -- Milliseconds from the Redis clock, so every coordinator process agrees on lease expiry.
 local function nowMs()
@@ -39,6 +46,11 @@ end
 -- An index member: fields joined by NUL ("host\0seq\0task"); ids never contain NUL.
 local function indexMember(...)
   return table.concat({...}, '\0')
+end
+
+-- A task's member of the tasks_by_status index.
+local function statusMember(status, task)
+  return indexMember(status, pad(task.seq), task.id)
 end
 
 -- The ZRANGEBYLEX bounds of every member whose first field is `first`.

@@ -1,27 +1,45 @@
 --[[
-  Scheduling: the one place that decides which device runs which task.
+  Scheduling: the one place that decides which device runs which task, and that writes the
+  history of every transition it makes.
 
   A script that includes this file passes the scheduling keys first, in this order, and builds
   the scheduler with `local S = scheduler(KEYS, ARGV)`:
-    KEYS[1] tasks           hash   task id -> task JSON
-    KEYS[2] tasks_by_status zset   "status\0seq\0task id" (score 0, lexicographic)
-    KEYS[3] devices         hash   device id -> pooled device JSON
-    KEYS[4] reservations    hash   device id -> task id holding it (assigned or running)
-    KEYS[5] free            zset   "driver\0device id": pooled, available, unreserved, host online
-    KEYS[6] hosts_online    zset   host id -> last heartbeat (ms)
-    KEYS[7] waiting_device  zset   "device id\0seq\0task id": queued tasks aimed at one device
-    KEYS[8] waiting_driver  zset   "driver\0seq\0task id": queued tasks with a selector
-    KEYS[9] assigned        zset   "host id\0seq\0task id": assignments waiting for their host's claim
+    KEYS[1]  tasks              hash   task id -> task JSON
+    KEYS[2]  tasks_by_status    zset   "status\0seq\0task id" (score 0, lexicographic)
+    KEYS[3]  devices            hash   device id -> pooled device JSON
+    KEYS[4]  reservations       hash   device id -> task id holding it (assigned or running)
+    KEYS[5]  free               zset   "driver\0device id": schedulable, available, unreserved
+    KEYS[6]  hosts_online       zset   host id -> last heartbeat (ms)
+    KEYS[7]  waiting_device     zset   "device id\0seq\0task id": queued tasks aimed at one device
+    KEYS[8]  waiting_driver     zset   "driver\0seq\0task id": queued tasks with a selector
+    KEYS[9]  assigned           zset   "host id\0seq\0task id": assignments waiting for their claim
+    KEYS[10] host_snapshots     hash   host id -> the last accepted snapshot JSON
+    KEYS[11] devices_by_driver  zset   "driver\0device id" of every pooled device
+    KEYS[12] disabled_devices   hash   device id -> {reason, at}
+    KEYS[13] hosts_draining     set    host ids an operator drained
+    KEYS[14] hosts_stalled      set    host ids that let an assignment's claim time out
+    KEYS[15] queue_deadlines    zset   task id -> when a queued task fails queue_timeout (ms)
+    KEYS[16] claim_deadlines    zset   task id -> when an unclaimed assignment goes back (ms)
+    KEYS[17] retention          zset   task id -> when a terminal task is deleted (ms)
+    KEYS[18] feed               stream the deployment's events (task and host), capped
+    KEYS[19] stats              hash   deployment-wide counters (expiries, timeouts, retries)
   and the scheduling arguments first:
     ARGV[1] host offline threshold (ms since last heartbeat)
     ARGV[2] wake channel: the host id of every new assignment is published there
+    ARGV[3] key base: the prefix of the keys derived from an id (task_events:<task id>,
+            device_runs:<device id>), which carries the deployment's hash tag
+    ARGV[4] claim timeout (ms)
+    ARGV[5] retention of terminal tasks (ms)
 
   Invariants kept:
-    - a device is in `free` only if it is pooled, `available`, unreserved and its host online;
+    - a device is in `free` only if it is pooled, `available`, unreserved, not disabled, and its
+      host online, not draining and not stalled;
     - a free device has no matching waiting task (each time a device becomes free it takes the
       oldest matching one), so a new task never jumps the queue by taking a free device;
     - a task is in exactly one of: a waiting index (queued), `assigned` (assigned), a lease
-      (running), or none (terminal).
+      (running), or `retention` (terminal); an assigned task has a claim deadline;
+    - every transition appends its event to the task's history and to the feed in the same step,
+      so neither can disagree with the state.
 ]]
 -- The scheduler: its keys and settings, from where a script placed them (see above). Every
 -- function here takes it as its first argument, so nothing in this file reads KEYS or ARGV.
@@ -36,13 +54,22 @@ local function scheduler(keys, args)
     waitingDevice = keys[7],
     waitingDriver = keys[8],
     assigned = keys[9],
+    snapshots = keys[10],
+    byDriver = keys[11],
+    disabled = keys[12],
+    draining = keys[13],
+    stalled = keys[14],
+    queueDeadlines = keys[15],
+    claimDeadlines = keys[16],
+    retention = keys[17],
+    feed = keys[18],
+    stats = keys[19],
     offlineAfterMs = tonumber(args[1]),
     wakeChannel = args[2],
+    base = args[3],
+    claimTimeoutMs = tonumber(args[4]),
+    retentionMs = tonumber(args[5]),
   }
-end
-
-local function statusMember(status, task)
-  return indexMember(status, pad(task.seq), task.id)
 end
 
 -- A task's place in its host's queue of assignments.
@@ -65,9 +92,109 @@ local function saveTask(S, task, previousStatus)
   putJson(S.tasks, task.id, task)
 end
 
+local function count(S, name)
+  rcall('HINCRBY', S.stats, name, 1)
+end
+
+-- -- events ----------------------------------------------------------------------------------
+
+-- An event of no task (host_online, device_disabled, ...): to the feed only.
+local function publish(S, event)
+  rcall('XADD', S.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode(event))
+end
+
+-- A task's event, to its capped history and to the feed. `status` is the task's status after
+-- the event, except for a `result`, where it is the reported one.
+local function taskEvent(S, task, kind, now, reason, status)
+  local encoded = cjson.encode({
+    at = now,
+    type = kind,
+    task_id = task.id,
+    attempt = task.attempt,
+    host_id = task.host_id,
+    device_id = task.device_id or task.target_device,
+    reason = reason,
+    status = status or task.status,
+  })
+  local history = S.base .. 'task_events:' .. task.id
+  if rcall('RPUSH', history, encoded) > TASK_EVENTS_KEPT then
+    rcall('LTRIM', history, -TASK_EVENTS_KEPT, -1)
+  end
+  rcall('XADD', S.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', encoded)
+end
+
+-- A device's runs, newest first: one entry per claimed attempt, closed when it ends. The list
+-- lives while the device is used within the retention window.
+local function startRun(S, task, now)
+  local runs = S.base .. 'device_runs:' .. task.device_id
+  local run = cjson.encode({task_id = task.id, attempt = task.attempt, host_id = task.host_id, started_at = now})
+  if rcall('LPUSH', runs, run) > DEVICE_RUNS_KEPT then
+    rcall('LTRIM', runs, 0, DEVICE_RUNS_KEPT - 1)
+  end
+  rcall('PEXPIRE', runs, S.retentionMs)
+end
+
+-- Close the device's open run of this attempt (a device runs one attempt at a time, so it is
+-- the newest entry).
+local function endRun(S, task, attempt, now, outcome)
+  if not task.device_id then
+    return
+  end
+  local runs = S.base .. 'device_runs:' .. task.device_id
+  local newest = rcall('LINDEX', runs, 0)
+  if not newest then
+    return
+  end
+  local run = cjson.decode(newest)
+  if run.task_id == task.id and run.attempt == attempt and not run.outcome then
+    run.ended_at = now
+    run.outcome = outcome
+    rcall('LSET', runs, 0, cjson.encode(run))
+  end
+end
+
+-- -- hosts and devices -----------------------------------------------------------------------
+
 local function hostOnline(S, hostId, now)
   local seen = rcall('ZSCORE', S.online, hostId)
   return seen ~= false and tonumber(seen) > now - S.offlineAfterMs
+end
+
+-- Online, and neither drained by an operator nor stalled (an assignment's claim timed out).
+local function hostSchedulable(S, hostId, now)
+  return hostOnline(S, hostId, now)
+    and rcall('SISMEMBER', S.draining, hostId) == 0
+    and rcall('SISMEMBER', S.stalled, hostId) == 0
+end
+
+-- The device ids of a host's last accepted snapshot.
+local function hostDeviceIds(S, hostId)
+  local raw = rcall('HGET', S.snapshots, hostId)
+  local ids = {}
+  if raw then
+    for _, reported in ipairs(cjson.decode(raw).devices) do
+      ids[#ids + 1] = reported.device_id
+    end
+  end
+  return ids
+end
+
+-- Put a device record in the pool (`previous` is the record it replaces, or nil).
+local function poolDevice(S, deviceId, device, previous)
+  if previous and previous.driver ~= device.driver then
+    rcall('ZREM', S.free, freeMember(previous.driver, deviceId))
+    rcall('ZREM', S.byDriver, freeMember(previous.driver, deviceId))
+  end
+  if not previous or previous.driver ~= device.driver then
+    rcall('ZADD', S.byDriver, 0, freeMember(device.driver, deviceId))
+  end
+  putJson(S.devices, deviceId, device)
+end
+
+local function unpoolDevice(S, deviceId, device)
+  rcall('HDEL', S.devices, deviceId)
+  rcall('ZREM', S.free, freeMember(device.driver, deviceId))
+  rcall('ZREM', S.byDriver, freeMember(device.driver, deviceId))
 end
 
 local function labelsMatch(wantedJson, haveJson)
@@ -84,6 +211,8 @@ local function labelsMatch(wantedJson, haveJson)
   return true
 end
 
+-- -- tasks -----------------------------------------------------------------------------------
+
 local function isFree(S, deviceId, device, now)
   return rcall('ZSCORE', S.free, freeMember(device.driver, deviceId)) ~= false
     and hostOnline(S, device.host_id, now)
@@ -99,6 +228,8 @@ local function assignTask(S, task, deviceId, device, now)
   task.updated_at = now
   saveTask(S, task, previous)
   rcall('ZADD', S.assigned, 0, assignedMember(task))
+  rcall('ZADD', S.claimDeadlines, now + S.claimTimeoutMs, task.id)
+  taskEvent(S, task, 'assigned', now)
   rcall('PUBLISH', S.wakeChannel, device.host_id)
 end
 
@@ -141,18 +272,22 @@ local function waitingKey(S, task)
   return S.waitingDriver
 end
 
--- Put a queued task on a free device now, or in its waiting index.
+-- Put a queued task on a free device now, or in its waiting index with its queue deadline.
 local function placeTask(S, task, now)
   local deviceId, device = findDeviceFor(S, task, now)
   if deviceId then
     assignTask(S, task, deviceId, device, now)
   else
     rcall('ZADD', waitingKey(S, task), 0, waitingMember(task))
+    if task.queue_deadline then  -- tasks stored before queue timeouts existed have none
+      rcall('ZADD', S.queueDeadlines, task.queue_deadline, task.id)
+    end
   end
 end
 
 local function unqueueTask(S, task)
   rcall('ZREM', waitingKey(S, task), waitingMember(task))
+  rcall('ZREM', S.queueDeadlines, task.id)
 end
 
 -- Hand a device that just became free the oldest waiting task that matches it.
@@ -188,8 +323,9 @@ local function feedDevice(S, deviceId, device, now)
   if not chosen then
     return false
   end
-  rcall('ZREM', chosenKey, chosen)
   local task = getJson(S.tasks, splitMember(chosen)[3])
+  rcall('ZREM', chosenKey, chosen)
+  rcall('ZREM', S.queueDeadlines, task.id)
   assignTask(S, task, deviceId, device, now)
   return true
 end
@@ -203,7 +339,8 @@ local function refreshDevice(S, deviceId, now)
   local freeKey = freeMember(device.driver, deviceId)
   local shouldBeFree = device.status == 'available'
     and rcall('HEXISTS', S.reservations, deviceId) == 0
-    and hostOnline(S, device.host_id, now)
+    and rcall('HEXISTS', S.disabled, deviceId) == 0
+    and hostSchedulable(S, device.host_id, now)
   if not shouldBeFree then
     rcall('ZREM', S.free, freeKey)
     return
@@ -244,12 +381,31 @@ local function releaseDevice(S, task, now, finished)
   refreshDevice(S, deviceId, now)
 end
 
+-- A task reaches a terminal status: it is saved, and deleted once the retention has passed.
+local function finishTask(S, task, previous, now)
+  task.finished_at = now
+  task.updated_at = now
+  saveTask(S, task, previous)
+  rcall('ZADD', S.retention, now + S.retentionMs, task.id)
+end
+
+-- A new attempt starts its wait: a fresh queue deadline, and the clock of schedule-to-start.
+local function nextAttempt(task, now)
+  task.attempt = task.attempt + 1
+  task.queued_at = now
+  if task.queue_timeout_ms then
+    task.queue_deadline = now + task.queue_timeout_ms
+  end
+end
+
 -- Put a task that held a device back in the queue (same attempt unless the caller bumped it),
+-- recording `kind` with `reason` (the event still names the host and device it leaves), and
 -- placing it before its old device is freed so it does not wait behind that device.
-local function requeueTask(S, task, now)
+local function requeueTask(S, task, now, kind, reason)
   local deviceId = dropReservation(S, task)
   local previous = task.status
   task.status = 'queued'
+  taskEvent(S, task, kind, now, reason)
   task.device_id = nil
   task.host_id = nil
   task.lease_id = nil
@@ -261,30 +417,47 @@ local function requeueTask(S, task, now)
   end
 end
 
--- An assigned task whose host will not claim it (host offline, device gone) returns to the queue.
-local function unassignTask(S, task, now)
+-- An assigned task whose host will not claim it (host offline, device gone, claim timeout,
+-- drain, disable) returns to the queue, same attempt.
+local function unassignTask(S, task, now, reason)
   rcall('ZREM', S.assigned, assignedMember(task))
-  requeueTask(S, task, now)
+  rcall('ZREM', S.claimDeadlines, task.id)
+  requeueTask(S, task, now, 'unassigned', reason)
 end
 
--- A host that is gone (silent, or revoked): it leaves hosts_online, its devices leave `free` (and
--- the pool, if `dropDevices`), and the assignments it had not claimed return to the queue to be
--- placed on other hosts' devices.
-local function detachHost(S, hostId, snapshot, now, dropDevices)
-  rcall('ZREM', S.online, hostId)
-  if snapshot then
-    for _, reported in ipairs(snapshot.devices) do
-      local current = getJson(S.devices, reported.device_id)
-      if current and current.host_id == hostId then
-        rcall('ZREM', S.free, freeMember(current.driver, reported.device_id))
-        if dropDevices then
-          rcall('HDEL', S.devices, reported.device_id)
-        end
+-- A host that may take no new work for now (drained, stalled): its devices leave `free`, and
+-- the assignments it had not claimed return to the queue to be placed on other hosts' devices.
+local function pauseHost(S, hostId, now, reason, dropDevices)
+  for _, deviceId in ipairs(hostDeviceIds(S, hostId)) do
+    local current = getJson(S.devices, deviceId)
+    if current and current.host_id == hostId then
+      if dropDevices then
+        unpoolDevice(S, deviceId, current)
+      else
+        rcall('ZREM', S.free, freeMember(current.driver, deviceId))
       end
     end
   end
   local members = rcall('ZRANGEBYLEX', S.assigned, prefixRange(hostId))
   for _, member in ipairs(members) do
-    unassignTask(S, getJson(S.tasks, splitMember(member)[3]), now)
+    unassignTask(S, getJson(S.tasks, splitMember(member)[3]), now, reason)
   end
+  return #members
+end
+
+-- A host that may take work again: each of its devices is reconsidered (and fed).
+local function resumeHost(S, hostId, now)
+  for _, deviceId in ipairs(hostDeviceIds(S, hostId)) do
+    local current = getJson(S.devices, deviceId)
+    if current and current.host_id == hostId then
+      refreshDevice(S, deviceId, now)
+    end
+  end
+end
+
+-- A host that is gone (silent, or revoked): it leaves hosts_online, and is paused; a revoked
+-- host's devices also leave the pool (`dropDevices`).
+local function detachHost(S, hostId, now, reason, dropDevices)
+  rcall('ZREM', S.online, hostId)
+  pauseHost(S, hostId, now, reason, dropDevices)
 end

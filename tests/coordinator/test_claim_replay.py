@@ -22,7 +22,7 @@ async def test_claim_replay_extends_a_live_lease_to_a_full_ttl(api: Api) -> None
     first = await running_task(api)
     store = api.ctx.store
     # Time passes: the lease has 100 ms left when the replay arrives.
-    now = await store.redis_time_ms()
+    now = await api.ctx.queries.redis_time_ms()
     await store.redis.zadd(store.keys.lease_deadlines, {first["lease_id"]: now + 100})
     replay = await claim_one(api, "host-a", claim_id="c-1")
     assert replay["lease_id"] == first["lease_id"] and replay["task_id"] == first["task_id"]

@@ -23,7 +23,7 @@ async def test_unexpected_errors_are_json_500_logged_once_and_never_echoed(
     async def explode(*args: Any) -> Any:
         raise RuntimeError("secret-detail-from-deep-inside")
 
-    api.ctx.store.get_task = explode  # type: ignore[method-assign]
+    api.ctx.queries.get_task = explode  # type: ignore[method-assign]
     with caplog.at_level(logging.ERROR, logger="coordinator"):
         response = await api.client.get("/api/v1/tasks/t_1", headers=Api.admin_headers)
     assert response.status_code == 500

@@ -68,7 +68,7 @@ async def test_enrollment_token_is_shown_once_and_stored_as_a_hash(api: Api) -> 
     token = await make_token(api, ttl_s=600, max_uses=2, labels={"site": "berlin"})
     assert token["token"].startswith("tet_") and len(token["token"]) > 40
     assert token["max_uses"] == 2 and token["uses_left"] == 2 and token["labels"] == {"site": "berlin"}
-    listed = (await api.client.get("/api/v1/enrollment-tokens", headers=api.admin_headers)).json()["tokens"]
+    listed = (await api.client.get("/api/v1/enrollment-tokens", headers=api.admin_headers)).json()["enrollment_tokens"]
     assert [t["id"] for t in listed] == [token["id"]]
     assert "token" not in listed[0] and token["token"] not in str(listed)
     stored = await api.ctx.store.redis.hgetall(api.ctx.store.keys.enrollment_tokens)
@@ -108,7 +108,7 @@ async def test_max_uses_greater_than_one(api: Api) -> None:
     assert [r.status_code for r in hosts] == [201, 201, 201]
     assert len({r.json()["host_id"] for r in hosts}) == 3
     assert (await enroll(api, token["token"])).status_code == 401
-    listed = (await api.client.get("/api/v1/enrollment-tokens", headers=api.admin_headers)).json()["tokens"]
+    listed = (await api.client.get("/api/v1/enrollment-tokens", headers=api.admin_headers)).json()["enrollment_tokens"]
     assert (listed[0]["uses"], listed[0]["uses_left"]) == (3, 0)
 
 
@@ -120,7 +120,7 @@ async def test_expired_token_is_refused(api: Api) -> None:
     await api.ctx.store.redis.hset(keys.enrollment_tokens, token["id"], orjson.dumps({**record, "expires_at": 0}))
     response = await enroll(api, token["token"])
     assert response.status_code == 401
-    listed = (await api.client.get("/api/v1/enrollment-tokens", headers=api.admin_headers)).json()["tokens"]
+    listed = (await api.client.get("/api/v1/enrollment-tokens", headers=api.admin_headers)).json()["enrollment_tokens"]
     assert listed[0]["expired"] is True and listed[0]["uses"] == 0
 
 
@@ -311,7 +311,7 @@ async def test_bad_enrollment_requests(api: Api) -> None:
         assert response.status_code == 400, body
         assert response.json()["error"]["code"] == "invalid_request"
     assert (await api.client.post("/internal/v1/enroll", content=b"{no", headers=headers)).status_code == 400
-    listed = (await api.client.get("/api/v1/enrollment-tokens", headers=api.admin_headers)).json()["tokens"]
+    listed = (await api.client.get("/api/v1/enrollment-tokens", headers=api.admin_headers)).json()["enrollment_tokens"]
     assert listed[0]["uses"] == 0
     for body in ({"ttl_s": 0}, {"ttl_s": "60"}, {"max_uses": 0}, {"labels": ["x"]}, {"ttl_s": 10**9}):
         response = await api.client.post("/api/v1/enrollment-tokens", json=body, headers=api.admin_headers)

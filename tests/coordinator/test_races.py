@@ -38,9 +38,9 @@ def _task(device_id: str, max_attempts: int = 3) -> dict[str, Any]:
 
 
 async def _claim(store: Store, host: str) -> dict[str, Any]:
-    assignment = await store.claim(_host(host), "", "l_" + secrets.token_hex(8), 30_000)
-    assert assignment is not None
-    return assignment
+    claimed = await store.claim(_host(host), "", "l_" + secrets.token_hex(8), 30_000)
+    assert claimed is not None
+    return claimed.assignment
 
 
 async def _expire(store: Store, lease_id: str) -> None:
@@ -120,7 +120,7 @@ async def test_concurrent_claims_hand_out_each_assignment_once(store: Store) -> 
     await store.heartbeat(_host("h1"), _snapshot(*devices))
     created = {(await store.create_task(_task(d)))[0].id for d in devices}
     claims = await asyncio.gather(*(store.claim(_host("h1"), "", f"l_{i}", 30_000) for i in range(100)))
-    claimed = [c["task_id"] for c in claims if c is not None]
+    claimed = [c.assignment["task_id"] for c in claims if c is not None]
     assert len(claimed) == len(created) and set(claimed) == created
 
 

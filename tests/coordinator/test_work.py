@@ -138,11 +138,11 @@ async def test_lease_expires_on_the_redis_clock(api_factory) -> None:  # type: i
         assert renewed.status_code == 200
         deadline = await api.ctx.store.redis.zscore(api.ctx.store.keys.lease_deadlines, assignment["lease_id"])
         # poll until the Redis clock passes the renewed 200 ms deadline
-        while await api.ctx.store.redis_time_ms() <= deadline:
+        while await api.ctx.queries.redis_time_ms() <= deadline:
             await asyncio.sleep(0.02)
         response = await api.renew("host-a", assignment)
         assert response.status_code == 409 and response.json()["error"]["code"] == "lease_expired"
-        assert (await api.sweep())[0] == 1
+        assert (await api.sweep())["leases"] == 1
         assert (await api.task(assignment["task_id"]))["attempt"] == 2
 
 
@@ -275,7 +275,7 @@ async def test_stale_attempt_reports_after_requeue(api: Api) -> None:
     other = "host-b" if host == "host-a" else "host-a"
     first = await claim_one(api, host)
     await expire_lease(api, first["lease_id"])
-    assert (await api.sweep())[0] == 1
+    assert (await api.sweep())["leases"] == 1
     requeued = await api.task(task["task_id"])
     assert requeued["attempt"] == 2
     # attempt 2 went to the other host's free device, not behind the stale one
@@ -326,5 +326,5 @@ async def test_result_after_deadline_but_before_requeue_is_recorded(api: Api) ->
     assignment = await claim_one(api, "host-a")
     await expire_lease(api, assignment["lease_id"])
     assert (await api.result("host-a", assignment)).status_code == 200
-    assert (await api.sweep())[0] == 0
+    assert (await api.sweep())["leases"] == 0
     assert (await api.task(assignment["task_id"]))["status"] == "succeeded"

@@ -57,6 +57,11 @@ class Coordinator(CoordinatorProcess):
             lambda: (t := self.task(task_id))["status"] in statuses and t, timeout, what=f"task {task_id} in {statuses}"
         )
 
+    def events(self, task_id: str) -> list[dict[str, Any]]:
+        response = self.api.get(f"/api/v1/tasks/{task_id}/events")
+        assert response.status_code == 200, response.text
+        return response.json()["events"]
+
     def devices(self) -> list[dict[str, Any]]:
         response = self.api.get("/api/v1/devices")
         assert response.status_code == 200, response.text
@@ -235,9 +240,13 @@ def test_sigterm_past_the_grace_period_stops_the_run_and_reports_it(
     agent.signal(signal.SIGTERM)
     assert agent.wait() == 0
     assert time.monotonic() - started < 8
-    done = coordinator.task(task["task_id"])
-    assert done["status"] == "cancelled", agent.log()
-    assert done["result"]["failure_reason"] == "shutdown"
+    # A run stopped by shutdown is a retryable failure: the task goes back to the queue as attempt 2
+    # (no device left to take it here, so it waits).
+    requeued = coordinator.task(task["task_id"])
+    assert requeued["status"] == "queued" and requeued["attempt"] == 2, agent.log()
+    result, again = coordinator.events(task["task_id"])[-2:]
+    assert (result["type"], result["status"], result["reason"]) == ("result", "failed", "shutdown")
+    assert (again["type"], again["reason"], again["attempt"]) == ("requeued", "retryable_failure", 2)
 
 
 def test_agent_rides_out_a_coordinator_restart(

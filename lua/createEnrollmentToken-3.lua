@@ -5,6 +5,7 @@
     KEYS[1] enrollment_tokens        hash  token id -> {digest, created_at, expires_at, max_uses,
                                             uses, labels (JSON string), revoked}
     KEYS[2] enrollment_token_hashes  hash  SHA-256 of the secret -> token id
+    KEYS[3] enrollment_tokens_by_age zset  token id -> creation time (ms), for listing in order
     ARGV[1] token id
     ARGV[2] SHA-256 of the secret (hex)
     ARGV[3] lifetime (ms)
@@ -18,6 +19,7 @@
 --- @include "includes/common"
 local tokensKey = KEYS[1]
 local hashesKey = KEYS[2]
+local byAgeKey = KEYS[3]
 
 local now = nowMs()
 local token = {
@@ -32,4 +34,5 @@ local token = {
 }
 putJson(tokensKey, token.id, token)
 rcall('HSET', hashesKey, token.digest, token.id)
+rcall('ZADD', byAgeKey, now, token.id)
 return {0, cjson.encode(token)}

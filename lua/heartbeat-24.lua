@@ -3,21 +3,21 @@
   complete snapshot it sent, all or nothing.
 
   Input:
-    KEYS[1..9]  the scheduling keys (includes/schedule.lua)
-    KEYS[10]    hosts             hash  host id -> host record JSON
-    KEYS[11]    host_seen         zset  host id -> last heartbeat (ms), never swept
-    KEYS[12]    host_snapshots    hash  host id -> the last accepted snapshot JSON
-    KEYS[13]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
-    KEYS[14]    revoked_tokens    set   SHA-256 digests of revoked host tokens
-    ARGV[1..2]  the scheduling arguments
-    ARGV[3]     host id
-    ARGV[4]     host kind: "static" or "enrolled"
-    ARGV[5]     snapshot JSON {agent, devices: [{device_id, driver, status, attributes, labels}]},
+    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    KEYS[20]    hosts             hash  host id -> host record JSON
+    KEYS[21]    host_seen         zset  host id -> last heartbeat (ms), never swept
+    KEYS[22]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
+    KEYS[23]    revoked_tokens    set   SHA-256 digests of revoked host tokens
+    KEYS[24]    host_ids          zset  every host id with a record (score 0, lexicographic)
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     host id
+    ARGV[7]     host kind: "static" or "enrolled"
+    ARGV[8]     snapshot JSON {agent, devices: [{device_id, driver, status, attributes, labels}]},
                 canonical (sorted), with attributes and labels as JSON strings; a byte-equal
                 repeat of the stored snapshot from an online host only refreshes last-seen
-    ARGV[6]     SHA-256 of the credential the request came with (revocation is bound to it)
+    ARGV[9]     SHA-256 of the credential the request came with (revocation is bound to it)
   Output:
-    {0}
+    {0, draining (0|1)}
     {DEVICE_CONFLICT, device id}  static host: the id belongs to an online host or is enrolled
     {UNKNOWN_DEVICE, device id}   enrolled host: the id is not enrolled to this host
     {DRIVER_CONFLICT, device id}  enrolled host: the driver differs from the enrollment
@@ -26,31 +26,31 @@
   Invariants: a rejected snapshot changes nothing (not last-seen, not the pool); other hosts'
   devices and enrollment records are never touched, except that a static device id whose owner
   is offline passes to the new reporter; a device that disappears takes its unclaimed
-  assignment back to the queue.
+  assignment back to the queue; a host coming back online publishes `host_online`.
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local hostsKey = KEYS[10]
-local seenKey = KEYS[11]
-local snapshotsKey = KEYS[12]
-local enrolledKey = KEYS[13]
-local revokedKey = KEYS[14]
-local hostId = ARGV[3]
-local kind = ARGV[4]
-local snapshotJson = ARGV[5]
-local credential = ARGV[6]
+local hostsKey = KEYS[20]
+local seenKey = KEYS[21]
+local enrolledKey = KEYS[22]
+local revokedKey = KEYS[23]
+local hostIdsKey = KEYS[24]
+local hostId = ARGV[6]
+local kind = ARGV[7]
+local snapshotJson = ARGV[8]
+local credential = ARGV[9]
 
 if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
 end
 local now = nowMs()
 local wasOnline = hostOnline(S, hostId, now)
-local previousJson = rcall('HGET', snapshotsKey, hostId)
+local previousJson = rcall('HGET', S.snapshots, hostId)
 if wasOnline and previousJson == snapshotJson then
   rcall('ZADD', S.online, now, hostId)
   rcall('ZADD', seenKey, now, hostId)
-  return {0}
+  return {0, rcall('SISMEMBER', S.draining, hostId)}
 end
 
 local snapshot = cjson.decode(snapshotJson)
@@ -103,12 +103,11 @@ if previousJson then
     local id = old.device_id
     local current = getJson(S.devices, id)
     if not reportedIds[id] and current and current.host_id == hostId then
-      rcall('HDEL', S.devices, id)
-      rcall('ZREM', S.free, freeMember(current.driver, id))
+      unpoolDevice(S, id, current)
       local holder = rcall('HGET', S.reservations, id)
       local task = holder and getJson(S.tasks, holder)
       if task and task.status == 'assigned' then
-        unassignTask(S, task, now)
+        unassignTask(S, task, now, 'device_gone')
       end
     end
   end
@@ -116,27 +115,27 @@ end
 
 for _, reported in ipairs(snapshot.devices) do
   local id = reported.device_id
-  local current = getJson(S.devices, id)
-  if current and current.driver ~= reported.driver then
-    rcall('ZREM', S.free, freeMember(current.driver, id))
-  end
-  putJson(S.devices, id, {
+  poolDevice(S, id, {
     host_id = hostId,
     driver = reported.driver,
     status = reported.status,
     attributes = reported.attributes,
     labels = deviceLabels(reported.labels),
-  })
+  }, getJson(S.devices, id))
 end
 
 rcall('ZADD', S.online, now, hostId)
 rcall('ZADD', seenKey, now, hostId)
-rcall('HSET', snapshotsKey, hostId, snapshotJson)
+rcall('HSET', S.snapshots, hostId, snapshotJson)
 if not hostRecord then
   putJson(hostsKey, hostId, {kind = kind, created_at = now})
+  rcall('ZADD', hostIdsKey, 0, hostId)
+end
+if not wasOnline then
+  publish(S, {type = 'host_online', host_id = hostId, at = now})
 end
 
 for _, reported in ipairs(snapshot.devices) do
   refreshDevice(S, reported.device_id, now)
 end
-return {0}
+return {0, rcall('SISMEMBER', S.draining, hostId)}

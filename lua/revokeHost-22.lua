@@ -6,14 +6,13 @@
   host whose token is changed in configuration works again with the new token.
 
   Input:
-    KEYS[1..9]  the scheduling keys (includes/schedule.lua)
-    KEYS[10]    hosts           hash  host id -> host record JSON
-    KEYS[11]    host_snapshots  hash  host id -> last accepted snapshot JSON
-    KEYS[12]    revoked_tokens  set   SHA-256 digests of revoked host tokens
-    KEYS[13]    host_tokens     hash  SHA-256 of a host token -> host id
-    ARGV[1..2]  the scheduling arguments
-    ARGV[3]     host id
-    ARGV[4]     a static host's configured token digest (it may have no record yet), "" for an
+    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    KEYS[20]    hosts           hash  host id -> host record JSON
+    KEYS[21]    revoked_tokens  set   SHA-256 digests of revoked host tokens
+    KEYS[22]    host_tokens     hash  SHA-256 of a host token -> host id
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     host id
+    ARGV[7]     a static host's configured token digest (it may have no record yet), "" for an
                 enrolled host (its record holds the digest)
   Output:
     {0, host record JSON}
@@ -25,22 +24,22 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local hostsKey = KEYS[10]
-local snapshotsKey = KEYS[11]
-local revokedKey = KEYS[12]
-local hostTokensKey = KEYS[13]
-local hostId = ARGV[3]
-local staticDigest = ARGV[4]
+local hostsKey = KEYS[20]
+local revokedKey = KEYS[21]
+local hostTokensKey = KEYS[22]
+local hostId = ARGV[6]
+local staticDigest = ARGV[7]
 
 local now = nowMs()
 local host = getJson(hostsKey, hostId)
+local newly
 if staticDigest ~= '' then
   host = host or {kind = 'static', created_at = now}
-  rcall('SADD', revokedKey, staticDigest)
+  newly = rcall('SADD', revokedKey, staticDigest) == 1
 elseif not host then
   return {E.NOT_FOUND}
 else
-  rcall('SADD', revokedKey, host.token_digest)
+  newly = rcall('SADD', revokedKey, host.token_digest) == 1
   rcall('HDEL', hostTokensKey, host.token_digest)
   if not host.revoked then
     host.revoked = true
@@ -48,6 +47,9 @@ else
     putJson(hostsKey, hostId, host)
   end
 end
-detachHost(S, hostId, getJson(snapshotsKey, hostId), now, true)
-rcall('HDEL', snapshotsKey, hostId)
+detachHost(S, hostId, now, 'host_revoked', true)
+rcall('HDEL', S.snapshots, hostId)
+if newly then
+  publish(S, {type = 'host_revoked', host_id = hostId, at = now})
+end
 return {0, cjson.encode(host)}

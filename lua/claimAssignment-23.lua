@@ -2,42 +2,44 @@
   Claim the oldest assignment queued for a host: move it to running under a fresh lease.
 
   Input:
-    KEYS[1..9]  the scheduling keys (includes/schedule.lua)
-    KEYS[10]    leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
-    KEYS[11]    lease_deadlines  zset  lease id -> expiry (ms)
-    KEYS[12]    claims           hash  "host id\0claim id" -> the assignment JSON it returned
-    KEYS[13]    revoked_tokens   set   SHA-256 digests of revoked host tokens
-    ARGV[1..2]  the scheduling arguments
-    ARGV[3]     host id
-    ARGV[4]     claim id chosen by the agent, or "" for none
-    ARGV[5]     lease id for a new lease (minted by the service)
-    ARGV[6]     lease TTL (ms)
-    ARGV[7]     SHA-256 of the credential the request came with (revocation is bound to it)
+    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    KEYS[20]    leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
+    KEYS[21]    lease_deadlines  zset  lease id -> expiry (ms)
+    KEYS[22]    claims           hash  "host id\0claim id" -> the assignment JSON it returned
+    KEYS[23]    revoked_tokens   set   SHA-256 digests of revoked host tokens
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     host id
+    ARGV[7]     claim id chosen by the agent, or "" for none
+    ARGV[8]     lease id for a new lease (minted by the service)
+    ARGV[9]     lease TTL (ms)
+    ARGV[10]    SHA-256 of the credential the request came with (revocation is bound to it)
   Output:
-    {0, assignment JSON}  claimed now, or the same assignment again for a repeated claim id
-                          whose lease is live, extended to a full TTL from now
-    {0, false}            nothing queued for this host, or a repeated claim id whose lease has
-                          ended (expired, replaced, or its result recorded)
+    {0, assignment JSON, ms the attempt waited from queued to claimed}  claimed now
+    {0, assignment JSON, -1}  the same assignment again for a repeated claim id whose lease is
+                              live, extended to a full TTL from now
+    {0, false}                nothing queued for this host, or a repeated claim id whose lease
+                              has ended (expired, replaced, or its result recorded)
     {REVOKED}
 
   Invariants: an assignment is handed out at most once (removed from `assigned` in the step that
   creates its lease); a repeated claim id returns what the first call returned and claims nothing
   more, so a lost response orphans no work; the answer's lease_expires_at_ms is always a full TTL
   ahead, so an agent that counts the lease from the answer it finally got is never late; an ended
-  lease is never revived.
+  lease is never revived. A poll is what ends a host's stall (an assignment whose claim timed
+  out): its devices take work again in this step.
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local leasesKey = KEYS[10]
-local deadlinesKey = KEYS[11]
-local claimsKey = KEYS[12]
-local revokedKey = KEYS[13]
-local hostId = ARGV[3]
-local claimId = ARGV[4]
-local leaseId = ARGV[5]
-local ttl = tonumber(ARGV[6])
-local credential = ARGV[7]
+local leasesKey = KEYS[20]
+local deadlinesKey = KEYS[21]
+local claimsKey = KEYS[22]
+local revokedKey = KEYS[23]
+local hostId = ARGV[6]
+local claimId = ARGV[7]
+local leaseId = ARGV[8]
+local ttl = tonumber(ARGV[9])
+local credential = ARGV[10]
 
 if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
@@ -60,8 +62,13 @@ if claimId ~= '' then
     assignment.lease_expires_at_ms = now + ttl
     local encoded = cjson.encode(assignment)
     rcall('HSET', claimsKey, claimField, encoded)
-    return {0, encoded}
+    return {0, encoded, -1}
   end
+end
+
+local now = nowMs()
+if rcall('SREM', S.stalled, hostId) == 1 then
+  resumeHost(S, hostId, now)
 end
 
 local low, high = prefixRange(hostId)
@@ -71,14 +78,19 @@ if not member then
 end
 rcall('ZREM', S.assigned, member)
 
-local now = nowMs()
 local task = getJson(S.tasks, splitMember(member)[3])
+rcall('ZREM', S.claimDeadlines, task.id)
 local previous = task.status
 task.status = 'running'
 task.lease_id = leaseId
 task.started_at = now
 task.updated_at = now
+-- Every lease of the task, so that retention can delete them (and their claim records).
+task.leases = task.leases or {}
+task.leases[#task.leases + 1] = leaseId
 saveTask(S, task, previous)
+taskEvent(S, task, 'claimed', now)
+startRun(S, task, now)
 
 local lease = {task_id = task.id, host_id = hostId, attempt = task.attempt, device_id = task.device_id}
 if claimId ~= '' then
@@ -103,4 +115,4 @@ local encoded = cjson.encode(assignment)
 if claimId ~= '' then
   rcall('HSET', claimsKey, claimField, encoded)
 end
-return {0, encoded}
+return {0, encoded, now - (task.queued_at or task.created_at)}

@@ -2,29 +2,31 @@
   Create a task and, in the same step, reserve a matching free device for it or queue it.
 
   Input:
-    KEYS[1..9]  the scheduling keys (includes/schedule.lua)
-    KEYS[10]    task_seq        string  counter giving every task its age
-    KEYS[11]    tasks_by_seq    zset    task id -> seq (listing, newest first)
-    KEYS[12]    idempotency     hash    idempotency key -> task id
-    ARGV[1..2]  the scheduling arguments
-    ARGV[3]     task JSON built by the service: id, kind, goal | workflow, max_steps,
-                max_attempts, target_device | (driver, labels), idempotency_key?, request_hash
+    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    KEYS[20]    task_seq        string  counter giving every task its age
+    KEYS[21]    tasks_by_seq    zset    task id -> seq (listing, newest first)
+    KEYS[22]    idempotency     hash    idempotency key -> task id
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     task JSON built by the service: id, kind, goal | workflow, max_steps,
+                max_attempts, queue_timeout_ms, target_device | (driver, labels),
+                idempotency_key?, request_hash
   Output:
     {0, task JSON, 1}  created
     {0, task JSON, 0}  an earlier task with the same idempotency key and the same request
     {IDEMPOTENCY_CONFLICT, task id}  same idempotency key, different request
 
-  Invariant: a task is stored, indexed and placed (assigned or waiting) in one step, so no
-  observer ever sees a task that is neither.
+  Invariant: a task is stored, indexed, given its queue deadline and placed (assigned or
+  waiting) in one step, so no observer ever sees a task that is neither; its history starts
+  with `created`.
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local seqKey = KEYS[10]
-local bySeqKey = KEYS[11]
-local idempotencyKey = KEYS[12]
+local seqKey = KEYS[20]
+local bySeqKey = KEYS[21]
+local idempotencyKey = KEYS[22]
 
-local task = cjson.decode(ARGV[3])
+local task = cjson.decode(ARGV[6])
 local now = nowMs()
 
 if task.idempotency_key then
@@ -44,7 +46,12 @@ task.status = 'queued'
 task.attempt = 1
 task.created_at = now
 task.updated_at = now
+task.queued_at = now
+if task.queue_timeout_ms then
+  task.queue_deadline = now + task.queue_timeout_ms
+end
 rcall('ZADD', bySeqKey, task.seq, task.id)
 saveTask(S, task, nil)
+taskEvent(S, task, 'created', now)
 placeTask(S, task, now)
 return {0, rcall('HGET', S.tasks, task.id), 1}

@@ -9,6 +9,7 @@
     KEYS[4] hosts                    hash  host id -> host record JSON
     KEYS[5] host_tokens              hash  SHA-256 of a host token -> host id
     KEYS[6] revoked_tokens           set   SHA-256 digests of revoked host tokens
+    KEYS[7] host_ids                 zset  every host id with a record (score 0, lexicographic)
     ARGV[1] SHA-256 of the presented enrollment token
     ARGV[2] enrollment id (agent-generated)
     ARGV[3] SHA-256 of the agent's host token
@@ -34,6 +35,7 @@ local enrollmentsKey = KEYS[3]
 local hostsKey = KEYS[4]
 local hostTokensKey = KEYS[5]
 local revokedKey = KEYS[6]
+local hostIdsKey = KEYS[7]
 local enrollmentId = ARGV[2]
 local hostTokenDigest = ARGV[3]
 
@@ -85,6 +87,7 @@ putJson(hostsKey, hostId, {
   hostname = ARGV[5],
   labels = labelsJson,
 })
+rcall('ZADD', hostIdsKey, 0, hostId)
 rcall('HSET', hostTokensKey, hostTokenDigest, hostId)
 putJson(enrollmentsKey, enrollmentId, {host_id = hostId, host_token_digest = hostTokenDigest, token_id = tokenId})
 return {0, hostId, 1}

@@ -4,26 +4,26 @@
   to be placed on another device.
 
   Input:
-    KEYS[1..9]  the scheduling keys (includes/schedule.lua); KEYS[6] hosts_online is the index
+    KEYS[1..19] the scheduling keys (includes/schedule.lua); KEYS[6] hosts_online is the index
                 this sweep reads
-    KEYS[10]    host_snapshots  hash  host id -> last accepted snapshot JSON
-    ARGV[1..2]  the scheduling arguments
-    ARGV[3]     at most this many hosts per call
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     at most this many hosts per call
   Output:
     {0, number of hosts taken offline}
 
-  Invariant: a host is taken offline once (removed from hosts_online in the step that acts);
-  its device records stay in the pool, shown with host_online false, until it reports again.
+  Invariant: a host is taken offline once (removed from hosts_online in the step that acts,
+  which publishes `host_offline`); its device records stay in the pool, shown with host_online
+  false, until it reports again.
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local snapshotsKey = KEYS[10]
-local limit = tonumber(ARGV[3])
+local limit = tonumber(ARGV[6])
 
 local now = nowMs()
 local stale = rcall('ZRANGEBYSCORE', S.online, '-inf', now - S.offlineAfterMs, 'LIMIT', 0, limit)
 for _, hostId in ipairs(stale) do
-  detachHost(S, hostId, getJson(snapshotsKey, hostId), now, false)
+  detachHost(S, hostId, now, 'host_offline', false)
+  publish(S, {type = 'host_offline', host_id = hostId, at = now})
 end
 return {0, #stale}

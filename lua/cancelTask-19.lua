@@ -2,9 +2,9 @@
   Cancel a task: at once when it is queued or assigned; a running one is asked to stop.
 
   Input:
-    KEYS[1..9]  the scheduling keys (includes/schedule.lua)
-    ARGV[1..2]  the scheduling arguments
-    ARGV[3]     task id
+    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     task id
   Output:
     {0, task JSON}  cancelled, or cancel requested (running), or already cancelled
     {NOT_FOUND}
@@ -16,7 +16,7 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local taskId = ARGV[3]
+local taskId = ARGV[6]
 
 local task = getJson(S.tasks, taskId)
 if not task then
@@ -28,12 +28,14 @@ if previous == 'queued' then
   unqueueTask(S, task)
 elseif previous == 'assigned' then
   rcall('ZREM', S.assigned, assignedMember(task))
+  rcall('ZREM', S.claimDeadlines, task.id)
   releaseDevice(S, task, now, false)
 elseif previous == 'running' then
   if not task.cancel_requested then
     task.cancel_requested = true
     task.updated_at = now
     saveTask(S, task, previous)
+    taskEvent(S, task, 'cancel_requested', now)
   end
   return {0, cjson.encode(task)}
 elseif previous == 'cancelled' then
@@ -43,7 +45,6 @@ else
 end
 task.status = 'cancelled'
 task.failure_reason = 'cancelled'
-task.finished_at = now
-task.updated_at = now
-saveTask(S, task, previous)
+finishTask(S, task, previous, now)
+taskEvent(S, task, 'cancelled', now, 'cancelled')
 return {0, cjson.encode(task)}

@@ -1,0 +1,105 @@
+"""The operator API for tasks (/api/v1/tasks): create, read, list, history, cancel.
+Bearer = the admin token."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+import wire
+from coordinator.context import Context
+from coordinator.errors import InvalidRequest, NotFound
+from coordinator.records import TaskRecord
+from coordinator.validation import Body, Query, canonical_json, read_json, require_id
+from coordinator.views import event_view, json_response, task_view
+
+_TASK_STATUSES = wire.values(wire.TaskStatus)
+MAX_QUEUE_TIMEOUT_S = 365 * 24 * 3600
+
+
+def parse_task(body: Body, default_queue_timeout_ms: int) -> dict[str, Any]:
+    """The task record to create, from a validated request (ids and status are added later)."""
+    kind = body.get("kind")
+    task: dict[str, Any] = {"kind": kind}
+    if kind == "goal":
+        task["goal"] = body.text("goal", max_len=wire.MAX_GOAL_CHARS, required=True)
+        task["max_steps"] = body.integer("max_steps", default=30, low=1, high=10_000)
+    elif kind == "workflow":
+        workflow = body.object("workflow", required=True)
+        task["workflow"] = canonical_json({"name": workflow.id("name"), "params": workflow.object("params")})
+        task["max_steps"] = body.integer("max_steps", low=1, high=10_000)
+    else:
+        raise InvalidRequest("kind must be goal or workflow")
+
+    has_device, has_selector = body.get("device_id") is not None, body.get("selector") is not None
+    if has_device == has_selector:
+        raise InvalidRequest("give exactly one target: device_id or selector")
+    if has_device:
+        task["target_device"] = body.id("device_id")
+    else:
+        selector = body.object("selector", required=True)
+        task["driver"] = selector.id("driver")
+        task["labels"] = canonical_json(selector.labels("labels"))
+    task["max_attempts"] = body.integer("max_attempts", default=3, low=1, high=100)
+    queue_timeout_s = body.integer("queue_timeout_s", low=1, high=MAX_QUEUE_TIMEOUT_S)
+    task["queue_timeout_ms"] = queue_timeout_s * 1000 if queue_timeout_s is not None else default_queue_timeout_ms
+    if body.get("idempotency_key") is not None:
+        task["idempotency_key"] = body.id("idempotency_key")
+    # What makes two requests "the same" for the idempotency key.
+    task["request_hash"] = hashlib.sha256(canonical_json(task).encode()).hexdigest()
+    return {k: v for k, v in task.items() if v is not None}
+
+
+async def _views(ctx: Context, tasks: list[TaskRecord]) -> list[dict[str, Any]]:
+    """Task views, with the waiting reason and candidates of the queued ones."""
+    candidates = await ctx.queries.candidates(tasks)
+    return [task_view(t, candidates.get(t.id)) for t in tasks]
+
+
+async def create_task(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    body = await read_json(request, ctx.settings.max_body_bytes)
+    task = parse_task(body, ctx.settings.queue_timeout_ms)
+    task["id"] = "t_" + secrets.token_hex(12)
+    stored, created = await ctx.store.create_task(task)
+    return json_response((await _views(ctx, [stored]))[0], 201 if created else 200)
+
+
+async def get_task(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    task_id = require_id(request.path_params["task_id"], "task_id")
+    task = await ctx.queries.get_task(task_id)
+    if task is None:
+        raise NotFound("no such task")
+    return json_response((await _views(ctx, [task]))[0])
+
+
+async def list_tasks(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    query = Query(request)
+    status = query.choice("status", _TASK_STATUSES)
+    host_id, device_id = query.id("host_id"), query.id("device_id")
+    limit = query.limit()
+    cursor = query.integer("cursor", default=-1, low=0, high=2**63 - 1)
+    page = await ctx.queries.list_tasks(status=status, host_id=host_id, device_id=device_id, limit=limit,
+                                        cursor=None if cursor < 0 else cursor)
+    return json_response({"tasks": await _views(ctx, page.items), "next_cursor": page.next_cursor})
+
+
+async def task_events(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    task_id = require_id(request.path_params["task_id"], "task_id")
+    events = await ctx.queries.task_events(task_id)
+    if events is None:
+        raise NotFound("no such task")
+    return json_response({"events": [event_view(e) for e in events]})
+
+
+async def cancel_task(ctx: Context, request: Request) -> Response:
+    ctx.auth.require_admin(request)
+    task_id = require_id(request.path_params["task_id"], "task_id")
+    return json_response(task_view(await ctx.store.cancel_task(task_id)))

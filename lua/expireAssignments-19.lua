@@ -1,0 +1,37 @@
+--[[
+  Reaper: assignments not claimed within the claim timeout go back to the queue (same attempt,
+  event `unassigned` with reason `claim_timeout`), and their host is stalled: its devices take
+  no new work, and its other unclaimed assignments go back too, until the host polls again (the
+  claim script ends the stall).
+
+  Input:
+    KEYS[1..19] the scheduling keys (includes/schedule.lua); KEYS[16] claim_deadlines is the
+                index this sweep reads
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     at most this many deadlines per call
+  Output:
+    {0, number of deadlines taken, number of assignments sent back}
+
+  Invariant: a deadline is acted on once (removed in the step that acts); only a task still
+  assigned is moved, so a claim that won the race keeps its task.
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
+local limit = tonumber(ARGV[6])
+
+local now = nowMs()
+local due = rcall('ZRANGEBYSCORE', S.claimDeadlines, '-inf', now, 'LIMIT', 0, limit)
+local returned = 0
+for _, taskId in ipairs(due) do
+  rcall('ZREM', S.claimDeadlines, taskId)
+  local task = getJson(S.tasks, taskId)
+  if task and task.status == 'assigned' then
+    rcall('SADD', S.stalled, task.host_id)
+    returned = returned + pauseHost(S, task.host_id, now, 'claim_timeout', false)
+  end
+end
+if returned > 0 then
+  rcall('HINCRBY', S.stats, 'claim_timeouts', returned)
+end
+return {0, #due, returned}

@@ -1,0 +1,64 @@
+--[[
+  Un-enroll a managed host's device: its cloud id is retired. The host must enroll the local
+  device again (it gets a new id) to pool it; its next heartbeat still reporting the old id is
+  told `unknown_device`.
+
+  Input:
+    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    KEYS[20]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
+    KEYS[21]    local_devices     hash  "host id\0local id" -> {device_id, driver}
+    KEYS[22]    hosts             hash  host id -> host record JSON
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     device id
+  Output:
+    {0}
+    {NOT_FOUND}    not an enrolled device (static hosts' devices are not enrolled)
+    {DEVICE_BUSY}  it holds a task (assigned or running)
+
+  Invariants: a device holding a task is never forgotten; once forgotten, no record names the
+  id as pooled, enrolled or disabled, and the host's enrolled-device count drops by one. Its
+  runs stay readable for the retention window, then expire.
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
+local enrolledKey = KEYS[20]
+local localKey = KEYS[21]
+local hostsKey = KEYS[22]
+local deviceId = ARGV[6]
+
+local enrolled = getJson(enrolledKey, deviceId)
+if not enrolled then
+  return {E.NOT_FOUND}
+end
+if rcall('HEXISTS', S.reservations, deviceId) == 1 then
+  return {E.DEVICE_BUSY}
+end
+local current = getJson(S.devices, deviceId)
+if current then
+  unpoolDevice(S, deviceId, current)
+end
+rcall('HDEL', S.disabled, deviceId)
+rcall('HDEL', enrolledKey, deviceId)
+rcall('HDEL', localKey, indexMember(enrolled.host_id, enrolled.local_id))
+local host = getJson(hostsKey, enrolled.host_id)
+if host and host.devices_enrolled then
+  host.devices_enrolled = math.max(0, host.devices_enrolled - 1)
+  putJson(hostsKey, enrolled.host_id, host)
+end
+-- The host's stored snapshot forgets it too, so its next heartbeat that still reports the id is
+-- not a byte-equal repeat: it is checked in full and told unknown_device.
+local raw = rcall('HGET', S.snapshots, enrolled.host_id)
+if raw then
+  local snapshot = cjson.decode(raw)
+  local kept = {}
+  for _, reported in ipairs(snapshot.devices) do
+    if reported.device_id ~= deviceId then
+      kept[#kept + 1] = reported
+    end
+  end
+  snapshot.devices = kept
+  rcall('HSET', S.snapshots, enrolled.host_id, cjson.encode(snapshot))
+end
+rcall('PEXPIRE', S.base .. 'device_runs:' .. deviceId, S.retentionMs)
+return {0}

@@ -1,0 +1,68 @@
+--[[
+  Reaper: delete terminal tasks whose retention has passed, with everything hanging off them:
+  the record, its index entries, its history, its idempotency key, its progress, its leases and
+  their claim records.
+
+  Input:
+    KEYS[1] tasks            hash  task id -> task JSON
+    KEYS[2] tasks_by_seq     zset  task id -> seq
+    KEYS[3] tasks_by_status  zset  "status\0seq\0task id"
+    KEYS[4] retention        zset  task id -> when it is deleted (ms); the index this sweep reads
+    KEYS[5] idempotency      hash  idempotency key -> task id
+    KEYS[6] leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
+    KEYS[7] claims           hash  "host id\0claim id" -> assignment JSON
+    KEYS[8] progress         hash  task id -> latest progress JSON
+    KEYS[9] stats            hash  deployment-wide counters
+    ARGV[1] key base (the task's history is <base>task_events:<task id>)
+    ARGV[2] at most this many tasks per call
+  Output:
+    {0, number of tasks deleted}
+
+  Invariants: only terminal tasks are deleted, each once; afterwards no key of the deployment
+  names the task (so a late result or renewal for it finds no lease: lease_not_owned), and an
+  idempotency key pointing at a newer task is left alone.
+]]
+--- @include "includes/common"
+local tasksKey = KEYS[1]
+local bySeqKey = KEYS[2]
+local byStatusKey = KEYS[3]
+local retentionKey = KEYS[4]
+local idempotencyKey = KEYS[5]
+local leasesKey = KEYS[6]
+local claimsKey = KEYS[7]
+local progressKey = KEYS[8]
+local statsKey = KEYS[9]
+local base = ARGV[1]
+local limit = tonumber(ARGV[2])
+
+local TERMINAL = {succeeded = true, failed = true, cancelled = true}
+
+local now = nowMs()
+local due = rcall('ZRANGEBYSCORE', retentionKey, '-inf', now, 'LIMIT', 0, limit)
+local deleted = 0
+for _, taskId in ipairs(due) do
+  rcall('ZREM', retentionKey, taskId)
+  local task = getJson(tasksKey, taskId)
+  if task and TERMINAL[task.status] then
+    rcall('HDEL', tasksKey, taskId)
+    rcall('ZREM', bySeqKey, taskId)
+    rcall('ZREM', byStatusKey, statusMember(task.status, task))
+    rcall('DEL', base .. 'task_events:' .. taskId)
+    rcall('HDEL', progressKey, taskId)
+    if task.idempotency_key and rcall('HGET', idempotencyKey, task.idempotency_key) == taskId then
+      rcall('HDEL', idempotencyKey, task.idempotency_key)
+    end
+    for _, leaseId in ipairs(task.leases or {}) do
+      local lease = getJson(leasesKey, leaseId)
+      if lease and lease.claim then
+        rcall('HDEL', claimsKey, lease.claim)
+      end
+      rcall('HDEL', leasesKey, leaseId)
+    end
+    deleted = deleted + 1
+  end
+end
+if deleted > 0 then
+  rcall('HINCRBY', statsKey, 'purged', deleted)
+end
+return {0, deleted}

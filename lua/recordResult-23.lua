@@ -1,0 +1,99 @@
+--[[
+  Record the terminal result of the current attempt, once; release its device. A retryable
+  failure requeues the task as the next attempt while attempts remain.
+
+  Input:
+    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    KEYS[20]    leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
+    KEYS[21]    lease_deadlines  zset  lease id -> expiry (ms)
+    KEYS[22]    progress         hash  task id -> latest progress JSON
+    KEYS[23]    revoked_tokens   set   SHA-256 digests of revoked host tokens
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     host id
+    ARGV[7]     task id
+    ARGV[8]     attempt
+    ARGV[9]     lease id
+    ARGV[10]    result JSON {status, failure_reason, metadata, retryable?} as the service
+                normalised it
+    ARGV[11]    SHA-256 of the credential the request came with (revocation is bound to it)
+  Output:
+    {0, task JSON, 0, task status}  recorded now; the status is what the task became
+                                    (`queued` when a retryable failure requeued it)
+    {0, task JSON, 1, task status}  the identical report was recorded before: nothing changes
+    {RESULT_CONFLICT}  a different report for an attempt already recorded
+    {STALE_ATTEMPT}    a newer attempt exists
+    {LEASE_NOT_OWNED}  unknown lease (or deleted with its task by retention), another host's,
+                       or not this task and attempt
+    {LEASE_EXPIRED}    the coordinator already ended this attempt (expired past max_attempts,
+                       or cancelled), so there is nothing to record
+    {REVOKED}
+
+  Invariants: one result per attempt; a stale or conflicting report changes nothing; the task
+  leaves running, its lease and progress stop being current, and its device takes the next
+  waiting task, all in one step. A result that arrives after the lease deadline but before the
+  reaper has requeued the attempt is still the current attempt's, and is recorded. A task whose
+  cancel was requested is never retried.
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
+local leasesKey = KEYS[20]
+local deadlinesKey = KEYS[21]
+local progressKey = KEYS[22]
+local revokedKey = KEYS[23]
+local hostId = ARGV[6]
+local taskId = ARGV[7]
+local attempt = tonumber(ARGV[8])
+local leaseId = ARGV[9]
+local resultJson = ARGV[10]
+local credential = ARGV[11]
+
+local lease, failure = presentedLease(revokedKey, credential, leasesKey, leaseId, hostId, taskId, attempt)
+if not lease then
+  return {failure}
+end
+local task = getJson(S.tasks, taskId)
+if not task then
+  return {E.LEASE_NOT_OWNED}
+end
+-- The replay first: a retried attempt's identical report, repeated after its response was
+-- lost, is answered as it was even though the next attempt exists.
+if task.result and task.result_lease == leaseId then
+  if task.result_report == resultJson then
+    return {0, cjson.encode(task), 1, task.result.task_status or task.status}
+  end
+  return {E.RESULT_CONFLICT}
+end
+if task.attempt > attempt then
+  return {E.STALE_ATTEMPT}
+end
+if task.status ~= 'running' or task.lease_id ~= leaseId then
+  return {E.LEASE_EXPIRED}
+end
+
+local now = nowMs()
+local report = cjson.decode(resultJson)
+local retry = report.retryable == true and report.status == 'failed'
+  and task.attempt < task.max_attempts and not task.cancel_requested
+rcall('ZREM', deadlinesKey, leaseId)
+rcall('HDEL', progressKey, taskId)
+endRun(S, task, attempt, now, report.status)
+task.result_report = resultJson
+task.result_lease = leaseId
+task.failure_reason = report.failure_reason
+taskEvent(S, task, 'result', now, report.failure_reason, report.status)
+
+if retry then
+  task.result = {recorded_at = now, attempt = attempt, task_status = 'queued'}
+  count(S, 'retries')
+  nextAttempt(task, now)
+  requeueTask(S, task, now, 'requeued', 'retryable_failure')
+  return {0, cjson.encode(task), 0, 'queued'}
+end
+
+local previous = task.status
+task.status = report.status
+task.result = {recorded_at = now, attempt = attempt, task_status = report.status}
+finishTask(S, task, previous, now)
+releaseDevice(S, task, now, true)
+return {0, cjson.encode(task), 0, task.status}

@@ -1,0 +1,57 @@
+--[[
+  Disable a device (it gets no new work, whatever its heartbeats say; its unclaimed assignment
+  goes back to the queue; running work finishes), or enable it again.
+
+  Input:
+    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    KEYS[20]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     device id
+    ARGV[7]     "1" to disable, "0" to enable
+    ARGV[8]     the operator's reason (disable)
+  Output:
+    {0, changed (0|1)}
+    {NOT_FOUND}  neither pooled nor enrolled nor disabled
+
+  Invariants: the flag lives apart from the pooled record, so heartbeats never clear it; a
+  disabled device is never in `free`; idempotent (a repeat publishes nothing; disabling again
+  updates the reason).
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
+local enrolledKey = KEYS[20]
+local deviceId = ARGV[6]
+local disable = ARGV[7] == '1'
+local reason = ARGV[8]
+
+local device = getJson(S.devices, deviceId)
+if not device and rcall('HEXISTS', enrolledKey, deviceId) == 0
+    and rcall('HEXISTS', S.disabled, deviceId) == 0 then
+  return {E.NOT_FOUND}
+end
+local now = nowMs()
+local hostId = device and device.host_id
+local changed
+if disable then
+  changed = 1 - rcall('HEXISTS', S.disabled, deviceId)
+  putJson(S.disabled, deviceId, {reason = reason, at = now})
+  if device then
+    rcall('ZREM', S.free, freeMember(device.driver, deviceId))
+  end
+  local holder = rcall('HGET', S.reservations, deviceId)
+  local task = holder and getJson(S.tasks, holder)
+  if task and task.status == 'assigned' then
+    unassignTask(S, task, now, 'disable')
+  end
+  if changed == 1 then
+    publish(S, {type = 'device_disabled', device_id = deviceId, host_id = hostId, reason = reason, at = now})
+  end
+else
+  changed = rcall('HDEL', S.disabled, deviceId)
+  if changed == 1 then
+    refreshDevice(S, deviceId, now)
+    publish(S, {type = 'device_enabled', device_id = deviceId, host_id = hostId, at = now})
+  end
+end
+return {0, changed}

@@ -1,0 +1,39 @@
+--[[
+  Drain a host (no new work; its unclaimed assignments go back to the queue; running work
+  finishes), or undrain it (its devices take work again at once).
+
+  Input:
+    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    ARGV[1..5]  the scheduling arguments
+    ARGV[6]     host id
+    ARGV[7]     "1" to drain, "0" to undrain
+  Output:
+    {0, changed (0|1)}
+
+  Invariants: idempotent (a repeat changes nothing and publishes nothing); a draining host has
+  no device in `free` and no assignment waiting for its claim, so a claim that runs after the
+  drain finds nothing, whichever process serves it.
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+local S = scheduler(KEYS, ARGV)
+local hostId = ARGV[6]
+local drain = ARGV[7] == '1'
+
+local now = nowMs()
+local changed
+if drain then
+  changed = rcall('SADD', S.draining, hostId)
+  if changed == 1 then
+    pauseHost(S, hostId, now, 'drain', false)
+  end
+else
+  changed = rcall('SREM', S.draining, hostId)
+  if changed == 1 then
+    resumeHost(S, hostId, now)
+  end
+end
+if changed == 1 then
+  publish(S, {type = 'host_draining', host_id = hostId, draining = drain, at = now})
+end
+return {0, changed}

@@ -1,0 +1,192 @@
+"""Task history, the feed's copy of it, device runs, and retryable failures (real Redis and
+fakeredis)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+import wire
+from tests.conftest import Api
+from tests.coordinator.helpers import claim_one, expire_lease
+
+pytestmark = pytest.mark.anyio
+
+
+def _types(events: list[dict]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+async def test_every_transition_is_in_the_history_in_order(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    task = (await api.create_task(device_id="a1")).json()
+    first = await claim_one(api, "host-a")
+    await expire_lease(api, first["lease_id"])
+    await api.sweep()  # lease expired: attempt 2, back on a1 (still free after the requeue)
+    second = await claim_one(api, "host-a")
+    await api.admin("POST", f"/api/v1/tasks/{task['task_id']}/cancel")
+    assert (await api.result("host-a", second, "cancelled")).status_code == 200
+
+    events = await api.events(task["task_id"])
+    assert _types(events) == ["created", "assigned", "claimed", "requeued", "assigned", "claimed",
+                              "cancel_requested", "result"]
+    assert [e["attempt"] for e in events] == [1, 1, 1, 2, 2, 2, 2, 2]
+    assert [e["status"] for e in events] == ["queued", "assigned", "running", "queued", "assigned", "running",
+                                             "running", "cancelled"]
+    assert events[3]["reason"] == "lease_expired" and events[3]["host_id"] == "host-a"
+    assert all(e["task_id"] == task["task_id"] and e["at"].endswith("Z") for e in events)
+    assert {e["device_id"] for e in events} == {"a1"}
+
+
+async def test_the_feed_carries_the_same_events_as_the_history(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    task = (await api.create_task(device_id="a1")).json()
+    await api.result("host-a", await claim_one(api, "host-a"))
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    fed = [orjson.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.feed)]
+    history = [orjson.loads(raw) for raw in await redis.lrange(keys.task_events(task["task_id"]), 0, -1)]
+    assert [e for e in fed if e.get("task_id") == task["task_id"]] == history
+    assert fed[0]["type"] == "host_online" and fed[0]["host_id"] == "host-a"
+
+
+async def test_history_keeps_the_last_200_events(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    task = (await api.create_task(device_id="a1")).json()
+    key = api.ctx.store.keys.task_events(task["task_id"])
+    filler = [orjson.dumps({"type": "old", "n": n}) for n in range(wire.TASK_EVENTS_KEPT)]
+    await api.ctx.store.redis.rpush(key, *filler)
+    await claim_one(api, "host-a")
+    events = await api.events(task["task_id"])
+    assert len(events) == wire.TASK_EVENTS_KEPT
+    assert events[-1]["type"] == "claimed" and events[0]["type"] == "old"
+    assert await api.ctx.store.redis.llen(key) == wire.TASK_EVENTS_KEPT
+
+
+async def test_events_of_an_unknown_task_are_404(api: Api) -> None:
+    assert (await api.admin("GET", "/api/v1/tasks/t_nope/events")).status_code == 404
+    assert (await api.admin("GET", "/api/v1/tasks/bad%20id/events")).status_code == 400
+
+
+# -- device runs ---------------------------------------------------------------------------
+
+
+async def test_device_history_records_each_run_newest_first(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    done = (await api.create_task(device_id="a1")).json()
+    await api.result("host-a", await claim_one(api, "host-a"), "failed", failure_reason="boom")
+    running = (await api.create_task(device_id="a1")).json()
+    await claim_one(api, "host-a")
+
+    response = await api.admin("GET", "/api/v1/devices/a1/history")
+    runs = response.json()["runs"]
+    assert [(r["task_id"], r["outcome"]) for r in runs] == [(running["task_id"], None), (done["task_id"], "failed")]
+    assert runs[0]["ended_at"] is None and runs[1]["ended_at"] >= runs[1]["started_at"]
+    assert all(r["host_id"] == "host-a" and r["attempt"] == 1 for r in runs)
+    assert len((await api.admin("GET", "/api/v1/devices/a1/history?limit=1")).json()["runs"]) == 1
+
+
+async def test_an_expired_run_is_closed_as_lease_expired(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    await api.create_task(device_id="a1", max_attempts=1)
+    assignment = await claim_one(api, "host-a")
+    await expire_lease(api, assignment["lease_id"])
+    await api.sweep()
+    [run] = (await api.admin("GET", "/api/v1/devices/a1/history")).json()["runs"]
+    assert run["outcome"] == "lease_expired"
+
+
+async def test_device_history_keeps_the_last_1000_runs(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    key = api.ctx.store.keys.device_runs("a1")
+    old = orjson.dumps({"task_id": "t_old", "attempt": 1, "host_id": "host-a", "started_at": 1,
+                        "ended_at": 2, "outcome": "succeeded"})
+    await api.ctx.store.redis.rpush(key, *[old] * wire.DEVICE_RUNS_KEPT)
+    task = (await api.create_task(device_id="a1")).json()
+    await claim_one(api, "host-a")
+    assert await api.ctx.store.redis.llen(key) == wire.DEVICE_RUNS_KEPT
+    runs = (await api.admin("GET", f"/api/v1/devices/a1/history?limit={wire.DEVICE_RUNS_KEPT}")).json()["runs"]
+    assert len(runs) == wire.DEVICE_RUNS_KEPT and runs[0]["task_id"] == task["task_id"]
+    assert (await api.admin("GET", "/api/v1/devices/a1/history?limit=1001")).status_code == 400
+
+
+async def test_history_of_a_device_nobody_knows_is_404(api: Api) -> None:
+    assert (await api.admin("GET", "/api/v1/devices/ghost/history")).status_code == 404
+
+
+# -- retryable failures --------------------------------------------------------------------
+
+
+async def test_a_retryable_failure_requeues_as_the_next_attempt(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1", "a2"])
+    task = (await api.create_task(selector={"driver": "sim"})).json()
+    first = await claim_one(api, "host-a")
+    answer = await api.result("host-a", first, "failed", failure_reason="device_gone", retryable=True)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["task_status"] == "queued" and answer.json()["replayed"] is False
+
+    # The device that failed still counts as busy until its host says otherwise, so the retry
+    # went to the other device.
+    retried = await api.task(task["task_id"])
+    assert retried["attempt"] == 2 and retried["status"] == "assigned"
+    assert retried["device_id"] != first["device_id"] and retried["result"] is None
+    events = await api.events(task["task_id"])
+    assert _types(events)[-3:] == ["result", "requeued", "assigned"]
+    assert events[-3]["status"] == "failed" and events[-3]["reason"] == "device_gone"
+    assert events[-2]["reason"] == "retryable_failure" and events[-2]["attempt"] == 2
+
+    # A lost response: the identical report is answered as before and changes nothing.
+    again = await api.result("host-a", first, "failed", failure_reason="device_gone", retryable=True)
+    assert again.status_code == 200 and again.json()["replayed"] is True
+    assert again.json()["task_status"] == "queued"
+    assert (await api.task(task["task_id"]))["attempt"] == 2
+    different = await api.result("host-a", first, "failed", failure_reason="other", retryable=True)
+    assert different.status_code == 409 and different.json()["error"]["code"] == "result_conflict"
+
+    second = await claim_one(api, "host-a")
+    assert second["attempt"] == 2
+    done = await api.result("host-a", second)
+    assert done.json()["task_status"] == "succeeded"
+    final = await api.task(task["task_id"])
+    assert final["status"] == "succeeded" and final["result"]["attempt"] == 2
+
+
+async def test_a_retryable_failure_on_the_last_attempt_fails_the_task(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    task = (await api.create_task(device_id="a1", max_attempts=1)).json()
+    answer = await api.result("host-a", await claim_one(api, "host-a"), "failed",
+                              failure_reason="shutdown", retryable=True)
+    assert answer.json()["task_status"] == "failed"
+    done = await api.task(task["task_id"])
+    assert done["status"] == "failed" and done["result"]["failure_reason"] == "shutdown"
+
+
+async def test_failures_not_marked_retryable_are_final(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    task = (await api.create_task(device_id="a1")).json()
+    assert (await api.result("host-a", await claim_one(api, "host-a"), "failed",
+                             failure_reason="driver_error")).json()["task_status"] == "failed"
+    assert (await api.task(task["task_id"]))["status"] == "failed"
+    # retryable on a success means nothing
+    other = (await api.create_task(device_id="a1")).json()
+    answer = await api.result("host-a", await claim_one(api, "host-a"), "succeeded", retryable=True)
+    assert answer.json()["task_status"] == "succeeded"
+    assert (await api.task(other["task_id"]))["status"] == "succeeded"
+
+
+async def test_a_cancelled_task_is_never_retried(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    task = (await api.create_task(device_id="a1")).json()
+    assignment = await claim_one(api, "host-a")
+    await api.admin("POST", f"/api/v1/tasks/{task['task_id']}/cancel")
+    answer = await api.result("host-a", assignment, "failed", failure_reason="shutdown", retryable=True)
+    assert answer.json()["task_status"] == "failed"
+    assert (await api.task(task["task_id"]))["attempt"] == 1
+
+
+async def test_retryable_must_be_a_boolean(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    await api.create_task(device_id="a1")
+    assignment = await claim_one(api, "host-a")
+    bad = await api.result("host-a", assignment, "failed", retryable="yes")
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+    assert (await api.result("host-a", assignment, "failed", retryable=None)).json()["task_status"] == "failed"

@@ -1,0 +1,136 @@
+"""Paginated listings with filters, waiting reasons, and the deployment-wide metrics (real Redis
+and fakeredis)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import Api
+from tests.coordinator.helpers import claim_one, silence_host
+
+pytestmark = pytest.mark.anyio
+
+
+async def _walk(api: Api, path: str, field: str, **params: Any) -> tuple[list[dict[str, Any]], int]:
+    """Every item of a listing, following next_cursor; and how many pages it took."""
+    items: list[dict[str, Any]] = []
+    pages = 0
+    cursor = None
+    while True:
+        query = {**params, **({"cursor": cursor} if cursor else {})}
+        response = await api.admin("GET", path, params=query)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        items += body[field]
+        pages += 1
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return items, pages
+
+
+async def test_tasks_page_newest_first_with_filters(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1", "a2"])
+    await api.heartbeat("host-b", ["b1"])
+    created = [(await api.create_task(device_id=d)).json()["task_id"] for d in ["a1", "a2", "b1", "a1", "zz"] * 3]
+
+    everything, pages = await _walk(api, "/api/v1/tasks", "tasks", limit=4)
+    assert [t["task_id"] for t in everything] == created[::-1] and pages == 4
+    on_a, _ = await _walk(api, "/api/v1/tasks", "tasks", host_id="host-a", limit=2)
+    assert {t["host_id"] for t in on_a} == {"host-a"} and len(on_a) == 2  # a1 and a2 hold one each
+    aimed_at_a1, _ = await _walk(api, "/api/v1/tasks", "tasks", device_id="a1", limit=2)
+    assert len(aimed_at_a1) == 6 and {t["device_id"] for t in aimed_at_a1} == {"a1"}
+    queued, _ = await _walk(api, "/api/v1/tasks", "tasks", status="queued", device_id="zz")
+    assert len(queued) == 3 and all(t["waiting_reason"] == "no_matching_device" for t in queued)
+    for bad in ({"status": "lost"}, {"limit": 0}, {"limit": 501}, {"cursor": "x"}, {"host_id": "a b"}):
+        assert (await api.admin("GET", "/api/v1/tasks", params=bad)).status_code == 400, bad
+
+
+async def test_devices_page_in_order_with_filters(api: Api) -> None:
+    await api.heartbeat("host-a", [f"a{i}" for i in range(5)] + [
+        {"device_id": "x1", "driver": "adb", "status": "busy"}])
+    await api.heartbeat("host-b", ["b1", {"device_id": "b2", "driver": "sim", "status": "unavailable"}])
+
+    everything, pages = await _walk(api, "/api/v1/devices", "devices", limit=3)
+    ids = [d["device_id"] for d in everything]
+    assert ids == ["x1", "a0", "a1", "a2", "a3", "a4", "b1", "b2"] and pages == 3  # driver, then id
+    on_b, _ = await _walk(api, "/api/v1/devices", "devices", host_id="host-b", limit=1)
+    assert [d["device_id"] for d in on_b] == ["b1", "b2"]
+    adb, _ = await _walk(api, "/api/v1/devices", "devices", driver="adb")
+    assert [d["device_id"] for d in adb] == ["x1"]
+    unavailable, _ = await _walk(api, "/api/v1/devices", "devices", status="unavailable", limit=1)
+    assert [d["device_id"] for d in unavailable] == ["b2"]
+    available_on_a, _ = await _walk(api, "/api/v1/devices", "devices", host_id="host-a", status="available", limit=2)
+    assert len(available_on_a) == 5
+    for bad in ({"status": "gone"}, {"limit": 1001}, {"driver": "?"}):
+        assert (await api.admin("GET", "/api/v1/devices", params=bad)).status_code == 400, bad
+
+
+async def test_hosts_page_including_static_hosts_never_seen(api: Api) -> None:
+    await api.heartbeat("host-b", ["b1"])
+    everything, _ = await _walk(api, "/api/v1/hosts", "hosts", limit=1)
+    # host-a, host-b and host-c are configured (tests' HOSTS); only host-b has reported
+    assert [(h["host_id"], h["online"], h["draining"]) for h in everything] == [
+        ("host-a", False, False), ("host-b", True, False), ("host-c", False, False)]
+
+
+async def test_enrollment_tokens_page_under_their_own_key(api: Api) -> None:
+    made = [(await api.admin("POST", "/api/v1/enrollment-tokens", json={})).json()["id"] for _ in range(5)]
+    listed, pages = await _walk(api, "/api/v1/enrollment-tokens", "enrollment_tokens", limit=2)
+    assert [t["id"] for t in listed] == made and pages == 3
+    assert all("token" not in t for t in listed)
+
+
+# -- waiting reasons -----------------------------------------------------------------------
+
+
+async def test_waiting_reasons_and_candidates(api: Api) -> None:
+    nothing = (await api.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
+    assert nothing["waiting_reason"] == "no_matching_device"
+    assert nothing["candidates"]["matching"] == 0
+
+    gold = {"driver": "sim", "status": "available", "labels": {"tier": "gold"}}
+    await api.heartbeat("host-a", [{**gold, "device_id": "g1"}, {**gold, "device_id": "g2"}, "plain"])
+    # both gold devices took tasks: the first waiting one and a new one
+    busy_one = (await api.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
+    assert busy_one["status"] == "assigned"
+    waiting = (await api.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
+    assert waiting["waiting_reason"] == "matching_devices_busy"
+    assert waiting["candidates"] == {"matching": 2, "busy": 2, "unavailable": 0, "host_offline": 0,
+                                     "host_draining": 0, "disabled": 0, "host_stalled": 0}
+
+    await silence_host(api, "host-a")
+    offline = await api.task(waiting["task_id"])
+    assert offline["waiting_reason"] == "no_schedulable_device"
+    assert offline["candidates"]["host_offline"] == 2
+
+    aimed = (await api.create_task(device_id="plain")).json()
+    assert aimed["candidates"]["matching"] == 1 and aimed["candidates"]["host_offline"] == 1
+    assert (await api.task(busy_one["task_id"]))["waiting_reason"] is None  # not queued
+
+
+# -- metrics -------------------------------------------------------------------------------
+
+
+def _sample(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+async def test_metrics_show_the_deployment(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    await api.create_task(device_id="a1")
+    await api.create_task(device_id="nowhere")
+    await api.result("host-a", await claim_one(api, "host-a"), "failed", failure_reason="x", retryable=True)
+
+    text = (await api.client.get("/metrics")).text
+    assert _sample(text, 'tether_tasks{status="queued"}') == 1
+    assert _sample(text, 'tether_tasks{status="assigned"}') == 1  # the retry, back on a1
+    assert _sample(text, 'tether_queued_tasks_by_reason{reason="no_matching_device"}') == 1
+    assert _sample(text, "tether_retries_total") == 1
+    assert _sample(text, "tether_schedule_to_start_seconds_count") == 1
+    assert _sample(text, "tether_feed_watchers") == 0
+    assert _sample(text, "tether_queue_timeouts_total") == 0
