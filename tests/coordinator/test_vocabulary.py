@@ -33,3 +33,22 @@ def test_the_id_grammar_is_the_contracts() -> None:
     assert wire.is_valid_id("A-z.0_9:x" * 14) and len("A-z.0_9:x" * 14) == 126
     for bad in ("", "x" * 129, "a b", "a/b", "é", None, 7):
         assert not wire.is_valid_id(bad)
+
+
+_TASK_EVENT = re.compile(r"(?:taskEvent\(S, task, |requeueTask\(S, task, now, )'([a-z_]+)'")
+_FEED_EVENT = re.compile(r"publish\(S, \{type = '([a-z_]+)'")
+_KEPT = re.compile(r"^local (\w+_KEPT) = (\d+)$", re.MULTILINE)
+
+
+def test_every_event_the_scripts_write_is_a_wire_event_type() -> None:
+    sources = _lua_sources()
+    written = set(_TASK_EVENT.findall(sources)) | set(_FEED_EVENT.findall(sources))
+    # unassignTask writes "unassigned" through requeueTask; the feed's host and device events
+    assert {"created", "assigned", "claimed", "requeued", "host_online", "device_disabled"} <= written
+    assert written <= set(wire.values(wire.EventType)), written - set(wire.values(wire.EventType))
+
+
+def test_what_the_scripts_keep_is_what_wire_says() -> None:
+    kept = {name: int(value) for name, value in _KEPT.findall(_lua_sources())}
+    assert kept == {"TASK_EVENTS_KEPT": wire.TASK_EVENTS_KEPT, "DEVICE_RUNS_KEPT": wire.DEVICE_RUNS_KEPT,
+                    "FEED_EVENTS_KEPT": wire.FEED_EVENTS_KEPT}

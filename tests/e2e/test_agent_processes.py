@@ -328,3 +328,27 @@ def test_revoked_managed_host_exits_nonzero(
     assert revoked.status_code == 200, revoked.text
     assert agent.wait() == 1
     assert "rejected this host's credential" in agent.log()
+
+
+def test_a_drained_host_finishes_its_run_keeps_heartbeating_and_takes_work_once_undrained(
+    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
+) -> None:
+    agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
+    wait_pooled(coordinator)
+    running = coordinator.create_task(kind="workflow", workflow={"name": "slow", "params": {"ms": 1500}},
+                                      device_id="phone-1")
+    coordinator.wait_task(running["task_id"], ("running",))
+    assert coordinator.api.post("/api/v1/hosts/host-a/drain").json()["draining"] is True
+    later = coordinator.create_task(kind="workflow", workflow={"name": "quick", "params": {}}, device_id="phone-1")
+
+    assert coordinator.wait_task(running["task_id"])["status"] == "succeeded", agent.log()
+    wait_until(lambda: "draining" in agent.log(), what="the agent logs that its host is draining")
+    # Heartbeats go on (the host stays online) while the new task waits, with its reason.
+    seen = coordinator.api.get("/api/v1/hosts/host-a").json()["last_seen"]
+    wait_until(lambda: coordinator.api.get("/api/v1/hosts/host-a").json()["last_seen"] != seen,
+               what="a heartbeat while draining")
+    waiting = coordinator.task(later["task_id"])
+    assert waiting["status"] == "queued" and waiting["waiting_reason"] == "no_schedulable_device"
+
+    coordinator.api.post("/api/v1/hosts/host-a/undrain")
+    assert coordinator.wait_task(later["task_id"])["status"] == "succeeded", agent.log()
