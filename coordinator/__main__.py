@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 
 from pydantic import ValidationError
@@ -11,28 +12,61 @@ from pydantic_settings import SettingsError
 
 from coordinator.settings import Settings
 
+log = logging.getLogger("coordinator")
 
-def _serve(args: argparse.Namespace) -> int:
+
+def _settings() -> Settings | None:
+    """The settings, or None once the problem is printed (never a value: it may be a secret)."""
     try:
-        settings = Settings()
+        return Settings()
     except ValidationError as exc:
         # One clear line, naming the settings at fault and never their values.
         fields = ", ".join(str(e["loc"][0]) for e in exc.errors())
         print(f"coordinator: invalid configuration: {fields}", file=sys.stderr)
-        return 2
     except SettingsError as exc:  # a value that is not even parseable (bad JSON)
         print(f"coordinator: invalid configuration: {exc}", file=sys.stderr)
+    return None
+
+
+def _worker_count(settings: Settings) -> int:
+    """``WEB_CONCURRENCY``, unless the Redis is the embedded one, which lives inside a process:
+    workers would each have their own, and share nothing."""
+    if settings.web_concurrency > 1 and settings.redis_url is None:
+        log.warning("WEB_CONCURRENCY=%d ignored: workers cannot share the embedded Redis; "
+                    "running one process (set REDIS_URL to run several)", settings.web_concurrency)
+        return 1
+    return settings.web_concurrency
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = _settings()
+    if settings is None:
         return 2
     from coordinator.app import create_app
-    from coordinator.server import raise_nofile, run
+    from coordinator.logs import configure_logging
+    from coordinator.server import STARTUP_FAILURE, raise_nofile, run
+    from coordinator.workers import run_workers
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_format)
     raise_nofile()
     port = args.port if args.port is not None else settings.port
-    app = create_app(settings)
-    # Waiting polls and feed watchers are ended at the signal, instead of holding the stop.
-    return run(app, host=args.host, port=port, header_timeout_s=settings.header_timeout_s,
-               on_exit=app.state.stopping)
+
+    def serve(sock: socket.socket | None = None) -> int:
+        """One server process: its own app (Redis pool, wake-up listener, reaper) and loop."""
+        try:
+            app = create_app(settings)
+        except Exception:  # a REDIS_URL redis-py cannot parse, ...: as if the lifespan failed
+            log.exception("cannot build the app")
+            return STARTUP_FAILURE
+        # Waiting polls and feed watchers are ended at the signal, instead of holding the stop.
+        return run(app, host=args.host, port=port, header_timeout_s=settings.header_timeout_s,
+                   on_exit=app.state.stopping, sock=sock)
+
+    workers = _worker_count(settings)
+    if workers == 1:
+        return serve()
+    # Nothing before this line opened a connection, a loop or a thread: safe to fork.
+    return run_workers(workers, serve, host=args.host, port=port)
 
 
 def main(argv: list[str] | None = None) -> int:

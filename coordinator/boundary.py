@@ -11,12 +11,17 @@ turns whatever escaped the route into a response with ``response_for``, using th
 - Redis unreachable, loading, read-only or failing over: ``503 unavailable`` with ``Retry-After``;
 - anything else: ``500 internal``, logged once with a request id that the body names, and never
   the exception's text.
+
+When ``logs.REQUESTS_LOGGER`` is enabled (``COORDINATOR_LOG_FORMAT=json``) it also logs one line
+per request: request id, method, route template, status, duration and the path's host id. Never
+the raw path (it may carry a query string), a header or a body, so never a secret.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+import time
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -30,17 +35,30 @@ from coordinator.errors import (
     Unavailable,
     error_for_exception,
 )
+from coordinator.logs import REQUESTS_LOGGER
 from coordinator.metrics import Metrics
 from coordinator.views import json_response
+from wire import is_valid_id
 
 log = logging.getLogger("coordinator")
+request_log = logging.getLogger(REQUESTS_LOGGER)
 
 # The metrics label is one of these, whatever a client sends as its method.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# Where a request's id is kept once chosen, so its error line and its request line agree.
+_REQUEST_ID = "tether.request_id"
 
 
 def request_id(scope: Scope) -> str:
-    """The caller's ``X-Request-ID`` when it is a plain short token, else a fresh one."""
+    """The caller's ``X-Request-ID`` when it is a plain short token, else a fresh one; the same
+    one however often it is asked for during the request."""
+    rid = scope.get(_REQUEST_ID)
+    if rid is None:
+        rid = scope[_REQUEST_ID] = _new_request_id(scope)
+    return rid
+
+
+def _new_request_id(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == b"x-request-id" and 0 < len(value) <= 64 and value.isascii() and value.isalnum():
             return value.decode()
@@ -58,9 +76,24 @@ def _allowed_methods(scope: Scope) -> str:
 
 def _log(exc: BaseException, error: ApiError, rid: str) -> None:
     if isinstance(error, Unavailable):
-        log.warning("request %s: Redis unavailable (%s)", rid, type(exc).__name__)
+        log.warning("request %s: Redis unavailable (%s)", rid, type(exc).__name__,
+                    extra={"request_id": rid})
     elif isinstance(error, Internal):
-        log.error("request %s: unexpected %s", rid, type(exc).__name__, exc_info=exc)
+        log.error("request %s: unexpected %s", rid, type(exc).__name__, exc_info=exc,
+                  extra={"request_id": rid})
+
+
+def _log_request(scope: Scope, route: str, method: str, status: int, started_at: float) -> None:
+    host_id = scope.get("path_params", {}).get("host_id")
+    request_log.info("%s %s %d", method, route, status, extra={
+        "request_id": request_id(scope),
+        "method": method,
+        "route": route,
+        "status": status,
+        "duration_ms": round((time.perf_counter() - started_at) * 1000, 3),
+        # A segment that is not an id was refused (400); it is the client's text, not logged.
+        "host_id": host_id if is_valid_id(host_id) else None,
+    })
 
 
 def response_for(exc: BaseException, scope: Scope) -> Response:
@@ -82,7 +115,8 @@ async def http_exception_handler(request: Request, exc: Exception) -> Response:
 
 
 class RequestBoundary:
-    """Counts requests by route template, method and status, and answers every exception."""
+    """Counts requests by route template, method and status, answers every exception, and logs
+    each request when ``REQUESTS_LOGGER`` is enabled."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
@@ -92,6 +126,8 @@ class RequestBoundary:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        logged = request_log.isEnabledFor(logging.INFO)  # cached by logging: a dict lookup
+        started_at = time.perf_counter() if logged else 0.0
         status = 500
         started = False
 
@@ -104,11 +140,12 @@ class RequestBoundary:
 
         try:
             await self.app(scope, receive, send_and_record)
-        except Exception as exc:  # noqa: BLE001 - this is the boundary
+        except Exception as exc:  # this is the boundary
             if started:
                 # Too late for an error body: log it once, and the server closes the connection.
-                log.error("request %s: %s after the response started", request_id(scope),
-                          type(exc).__name__, exc_info=exc)
+                rid = request_id(scope)
+                log.error("request %s: %s after the response started", rid, type(exc).__name__,
+                          exc_info=exc, extra={"request_id": rid})
             else:
                 await response_for(exc, scope)(scope, receive, send_and_record)
         finally:
@@ -116,3 +153,5 @@ class RequestBoundary:
             path = getattr(route, "path", "unmatched")
             method = scope["method"] if scope["method"] in _METHODS else "other"
             self.metrics.requests.inc(path, method, str(status))
+            if logged:
+                _log_request(scope, path, method, status, started_at)

@@ -10,12 +10,15 @@ uvicorn runs the lifespan shutdown only after connections drain, so without help
 long-polls would hold a stopping process for the whole graceful timeout and then be cancelled
 (a 500 each). `Server` calls `on_exit` as soon as the signal arrives, so the app can answer them
 at once, then lets uvicorn drain as usual.
+
+Several worker processes (``WEB_CONCURRENCY``) are `workers.py`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import resource
 import select
 import signal
@@ -32,6 +35,8 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from wire import ErrorCode
+
+log = logging.getLogger("coordinator")
 
 MAX_HEAD_BYTES = 64 * 1024
 # The scope extension through which a handler asks whether its client has hung up, now.
@@ -228,18 +233,23 @@ def raise_nofile() -> None:
 
 
 def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
-        on_exit: Callable[[], None]) -> int:
+        on_exit: Callable[[], None], sock: socket.socket | None = None) -> int:
     """Serve until SIGTERM or SIGINT; the exit status (uvicorn's startup-failure code if the
-    server never started)."""
+    server never started). With ``sock`` (a worker of ``run_workers``) accept on that listening
+    socket instead of binding ``host:port``.
+
+    Logging is left as ``logs.configure_logging`` set it (``log_config=None``): uvicorn's records
+    reach our handler and formatter, at the levels configured there.
+    """
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         http=head_limited_protocol(header_timeout_s),
-        log_level="warning",
+        log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
     )
     server = Server(config, on_exit=on_exit)
-    server.run()
+    server.run(sockets=None if sock is None else [sock])
     return 0 if server.started else STARTUP_FAILURE
