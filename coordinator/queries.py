@@ -142,33 +142,32 @@ class Queries:
     # -- waiting work ----------------------------------------------------------------------
 
     async def candidates(self, tasks: Iterable[TaskRecord]) -> dict[str, dict[str, Any]]:
-        """``candidates`` of each queued task, by task id (tasks with one target share one read)."""
+        """``candidates`` of each queued task, by task id. The devices of all device-aimed tasks
+        are read in one round trip; tasks with the same selector share one read."""
+        queued = [t for t in tasks if t.status == wire.TaskStatus.QUEUED]
+        aimed = await self._device_states(sorted({t.target_device for t in queued if t.target_device}))
         by_target: dict[tuple[str, str], dict[str, Any]] = {}
         answer: dict[str, dict[str, Any]] = {}
-        for task in tasks:
-            if task.status != wire.TaskStatus.QUEUED:
-                continue
+        for task in queued:
             target = target_of(task)
             if target not in by_target:
-                by_target[target] = await self._count_for(task)
+                if task.target_device:
+                    found = aimed.get(task.target_device)
+                    by_target[target] = count_candidates([found] if found else [])
+                else:
+                    by_target[target] = await self._count_for_selector(task)
             answer[task.id] = by_target[target]
         return answer
 
-    async def _count_for(self, task: TaskRecord) -> dict[str, Any]:
-        k = self.keys
-        if task.target_device:
-            ids = [task.target_device]
-            truncated = False
-        else:
-            low, high = f"[{task.driver}\0", f"({task.driver}\1"
-            members = await self.redis.zrangebylex(k.devices_by_driver, low, high, start=0,
-                                                   num=CANDIDATES_SCANNED + 1)
-            truncated = len(members) > CANDIDATES_SCANNED
-            ids = [_text(m).split("\0", 1)[1] for m in members[:CANDIDATES_SCANNED]]
+    async def _count_for_selector(self, task: TaskRecord) -> dict[str, Any]:
+        low, high = f"[{task.driver}\0", f"({task.driver}\1"
+        members = await self.redis.zrangebylex(self.keys.devices_by_driver, low, high, start=0,
+                                               num=CANDIDATES_SCANNED + 1)
+        truncated = len(members) > CANDIDATES_SCANNED
+        ids = [_text(m).split("\0", 1)[1] for m in members[:CANDIDATES_SCANNED]]
         states = await self._device_states(ids)
         wanted = selector_labels(task)
-        matching = [s for s in states.values() if labels_match(wanted, s.labels)]
-        return count_candidates(matching, truncated)
+        return count_candidates([s for s in states.values() if labels_match(wanted, s.labels)], truncated)
 
     async def _device_states(self, ids: list[str]) -> dict[str, Candidate]:
         if not ids:

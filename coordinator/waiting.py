@@ -3,7 +3,8 @@
 Computed on read from the pool, never stored. The cost is bounded: a selector's candidates are the
 first ``CANDIDATES_SCANNED`` pooled devices of its driver (in device-id order), read in one
 pipelined round trip; past that the counts say ``"truncated": true``. A device-aimed task looks at
-one device. Several queued tasks with the same target share one computation (``CandidateCache``).
+one device, and a page of them is read in one round trip. Queued tasks with the same selector share
+one computation (``Queries.candidates``).
 """
 
 from __future__ import annotations
