@@ -117,7 +117,7 @@ class Store:
         k = self.keys
         reply = await self._run(
             "renewLease",
-            [k.tasks, k.leases, k.lease_deadlines, k.progress, k.revoked_tokens],
+            [k.tasks, k.leases, k.lease_deadlines, k.progress, k.revoked_tokens, k.feed],
             [host.host_id, lease_id, task_id, attempt, ttl_ms, progress_json, host.digest],
         )
         return int(reply[1]), reply[2] == 1

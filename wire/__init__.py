@@ -76,6 +76,7 @@ class EventType(str, Enum):
     HOST_REVOKED = "host_revoked"
     DEVICE_DISABLED = "device_disabled"
     DEVICE_ENABLED = "device_enabled"
+    PROGRESS = "progress"  # a running attempt's new progress (step_index, status, summary)
 
 
 class WaitingReason(str, Enum):

@@ -190,3 +190,22 @@ async def test_retryable_must_be_a_boolean(api: Api) -> None:
     bad = await api.result("host-a", assignment, "failed", retryable="yes")
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
     assert (await api.result("host-a", assignment, "failed", retryable=None)).json()["task_status"] == "failed"
+
+
+async def test_new_progress_reaches_the_feed_once(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    await api.create_task(device_id="a1")
+    assignment = await claim_one(api, "host-a")
+    step = {"step_index": 2, "status": "running", "summary": "Opened Settings"}
+    for _ in range(2):  # the same progress again is not news
+        assert (await api.renew("host-a", assignment, progress=step)).status_code == 200
+    await api.renew("host-a", assignment)  # none sent
+    await api.renew("host-a", assignment, progress={**step, "step_index": 3})
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    fed = [orjson.loads(f[b"e"]) for _, f in await redis.xrange(keys.feed)]
+    progress = [e for e in fed if e["type"] == "progress"]
+    assert [e["step_index"] for e in progress] == [2, 3]
+    assert progress[0] == {**progress[0], "task_id": assignment["task_id"], "attempt": 1, "host_id": "host-a",
+                           "device_id": "a1", "status": "running", "summary": "Opened Settings"}
+    # the history keeps transitions only
+    assert "progress" not in _types(await api.events(assignment["task_id"]))

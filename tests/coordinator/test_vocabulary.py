@@ -36,7 +36,7 @@ def test_the_id_grammar_is_the_contracts() -> None:
 
 
 _TASK_EVENT = re.compile(r"(?:taskEvent\(S, task, |requeueTask\(S, task, now, )'([a-z_]+)'")
-_FEED_EVENT = re.compile(r"publish\(S, \{type = '([a-z_]+)'")
+_FEED_EVENT = re.compile(r"(?:publish\(S, \{type = |\{\s*type = )'([a-z_]+)'")
 _KEPT = re.compile(r"^local (\w+_KEPT) = (\d+)$", re.MULTILINE)
 
 

@@ -7,6 +7,7 @@
     KEYS[3] lease_deadlines  zset  lease id -> expiry (ms)
     KEYS[4] progress         hash  task id -> latest progress JSON of its running attempt
     KEYS[5] revoked_tokens   set   SHA-256 digests of revoked host tokens
+    KEYS[6] feed             stream the deployment's live feed
     ARGV[1] host id
     ARGV[2] lease id
     ARGV[3] task id
@@ -22,7 +23,9 @@
     {REVOKED}
 
   Invariant: only the current, unexpired lease is ever extended; a rejected renewal changes
-  nothing, so a stale lease can never revive or alter the current attempt.
+  nothing, so a stale lease can never revive or alter the current attempt. Progress that differs
+  from the stored one is published on the feed (type `progress`; not in the task's history, which
+  keeps transitions only).
 ]]
 --- @include "includes/common"
 local tasksKey = KEYS[1]
@@ -30,6 +33,7 @@ local leasesKey = KEYS[2]
 local deadlinesKey = KEYS[3]
 local progressKey = KEYS[4]
 local revokedKey = KEYS[5]
+local feedKey = KEYS[6]
 local hostId = ARGV[1]
 local leaseId = ARGV[2]
 local taskId = ARGV[3]
@@ -52,7 +56,12 @@ if task.status ~= 'running' or task.lease_id ~= leaseId or not deadline or tonum
   return {E.LEASE_EXPIRED}
 end
 rcall('ZADD', deadlinesKey, now + ttl, leaseId)
-if progress ~= '' then
+if progress ~= '' and rcall('HGET', progressKey, taskId) ~= progress then
   rcall('HSET', progressKey, taskId, progress)
+  local step = cjson.decode(progress)
+  rcall('XADD', feedKey, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode({
+    type = 'progress', at = now, task_id = taskId, attempt = attempt, host_id = hostId,
+    device_id = lease.device_id, step_index = step.step_index, status = step.status, summary = step.summary,
+  }))
 end
 return {0, now + ttl, task.cancel_requested and 1 or 0}
