@@ -229,6 +229,13 @@ def _run(workdir: Path, processes: list[_Process]) -> bool:
 
     _wait_for("the coordinator to start", ready)
     _out(f"Tether demo: coordinator at {url} on the embedded in-memory Redis")
+    # The admin token is never printed: it waits in a file only its owner can read, for the
+    # dashboard's sign-in and the command line, while the demo runs.
+    token_file = workdir / "admin-token"
+    token_file.touch(mode=0o600)
+    token_file.write_text(admin)
+    _out(f"  dashboard: {url}/ui  (the admin token is in {token_file})")
+    _out(f"  command line: TETHER_URL={url} TETHER_TOKEN=$(cat {token_file}) tether tasks")
 
     with httpx.Client(base_url=url, headers={"authorization": f"Bearer {admin}"}, timeout=10) as api:
         token = api.post("/api/v1/enrollment-tokens",

@@ -20,6 +20,7 @@ def test_demo_runs_every_task_to_its_expected_end(tmp_path: Path) -> None:
     out = result.stdout.decode()
     assert result.returncode == 0, out + result.stderr.decode()
     assert "embedded in-memory Redis" in out
+    assert "/ui  (the admin token is in " in out  # the dashboard's address, on screen while it runs
     assert "enrolled  online" in out and "static    online" in out
     assert "step " in out  # progress was seen while a workflow ran
     assert "workflow_not_found" in out and "planner_cannot_plan" in out
