@@ -1,6 +1,8 @@
 """GET /api/v1/events: the live feed as server-sent events. Bearer = the admin token.
 
-The stream opens with ``retry: 2000``; then each event is ``id: <stream id>`` and ``data: <the
+The stream opens with ``retry: 2000`` and ``id: <where it starts>`` (an id with no data: a client
+that loses the connection before the first event resumes from there, not from "now"); then each
+event is ``id: <stream id>`` and ``data: <the
 event's JSON>``, and a comment (``: keepalive``) after every ``KEEPALIVE_S`` of silence, so
 proxies keep the connection. A client resumes with ``Last-Event-ID`` (or ``?last_event_id=``
 for one that cannot set headers); without either it gets events from now on.
@@ -60,7 +62,7 @@ def _filters(request: Request) -> dict[str, str]:
 
 
 async def _stream(feed: EventFeed, last_id: str, match: Mapping[str, str]) -> AsyncGenerator[bytes, None]:
-    yield b"retry: %d\n\n" % RETRY_MS
+    yield b"retry: %d\nid: %s\n\n" % (RETRY_MS, last_id.encode())
     items = feed.follow(last_id, match=match or None, keepalive_s=KEEPALIVE_S)
     async with contextlib.aclosing(items):
         try:

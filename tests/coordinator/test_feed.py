@@ -339,6 +339,7 @@ class EventSource:
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
         self._lines = response.aiter_lines()
+        self.opening: dict[str, str] = {}
 
     async def frame(self, timeout: float = 5.0) -> dict[str, str] | None:
         """The next frame as {field: value} (a comment's field is ""); None at the end."""
@@ -368,14 +369,16 @@ class EventSource:
 
 
 async def open_events(client: httpx.AsyncClient, query: str = "", **headers: str) -> EventSource:
-    """An open stream of GET /api/v1/events, its first frame (``retry``) read; the caller closes
-    its response."""
+    """An open stream of GET /api/v1/events, its first frame (``retry`` and the starting ``id``,
+    no data) read and kept as ``opening``; the caller closes its response."""
     request = client.build_request("GET", f"/api/v1/events{query}", headers={**ADMIN_HEADERS, **headers})
     response = await client.send(request, stream=True)
     source = EventSource(response)
     try:
         assert response.status_code == 200, await response.aread()
-        assert await source.frame() == {"retry": "2000"}
+        opening = await source.frame()
+        assert opening is not None and opening.keys() == {"retry", "id"} and opening["retry"] == "2000"
+        source.opening = opening
     except BaseException:
         await response.aclose()
         raise
@@ -408,12 +411,16 @@ async def test_events_arrive_live_in_order(served: Served) -> None:
 async def test_resume_with_last_event_id_gets_exactly_the_missed_then_live_ones(served: Served) -> None:
     missed = [await served.xadd(task_id=f"t{i}") for i in range(5)]
     async with watching(served.client, **{"last-event-id": missed[1]}) as source:
+        assert source.opening["id"] == missed[1]  # where a reconnect before any event resumes
         assert await source.events(3) == missed[2:]
         live = [await served.xadd(task_id=f"live{i}") for i in range(2)]
         assert await source.events(2) == live
     # the query parameter, for clients that cannot set headers; the header wins over it
     async with watching(served.client, f"?last_event_id={missed[3]}") as source:
         assert await source.events(3) == [missed[4], *live]
+    # without one, it starts from the newest event when the request came
+    async with watching(served.client) as source:
+        assert source.opening["id"] == live[-1]
     async with watching(served.client, f"?last_event_id={missed[0]}", **{"last-event-id": live[0]}) as source:
         last = await served.xadd()
         assert await source.events(2) == [live[1], last]

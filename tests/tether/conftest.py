@@ -1,0 +1,120 @@
+"""One real coordinator per test module (on real Redis, under a key prefix of its own), a real
+agent with simulated phones and a few workflows, and the ``tether`` command run as a process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import (
+    ADMIN,
+    CoordinatorProcess,
+    Process,
+    child_env,
+    coordinator_env,
+    fresh_prefix,
+    wait_until,
+)
+
+# Static hosts of these tests: the agent's, and hosts whose heartbeats the tests send themselves.
+HOSTS = {name: f"{name}-token-0123456789" for name in ("runner", "fleet-1", "drain-1", "revoke-1")}
+RUNNER_DEVICES = ("run-ok", "run-fail", "run-watch", "run-wait")
+WORKFLOWS = {
+    # A few waits, so the agent renews (every third of the 0.6 s lease) and reports progress meanwhile.
+    "steps": [{"action": "key", "key": "home"}, {"action": "wait", "ms": 200}, {"action": "wait", "ms": 200},
+              {"action": "wait", "ms": 200}],
+    "broken": [{"action": "key", "key": "home"}, {"action": "assert_text", "text": "No such text"}],
+}
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+class Coordinator(CoordinatorProcess):
+    def __init__(self, prefix: str, workdir: Path) -> None:
+        super().__init__(coordinator_env(prefix, COORDINATOR_STATIC_HOSTS=json.dumps(HOSTS),
+                                         COORDINATOR_LEASE_TTL_S="0.6", COORDINATOR_REAPER_INTERVAL_S="0.1",
+                                         COORDINATOR_HEARTBEAT_INTERVAL_S="0.5"), workdir)
+        self.api = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10)
+
+    def heartbeat(self, host: str, *devices: str) -> None:
+        body = {"devices": [{"device_id": d, "driver": "sim", "status": "available", "labels": {"rack": "r1"}}
+                            for d in devices]}
+        response = httpx.put(f"{self.url}/internal/v1/hosts/{host}/heartbeat", json=body,
+                             headers={"authorization": f"Bearer {HOSTS[host]}"})
+        assert response.status_code == 200, response.text
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        response = self.api.get(f"/api/v1/tasks/{task_id}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def tether_here(self, capsys: pytest.CaptureFixture[str], *args: str) -> Result:
+        """The same command run in this process: for the follow-up reads of a test, which would
+        otherwise spend most of the folder's time starting interpreters."""
+        from tether.cli import main
+
+        capsys.readouterr()
+        code = main(["--url", self.url, "--token", ADMIN, *args])
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    def tether(self, *args: str, **env: str) -> Result:
+        """``python -m tether ARGS`` against this coordinator, as an operator would run it."""
+        env = child_env(**{"TETHER_URL": self.url, "TETHER_TOKEN": ADMIN, **env})
+        done = subprocess.run([sys.executable, "-m", "tether", *args], env=env, capture_output=True, text=True,
+                              timeout=30, check=False)
+        return Result(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture(scope="module")
+def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
+    with fresh_prefix() as prefix:
+        coord = Coordinator(prefix, tmp_path_factory.mktemp("coordinator"))
+        coord.start()
+        try:
+            yield coord
+        finally:
+            coord.stop()
+            coord.api.close()
+
+
+@pytest.fixture(scope="module")
+def runner(coordinator: Coordinator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    """``python -m agent`` as the static host ``runner``, its phones pooled before tests start."""
+    workdir = tmp_path_factory.mktemp("runner")
+    folder = workdir / "workflows"
+    folder.mkdir()
+    for name, steps in WORKFLOWS.items():
+        (folder / f"{name}.json").write_text(json.dumps({"name": name, "steps": steps}))
+    settings = {"URL": coordinator.url, "HOST_ID": "runner", "TOKEN": HOSTS["runner"],
+                "DEVICES": ",".join(f"sim:{d}" for d in RUNNER_DEVICES), "WORKFLOWS_DIR": str(folder),
+                "POLL_WAIT_S": "2", "HEARTBEAT_INTERVAL_S": "0.3", "BACKOFF_CAP_S": "0.5", "SHUTDOWN_GRACE_S": "5"}
+    agent = Process("agent", [sys.executable, "-m", "agent"],
+                    child_env(**{f"HOST_AGENT_{k}": v for k, v in settings.items()}), workdir)
+
+    def pooled() -> bool:
+        devices = coordinator.api.get("/api/v1/devices", params={"host_id": "runner"}).json()["devices"]
+        return len([d for d in devices if d["host_online"]]) == len(RUNNER_DEVICES)
+
+    try:
+        wait_until(pooled, what="the runner's devices pooled")
+        yield agent
+    finally:
+        agent.stop()
+

@@ -1,0 +1,294 @@
+"""The ``tether`` command, every command of the contract's table, run as a process against a
+real coordinator and a real agent: its output (tables and ``--json``) and its exit code."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import httpx
+import pytest
+
+from tests.support import ADMIN, Process, free_port
+from tests.tether.conftest import HOSTS, Coordinator
+from tether.cli import main
+
+pytestmark = pytest.mark.e2e
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+# -- usage and expected failures ------------------------------------------------------------
+
+
+def test_bad_usage_exits_2(coordinator: Coordinator) -> None:
+    for args in (["frobnicate"], ["submit", "--goal", "x"]):  # no such command; no target
+        result = coordinator.tether(*args)
+        assert result.code == 2, result
+        assert "usage: tether" in result.err and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["submit", "--goal", "x", "--workflow", "w", "--device", "d"],  # goal and workflow
+    ["disable", "some-device"],  # no --reason
+    ["tasks", "--status", "sleeping"],
+    ["tokens", "create", "--uses", "0"],
+    ["submit", "--workflow", "w", "--param", "novalue", "--device", "d"],
+    ["submit", "--workflow", "w", "--param", "n:=nojson", "--device", "d"],
+])
+def test_more_bad_usage_exits_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # In-process (argparse decides before any call), to keep the folder fast.
+    with pytest.raises(SystemExit) as exited:
+        main(["--url", "http://127.0.0.1:9", "--token", "t", *args])
+    assert exited.value.code == 2
+    assert "usage: tether" in capsys.readouterr().err
+
+
+def test_no_url_is_bad_usage(coordinator: Coordinator) -> None:
+    result = coordinator.tether("tasks", TETHER_URL="")
+    assert result.code == 2
+    assert "TETHER_URL" in result.err
+
+
+def test_wrong_token_is_one_line_and_never_shows_the_token(coordinator: Coordinator) -> None:
+    token = "wrong-" + secrets.token_hex(8)
+    result = coordinator.tether("tasks", "--token", token)
+    assert result.code == 1 and result.out == ""
+    assert "(unauthorized)" in one_line(result.err)
+    assert token not in result.err
+
+
+def test_unknown_task_is_one_line_not_found(coordinator: Coordinator) -> None:
+    for command in ("task", "watch"):
+        result = coordinator.tether(command, "t_nobody")
+        assert result.code == 1, (command, result)
+        assert one_line(result.err).endswith("(not_found)")
+
+
+def test_coordinator_down_is_one_line_unavailable(coordinator: Coordinator) -> None:
+    for args in (["hosts"], ["watch", "t_any"]):
+        result = coordinator.tether(*args, "--url", f"http://127.0.0.1:{free_port()}")
+        assert result.code == 1, (args, result)
+        line = one_line(result.err)
+        assert line.startswith("tether: cannot reach the coordinator at http://127.0.0.1:")
+        assert line.endswith("(unavailable)")
+
+
+# -- tasks, run by a real agent ---------------------------------------------------------------
+
+
+def test_submit_wait_shows_progress_and_exits_0_when_it_succeeds(coordinator: Coordinator, runner: Process,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    result = coordinator.tether("submit", "--workflow", "steps", "--device", "run-ok", "--wait")
+    assert result.code == 0, result
+    lines = result.out.splitlines()
+    task_id = lines[0]
+    assert task_id.startswith("t_")
+    assert f"task {task_id} attempt 1/3" in lines[1]
+    assert lines[1].split()[1] in ("queued", "assigned", "running")  # however far it got when read
+    assert "runner/run-ok" in result.out
+    progress = [line for line in lines if " progress " in line]
+    assert progress and all("step " in line for line in progress), result.out
+    assert " result " in lines[-2] and "succeeded" in lines[-2]
+    assert " succeeded " in lines[-1] and task_id in lines[-1]
+
+    # ... and what it left: the task, its history, the device's runs, the listing.
+    shown = coordinator.tether("task", task_id)
+    assert shown.code == 0
+    assert "\nstatus    succeeded\n" in shown.out
+    assert '\nresult    succeeded {"steps": 4' in shown.out
+    assert "workflow steps" in shown.out and "device=run-ok" in shown.out
+
+    history = coordinator.tether("events", task_id)
+    assert history.code == 0
+    assert history.out.splitlines()[0].split() == ["AT", "TYPE", "ATTEMPT", "HOST", "DEVICE", "STATUS", "REASON"]
+    types = [line.split()[2] for line in history.out.splitlines()[1:]]
+    assert types == ["created", "assigned", "claimed", "result"]
+    events = coordinator.tether_here(capsys, "events", task_id, "--json").json()["events"]
+    assert [e["type"] for e in events] == types
+
+    runs = coordinator.tether("history", "run-ok")
+    assert runs.code == 0
+    assert runs.out.splitlines()[0].split() == ["TASK", "ATTEMPT", "HOST", "STARTED", "ENDED", "OUTCOME"]
+    assert task_id in runs.out and "succeeded" in runs.out
+
+    conflict = coordinator.tether_here(capsys, "cancel", task_id)  # it succeeded: too late
+    assert conflict.code == 1 and one_line(conflict.err).endswith("(task_terminal)")
+
+    listed = coordinator.tether("tasks", "--device", "run-ok", "--status", "succeeded")
+    assert listed.code == 0
+    assert listed.out.splitlines()[0].split()[:3] == ["TASK", "STATUS", "ATTEMPT"]
+    assert any(line.startswith(task_id) and "succeeded" in line for line in listed.out.splitlines())
+
+
+def test_watch_exits_1_when_the_task_fails(coordinator: Coordinator, runner: Process) -> None:
+    submitted = coordinator.tether("submit", "--workflow", "broken", "--device", "run-fail", "--max-attempts", "1")
+    assert submitted.code == 0, submitted
+    task_id = submitted.out.strip()
+    result = coordinator.tether("watch", task_id)
+    assert result.code == 1, result
+    assert result.err == ""
+    last = result.out.splitlines()[-1]
+    assert " failed " in last and task_id in last
+
+
+def test_watch_follows_a_running_task_to_success(coordinator: Coordinator, runner: Process) -> None:
+    task_id = coordinator.tether("submit", "--workflow", "steps", "--device", "run-watch").out.strip()
+    result = coordinator.tether("watch", task_id)
+    assert result.code == 0, result
+    assert any(" progress " in line for line in result.out.splitlines()), result.out
+    assert " succeeded " in result.out.splitlines()[-1]
+
+
+def test_watch_json_is_the_task_then_the_feed_then_the_task(coordinator: Coordinator, runner: Process) -> None:
+    result = coordinator.tether("submit", "--workflow", "steps", "--param", "ms:=100", "--device", "run-wait",
+                                "--wait", "--json")
+    assert result.code == 0, result
+    lines = [json.loads(line) for line in result.out.splitlines()]
+    first, events, last = lines[0], lines[1:-1], lines[-1]
+    assert first["task_id"] == last["task_id"] and last["status"] == "succeeded"
+    assert first["workflow"] == {"name": "steps", "params": {"ms": 100}}
+    progress = [e for e in events if e["type"] == "progress"]
+    assert progress and {"step_index", "status", "summary", "attempt", "host_id", "device_id"} <= progress[0].keys()
+    assert all(e["task_id"] == first["task_id"] for e in events)
+
+
+def test_a_queued_task_says_why_it_waits_and_can_be_cancelled(coordinator: Coordinator) -> None:
+    task_id = coordinator.tether("submit", "--goal", "Open Settings", "--device", "nowhere-1").out.strip()
+
+    shown = coordinator.tether("task", task_id)
+    assert shown.code == 0
+    fields = dict(line.split(None, 1) for line in shown.out.splitlines() if len(line.split(None, 1)) == 2)
+    assert fields["status"] == "queued"
+    assert fields["waiting"] == "no_matching_device"
+    assert fields["candidates"].startswith("matching 0, busy 0")
+    as_json = coordinator.tether("task", task_id, "--json").json()
+    assert as_json["waiting_reason"] == "no_matching_device" and as_json["candidates"]["matching"] == 0
+
+    listed = coordinator.tether("tasks", "--status", "queued", "--device", "nowhere-1", "--json").json()
+    assert [t["task_id"] for t in listed["tasks"]] == [task_id]
+    table = coordinator.tether("tasks", "--status", "queued", "--limit", "5")
+    assert any(line.startswith(task_id) and "no_matching_device" in line for line in table.out.splitlines())
+
+    cancelled = coordinator.tether("cancel", task_id)
+    assert (cancelled.code, cancelled.out) == (0, f"task {task_id}: cancelled\n")
+
+    watched = coordinator.tether("watch", task_id)  # over already: the task, once, and exit 1
+    assert watched.code == 1
+    assert len(watched.out.splitlines()) == 1 and " cancelled " in watched.out
+
+
+# -- hosts ------------------------------------------------------------------------------------
+
+
+def test_hosts_drain_and_undrain(coordinator: Coordinator, capsys: pytest.CaptureFixture[str]) -> None:
+    coordinator.heartbeat("drain-1", "dr-1")
+    hosts = coordinator.tether("hosts")
+    assert hosts.code == 0
+    assert hosts.out.splitlines()[0].split()[:4] == ["HOST", "KIND", "ONLINE", "DEVICES"]
+    row = next(line.split() for line in hosts.out.splitlines() if line.startswith("drain-1 "))
+    assert row[:5] == ["drain-1", "static", "yes", "1", "no"]
+    assert {h["host_id"] for h in coordinator.tether_here(capsys, "hosts", "--json").json()["hosts"]} >= {"drain-1", "runner"}
+
+    shown = coordinator.tether("host", "drain-1")
+    assert shown.code == 0 and "online" in shown.out and "static" in shown.out
+
+    drained = coordinator.tether("drain", "drain-1")
+    assert (drained.code, drained.out) == (0, "host drain-1: draining, online\n")
+    assert coordinator.tether_here(capsys, "host", "drain-1", "--json").json()["draining"] is True
+    undrained = coordinator.tether("undrain", "drain-1")
+    assert (undrained.code, undrained.out) == (0, "host drain-1: accepting work, online\n")
+
+
+def test_revoke_a_host(coordinator: Coordinator) -> None:
+    coordinator.heartbeat("revoke-1", "rv-1")
+    result = coordinator.tether("revoke", "revoke-1")
+    assert (result.code, result.out) == (0, "host revoke-1: revoked, offline\n")
+    response = httpx.put(f"{coordinator.url}/internal/v1/hosts/revoke-1/heartbeat", json={"devices": []},
+                         headers={"authorization": f"Bearer {HOSTS['revoke-1']}"})
+    assert response.status_code == 401
+
+
+# -- devices ----------------------------------------------------------------------------------
+
+
+def test_devices_disable_and_enable(coordinator: Coordinator, capsys: pytest.CaptureFixture[str]) -> None:
+    coordinator.heartbeat("fleet-1", "fl-1", "fl-2")
+    table = coordinator.tether("devices", "--host", "fleet-1")
+    assert table.code == 0
+    lines = table.out.splitlines()
+    assert lines[0].split()[:4] == ["DEVICE", "HOST", "DRIVER", "STATUS"]
+    assert [line.split()[:4] for line in lines[1:]] == [["fl-1", "fleet-1", "sim", "available"],
+                                                        ["fl-2", "fleet-1", "sim", "available"]]
+    assert "rack=r1" in lines[1]
+    found = coordinator.tether("devices", "--driver", "sim", "--status", "available", "--json").json()
+    assert {"fl-1", "fl-2"} <= {d["device_id"] for d in found["devices"]} and found["next_cursor"] is None
+
+    disabled = coordinator.tether("disable", "fl-1", "--reason", "cracked screen")
+    assert (disabled.code, disabled.out) == (0, "device fl-1: disabled (cracked screen)\n")
+    row = next(line for line in coordinator.tether_here(capsys, "devices", "--host", "fleet-1").out.splitlines()
+               if line.startswith("fl-1 "))
+    assert "yes (cracked screen)" in row
+    enabled = coordinator.tether("enable", "fl-1", "--json")
+    assert enabled.code == 0 and enabled.json()["disabled"] is False
+
+
+# -- enrollment tokens, and forgetting a managed host's device --------------------------------
+
+
+def test_tokens_create_list_revoke_and_forget_a_device(coordinator: Coordinator,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    created = coordinator.tether("tokens", "create", "--uses", "2", "--ttl", "600", "--label", "site=lab")
+    assert created.code == 0, created
+    fields = dict(line.split(None, 1) for line in created.out.splitlines()[:5])
+    secret, token_id = fields["token"], fields["id"]
+    assert secret.startswith("tet_") and created.out.count(secret) == 1
+    assert fields["uses"] == "2" and fields["labels"] == "site=lab"
+
+    listed = coordinator.tether("tokens")
+    assert listed.code == 0 and secret not in listed.out
+    row = next(line.split() for line in listed.out.splitlines() if line.startswith(token_id))
+    assert row[1:3] == ["active", "0/2"]
+    as_json = coordinator.tether("tokens", "--json").json()
+    assert token_id in {t["id"] for t in as_json["enrollment_tokens"]} and secret not in json.dumps(as_json)
+
+    # A managed host enrolls with it and pools a device, which the operator then forgets.
+    host_token = "host-" + secrets.token_hex(20)
+    enrolled = httpx.post(f"{coordinator.url}/internal/v1/enroll", headers={"authorization": f"Bearer {secret}"},
+                          json={"enrollment_id": "enr-" + secrets.token_hex(4), "host_token": host_token,
+                                "hostname": "lab-9"})
+    assert enrolled.status_code == 201, enrolled.text
+    host_id, auth = enrolled.json()["host_id"], {"authorization": f"Bearer {host_token}"}
+    devices = httpx.post(f"{coordinator.url}/internal/v1/hosts/{host_id}/devices/enroll", headers=auth,
+                         json={"devices": [{"local_id": "emulator-5554", "driver": "sim"}]}).json()["devices"]
+    device_id = devices[0]["device_id"]
+    httpx.put(f"{coordinator.url}/internal/v1/hosts/{host_id}/heartbeat", headers=auth,
+              json={"devices": [{"device_id": device_id, "driver": "sim", "status": "available"}]})
+    assert device_id in coordinator.tether_here(capsys, "devices", "--host", host_id).out
+
+    forgotten = coordinator.tether("forget", device_id)
+    assert (forgotten.code, forgotten.out) == (0, f"device {device_id}: forgotten\n")
+    assert coordinator.tether_here(capsys, "devices", "--host", host_id, "--json").json()["devices"] == []
+
+    revoked = coordinator.tether("tokens", "revoke", token_id)
+    assert (revoked.code, revoked.out) == (0, f"token {token_id}: revoked\n")
+    listed = coordinator.tether_here(capsys, "tokens")
+    row = next(line.split() for line in listed.out.splitlines() if line.startswith(token_id))
+    assert row[1:3] == ["revoked", "1/2"]
+
+    made = coordinator.tether("tokens", "create", "--json").json()
+    assert made["token"].startswith("tet_") and made["max_uses"] == 1
+
+
+def test_the_admin_token_is_only_taken_from_the_environment_or_the_option(coordinator: Coordinator) -> None:
+    result = coordinator.tether("hosts", "--json", TETHER_TOKEN="", TETHER_URL=coordinator.url)
+    assert result.code == 2 and "TETHER_TOKEN" in result.err
+    ok = coordinator.tether("--json", "hosts", "--token", ADMIN, TETHER_TOKEN="")
+    assert ok.code == 0 and "hosts" in ok.json()
+

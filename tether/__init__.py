@@ -1,0 +1,20 @@
+"""Tether's operator client: ``tether.Client`` (the operator API as plain method calls) and the
+``tether`` command built on it (``tether.cli``).
+
+    from tether import Client, TetherError
+
+    with Client("http://coordinator:8000", token) as tether:
+        task = tether.create_task(workflow="login-smoke", selector={"driver": "adb"})
+        with tether.feed(task_id=task["task_id"]) as feed:
+            for event in feed:
+                ...
+
+It depends on the contract only (and on ``wire``, its vocabulary), never on the coordinator's or
+the agent's code: it is a client like any operator's script.
+"""
+
+from tether.client import Client
+from tether.errors import TetherError
+from tether.feed import Feed
+
+__all__ = ["Client", "Feed", "TetherError"]

@@ -1,0 +1,164 @@
+"""The ``tether`` command: argparse in front of ``tether.commands``.
+
+Configured by ``TETHER_URL`` and ``TETHER_TOKEN`` (or ``--url`` and ``--token``, which win).
+Exit codes: 0 success; 1 the call failed, or the watched task did not succeed; 2 bad usage
+(argparse's own, or no URL or token). A failure the operator can expect (unauthorized, not
+found, a conflict, the coordinator down) is one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import wire
+from tether import commands
+from tether.client import Client
+from tether.errors import TetherError
+
+_TASK_STATUSES = wire.values(wire.TaskStatus)
+_DEVICE_STATUSES = wire.values(wire.DeviceStatus)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    url = getattr(args, "url", None) or os.environ.get("TETHER_URL")
+    token = getattr(args, "token", None) or os.environ.get("TETHER_TOKEN")
+    if not url:
+        parser.error("no coordinator URL: set TETHER_URL or pass --url")
+    if not token:
+        parser.error("no token: set TETHER_TOKEN or pass --token")
+    try:
+        client = Client(url, token)
+    except ValueError as exc:
+        parser.error(str(exc))
+    out = commands.Output(as_json=getattr(args, "json", False))
+    try:
+        with client:
+            return args.run(client, args, out)
+    except TetherError as exc:
+        print(f"tether: {exc.message} ({exc.code})", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `tether tasks | head`: the reader has what it wanted
+        sys.stderr.close()  # nothing more to say, and Python's own flush would complain
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # The connection and output options are accepted before or after the command
+    # (`tether --json tasks`, `tether tasks --json`): every parser has them, none gives a
+    # default (so a subcommand's absent option cannot overwrite a given one; and the parsers
+    # share these action objects, so no set_defaults either), and main() reads them with getattr.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help="coordinator URL (default: $TETHER_URL)")
+    common.add_argument("--token", default=argparse.SUPPRESS, help="admin token (default: $TETHER_TOKEN)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print the API's JSON instead of tables")
+
+    parser = argparse.ArgumentParser(prog="tether", parents=[common],
+                                     description="Operate a Tether coordinator: tasks, hosts, devices, tokens.")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    def command(name: str, run: commands.Command, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help, description=help)
+        p.set_defaults(run=run)
+        return p
+
+    p = command("submit", commands.submit, "create a task and print its id")
+    work = p.add_mutually_exclusive_group(required=True)
+    work.add_argument("--goal", metavar="TEXT", help="a natural-language goal for the GUI agent")
+    work.add_argument("--workflow", metavar="NAME", help="a named workflow")
+    p.add_argument("--param", metavar="K=V", action="append", type=_param,
+                   help="a workflow parameter (repeatable); K:=JSON for a number, list or object")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--device", metavar="ID", help="run on this device")
+    where.add_argument("--driver", metavar="D", help="run on any device of this driver (with --label)")
+    p.add_argument("--label", metavar="K=V", action="append", type=_label, help="device label to match (repeatable)")
+    p.add_argument("--max-attempts", metavar="N", type=_positive)
+    p.add_argument("--queue-timeout", metavar="S", type=_positive, help="fail it if not assigned within S seconds")
+    p.add_argument("--wait", action="store_true", help="follow it like `watch` until it ends")
+
+    p = command("tasks", commands.tasks, "list tasks, newest first")
+    p.add_argument("--status", choices=_TASK_STATUSES)
+    p.add_argument("--host", metavar="H")
+    p.add_argument("--device", metavar="D")
+    p.add_argument("--limit", metavar="N", type=_positive, default=50, help="at most N tasks (default 50)")
+    command("task", commands.task, "show a task, with why it waits").add_argument("id", metavar="ID")
+    command("events", commands.events, "a task's history").add_argument("id", metavar="ID")
+    command("watch", commands.watch, "follow a task live until it ends; exit 0 if it succeeded").add_argument(
+        "id", metavar="ID")
+    command("cancel", commands.cancel, "cancel a task").add_argument("id", metavar="ID")
+
+    command("hosts", commands.hosts, "list hosts")
+    command("host", commands.host, "show a host").add_argument("id", metavar="ID")
+    command("drain", commands.drain, "give a host no new work").add_argument("id", metavar="HOST")
+    command("undrain", commands.undrain, "give a drained host work again").add_argument("id", metavar="HOST")
+    command("revoke", commands.revoke, "revoke a host's credential").add_argument("id", metavar="HOST")
+
+    p = command("devices", commands.devices, "list the pooled devices")
+    p.add_argument("--host", metavar="H")
+    p.add_argument("--driver", metavar="D")
+    p.add_argument("--status", choices=_DEVICE_STATUSES)
+    command("history", commands.history, "who ran what on a device").add_argument("id", metavar="DEVICE")
+    p = command("disable", commands.disable, "give a device no new work")
+    p.add_argument("id", metavar="DEVICE")
+    p.add_argument("--reason", metavar="TEXT", required=True)
+    command("enable", commands.enable, "give a disabled device work again").add_argument("id", metavar="DEVICE")
+    command("forget", commands.forget, "un-enroll a managed host's device").add_argument("id", metavar="DEVICE")
+
+    p = command("tokens", commands.tokens, "list enrollment tokens; create or revoke one")
+    tokens = p.add_subparsers(title="token commands", metavar="COMMAND")
+    t = tokens.add_parser("create", parents=[common], help="create an enrollment token (its secret shown once)")
+    t.set_defaults(run=commands.tokens_create)
+    t.add_argument("--uses", metavar="N", type=_positive, help="how many hosts may enroll with it (default 1)")
+    t.add_argument("--ttl", metavar="S", type=_positive, help="seconds it stays valid (default 3600)")
+    t.add_argument("--label", metavar="K=V", action="append", type=_label,
+                   help="a label for the hosts it enrolls (repeatable)")
+    t = tokens.add_parser("revoke", parents=[common], help="revoke an enrollment token")
+    t.set_defaults(run=commands.tokens_revoke)
+    t.add_argument("id", metavar="ID")
+    return parser
+
+
+# -- argument types (a ValueError or ArgumentTypeError is argparse's usage error, exit 2) ------
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected K=V, got {text!r}")
+    return key, value
+
+
+def _param(text: str) -> tuple[str, object]:
+    """``K=V`` (a string) or ``K:=JSON`` (a number, list, object...)."""
+    import json
+
+    key, sep, value = text.partition("=")
+    if key.endswith(":"):
+        try:
+            return key[:-1], json.loads(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not JSON after {key}=: {value!r}") from None
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected K=V or K:=JSON, got {text!r}")
+    return key, value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more: {text!r}")
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())

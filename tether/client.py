@@ -1,0 +1,215 @@
+"""``tether.Client``: the operator API (PROTOCOL.md, "Operator API") as plain method calls.
+
+Every method returns the coordinator's JSON answer as a plain dict, exactly as the contract
+shapes it, and raises ``TetherError`` for anything else. ``iter_*`` methods follow
+``next_cursor`` through every page (a filtered page may hold fewer items than asked for and
+still have a cursor, so stopping at a short page would be wrong). ``feed`` is the live event
+stream. Plain ``httpx``, synchronous: a script, the ``tether`` command, or a notebook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import quote
+
+import httpx
+
+import wire
+from tether.errors import TetherError
+from tether.feed import Feed
+
+DEFAULT_TIMEOUT_S = 10.0
+Json = dict[str, Any]
+
+
+class Client:
+    """``Client("http://coordinator:8000", token)``; use it as a context manager, or ``close()``.
+
+    ``transport`` is httpx's: tests may hand an ``httpx.MockTransport`` or ``ASGITransport``.
+    """
+
+    def __init__(self, url: str, token: str, *, timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_S,
+                 transport: httpx.BaseTransport | None = None, feed_read_timeout_s: float = 45.0) -> None:
+        if not token or not token.isascii() or not token.isprintable() or " " in token:
+            # httpx would put an illegal header value, token included, into its exception text.
+            raise ValueError("the token must be printable ASCII without spaces")
+        self.url = url.rstrip("/")
+        self._feed_read_timeout_s = feed_read_timeout_s
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "tether-client"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    def create_task(self, *, goal: str | None = None, workflow: str | None = None,
+                    params: Mapping[str, Any] | None = None, device_id: str | None = None,
+                    selector: Mapping[str, Any] | None = None, max_attempts: int | None = None,
+                    max_steps: int | None = None, queue_timeout_s: int | None = None,
+                    idempotency_key: str | None = None) -> Json:
+        """A goal task (``goal=``) or a workflow task (``workflow=`` name, ``params=``), for one
+        device (``device_id=``) or any matching ``selector={"driver": ..., "labels": {...}}``."""
+        if (goal is None) == (workflow is None):
+            raise ValueError("give exactly one of goal and workflow")
+        body: Json = {"kind": "goal", "goal": goal} if goal is not None else {
+            "kind": "workflow", "workflow": {"name": workflow, "params": dict(params or {})}}
+        optional = {"device_id": device_id, "selector": dict(selector) if selector is not None else None,
+                    "max_attempts": max_attempts, "max_steps": max_steps, "queue_timeout_s": queue_timeout_s,
+                    "idempotency_key": idempotency_key}
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return self._call("POST", "/api/v1/tasks", json=body)
+
+    def get_task(self, task_id: str) -> Json:
+        return self._call("GET", f"/api/v1/tasks/{_id(task_id, 'task id')}")
+
+    def list_tasks(self, *, status: str | None = None, host_id: str | None = None,
+                   device_id: str | None = None, limit: int | None = None, cursor: str | None = None) -> Json:
+        """One page, newest first: ``{"tasks": [...], "next_cursor": ...}``."""
+        return self._call("GET", "/api/v1/tasks", params={
+            "status": status, "host_id": host_id, "device_id": device_id, "limit": limit, "cursor": cursor})
+
+    def iter_tasks(self, *, status: str | None = None, host_id: str | None = None,
+                   device_id: str | None = None, page_size: int | None = None) -> Iterator[Json]:
+        return self._items(self.list_tasks, "tasks", status=status, host_id=host_id, device_id=device_id,
+                           limit=page_size)
+
+    def task_events(self, task_id: str) -> Json:
+        """The task's history, oldest first: ``{"events": [...]}``."""
+        return self._call("GET", f"/api/v1/tasks/{_id(task_id, 'task id')}/events")
+
+    def cancel_task(self, task_id: str) -> Json:
+        return self._call("POST", f"/api/v1/tasks/{_id(task_id, 'task id')}/cancel")
+
+    # -- devices -------------------------------------------------------------------------------
+
+    def list_devices(self, *, host_id: str | None = None, driver: str | None = None, status: str | None = None,
+                     limit: int | None = None, cursor: str | None = None) -> Json:
+        return self._call("GET", "/api/v1/devices", params={
+            "host_id": host_id, "driver": driver, "status": status, "limit": limit, "cursor": cursor})
+
+    def iter_devices(self, *, host_id: str | None = None, driver: str | None = None,
+                     status: str | None = None, page_size: int | None = None) -> Iterator[Json]:
+        return self._items(self.list_devices, "devices", host_id=host_id, driver=driver, status=status,
+                           limit=page_size)
+
+    def get_device(self, device_id: str) -> Json:
+        return self._call("GET", f"/api/v1/devices/{_id(device_id, 'device id')}")
+
+    def device_history(self, device_id: str, *, limit: int | None = None) -> Json:
+        """Who ran what on it, newest first: ``{"runs": [...]}``."""
+        return self._call("GET", f"/api/v1/devices/{_id(device_id, 'device id')}/history",
+                          params={"limit": limit})
+
+    def disable_device(self, device_id: str, reason: str = "") -> Json:
+        return self._call("POST", f"/api/v1/devices/{_id(device_id, 'device id')}/disable",
+                          json={"reason": reason})
+
+    def enable_device(self, device_id: str) -> Json:
+        return self._call("POST", f"/api/v1/devices/{_id(device_id, 'device id')}/enable")
+
+    def forget_device(self, device_id: str) -> Json:
+        """Un-enroll a managed host's device (``DELETE``); ``device_busy`` while it holds a task."""
+        return self._call("DELETE", f"/api/v1/devices/{_id(device_id, 'device id')}")
+
+    # -- hosts ---------------------------------------------------------------------------------
+
+    def list_hosts(self, *, limit: int | None = None, cursor: str | None = None) -> Json:
+        return self._call("GET", "/api/v1/hosts", params={"limit": limit, "cursor": cursor})
+
+    def iter_hosts(self, *, page_size: int | None = None) -> Iterator[Json]:
+        return self._items(self.list_hosts, "hosts", limit=page_size)
+
+    def get_host(self, host_id: str) -> Json:
+        return self._call("GET", f"/api/v1/hosts/{_id(host_id, 'host id')}")
+
+    def drain_host(self, host_id: str) -> Json:
+        return self._call("POST", f"/api/v1/hosts/{_id(host_id, 'host id')}/drain")
+
+    def undrain_host(self, host_id: str) -> Json:
+        return self._call("POST", f"/api/v1/hosts/{_id(host_id, 'host id')}/undrain")
+
+    def revoke_host(self, host_id: str) -> Json:
+        return self._call("POST", f"/api/v1/hosts/{_id(host_id, 'host id')}/revoke")
+
+    # -- enrollment tokens ---------------------------------------------------------------------
+
+    def create_enrollment_token(self, *, ttl_s: int | None = None, max_uses: int | None = None,
+                                labels: Mapping[str, str] | None = None) -> Json:
+        """``{"id", "token", "expires_at", ...}``: the secret ``token`` is in this answer only."""
+        body = {"ttl_s": ttl_s, "max_uses": max_uses, "labels": dict(labels) if labels is not None else None}
+        return self._call("POST", "/api/v1/enrollment-tokens", json={k: v for k, v in body.items() if v is not None})
+
+    def list_enrollment_tokens(self, *, limit: int | None = None, cursor: str | None = None) -> Json:
+        """``{"enrollment_tokens": [...], "next_cursor": ...}``, never the secrets."""
+        return self._call("GET", "/api/v1/enrollment-tokens", params={"limit": limit, "cursor": cursor})
+
+    def iter_enrollment_tokens(self, *, page_size: int | None = None) -> Iterator[Json]:
+        return self._items(self.list_enrollment_tokens, "enrollment_tokens", limit=page_size)
+
+    def revoke_enrollment_token(self, token_id: str) -> Json:
+        return self._call("DELETE", f"/api/v1/enrollment-tokens/{_id(token_id, 'token id')}")
+
+    # -- the live feed -------------------------------------------------------------------------
+
+    def feed(self, *, task_id: str | None = None, host_id: str | None = None,
+             last_event_id: str | None = None) -> Feed:
+        """The live feed, optionally only the events naming one task or host; it starts at "now"
+        unless ``last_event_id`` resumes it. See ``tether.feed.Feed``."""
+        params = {"task_id": task_id and _id(task_id, "task id"), "host_id": host_id and _id(host_id, "host id")}
+        return Feed(self._http, "/api/v1/events", {k: v for k, v in params.items() if v},
+                    last_event_id=last_event_id, read_timeout_s=self._feed_read_timeout_s)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+              json: Any = None) -> Json:
+        query = {k: str(v) for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self._http.request(method, path, params=query, json=json)
+        except httpx.TransportError as exc:
+            raise TetherError.unreachable(self.url, exc) from exc
+        if response.status_code >= 400:
+            raise TetherError.from_response(response)
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise TetherError("invalid_response", f"{method} {path} answered {response.status_code} without a "
+                              "JSON object", status=response.status_code)
+        return answer
+
+    @staticmethod
+    def _items(list_page: Callable[..., Json], key: str, **filters: Any) -> Iterator[Json]:
+        cursor = None
+        while True:
+            page = list_page(**filters, cursor=cursor)
+            yield from page[key]
+            cursor = page.get("next_cursor")
+            if cursor is None or cursor == "":
+                return
+
+
+def _id(value: str, what: str) -> str:
+    """A path segment: refused here when it is outside the contract's id grammar, so it can
+    never turn into another path."""
+    if not wire.is_valid_id(value):
+        raise TetherError("invalid_request", f"not a valid {what}: {value!r}")
+    return quote(value, safe="")

@@ -1,0 +1,169 @@
+"""What each ``tether`` command does: call the client, then print the answer for people (the
+``render`` module) or, with ``--json``, the API's JSON. Each returns the exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from argparse import Namespace
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from tether import render
+from tether.client import Client
+from tether.watch import follow, succeeded
+
+Json = dict[str, Any]
+Command = Callable[[Client, Namespace, "Output"], int]
+
+
+class Output:
+    """Where results go: text for people, or the API's JSON for scripts (``--json``)."""
+
+    def __init__(self, as_json: bool, stream: TextIO | None = None) -> None:
+        self.as_json = as_json
+        self._stream = stream
+
+    def line(self, text: str) -> None:
+        stream = self._stream or sys.stdout
+        stream.write(text + "\n")
+        stream.flush()  # a watch is read live, through pipes too
+
+    def show(self, document: Json, text: Callable[[Json], str]) -> int:
+        self.line(json.dumps(document, indent=2) if self.as_json else text(document))
+        return 0
+
+
+# -- tasks -----------------------------------------------------------------------------------
+
+
+def submit(client: Client, args: Namespace, out: Output) -> int:
+    selector = {"driver": args.driver, "labels": dict(args.label or [])} if args.driver else None
+    task = client.create_task(goal=args.goal, workflow=args.workflow, params=dict(args.param or []),
+                              device_id=args.device, selector=selector, max_attempts=args.max_attempts,
+                              queue_timeout_s=args.queue_timeout)
+    if not args.wait:
+        return out.show(task, lambda t: t["task_id"])
+    if not out.as_json:
+        out.line(task["task_id"])  # the id first, as without --wait; the watch's JSON lines carry it
+    return _watch(client, task["task_id"], out)
+
+
+def tasks(client: Client, args: Namespace, out: Output) -> int:
+    page = _collect(lambda limit, cursor: client.list_tasks(status=args.status, host_id=args.host,
+                                                            device_id=args.device, limit=limit, cursor=cursor),
+                    "tasks", args.limit)
+    return out.show(page, lambda p: render.tasks_table(p["tasks"]))
+
+
+def task(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.get_task(args.id), render.task_fields)
+
+
+def events(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.task_events(args.id), lambda e: render.events_table(e["events"]))
+
+
+def watch(client: Client, args: Namespace, out: Output) -> int:
+    return _watch(client, args.id, out)
+
+
+def _watch(client: Client, task_id: str, out: Output) -> int:
+    final = follow(client, task_id, out.line, as_json=out.as_json)
+    return 0 if succeeded(final) else 1
+
+
+def cancel(client: Client, args: Namespace, out: Output) -> int:
+    def text(t: Json) -> str:
+        if t["status"] == "running" and t.get("cancel_requested"):
+            return f"task {t['task_id']}: cancel requested (it is running; it stops at its next step)"
+        return f"task {t['task_id']}: {t['status']}"
+
+    return out.show(client.cancel_task(args.id), text)
+
+
+# -- hosts -----------------------------------------------------------------------------------
+
+
+def hosts(client: Client, args: Namespace, out: Output) -> int:
+    page = _collect(lambda limit, cursor: client.list_hosts(limit=limit, cursor=cursor), "hosts")
+    return out.show(page, lambda p: render.hosts_table(p["hosts"]))
+
+
+def host(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.get_host(args.id), render.host_fields)
+
+
+def drain(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.drain_host(args.id), render.host_state)
+
+
+def undrain(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.undrain_host(args.id), render.host_state)
+
+
+def revoke(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.revoke_host(args.id), render.host_state)
+
+
+# -- devices ---------------------------------------------------------------------------------
+
+
+def devices(client: Client, args: Namespace, out: Output) -> int:
+    page = _collect(lambda limit, cursor: client.list_devices(host_id=args.host, driver=args.driver,
+                                                              status=args.status, limit=limit, cursor=cursor),
+                    "devices")
+    return out.show(page, lambda p: render.devices_table(p["devices"]))
+
+
+def history(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.device_history(args.id), lambda h: render.runs_table(h["runs"]))
+
+
+def disable(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.disable_device(args.id, args.reason), render.device_state)
+
+
+def enable(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.enable_device(args.id), render.device_state)
+
+
+def forget(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.forget_device(args.id), lambda d: f"device {d.get('device_id', args.id)}: forgotten")
+
+
+# -- enrollment tokens -----------------------------------------------------------------------
+
+
+def tokens(client: Client, args: Namespace, out: Output) -> int:
+    page = _collect(lambda limit, cursor: client.list_enrollment_tokens(limit=limit, cursor=cursor),
+                    "enrollment_tokens")
+    return out.show(page, lambda p: render.tokens_table(p["enrollment_tokens"]))
+
+
+def tokens_create(client: Client, args: Namespace, out: Output) -> int:
+    token = client.create_enrollment_token(ttl_s=args.ttl, max_uses=args.uses,
+                                           labels=dict(args.label) if args.label else None)
+    return out.show(token, render.created_token)
+
+
+def tokens_revoke(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.revoke_enrollment_token(args.id), lambda t: f"token {t['id']}: {render.token_state(t)}")
+
+
+# -- paging ----------------------------------------------------------------------------------
+
+
+def _collect(fetch: Callable[[int | None, str | None], Json], key: str, limit: int | None = None) -> Json:
+    """Pages followed until ``limit`` items (or the end), in the API's own shape: ``{key: [...],
+    "next_cursor": ...}``, the cursor being where a further call would go on (null at the end).
+    Each page asks for only what is still missing, so that cursor is exact."""
+    items: list[Json] = []
+    cursor: str | None = None
+    while True:
+        page = fetch(None if limit is None else limit - len(items), cursor)
+        items += page[key]
+        next_cursor = page.get("next_cursor")
+        cursor = None if next_cursor in (None, "") else str(next_cursor)
+        if cursor is None or (limit is not None and len(items) >= limit):
+            return {key: items, "next_cursor": cursor}

@@ -1,0 +1,224 @@
+"""How each API document reads as text: the ``tether`` command's human output, in one place."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from tether.tables import EMPTY, cell, clock, fields, pairs_text, short_time, table
+
+Json = dict[str, Any]
+
+
+# -- tasks -----------------------------------------------------------------------------------
+
+
+def target(task: Json) -> str:
+    selector = task.get("selector")
+    if selector:
+        labels = selector.get("labels") or {}
+        return f"driver={selector.get('driver')}" + (f" {pairs_text(labels)}" if labels else "")
+    return f"device={task.get('device_id')}" if task.get("device_id") else EMPTY
+
+
+def work(task: Json) -> str:
+    if task.get("kind") == "workflow":
+        workflow = task.get("workflow") or {}
+        params = workflow.get("params") or {}
+        return f"workflow {workflow.get('name')}" + (f" {json.dumps(params)}" if params else "")
+    return f"goal {json.dumps(task.get('goal'))}"
+
+
+def attempts(task: Json) -> str:
+    return f"{task.get('attempt')}/{task.get('max_attempts')}"
+
+
+def why(task: Json) -> str | None:
+    """The one word that explains a task's state: why it waits, or why it failed."""
+    if task.get("status") == "queued":
+        return task.get("waiting_reason")
+    return task.get("failure_reason")
+
+
+def candidates(counts: Json | None) -> str | None:
+    if not counts:
+        return None
+    return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in counts.items())
+
+
+def progress(step: Json | None) -> str | None:
+    if not step:
+        return None
+    return f"step {step.get('step_index')} {step.get('status')}: {step.get('summary')}"
+
+
+def result(task: Json) -> str | None:
+    outcome = task.get("result")
+    if not outcome:
+        return None
+    text = str(outcome.get("status"))
+    if outcome.get("failure_reason"):
+        text += f" ({outcome['failure_reason']})"
+    if outcome.get("metadata"):
+        text += f"  {json.dumps(outcome['metadata'])}"
+    return text
+
+
+def tasks_table(tasks: Iterable[Json]) -> str:
+    return table(["TASK", "STATUS", "ATTEMPT", "WORK", "TARGET", "HOST", "DEVICE", "UPDATED", "WHY"],
+                 ([t["task_id"], t["status"], attempts(t), work(t), target(t), t.get("host_id"),
+                   t.get("device_id") if t.get("host_id") else None, short_time(t.get("updated_at")), why(t)]
+                  for t in tasks))
+
+
+def task_fields(task: Json) -> str:
+    pairs: list[tuple[str, Any]] = [
+        ("task", task["task_id"]),
+        ("status", task["status"] + (" (cancel requested)" if task.get("cancel_requested") else "")),
+        ("work", work(task)),
+        ("target", target(task)),
+        ("attempt", attempts(task)),
+        ("host", task.get("host_id")),
+        ("device", task.get("device_id")),
+    ]
+    if task["status"] == "queued":
+        pairs += [("waiting", task.get("waiting_reason")), ("candidates", candidates(task.get("candidates"))),
+                  ("queue deadline", short_time(task.get("queue_deadline")))]
+    if task["status"] == "running":
+        pairs.append(("progress", progress(task.get("progress"))))
+    if task.get("result"):
+        pairs.append(("result", result(task)))
+    pairs += [("created", short_time(task.get("created_at"))), ("updated", short_time(task.get("updated_at")))]
+    if task.get("finished_at"):
+        pairs.append(("finished", short_time(task.get("finished_at"))))
+    return fields(pairs)
+
+
+def events_table(events: Iterable[Json]) -> str:
+    return table(["AT", "TYPE", "ATTEMPT", "HOST", "DEVICE", "STATUS", "REASON"],
+                 ([short_time(e.get("at")), e.get("type"), e.get("attempt"), e.get("host_id"),
+                   e.get("device_id"), e.get("status"), e.get("reason")] for e in events))
+
+
+# -- a live watch: one line per event --------------------------------------------------------
+
+
+def task_line(task: Json) -> str:
+    """The task as read: the first and the last line of a watch."""
+    text = f"task {task['task_id']} attempt {attempts(task)}"
+    where = _where(task)
+    if where:
+        text += f" on {where}"
+    if task["status"] == "queued" and task.get("waiting_reason"):
+        text += f", waiting: {task['waiting_reason']}"
+        if task.get("candidates"):
+            text += f" ({candidates(task['candidates'])})"
+    if task["status"] == "running" and task.get("progress"):
+        text += f", {progress(task['progress'])}"
+    if task.get("failure_reason"):
+        text += f": {task['failure_reason']}"
+    return _line(task.get("updated_at"), task["status"], text)
+
+
+def event_line(event: Json) -> str:
+    """One feed event (a task's transition, or its progress)."""
+    kind = str(event.get("type"))
+    if kind == "progress":
+        return _line(event.get("at"), kind, cell(progress(event)))
+    parts = [f"attempt {event['attempt']}"] if event.get("attempt") is not None else []
+    where = _where(event)
+    if where:
+        parts.append(f"on {where}")
+    status, reason = event.get("status"), event.get("reason")
+    text = " ".join(parts)
+    if kind == "result" and status:
+        text += f": {status}"
+    if reason:
+        text += f" ({reason})"
+    return _line(event.get("at"), kind, text)
+
+
+def _where(item: Json) -> str | None:
+    host, device = item.get("host_id"), item.get("device_id")
+    if host and device:
+        return f"{host}/{device}"
+    return host or None
+
+
+def _line(at: Any, label: str, text: str) -> str:
+    return f"{clock(at)}  {label:<16}  {text}".rstrip()
+
+
+# -- fleet -----------------------------------------------------------------------------------
+
+
+def hosts_table(hosts: Iterable[Json]) -> str:
+    return table(["HOST", "KIND", "ONLINE", "DEVICES", "DRAINING", "REVOKED", "LAST SEEN", "AGENT", "LABELS"],
+                 ([h["host_id"], h.get("kind"), h.get("online"), h.get("devices"), h.get("draining"),
+                   h.get("revoked"), short_time(h.get("last_seen")), h.get("agent_version"), h.get("labels")]
+                  for h in hosts))
+
+
+def host_fields(host: Json) -> str:
+    return fields([
+        ("host", host["host_id"]), ("kind", host.get("kind")), ("online", host.get("online")),
+        ("devices", host.get("devices")), ("draining", host.get("draining")), ("revoked", host.get("revoked")),
+        ("last seen", short_time(host.get("last_seen"))), ("hostname", host.get("hostname")),
+        ("agent", host.get("agent_version")), ("labels", host.get("labels")),
+        ("enrollment token", host.get("enrollment_token_id")), ("created", short_time(host.get("created_at"))),
+    ])
+
+
+def host_state(host: Json) -> str:
+    """One line after drain, undrain or revoke: the state that matters."""
+    states = ["revoked" if host.get("revoked") else "draining" if host.get("draining") else "accepting work",
+              "online" if host.get("online") else "offline"]
+    return f"host {host['host_id']}: {', '.join(states)}"
+
+
+def devices_table(devices: Iterable[Json]) -> str:
+    return table(["DEVICE", "HOST", "DRIVER", "STATUS", "HOST ONLINE", "RESERVED BY", "DISABLED", "LABELS"],
+                 ([d["device_id"], d.get("host_id"), d.get("driver"), d.get("status"), d.get("host_online"),
+                   d.get("reserved_by"), disabled(d), d.get("labels")] for d in devices))
+
+
+def disabled(device: Json) -> str:
+    if not device.get("disabled"):
+        return "no"
+    return f"yes ({device['disabled_reason']})" if device.get("disabled_reason") else "yes"
+
+
+def device_state(device: Json) -> str:
+    state = f"disabled ({device['disabled_reason']})" if device.get("disabled_reason") else "disabled"
+    return f"device {device['device_id']}: {state if device.get('disabled') else 'enabled'}"
+
+
+def runs_table(runs: Iterable[Json]) -> str:
+    return table(["TASK", "ATTEMPT", "HOST", "STARTED", "ENDED", "OUTCOME"],
+                 ([r.get("task_id"), r.get("attempt"), r.get("host_id"), short_time(r.get("started_at")),
+                   short_time(r.get("ended_at")), r.get("outcome") or "running"] for r in runs))
+
+
+# -- enrollment tokens -----------------------------------------------------------------------
+
+
+def token_state(token: Json) -> str:
+    if token.get("revoked"):
+        return "revoked"
+    if token.get("expired"):
+        return "expired"
+    return "used up" if token.get("uses_left") == 0 else "active"
+
+
+def tokens_table(tokens: Iterable[Json]) -> str:
+    return table(["ID", "STATE", "USES", "EXPIRES", "CREATED", "LABELS"],
+                 ([t["id"], token_state(t), f"{t.get('uses')}/{t.get('max_uses')}", short_time(t.get("expires_at")),
+                   short_time(t.get("created_at")), t.get("labels")] for t in tokens))
+
+
+def created_token(token: Json) -> str:
+    return fields([
+        ("token", token["token"]), ("id", token["id"]), ("expires", short_time(token.get("expires_at"))),
+        ("uses", token.get("max_uses")), ("labels", token.get("labels")),
+    ]) + "\nThe token is shown only now: give it to the host (HOST_AGENT_ENROLLMENT_TOKEN)."

@@ -1,0 +1,49 @@
+"""Following one task to its end: ``tether watch`` and ``tether submit --wait``.
+
+Race-free start: the feed (filtered to the task) is opened first, which fixes its position, and
+only then is the task read; so every event after that read is in the feed, and a task that was
+already over is reported from the read alone. The task is read again after every event that may
+have ended it (a ``result`` may be followed by a retry), and its final document decides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import wire
+from tether import render
+from tether.client import Client
+
+Json = dict[str, Any]
+
+# Events after which the task may have reached a terminal status.
+_MAY_END = frozenset({"result", "cancelled", "queue_timeout", "lease_expired"})
+
+
+def follow(client: Client, task_id: str, emit: Callable[[str], None], *, as_json: bool = False) -> Json:
+    """Print the task, then each of its events (progress included) as it happens, then the task
+    again once it has ended; return its final document. ``as_json`` prints JSON lines instead:
+    the task, the feed's events as the coordinator sent them, the final task."""
+
+    def show_task(task: Json) -> None:
+        emit(json.dumps(task) if as_json else render.task_line(task))
+
+    with client.feed(task_id=task_id) as feed:
+        task = client.get_task(task_id)
+        show_task(task)
+        if task["status"] in wire.TERMINAL_STATUSES:
+            return task
+        for event in feed:
+            emit(json.dumps(event) if as_json else render.event_line(event))
+            if event.get("type") in _MAY_END:
+                task = client.get_task(task_id)
+                if task["status"] in wire.TERMINAL_STATUSES:
+                    show_task(task)
+                    return task
+    raise AssertionError("the feed ended")  # a Feed reconnects for ever; it never ends by itself
+
+
+def succeeded(task: Json) -> bool:
+    return task.get("status") == wire.TaskStatus.SUCCEEDED.value
