@@ -14,7 +14,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from coordinator import enrollment_api, feed_api, fleet_api, host_api, ops, task_api
+from coordinator import (
+    enrollment_api,
+    feed_api,
+    fleet_api,
+    host_api,
+    ops,
+    task_api,
+    ui_api,
+)
 from coordinator.context import Context
 from coordinator.openapi import openapi_document
 from coordinator.views import json_response
@@ -96,6 +104,10 @@ ENDPOINTS: list[Endpoint] = [
              "Revoke an enrollment token", "admin", None, {200: None, 404: "Error", **_ADMIN_ERRORS}),
     Endpoint("GET", "/api/v1/events", feed_api.events, "The live event feed (server-sent events)", "admin",
              None, {200: None, 400: "Error", **_ADMIN_ERRORS}),
+    Endpoint("GET", "/ui", ui_api.page, "The live dashboard (HTML)", None, None, {200: None, 304: None}),
+    *(Endpoint("GET", ui_api.PREFIX + name, ui_api.asset, "A file of the dashboard", None, None,
+               {200: None, 304: None})
+      for name in ui_api.ASSETS),
     Endpoint("GET", "/healthz", ops.healthz, "Process is up", None, None, {200: None}),
     Endpoint("GET", "/readyz", ops.readyz, "Redis reachable and scripts loaded", None, None,
              {200: None, 503: None}),

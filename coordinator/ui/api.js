@@ -1,0 +1,78 @@
+// The operator API, with the admin token held by this object only.
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+
+  get unauthorized() {
+    return this.status === 401;
+  }
+}
+
+export class Api {
+  #token;
+
+  constructor(token) {
+    this.#token = token;
+  }
+
+  headers(extra = {}) {
+    return { Authorization: `Bearer ${this.#token}`, ...extra };
+  }
+
+  get(path, params = {}) {
+    return this.#request("GET", withQuery(path, params));
+  }
+
+  post(path, body) {
+    const init = body === undefined ? {} : { body: JSON.stringify(body) };
+    return this.#request("POST", path, init);
+  }
+
+  /** Every item of a paged listing, following `next_cursor` for at most `maxPages` pages.
+   *  Resolves to `{items, more}`, `more` true when pages were left. */
+  async all(path, key, params = {}, maxPages = 10) {
+    const items = [];
+    let cursor = null;
+    for (let page = 0; page < maxPages; page++) {
+      const answer = await this.get(path, cursor === null ? params : { ...params, cursor });
+      items.push(...answer[key]);
+      cursor = answer.next_cursor;
+      if (cursor === null || cursor === undefined) return { items, more: false };
+    }
+    return { items, more: true };
+  }
+
+  async #request(method, path, init = {}) {
+    let response;
+    try {
+      response = await fetch(path, {
+        method,
+        headers: this.headers(init.body ? { "Content-Type": "application/json" } : {}),
+        cache: "no-store",
+        credentials: "omit",
+        ...init,
+      });
+    } catch (error) {
+      throw new ApiError(0, "network", `the coordinator did not answer (${error.message})`);
+    }
+    const body = await response.json().catch(() => null);
+    if (!response.ok) {
+      const error = body && body.error ? body.error : { code: "http", message: response.statusText };
+      throw new ApiError(response.status, error.code, error.message);
+    }
+    return body;
+  }
+}
+
+function withQuery(path, params) {
+  const query = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null) query.set(name, String(value));
+  }
+  const text = query.toString();
+  return text ? `${path}?${text}` : path;
+}

@@ -1,0 +1,87 @@
+// The page: asks for the admin token, checks it, and runs the dashboard with it.
+// The token lives in this tab only: in memory and in sessionStorage (so a reload keeps the
+// session), never in a cookie, localStorage or a URL. Signing out forgets it.
+
+import { Api } from "./api.js";
+import { Dashboard } from "./dashboard.js";
+import { byId } from "./dom.js";
+
+const TOKEN_KEY = "tether.adminToken";
+let dashboard = null;
+
+async function signIn(token) {
+  const api = new Api(token);
+  showLoginError(null);
+  try {
+    await api.get("/api/v1/hosts", { limit: 1 }); // the token is checked before anything is shown
+  } catch (error) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLoginError(error.unauthorized ? "The coordinator refused this token." : `Could not sign in: ${error.message}`);
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  byId("login").hidden = true;
+  byId("dashboard").hidden = false;
+  byId("sign-out").hidden = false;
+  dashboard = new Dashboard(api, { ask, onUnauthorized: () => signOut("The coordinator no longer accepts this token.") });
+  try {
+    await dashboard.start();
+  } catch (error) {
+    if (error.unauthorized) signOut("The coordinator no longer accepts this token.");
+    else showBanner(`Could not load the dashboard: ${error.message}`);
+  }
+}
+
+function signOut(message = null) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  if (dashboard) dashboard.stop();
+  dashboard = null;
+  for (const id of ["hosts", "devices", "queue", "results", "events"]) byId(id).replaceChildren();
+  for (const id of ["hosts-count", "devices-count", "queue-count", "results-count", "totals"]) byId(id).textContent = "";
+  const pill = byId("feed-state");
+  pill.dataset.state = "idle";
+  pill.textContent = "not connected";
+  byId("dashboard").hidden = true;
+  byId("sign-out").hidden = true;
+  byId("login").hidden = false;
+  byId("token").value = "";
+  showLoginError(message);
+}
+
+function showBanner(message) {
+  const banner = byId("banner");
+  banner.hidden = false;
+  banner.textContent = message;
+}
+
+function showLoginError(message) {
+  const error = byId("login-error");
+  error.hidden = message === null;
+  error.textContent = message ?? "";
+}
+
+/** The confirmation dialog: resolves to {ok, reason}. */
+function ask({ text, reason }) {
+  const dialog = byId("confirm");
+  byId("confirm-text").textContent = text;
+  byId("confirm-reason-label").hidden = !reason;
+  const input = byId("confirm-reason");
+  input.value = "";
+  input.required = reason;
+  dialog.returnValue = "";
+  dialog.showModal();
+  (reason ? input : byId("confirm-ok")).focus();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve({ ok: dialog.returnValue === "ok", reason: input.value.trim() }), { once: true });
+  });
+}
+
+byId("login").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const token = byId("token").value.trim();
+  if (token) signIn(token);
+});
+byId("sign-out").addEventListener("click", () => signOut());
+
+const saved = sessionStorage.getItem(TOKEN_KEY);
+if (saved) signIn(saved);

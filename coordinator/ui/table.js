@@ -1,0 +1,174 @@
+// A table whose rows are built once per key and then updated cell by cell: putting an item
+// again writes only the cells whose text, tone or buttons changed, so a live update touches a
+// few text nodes, not the table.
+//
+// A column is one of
+//   {title, value: item => string, tone?: item => class name, wide?: bool, id?: bool}
+//   {title, actions: item => [{label, action}]}   (buttons; clicks go to onAction(action, key))
+
+import { el } from "./dom.js";
+
+export class KeyedTable {
+  /**
+   * @param table   the <table> element to fill
+   * @param options {key: item => string, columns, compare?: (a, b) => number,
+   *                 empty: text shown without rows, onAction?: (action, key, button) => void}
+   */
+  constructor(table, { key, columns, compare = null, empty = "Nothing here.", onAction = () => {} }) {
+    this.key = key;
+    this.columns = columns;
+    this.compare = compare;
+    this.rows = new Map(); // key -> {tr, cells, shown: [{text, tone}], item}
+    this.order = []; // keys in display order (kept sorted by `compare` when given)
+    this.matches = null; // the filter: rows whose item does not match are hidden
+    table.replaceChildren(
+      el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", { text: c.title })))),
+      (this.body = el("tbody")),
+    );
+    this.emptyRow = el("tr", { class: "empty" }, el("td", { text: empty, colspan: columns.length }));
+    this.body.append(this.emptyRow);
+    this.body.addEventListener("click", (event) => {
+      const button = event.target.closest("button[data-action]");
+      if (button) onAction(button.dataset.action, button.closest("tr").dataset.key, button);
+    });
+  }
+
+  get size() {
+    return this.rows.size;
+  }
+
+  has(key) {
+    return this.rows.has(key);
+  }
+
+  get(key) {
+    const row = this.rows.get(key);
+    return row ? row.item : undefined;
+  }
+
+  items() {
+    return this.order.map((key) => this.rows.get(key).item);
+  }
+
+  /** Add or update one item, keeping the order. */
+  put(item) {
+    const key = this.key(item);
+    const row = this.rows.get(key);
+    if (row) {
+      this.#update(row, item);
+      if (this.compare && !this.#inOrder(key)) this.#move(key, row);
+      return;
+    }
+    const fresh = this.#build(key, item);
+    const index = this.#position(item);
+    this.order.splice(index, 0, key);
+    const next = this.order[index + 1];
+    this.body.insertBefore(fresh.tr, next === undefined ? null : this.rows.get(next).tr);
+    this.emptyRow.remove();
+  }
+
+  remove(key) {
+    const row = this.rows.get(key);
+    if (!row) return;
+    row.tr.remove();
+    this.rows.delete(key);
+    this.order.splice(this.order.indexOf(key), 1);
+    if (this.rows.size === 0) this.body.append(this.emptyRow);
+  }
+
+  /** Make the table show exactly `items` (already in display order when there is no `compare`):
+   *  existing rows are updated in place, new ones built in one fragment, missing ones removed. */
+  replaceAll(items) {
+    const keys = items.map(this.key);
+    const wanted = new Set(keys);
+    for (const key of [...this.rows.keys()]) if (!wanted.has(key)) this.remove(key);
+    const order = this.compare ? [...items].sort(this.compare).map(this.key) : keys;
+    const byKey = new Map(items.map((item, i) => [keys[i], item]));
+    for (const [key, item] of byKey) {
+      const row = this.rows.get(key);
+      if (row) this.#update(row, item);
+      else this.rows.set(key, this.#build(key, item));
+    }
+    const sameOrder = order.length === this.order.length && order.every((k, i) => k === this.order[i]);
+    this.order = order;
+    if (!sameOrder) {
+      const fragment = document.createDocumentFragment();
+      for (const key of order) fragment.append(this.rows.get(key).tr);
+      this.body.append(fragment); // moves existing rows, appends new ones, in one go
+    }
+    if (this.rows.size === 0) this.body.append(this.emptyRow);
+    else this.emptyRow.remove();
+  }
+
+  /** Show only the rows whose item `matches` (null: every row), now and as rows change. */
+  filter(matches) {
+    this.matches = matches;
+    for (const row of this.rows.values()) row.tr.hidden = matches !== null && !matches(row.item);
+  }
+
+  #build(key, item) {
+    const cells = this.columns.map((column) => el("td", { class: column.wide ? "wrap" : column.id ? "id" : "" }));
+    const tr = el("tr", { dataset: { key } }, ...cells);
+    const row = { tr, cells, shown: this.columns.map(() => ({ text: null, tone: null })), item: null };
+    this.rows.set(key, row);
+    this.#update(row, item);
+    return row;
+  }
+
+  #update(row, item) {
+    row.item = item;
+    const hidden = this.matches !== null && !this.matches(item);
+    if (row.tr.hidden !== hidden) row.tr.hidden = hidden;
+    this.columns.forEach((column, i) => {
+      const shown = row.shown[i];
+      const cell = row.cells[i];
+      if (column.actions) {
+        const buttons = column.actions(item);
+        const signature = buttons.map((b) => `${b.action}:${b.label}`).join("|");
+        if (signature !== shown.text) {
+          shown.text = signature;
+          cell.replaceChildren(
+            ...buttons.map((b) => el("button", { type: "button", text: b.label, dataset: { action: b.action } })),
+          );
+        }
+        return;
+      }
+      const text = column.value(item) ?? "";
+      if (text !== shown.text) cell.textContent = shown.text = text;
+      const tone = column.tone ? column.tone(item) || "" : "";
+      if (tone !== shown.tone) {
+        shown.tone = tone;
+        cell.className = [column.wide ? "wrap" : column.id ? "id" : "", tone].filter(Boolean).join(" ");
+      }
+    });
+  }
+
+  #position(item) {
+    if (!this.compare) return this.order.length;
+    let low = 0;
+    let high = this.order.length;
+    while (low < high) {
+      const mid = (low + high) >> 1;
+      if (this.compare(this.rows.get(this.order[mid]).item, item) <= 0) low = mid + 1;
+      else high = mid;
+    }
+    return low;
+  }
+
+  #inOrder(key) {
+    const i = this.order.indexOf(key);
+    const item = this.rows.get(key).item;
+    const before = this.order[i - 1];
+    const after = this.order[i + 1];
+    return (before === undefined || this.compare(this.rows.get(before).item, item) <= 0) &&
+      (after === undefined || this.compare(item, this.rows.get(after).item) <= 0);
+  }
+
+  #move(key, row) {
+    this.order.splice(this.order.indexOf(key), 1);
+    const index = this.#position(row.item);
+    this.order.splice(index, 0, key);
+    const next = this.order[index + 1];
+    this.body.insertBefore(row.tr, next === undefined ? null : this.rows.get(next).tr);
+  }
+}

@@ -1,0 +1,171 @@
+// What each table shows: its columns, how a record reads in a cell, and in which order rows go.
+// Pure functions of the records; the tables do the DOM work.
+
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+export const isTerminal = (task) => TERMINAL.has(task.status);
+
+export function clock(at) {
+  if (at === null || at === undefined || at === "") return "";
+  const date = new Date(at);
+  if (Number.isNaN(date.getTime())) return "";
+  const today = new Date().toDateString() === date.toDateString();
+  return today ? date.toLocaleTimeString() : date.toLocaleString();
+}
+
+export function hostState(host) {
+  if (host.revoked) return "revoked";
+  if (!host.online) return "offline";
+  return host.draining ? "draining" : "online";
+}
+
+const TONES = {
+  online: "ok", available: "ok", succeeded: "ok", running: "info",
+  draining: "warn", busy: "info", assigned: "info", queued: "warn", cancelled: "muted",
+  offline: "bad", revoked: "bad", unavailable: "bad", disabled: "bad", failed: "bad",
+  "host offline": "bad",
+};
+const tone = (word) => TONES[word] || "";
+
+export function work(task) {
+  if (task.kind === "workflow" && task.workflow) return `workflow ${task.workflow.name}`;
+  return task.goal ?? task.kind ?? "";
+}
+
+export function target(task) {
+  if (task.selector) {
+    const labels = Object.entries(task.selector.labels || {}).map(([k, v]) => `${k}=${v}`);
+    return [`driver ${task.selector.driver}`, ...labels].join(" ");
+  }
+  return task.device_id ?? "";
+}
+
+const CANDIDATE_WORDS = [
+  ["matching", "matching"], ["busy", "busy"], ["unavailable", "unavailable"],
+  ["host_offline", "host offline"], ["host_draining", "host draining"], ["disabled", "disabled"],
+  ["host_stalled", "host stalled"],
+];
+
+export function candidates(counts) {
+  if (!counts) return "";
+  const parts = CANDIDATE_WORDS.filter(([name]) => counts[name]).map(([name, word]) => `${counts[name]} ${word}`);
+  if (parts.length === 0) parts.push("0 matching");
+  if (counts.truncated) parts.push("(first 1,000 examined)");
+  return parts.join(", ");
+}
+
+// -- hosts -----------------------------------------------------------------------------------
+
+export const hostColumns = [
+  { title: "Host", value: (h) => h.host_id, id: true },
+  { title: "State", value: hostState, tone: (h) => tone(hostState(h)) },
+  { title: "Kind", value: (h) => h.kind },
+  { title: "Devices", value: (h) => String(h.devices ?? "") },
+  { title: "Last seen", value: (h) => clock(h.last_seen) },
+  { title: "Agent", value: (h) => [h.hostname, h.agent_version].filter(Boolean).join(" · ") },
+  {
+    title: "",
+    actions: (h) => (h.revoked ? [] : [h.draining ? { label: "Undrain", action: "undrain" } : { label: "Drain", action: "drain" }]),
+  },
+];
+
+export const byHostId = (a, b) => compareText(a.host_id, b.host_id);
+
+// -- devices (a row is {device, task}: the device and the task it runs, if any) ---------------
+
+export function deviceState({ device }) {
+  if (device.disabled) return "disabled";
+  if (!device.host_online) return "host offline";
+  return device.status;
+}
+
+const progressOf = ({ task }) => (task && task.status === "running" ? task.progress : null);
+
+export const deviceColumns = [
+  { title: "Device", value: (r) => r.device.device_id, id: true },
+  { title: "Host", value: (r) => r.device.host_id, id: true },
+  { title: "Driver", value: (r) => r.device.driver },
+  { title: "State", value: deviceState, tone: (r) => tone(deviceState(r)) },
+  { title: "Disabled because", value: (r) => r.device.disabled_reason ?? "", wide: true },
+  { title: "Task", value: (r) => (r.task ? r.task.task_id : ""), id: true },
+  {
+    title: "Task status",
+    value: (r) => (r.task ? (r.task.cancel_requested ? `${r.task.status} (cancelling)` : r.task.status) : ""),
+    tone: (r) => (r.task ? tone(r.task.status) : ""),
+  },
+  { title: "Step", value: (r) => (progressOf(r) ? String(progressOf(r).step_index ?? "") : "") },
+  {
+    title: "Step status",
+    value: (r) => (progressOf(r) ? progressOf(r).status ?? "" : ""),
+    tone: (r) => (progressOf(r) ? tone(progressOf(r).status) : ""),
+  },
+  { title: "Summary", value: (r) => (progressOf(r) ? progressOf(r).summary ?? "" : ""), wide: true },
+  {
+    title: "",
+    actions: (r) => [
+      ...(r.task && !r.task.cancel_requested ? [{ label: "Cancel task", action: "cancel" }] : []),
+      r.device.disabled ? { label: "Enable", action: "enable" } : { label: "Disable", action: "disable" },
+    ],
+  },
+];
+
+export const byHostThenDevice = (a, b) =>
+  compareText(a.device.host_id, b.device.host_id) || compareText(a.device.device_id, b.device.device_id);
+
+export const deviceSearchText = (r) =>
+  [r.device.device_id, r.device.host_id, r.device.driver, deviceState(r), r.task ? `${r.task.task_id} ${r.task.status}` : ""]
+    .join(" ");
+
+// -- the queue (queued and assigned tasks) ------------------------------------------------------
+
+export const queueColumns = [
+  { title: "Task", value: (t) => t.task_id, id: true },
+  { title: "Work", value: work, wide: true },
+  { title: "Target", value: target },
+  { title: "Status", value: (t) => t.status, tone: (t) => tone(t.status) },
+  {
+    title: "Waiting reason",
+    value: (t) => (t.status === "assigned" ? `assigned to ${t.host_id}, waiting for its claim` : t.waiting_reason ?? ""),
+    wide: true,
+  },
+  { title: "Candidates", value: (t) => candidates(t.candidates), wide: true },
+  { title: "Attempt", value: (t) => `${t.attempt}/${t.max_attempts}` },
+  { title: "Created", value: (t) => clock(t.created_at) },
+  { title: "", actions: () => [{ label: "Cancel", action: "cancel" }] },
+];
+
+export const newestFirst = (a, b) =>
+  compareText(b.created_at ?? "", a.created_at ?? "") || compareText(b.task_id, a.task_id);
+
+// -- recent results ----------------------------------------------------------------------------
+
+export const resultColumns = [
+  { title: "Finished", value: (t) => clock(t.finished_at) },
+  { title: "Task", value: (t) => t.task_id, id: true },
+  { title: "Work", value: work, wide: true },
+  { title: "Outcome", value: (t) => t.status, tone: (t) => tone(t.status) },
+  { title: "Failure reason", value: (t) => t.failure_reason ?? (t.result && t.result.failure_reason) ?? "", wide: true },
+  { title: "Device", value: (t) => t.device_id ?? "", id: true },
+  { title: "Host", value: (t) => t.host_id ?? "", id: true },
+  { title: "Attempt", value: (t) => `${t.attempt}/${t.max_attempts}` },
+];
+
+export const finishedNewestFirst = (a, b) =>
+  compareText(b.finished_at ?? "", a.finished_at ?? "") || compareText(b.task_id, a.task_id);
+
+// -- the event log -----------------------------------------------------------------------------
+
+const EVENT_IDS = ["task_id", "host_id", "device_id"];
+
+export function eventLine(event) {
+  const ids = EVENT_IDS.filter((name) => event[name]).map((name) => event[name]);
+  const extra = [];
+  if (event.attempt) extra.push(`attempt ${event.attempt}`);
+  if (event.status) extra.push(event.status);
+  if (event.reason) extra.push(`(${event.reason})`);
+  if (event.type === "host_draining") extra.push(event.draining ? "on" : "off");
+  return [clock(event.at), event.type, ...ids, ...extra].filter(Boolean).join("  ");
+}
+
+function compareText(a, b) {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
