@@ -37,6 +37,14 @@ def test_every_script_documents_its_keys_and_declares_their_number() -> None:
         assert used == set(range(1, declared + 1)), path.name
 
 
+def test_installed_package_ships_the_dashboard(tmp_path: Path) -> None:
+    # Outside the checkout: every file the dashboard serves is in the installed package.
+    code = ("from importlib import resources; from coordinator import ui_api; "
+            "print(all((resources.files('coordinator.ui') / n).is_file() for n in [*ui_api.ASSETS, 'index.html']))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, check=True)
+    assert out.stdout.decode().strip() == "True"
+
+
 def test_installed_package_ships_the_scripts(tmp_path: Path) -> None:
     # Run outside the checkout, so the installed package (not the source tree) is imported.
     code = "from coordinator.scripts import load_scripts; print(len(load_scripts()))"
