@@ -16,10 +16,15 @@ from redis.asyncio import Redis
 
 import wire
 from coordinator.keys import Keys
-from coordinator.records import DeviceRecord, EnrollmentToken, HostRecord, TaskRecord
+from coordinator.records import (
+    DeviceRecord,
+    DeviceState,
+    EnrollmentToken,
+    HostRecord,
+    TaskRecord,
+)
 from coordinator.waiting import (
     CANDIDATES_SCANNED,
-    Candidate,
     count_candidates,
     labels_match,
     selector_labels,
@@ -43,16 +48,6 @@ def _text(value: bytes | str) -> str:
 class Page:
     items: list[Any]
     next_cursor: str | None
-
-
-@dataclass(frozen=True)
-class DeviceState:
-    """A pooled device and what the operator sees beside it."""
-
-    device: DeviceRecord
-    host_online: bool
-    reserved_by: str | None
-    disabled: dict[str, Any] | None  # {reason, at} while disabled
 
 
 @dataclass(frozen=True)
@@ -145,7 +140,8 @@ class Queries:
         """``candidates`` of each queued task, by task id. The devices of all device-aimed tasks
         are read in one round trip; tasks with the same selector share one read."""
         queued = [t for t in tasks if t.status == wire.TaskStatus.QUEUED]
-        aimed = await self._device_states(sorted({t.target_device for t in queued if t.target_device}))
+        aimed = {s.device.device_id: s for s in await self.devices(
+            sorted({t.target_device for t in queued if t.target_device}))}
         by_target: dict[tuple[str, str], dict[str, Any]] = {}
         answer: dict[str, dict[str, Any]] = {}
         for task in queued:
@@ -165,42 +161,9 @@ class Queries:
                                                num=CANDIDATES_SCANNED + 1)
         truncated = len(members) > CANDIDATES_SCANNED
         ids = [_text(m).split("\0", 1)[1] for m in members[:CANDIDATES_SCANNED]]
-        states = await self._device_states(ids)
         wanted = selector_labels(task)
-        return count_candidates([s for s in states.values() if labels_match(wanted, s.labels)], truncated)
-
-    async def _device_states(self, ids: list[str]) -> dict[str, Candidate]:
-        if not ids:
-            return {}
-        k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(k.devices, ids)
-            pipe.hmget(k.reservations, ids)
-            pipe.hmget(k.disabled_devices, ids)
-            pipe.time()
-            raw_devices, reservations, disabled, clock = await pipe.execute()
-        now = clock_ms(clock)
-        devices = {
-            d: DeviceRecord.from_json(d, raw) for d, raw in zip(ids, raw_devices, strict=True) if raw is not None
-        }
-        hosts = sorted({d.host_id for d in devices.values()})
-        online, draining, stalled = await self._host_flags(hosts, now)
-        states: dict[str, Candidate] = {}
-        for (device_id, reserved, off), raw in zip(zip(ids, reservations, disabled, strict=True), raw_devices,
-                                                   strict=True):
-            if raw is None:
-                continue
-            device = devices[device_id]
-            states[device_id] = Candidate(
-                labels=orjson.loads(device.labels),
-                status=device.status,
-                reserved=reserved is not None,
-                disabled=off is not None,
-                host_online=device.host_id in online,
-                host_draining=device.host_id in draining,
-                host_stalled=device.host_id in stalled,
-            )
-        return states
+        states = await self.devices(ids)
+        return count_candidates([s for s in states if labels_match(wanted, orjson.loads(s.device.labels))], truncated)
 
     async def _host_flags(self, hosts: list[str], now_ms: int) -> tuple[set[str], set[str], set[str]]:
         """Of these hosts: the online ones, the draining ones, the stalled ones."""
@@ -237,10 +200,17 @@ class Queries:
             for d, raw, reserved, off in zip(ids, raw_devices, reservations, disabled, strict=True)
             if raw is not None
         ]
-        online, _, _ = await self._host_flags(sorted({r.host_id for r, _, _ in records}), clock_ms(clock))
+        online, draining, stalled = await self._host_flags(sorted({r.host_id for r, _, _ in records}),
+                                                           clock_ms(clock))
         return [
-            DeviceState(record, record.host_id in online, None if reserved is None else _text(reserved),
-                        None if off is None else orjson.loads(off))
+            DeviceState(
+                record,
+                reserved_by=None if reserved is None else _text(reserved),
+                disabled=None if off is None else orjson.loads(off),
+                host_online=record.host_id in online,
+                host_draining=record.host_id in draining,
+                host_stalled=record.host_id in stalled,
+            )
             for record, reserved, off in records
         ]
 

@@ -77,6 +77,18 @@ class DeviceRecord:
 
 
 @dataclass(frozen=True)
+class DeviceState:
+    """A pooled device and what decides whether it could take work now, as operators see it."""
+
+    device: DeviceRecord
+    reserved_by: str | None  # the task holding it
+    disabled: dict[str, Any] | None  # {reason, at} while disabled
+    host_online: bool
+    host_draining: bool
+    host_stalled: bool  # its host let a claim time out and has not polled since
+
+
+@dataclass(frozen=True)
 class PoolState:
     """The device pool as one consistent read."""
 

@@ -11,8 +11,7 @@ import orjson
 from starlette.responses import Response
 
 import wire
-from coordinator.queries import DeviceState
-from coordinator.records import EnrollmentToken, HostRecord, TaskRecord
+from coordinator.records import DeviceState, EnrollmentToken, HostRecord, TaskRecord
 from coordinator.waiting import waiting_reason
 
 

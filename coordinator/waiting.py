@@ -9,28 +9,14 @@ one computation (``Queries.candidates``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 import wire
-from coordinator.records import TaskRecord
+from coordinator.records import DeviceState, TaskRecord
 
 CANDIDATES_SCANNED = 1000
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One pooled device, with what decides whether it could take work now."""
-
-    labels: dict[str, str]
-    status: str  # as its host reported it
-    reserved: bool
-    disabled: bool
-    host_online: bool
-    host_draining: bool
-    host_stalled: bool
 
 
 def labels_match(wanted: dict[str, str], have: dict[str, str]) -> bool:
@@ -38,7 +24,7 @@ def labels_match(wanted: dict[str, str], have: dict[str, str]) -> bool:
     return all(have.get(name) == value for name, value in wanted.items())
 
 
-def count_candidates(devices: list[Candidate], truncated: bool = False) -> dict[str, Any]:
+def count_candidates(devices: list[DeviceState], truncated: bool = False) -> dict[str, Any]:
     """The contract's ``candidates`` object. Each matching device is counted once, under the
     first reason in this order that keeps it from work: disabled, host offline, host draining,
     busy (reserved, or reported busy), unavailable, host stalled (it let a claim time out and
@@ -46,15 +32,15 @@ def count_candidates(devices: list[Candidate], truncated: bool = False) -> dict[
     counts = {"matching": len(devices), "busy": 0, "unavailable": 0, "host_offline": 0,
               "host_draining": 0, "disabled": 0, "host_stalled": 0}
     for device in devices:
-        if device.disabled:
+        if device.disabled is not None:
             counts["disabled"] += 1
         elif not device.host_online:
             counts["host_offline"] += 1
         elif device.host_draining:
             counts["host_draining"] += 1
-        elif device.reserved or device.status == wire.DeviceStatus.BUSY:
+        elif device.reserved_by is not None or device.device.status == wire.DeviceStatus.BUSY:
             counts["busy"] += 1
-        elif device.status == wire.DeviceStatus.UNAVAILABLE:
+        elif device.device.status == wire.DeviceStatus.UNAVAILABLE:
             counts["unavailable"] += 1
         elif device.host_stalled:
             counts["host_stalled"] += 1
