@@ -186,6 +186,18 @@ class Process:
         return self.popen.returncode
 
 
+# Agent settings that keep tests quick: short polls and heartbeats, a short backoff cap.
+FAST_AGENT = {"POLL_WAIT_S": "2", "HEARTBEAT_INTERVAL_S": "0.3", "BACKOFF_CAP_S": "0.5"}
+
+
+def agent_process(url: str, workdir: Path, name: str = "agent", **settings: str) -> Process:
+    """``python -m agent`` against ``url``, configured by ``settings`` (``HOST_AGENT_`` names
+    without the prefix: ``HOST_ID="host-a"``), with FAST_AGENT's timings unless overridden."""
+    merged = {"URL": url, **FAST_AGENT, **settings}
+    env = child_env(**{f"HOST_AGENT_{k}": v for k, v in merged.items()})
+    return Process(name, [sys.executable, "-m", "agent"], env, workdir)
+
+
 class CoordinatorProcess:
     """``python -m coordinator serve`` on a loopback port; ``start`` returns once ``/readyz``
     answers 200. It may be stopped and started again, on the same port."""

@@ -4,7 +4,6 @@ browser context) per test, a real coordinator process on real Redis per test, an
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from tests.support import (
     HOSTS,
     CoordinatorProcess,
     Process,
-    child_env,
+    agent_process,
     coordinator_env,
     fresh_prefix,
     wait_until,
@@ -93,10 +92,7 @@ def start_agent(tmp_path: Path, coordinator: Coordinator) -> Iterator[Callable[.
     agents: list[Process] = []
 
     def start(name: str = "agent", **settings: str) -> Process:
-        settings = {"URL": coordinator.url, "POLL_WAIT_S": "2", "HEARTBEAT_INTERVAL_S": "0.3",
-                    "BACKOFF_CAP_S": "0.5", "SHUTDOWN_GRACE_S": "10", **settings}
-        env = child_env(**{f"HOST_AGENT_{k}": v for k, v in settings.items()})
-        agent = Process(name, [sys.executable, "-m", "agent"], env, tmp_path / name)
+        agent = agent_process(coordinator.url, tmp_path / name, name, **{"SHUTDOWN_GRACE_S": "10", **settings})
         agents.append(agent)
         return agent
 

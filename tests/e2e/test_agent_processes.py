@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import stat
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from tests.support import (
     HOSTS,
     CoordinatorProcess,
     Process,
-    child_env,
+    agent_process,
     coordinator_env,
     fresh_prefix,
     wait_until,
@@ -85,10 +84,7 @@ def start_agent(tmp_path: Path, coordinator: Coordinator) -> Iterator[Callable[.
     agents: list[Process] = []
 
     def start(name: str = "agent", **settings: str) -> Process:
-        settings = {"URL": coordinator.url, "POLL_WAIT_S": "2", "HEARTBEAT_INTERVAL_S": "0.3",
-                    "BACKOFF_CAP_S": "0.5", "SHUTDOWN_GRACE_S": "10", **settings}
-        env = child_env(**{f"HOST_AGENT_{k}": v for k, v in settings.items()})
-        proc = Process(name, [sys.executable, "-m", "agent"], env, tmp_path / name)
+        proc = agent_process(coordinator.url, tmp_path / name, name, **{"SHUTDOWN_GRACE_S": "10", **settings})
         agents.append(proc)
         return proc
 

@@ -18,6 +18,7 @@ from tests.support import (
     ADMIN,
     CoordinatorProcess,
     Process,
+    agent_process,
     child_env,
     coordinator_env,
     fresh_prefix,
@@ -102,11 +103,9 @@ def runner(coordinator: Coordinator, tmp_path_factory: pytest.TempPathFactory) -
     folder.mkdir()
     for name, steps in WORKFLOWS.items():
         (folder / f"{name}.json").write_text(json.dumps({"name": name, "steps": steps}))
-    settings = {"URL": coordinator.url, "HOST_ID": "runner", "TOKEN": HOSTS["runner"],
-                "DEVICES": ",".join(f"sim:{d}" for d in RUNNER_DEVICES), "WORKFLOWS_DIR": str(folder),
-                "POLL_WAIT_S": "2", "HEARTBEAT_INTERVAL_S": "0.3", "BACKOFF_CAP_S": "0.5", "SHUTDOWN_GRACE_S": "5"}
-    agent = Process("agent", [sys.executable, "-m", "agent"],
-                    child_env(**{f"HOST_AGENT_{k}": v for k, v in settings.items()}), workdir)
+    agent = agent_process(coordinator.url, workdir, HOST_ID="runner", TOKEN=HOSTS["runner"],
+                          DEVICES=",".join(f"sim:{d}" for d in RUNNER_DEVICES), WORKFLOWS_DIR=str(folder),
+                          SHUTDOWN_GRACE_S="5")
 
     def pooled() -> bool:
         devices = coordinator.api.get("/api/v1/devices", params={"host_id": "runner"}).json()["devices"]
