@@ -103,11 +103,20 @@ def _static_digests(ctx: Context, host_ids: list[str]) -> dict[str, str]:
     return {h: d for h, d in digests.items() if d is not None}
 
 
-async def host_view_for(ctx: Context, host_id: str) -> dict[str, Any]:
+async def _require_host(ctx: Context, host_id: str) -> None:
+    """404 unless the host has a record or is configured (a static host never seen)."""
     if host_id not in ctx.auth.static_host_ids and not await ctx.queries.host_exists(host_id):
         raise NotFound("no such host")
+
+
+async def _read_host(ctx: Context, host_id: str) -> dict[str, Any]:
     [entry] = await ctx.queries.hosts([host_id], _static_digests(ctx, [host_id]))
     return _host_view(ctx, entry)
+
+
+async def host_view_for(ctx: Context, host_id: str) -> dict[str, Any]:
+    await _require_host(ctx, host_id)
+    return await _read_host(ctx, host_id)
 
 
 async def list_hosts(ctx: Context, request: Request) -> Response:
@@ -127,9 +136,9 @@ async def get_host(ctx: Context, request: Request) -> Response:
 async def _set_draining(ctx: Context, request: Request, draining: bool) -> Response:
     ctx.auth.require_admin(request)
     host_id = require_id(request.path_params["host_id"], "host_id")
-    await host_view_for(ctx, host_id)  # 404 for a host nobody knows
+    await _require_host(ctx, host_id)
     await ctx.store.set_host_draining(host_id, draining)
-    return json_response(await host_view_for(ctx, host_id))
+    return json_response(await _read_host(ctx, host_id))
 
 
 async def drain_host(ctx: Context, request: Request) -> Response:

@@ -89,16 +89,6 @@ class DeviceState:
 
 
 @dataclass(frozen=True)
-class PoolState:
-    """The device pool as one consistent read."""
-
-    devices: dict[str, DeviceRecord]
-    reservations: dict[str, str]  # device id -> the task holding it
-    last_seen: dict[str, int]  # online host id -> last heartbeat
-    now_ms: int
-
-
-@dataclass(frozen=True)
 class HostRecord:
     host_id: str
     kind: str | None = None  # "static" or "enrolled"
@@ -121,15 +111,6 @@ class HostRecord:
             last_seen=None if last_seen is None else int(last_seen),
             online_seen=None if online_seen is None else int(online_seen),
         )
-
-
-@dataclass(frozen=True)
-class HostState:
-    """Hosts as one consistent read: their records and the revoked credential digests."""
-
-    hosts: dict[str, HostRecord]
-    revoked_tokens: frozenset[str]
-    now_ms: int
 
 
 @dataclass(frozen=True)

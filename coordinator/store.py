@@ -19,10 +19,6 @@ from coordinator.records import EnrollmentToken, TaskRecord
 from coordinator.scripts import Script, load_scripts
 
 
-def _decode(raw: bytes | str | None) -> dict[str, Any] | None:
-    return None if raw is None else orjson.loads(raw)
-
-
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
