@@ -105,7 +105,7 @@ def _server(mode: str, header_timeout_s: float, fd_limit: tuple[int, int] | None
                 process.kill()
                 process.wait()
             client = redis.Redis.from_url(REDIS_URL)
-            client.delete(*Keys(prefix).all())
+            client.delete(*Keys(prefix).fixed())
             client.close()
 
 

@@ -124,7 +124,7 @@ def _glob_escape(text: str) -> str:
 async def delete_prefix(redis: Redis, prefix: str) -> int:
     """Delete the keys of one bench prefix: every name keys.py builds, then anything else still
     under the prefix (a key added to keys.py later must not leak). Never FLUSHDB: Redis is shared."""
-    deleted = int(await redis.unlink(*Keys(prefix).all()))
+    deleted = int(await redis.unlink(*Keys(prefix).fixed()))
     async for key in redis.scan_iter(match=_glob_escape(prefix) + ":*", count=1000):
         deleted += int(await redis.unlink(key))
     return deleted

@@ -28,7 +28,7 @@ from coordinator.redis_client import open_redis
 from coordinator.routes import ENDPOINTS, Handler
 from coordinator.settings import Settings
 from coordinator.store import Store
-from coordinator.waiter import ClaimWaiter
+from coordinator.waiter import ClaimWaiter, new_process_id
 
 log = logging.getLogger("coordinator")
 
@@ -37,13 +37,14 @@ ADMIN_TOKEN_MIN_CHARS = 32
 
 def build_context(settings: Settings, redis: Redis) -> Context:
     keys = Keys(settings.key_prefix)
+    process_id = new_process_id()
     return Context(
         settings=settings,
         store=Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
                     claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms),
         queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms),
         auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts),
-        waiter=ClaimWaiter(redis, keys.wake_channel),
+        waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=Metrics(),
         feed=EventFeed(redis, keys.feed),
     )
@@ -68,11 +69,8 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
                         ADMIN_TOKEN_MIN_CHARS)
         await ctx.store.load_scripts()
         loops = [asyncio.create_task(ctx.waiter.run(), name="waiter"),
-                 asyncio.create_task(ctx.feed.run(), name="feed")]
-        await ctx.waiter.wait_ready()
-        loops.append(asyncio.create_task(
-            run_reaper(ctx.store, settings.reaper_interval_s), name="reaper"
-        ))
+                 asyncio.create_task(ctx.feed.run(), name="feed"),
+                 asyncio.create_task(run_reaper(ctx.store, settings.reaper_interval_s), name="reaper")]
         try:
             yield
         finally:

@@ -145,7 +145,9 @@ async def claim(ctx: Context, request: Request) -> Response:
                 return Response(status_code=204)
             event.clear()
             lease_id = "l_" + secrets.token_hex(16)
-            claimed = await store.claim(principal, claim_id, lease_id, ctx.settings.lease_ttl_ms)
+            wait_ms = int((deadline - loop.time()) * 1000)
+            claimed = await store.claim(principal, claim_id, lease_id, ctx.settings.lease_ttl_ms,
+                                        waiter.process_id, max(wait_ms, 0))
             if claimed is not None:
                 metrics.claims.inc("assigned")
                 if claimed.waited_ms is not None:

@@ -1,9 +1,12 @@
 """Every Redis key name of one deployment, built in one place (documented in docs/redis-keys.md).
 
 All keys share one prefix that carries a hash tag (``tether:{default}``), so every script's keys
-hash to one slot and the same code runs on Redis Cluster. The layout is a fixed set of keys
-(records in hashes, indexes in sorted sets): a script never needs a key it cannot be handed up
-front, whichever task, device or host it ends up choosing.
+hash to one slot and the same code runs on Redis Cluster. Most of the layout is a fixed set of
+keys (records in hashes, indexes in sorted sets) handed to the scripts up front. The rest are
+keys of one host, driver, device, task, lease or process, named base + kind + ":" + id: the
+scripts derive them from the base (they carry the hash tag, so they live in the same slot), and
+each is what an operator reads with one redis-cli command (a host's queued assignments with
+LRANGE, a driver's waiting tasks with ZRANGE, a lease's time left with PTTL).
 """
 
 from __future__ import annotations
@@ -24,9 +27,6 @@ class Keys:
         self.reservations = p + "reservations"
         self.free = p + "free"
         self.hosts_online = p + "hosts_online"
-        self.waiting_device = p + "waiting_device"
-        self.waiting_driver = p + "waiting_driver"
-        self.assigned = p + "assigned"
         self.devices_by_driver = p + "devices_by_driver"
         self.disabled_devices = p + "disabled_devices"
         self.hosts_draining = p + "hosts_draining"
@@ -38,9 +38,8 @@ class Keys:
         # history: the live feed (a capped stream) and deployment-wide counters
         self.feed = p + "feed"
         self.stats = p + "stats"
-        # leases
-        self.leases = p + "leases"
-        self.lease_deadlines = p + "lease_deadlines"
+        # leases (each lease is its own key: lease(id))
+        self.lease_deadlines = p + "lease_deadlines"  # task id -> its running lease's expiry
         self.claims = p + "claims"
         self.progress = p + "progress"
         # hosts and credentials
@@ -56,10 +55,8 @@ class Keys:
         self.enrollments = p + "enrollments"
         self.local_devices = p + "local_devices"
         self.enrolled_devices = p + "enrolled_devices"
-        # pub/sub channel (not a key): host ids with new assignments
-        self.wake_channel = p + "wake"
-        # Keys of one task or device are this base plus a kind and the id (task_events:<task id>,
-        # device_runs:<device id>): the scripts derive them, and they carry the hash tag too.
+        # Keys of one host, driver, device, task, lease or process are this base plus a kind and
+        # the id (the methods below): the scripts derive them, and they carry the hash tag too.
         self.base = p
 
     def task_events(self, task_id: str) -> str:
@@ -69,6 +66,35 @@ class Keys:
     def device_runs(self, device_id: str) -> str:
         """A device's runs: a list of run JSON, newest first, capped."""
         return f"{self.base}device_runs:{device_id}"
+
+    def assigned(self, host_id: str) -> str:
+        """The task ids assigned to a host and not claimed yet: a list, in order."""
+        return f"{self.base}assigned:{host_id}"
+
+    def waiting(self, driver: str) -> str:
+        """Queued tasks with a selector of this driver: a zset task id -> seq, oldest first."""
+        return f"{self.base}waiting:{driver}"
+
+    def waiting_device(self, device_id: str) -> str:
+        """Queued tasks aimed at one device: a zset task id -> seq, oldest first."""
+        return f"{self.base}waiting_device:{device_id}"
+
+    def host_devices(self, host_id: str) -> str:
+        """The pooled device ids of a host: a set."""
+        return f"{self.base}host_devices:{host_id}"
+
+    def lease(self, lease_id: str) -> str:
+        """A lease: JSON {task_id, host_id, attempt, device_id}, with a TTL a little past its
+        deadline while it runs, and the retention window once it has ended."""
+        return f"{self.base}lease:{lease_id}"
+
+    def polls(self, host_id: str) -> str:
+        """The processes holding a waiting poll of the host: a zset process id -> until (ms)."""
+        return f"{self.base}polls:{host_id}"
+
+    def inbox(self, process_id: str) -> str:
+        """Host ids with new work, pushed for one process's waiting polls: a list."""
+        return f"{self.base}inbox:{process_id}"
 
     # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
     # joined by NUL, sequence numbers zero-padded so lexicographic order is age order.
@@ -85,14 +111,14 @@ class Keys:
         """The task id that ends an index member."""
         return member.rsplit(b"\0", 1)[1]
 
-    def all(self) -> list[str]:
-        """Every key of the deployment (the wake-up channel is not a key): for cleanup and
-        inspection, never for a hot path."""
-        return [v for name, v in vars(self).items() if name not in ("prefix", "wake_channel", "base")]
+    def fixed(self) -> list[str]:
+        """The deployment's fixed keys (not those derived from an id): for inspection, never for
+        a hot path."""
+        return [v for name, v in vars(self).items() if name not in ("prefix", "base")]
 
     @property
     def scheduling(self) -> list[str]:
-        """KEYS[1..19] of every script that includes lua/includes/schedule.lua, in its order."""
+        """KEYS[1..16] of every script that includes lua/includes/schedule.lua, in its order."""
         return [
             self.tasks,
             self.tasks_by_status,
@@ -100,9 +126,6 @@ class Keys:
             self.reservations,
             self.free,
             self.hosts_online,
-            self.waiting_device,
-            self.waiting_driver,
-            self.assigned,
             self.host_snapshots,
             self.devices_by_driver,
             self.disabled_devices,

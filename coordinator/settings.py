@@ -33,9 +33,9 @@ class Settings(BaseSettings):
     header_timeout_s: float = Field(default=10.0, gt=0)
     # Managed Redis often presents a self-signed certificate on rediss://; this accepts it.
     redis_tls_insecure: bool = False
-    # Connections per process, whatever the number of waiting polls (one of them is the
-    # wake-up subscription).
-    redis_max_connections: int = Field(default=8, ge=2)
+    # Connections per process (per node on a cluster), whatever the number of waiting polls or
+    # feed watchers: two of them block, one on the wake-up inbox and one on the feed.
+    redis_max_connections: int = Field(default=8, ge=3)
     reaper_interval_s: float = Field(default=1.0, gt=0)
     # Deadlines of the service's own (PROTOCOL.md "Waiting work" and "Retention").
     queue_timeout_s: float = Field(default=86400.0, gt=0)

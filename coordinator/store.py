@@ -18,6 +18,10 @@ from coordinator.keys import Keys
 from coordinator.records import EnrollmentToken, TaskRecord
 from coordinator.scripts import Script, load_scripts
 
+# How long a process's inbox outlives the last wake-up pushed onto it: a live process drains it
+# at once, so this only bounds what a crashed process leaves behind.
+INBOX_TTL_MS = 60_000
+
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
@@ -52,12 +56,13 @@ class Sweep:
 
 class Store:
     def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int,
-                 claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000) -> None:
+                 claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000,
+                 inbox_ttl_ms: int = INBOX_TTL_MS) -> None:
         self.redis = redis
         self.keys = keys
         self._scripts: dict[str, Script] = load_scripts()
         # ARGV[1..5] of every scheduling script (lua/includes/schedule.lua).
-        self._sched_args = [host_offline_after_ms, keys.wake_channel, keys.base, claim_timeout_ms, retention_ms]
+        self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
 
     # -- scripts -------------------------------------------------------------------------
 
@@ -96,12 +101,15 @@ class Store:
         )
         return reply[1] == 1
 
-    async def claim(self, host: HostPrincipal, claim_id: str, lease_id: str, ttl_ms: int) -> Claimed | None:
+    async def claim(self, host: HostPrincipal, claim_id: str, lease_id: str, ttl_ms: int,
+                    process_id: str = "", wait_ms: int = 0) -> Claimed | None:
+        """Claim the host's oldest assignment. Finding none, a poll that will wait ``wait_ms``
+        is registered as waiting on ``process_id``, whose inbox an assignment then wakes."""
         k = self.keys
         reply = await self._schedule(
             "claimAssignment",
-            [k.leases, k.lease_deadlines, k.claims, k.revoked_tokens],
-            [host.host_id, claim_id, lease_id, ttl_ms, host.digest],
+            [k.lease_deadlines, k.claims, k.revoked_tokens],
+            [host.host_id, claim_id, lease_id, ttl_ms, host.digest, process_id, wait_ms],
         )
         if not reply[1]:
             return None
@@ -113,8 +121,8 @@ class Store:
         k = self.keys
         reply = await self._run(
             "renewLease",
-            [k.tasks, k.leases, k.lease_deadlines, k.progress, k.revoked_tokens, k.feed],
-            [host.host_id, lease_id, task_id, attempt, ttl_ms, progress_json, host.digest],
+            [k.tasks, k.lease_deadlines, k.progress, k.revoked_tokens, k.feed],
+            [host.host_id, lease_id, task_id, attempt, ttl_ms, progress_json, host.digest, k.base],
         )
         return int(reply[1]), reply[2] == 1
 
@@ -123,7 +131,7 @@ class Store:
         k = self.keys
         reply = await self._schedule(
             "recordResult",
-            [k.leases, k.lease_deadlines, k.progress, k.revoked_tokens],
+            [k.lease_deadlines, k.progress, k.revoked_tokens],
             [host.host_id, task_id, attempt, lease_id, result_json, host.digest],
         )
         return Recorded(TaskRecord.from_json(reply[1]), reply[2] == 1, _text(reply[3]))
@@ -168,7 +176,7 @@ class Store:
 
     async def expire_leases(self, limit: int = 100) -> int:
         k = self.keys
-        reply = await self._schedule("expireLeases", [k.leases, k.lease_deadlines, k.progress], [limit])
+        reply = await self._schedule("expireLeases", [k.lease_deadlines, k.progress], [limit])
         return int(reply[1])
 
     async def expire_hosts(self, limit: int = 100) -> int:
@@ -190,7 +198,7 @@ class Store:
         k = self.keys
         reply = await self._run(
             "purgeTasks",
-            [k.tasks, k.tasks_by_seq, k.tasks_by_status, k.retention, k.idempotency, k.leases, k.claims,
+            [k.tasks, k.tasks_by_seq, k.tasks_by_status, k.retention, k.idempotency, k.claims,
              k.progress, k.stats],
             [k.base, limit],
         )

@@ -1,16 +1,19 @@
-"""Wakes waiting long-polls when work is assigned to their host, from any coordinator process.
+"""Wakes this process's waiting long-polls when work is assigned to their host.
 
-Every script that queues an assignment publishes the host id on one channel, in the same atomic
-step. Each process holds one subscription and a table of its own waiting polls; a message sets
-the events of that host's polls, which then run the claim script again. So the Redis connections
-a process holds do not grow with the number of waiting polls (one subscription, plus the shared
-command pool).
+A poll that finds nothing is registered, by the claim script in the same step that saw its
+host's assignment list empty, as "a poll of host H waits on process P" (``polls:<host>``, a
+zset of process id -> until when). The script that assigns work to H pushes H onto the inbox
+list of every process registered there (``inbox:<process>``). Each process runs one loop that
+blocks on its own inbox (BLPOP, one connection however many polls wait) and sets the events of
+its polls of that host, which then run the claim script again.
 
-No wake-up is lost: a poll registers its event before its first claim attempt, and the
-subscription is live before any poll is accepted, so an assignment queued after the claim script
-saw an empty queue is always published to a registered event. Spurious wake-ups are harmless
-(the claim script decides). If the subscription drops, every waiting poll is woken on
-reconnection, since messages may have been missed meanwhile.
+So a wake-up goes only to a process that holds a poll of the host. No wake-up is lost: a poll
+registers its event here before its first claim attempt, and the claim script registers the
+poll in Redis atomically with finding nothing, so any later assignment pushes to this inbox; the
+inbox is a list, so a push made while the loop is between two pops waits for the next pop.
+Spurious wake-ups are harmless (the claim script decides). A registration expires with the
+poll's wait, and an inbox shortly after its last push, so a crashed process leaves nothing for
+long. After any Redis failure (a failover may lose the last pushes) every waiting poll is woken.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import secrets
 
 from redis.asyncio import Redis
 
@@ -25,15 +29,26 @@ from coordinator.cancellation import cancelling
 
 log = logging.getLogger("coordinator.waiter")
 
+# How long one blocking pop waits before it is issued again. It must stay under the client's
+# socket timeout, or a quiet inbox would read as a dead connection.
+BLOCK_S = 5
+# Wake-ups taken in one round trip after the blocking pop returned one.
+DRAIN_BATCH = 100
+
+
+def new_process_id() -> str:
+    """An id naming this process's inbox: unique per start, so a restarted process never reads
+    what was pushed for its previous life."""
+    return "p_" + secrets.token_hex(8)
 
 
 class ClaimWaiter:
-    def __init__(self, redis: Redis, channel: str) -> None:
+    def __init__(self, redis: Redis, inbox_key: str, process_id: str) -> None:
         self._redis = redis
-        self._channel = channel
+        self._inbox = inbox_key
+        self.process_id = process_id
         self._waiting: dict[str, set[asyncio.Event]] = {}
         self._count = 0
-        self._ready = asyncio.Event()
         self.closed = False
 
     def close(self) -> None:
@@ -71,36 +86,36 @@ class ClaimWaiter:
             for event in events:
                 event.set()
 
-    async def wait_ready(self) -> None:
-        await self._ready.wait()
+    def _wake_raw(self, value: bytes | str) -> None:
+        self.wake(value.decode() if isinstance(value, bytes) else value)
 
     async def run(self) -> None:
-        """Listen until cancelled; reconnect with jittered backoff after any Redis failure."""
+        """Pop this process's inbox until cancelled; after any Redis failure, back off with
+        jitter, then wake every poll, since pushes may have been lost meanwhile."""
         delay = 0.1
+        failed = False
         while True:
-            pubsub = self._redis.pubsub()
             try:
-                await pubsub.subscribe(self._channel)
-                self._ready.set()
-                self.wake_all()
-                delay = 0.1
-                while True:
-                    if cancelling():
-                        raise asyncio.CancelledError
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if message is not None and message["type"] == "message":
-                        data = message["data"]
-                        self.wake(data.decode() if isinstance(data, bytes) else data)
+                if cancelling():
+                    raise asyncio.CancelledError
+                popped = await self._redis.blpop([self._inbox], timeout=BLOCK_S)
+                if failed:
+                    failed = False
+                    delay = 0.1
+                    self.wake_all()
+                if popped is None:
+                    continue
+                self._wake_raw(popped[1])
+                more = await self._redis.lpop(self._inbox, DRAIN_BATCH)
+                for value in more or ():
+                    self._wake_raw(value)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - any Redis failure: resubscribe
+            except Exception as exc:  # noqa: BLE001 - any Redis failure: pop again
                 if cancelling():
                     raise asyncio.CancelledError from None
-                log.warning("wake-up subscription lost (%s); reconnecting", type(exc).__name__)
+                log.warning("wake-up inbox unreadable (%s); retrying", type(exc).__name__)
+                failed = True
+                self.wake_all()
                 await asyncio.sleep(random.uniform(0, delay))
                 delay = min(delay * 2, 5.0)
-            finally:
-                try:
-                    await pubsub.aclose()
-                except Exception:  # noqa: BLE001 - the connection is already broken
-                    pass

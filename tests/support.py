@@ -58,18 +58,25 @@ def unique_prefix() -> str:
     return f"tether-test-{uuid.uuid4().hex[:12]}:{{t}}"
 
 
+def glob_escape(text: str) -> str:
+    """``text`` as a literal in a SCAN MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def delete_prefix(prefix: str, url: str = REAL_REDIS_URL) -> None:
     """Delete every key of ``prefix`` on the Redis at ``url`` (never FLUSHDB: Redis is shared)."""
     client = redis.Redis.from_url(url)
     try:
-        client.delete(*Keys(prefix).all())
+        for key in client.scan_iter(match=glob_escape(Keys(prefix).base) + "*", count=1000):
+            client.delete(key)
     finally:
         client.close()
 
 
 async def delete_prefix_async(client: aioredis.Redis, prefix: str) -> None:
     """Delete every key of ``prefix`` through an open asyncio client (real Redis or fakeredis)."""
-    await client.delete(*Keys(prefix).all())
+    async for key in client.scan_iter(match=glob_escape(Keys(prefix).base) + "*", count=1000):
+        await client.delete(key)
 
 
 @contextmanager

@@ -10,34 +10,46 @@
     KEYS[4]  reservations       hash   device id -> task id holding it (assigned or running)
     KEYS[5]  free               zset   "driver\0device id": schedulable, available, unreserved
     KEYS[6]  hosts_online       zset   host id -> last heartbeat (ms)
-    KEYS[7]  waiting_device     zset   "device id\0seq\0task id": queued tasks aimed at one device
-    KEYS[8]  waiting_driver     zset   "driver\0seq\0task id": queued tasks with a selector
-    KEYS[9]  assigned           zset   "host id\0seq\0task id": assignments waiting for their claim
-    KEYS[10] host_snapshots     hash   host id -> the last accepted snapshot JSON
-    KEYS[11] devices_by_driver  zset   "driver\0device id" of every pooled device
-    KEYS[12] disabled_devices   hash   device id -> {reason, at}
-    KEYS[13] hosts_draining     set    host ids an operator drained
-    KEYS[14] hosts_stalled      set    host ids that let an assignment's claim time out
-    KEYS[15] queue_deadlines    zset   task id -> when a queued task fails queue_timeout (ms)
-    KEYS[16] claim_deadlines    zset   task id -> when an unclaimed assignment goes back (ms)
-    KEYS[17] retention          zset   task id -> when a terminal task is deleted (ms)
-    KEYS[18] feed               stream the deployment's events (task and host), capped
-    KEYS[19] stats              hash   deployment-wide counters (expiries, timeouts, retries)
+    KEYS[7]  host_snapshots     hash   host id -> the last accepted snapshot JSON
+    KEYS[8]  devices_by_driver  zset   "driver\0device id" of every pooled device
+    KEYS[9]  disabled_devices   hash   device id -> {reason, at}
+    KEYS[10] hosts_draining     set    host ids an operator drained
+    KEYS[11] hosts_stalled      set    host ids that let an assignment's claim time out
+    KEYS[12] queue_deadlines    zset   task id -> when a queued task fails queue_timeout (ms)
+    KEYS[13] claim_deadlines    zset   task id -> when an unclaimed assignment goes back (ms)
+    KEYS[14] retention          zset   task id -> when a terminal task is deleted (ms)
+    KEYS[15] feed               stream the deployment's events (task and host), capped
+    KEYS[16] stats              hash   deployment-wide counters (expiries, timeouts, retries)
   and the scheduling arguments first:
     ARGV[1] host offline threshold (ms since last heartbeat)
-    ARGV[2] wake channel: the host id of every new assignment is published there
-    ARGV[3] key base: the prefix of the keys derived from an id (task_events:<task id>,
-            device_runs:<device id>), which carries the deployment's hash tag
+    ARGV[2] how long a process's inbox lives after a wake-up is pushed onto it (ms)
+    ARGV[3] key base: the prefix of the keys derived from an id (below), which carries the
+            deployment's hash tag, so they hash to the same slot as the keys above
     ARGV[4] claim timeout (ms)
     ARGV[5] retention of terminal tasks (ms)
+
+  Keys derived from an id (key base .. kind .. ':' .. id), one per host, driver, device or task,
+  so an operator reads each with one redis-cli command:
+    waiting:<driver>         zset   task id -> seq: queued tasks with a selector, oldest first
+    waiting_device:<device>  zset   task id -> seq: queued tasks aimed at that device
+    assigned:<host>          list   task ids assigned to the host and not claimed yet, in order
+    host_devices:<host>      set    the pooled device ids of the host
+    polls:<host>             zset   process id -> until when (ms) a poll of the host waits there
+    inbox:<process>          list   host ids with new work, for that process's waiting polls
+    lease:<lease id>         string the lease JSON, with a TTL a little past its deadline
+    task_events:<task>       list   the task's history; device_runs:<device> list: its runs
 
   Invariants kept:
     - a device is in `free` only if it is pooled, `available`, unreserved, not disabled, and its
       host online, not draining and not stalled;
     - a free device has no matching waiting task (each time a device becomes free it takes the
       oldest matching one), so a new task never jumps the queue by taking a free device;
-    - a task is in exactly one of: a waiting index (queued), `assigned` (assigned), a lease
-      (running), or `retention` (terminal); an assigned task has a claim deadline;
+    - a task is in exactly one of: a waiting queue (queued), its host's `assigned` list
+      (assigned), a lease (running), or `retention` (terminal); an assigned task has a claim
+      deadline;
+    - an assignment pushes a wake-up to every process whose poll of that host registered
+      before it (a poll registers in the same step that found its host's list empty), so no
+      wake-up is lost and none goes to a process that holds no poll of the host;
     - every transition appends its event to the task's history and to the feed in the same step,
       so neither can disagree with the state.
 ]]
@@ -51,30 +63,27 @@ local function scheduler(keys, args)
     reservations = keys[4],
     free = keys[5],
     online = keys[6],
-    waitingDevice = keys[7],
-    waitingDriver = keys[8],
-    assigned = keys[9],
-    snapshots = keys[10],
-    byDriver = keys[11],
-    disabled = keys[12],
-    draining = keys[13],
-    stalled = keys[14],
-    queueDeadlines = keys[15],
-    claimDeadlines = keys[16],
-    retention = keys[17],
-    feed = keys[18],
-    stats = keys[19],
+    snapshots = keys[7],
+    byDriver = keys[8],
+    disabled = keys[9],
+    draining = keys[10],
+    stalled = keys[11],
+    queueDeadlines = keys[12],
+    claimDeadlines = keys[13],
+    retention = keys[14],
+    feed = keys[15],
+    stats = keys[16],
     offlineAfterMs = tonumber(args[1]),
-    wakeChannel = args[2],
+    inboxTtlMs = tonumber(args[2]),
     base = args[3],
     claimTimeoutMs = tonumber(args[4]),
     retentionMs = tonumber(args[5]),
   }
 end
 
--- A task's place in its host's queue of assignments.
-local function assignedMember(task)
-  return indexMember(task.host_id, pad(task.seq), task.id)
+-- The key of one host, driver, device, task, lease or process (see "Keys derived from an id").
+local function derived(S, kind, id)
+  return S.base .. kind .. ':' .. id
 end
 
 local function freeMember(driver, deviceId)
@@ -116,7 +125,7 @@ local function taskEvent(S, task, kind, now, reason, status)
     reason = reason,
     status = status or task.status,
   })
-  local history = S.base .. 'task_events:' .. task.id
+  local history = derived(S, 'task_events', task.id)
   if rcall('RPUSH', history, encoded) > TASK_EVENTS_KEPT then
     rcall('LTRIM', history, -TASK_EVENTS_KEPT, -1)
   end
@@ -126,7 +135,7 @@ end
 -- A device's runs, newest first: one entry per claimed attempt, closed when it ends. The list
 -- lives while the device is used within the retention window.
 local function startRun(S, task, now)
-  local runs = S.base .. 'device_runs:' .. task.device_id
+  local runs = derived(S, 'device_runs', task.device_id)
   local run = cjson.encode({task_id = task.id, attempt = task.attempt, host_id = task.host_id, started_at = now})
   if rcall('LPUSH', runs, run) > DEVICE_RUNS_KEPT then
     rcall('LTRIM', runs, 0, DEVICE_RUNS_KEPT - 1)
@@ -140,7 +149,7 @@ local function endRun(S, task, attempt, now, outcome)
   if not task.device_id then
     return
   end
-  local runs = S.base .. 'device_runs:' .. task.device_id
+  local runs = derived(S, 'device_runs', task.device_id)
   local newest = rcall('LINDEX', runs, 0)
   if not newest then
     return
@@ -167,20 +176,19 @@ local function hostSchedulable(S, hostId, now)
     and rcall('SISMEMBER', S.stalled, hostId) == 0
 end
 
--- The device ids of a host's last accepted snapshot.
+-- The pooled device ids of a host.
 local function hostDeviceIds(S, hostId)
-  local raw = rcall('HGET', S.snapshots, hostId)
-  local ids = {}
-  if raw then
-    for _, reported in ipairs(cjson.decode(raw).devices) do
-      ids[#ids + 1] = reported.device_id
-    end
-  end
-  return ids
+  return rcall('SMEMBERS', derived(S, 'host_devices', hostId))
 end
 
 -- Put a device record in the pool (`previous` is the record it replaces, or nil).
 local function poolDevice(S, deviceId, device, previous)
+  if previous and previous.host_id ~= device.host_id then
+    rcall('SREM', derived(S, 'host_devices', previous.host_id), deviceId)
+  end
+  if not previous or previous.host_id ~= device.host_id then
+    rcall('SADD', derived(S, 'host_devices', device.host_id), deviceId)
+  end
   if previous and previous.driver ~= device.driver then
     rcall('ZREM', S.free, freeMember(previous.driver, deviceId))
     rcall('ZREM', S.byDriver, freeMember(previous.driver, deviceId))
@@ -193,6 +201,7 @@ end
 
 local function unpoolDevice(S, deviceId, device)
   rcall('HDEL', S.devices, deviceId)
+  rcall('SREM', derived(S, 'host_devices', device.host_id), deviceId)
   rcall('ZREM', S.free, freeMember(device.driver, deviceId))
   rcall('ZREM', S.byDriver, freeMember(device.driver, deviceId))
 end
@@ -218,6 +227,23 @@ local function isFree(S, deviceId, device, now)
     and hostOnline(S, device.host_id, now)
 end
 
+-- Wake the polls of a host that registered as waiting: push the host id onto the inbox of each
+-- process holding one. The registrations are used up; a poll that still finds nothing registers
+-- again.
+local function wakePolls(S, hostId, now)
+  local polls = derived(S, 'polls', hostId)
+  local processes = rcall('ZRANGEBYSCORE', polls, now, '+inf')
+  if #processes == 0 then
+    return
+  end
+  rcall('DEL', polls)
+  for _, process in ipairs(processes) do
+    local inbox = derived(S, 'inbox', process)
+    rcall('RPUSH', inbox, hostId)
+    rcall('PEXPIRE', inbox, S.inboxTtlMs)
+  end
+end
+
 local function assignTask(S, task, deviceId, device, now)
   local previous = task.status
   rcall('HSET', S.reservations, deviceId, task.id)
@@ -227,10 +253,10 @@ local function assignTask(S, task, deviceId, device, now)
   task.host_id = device.host_id
   task.updated_at = now
   saveTask(S, task, previous)
-  rcall('ZADD', S.assigned, 0, assignedMember(task))
+  rcall('RPUSH', derived(S, 'assigned', device.host_id), task.id)
   rcall('ZADD', S.claimDeadlines, now + S.claimTimeoutMs, task.id)
   taskEvent(S, task, 'assigned', now)
-  rcall('PUBLISH', S.wakeChannel, device.host_id)
+  wakePolls(S, device.host_id, now)
 end
 
 -- A free device matching the task, or nil. Devices of hosts gone offline but not yet swept
@@ -261,15 +287,12 @@ local function findDeviceFor(S, task, now)
   end
 end
 
-local function waitingMember(task)
-  return indexMember(task.target_device or task.driver, pad(task.seq), task.id)
-end
-
+-- The queue a queued task waits in: its device's, or its driver's.
 local function waitingKey(S, task)
   if task.target_device then
-    return S.waitingDevice
+    return derived(S, 'waiting_device', task.target_device)
   end
-  return S.waitingDriver
+  return derived(S, 'waiting', task.driver)
 end
 
 -- Put a queued task on a free device now, or in its waiting index with its queue deadline.
@@ -278,7 +301,7 @@ local function placeTask(S, task, now)
   if deviceId then
     assignTask(S, task, deviceId, device, now)
   else
-    rcall('ZADD', waitingKey(S, task), 0, waitingMember(task))
+    rcall('ZADD', waitingKey(S, task), task.seq, task.id)
     if task.queue_deadline then  -- tasks stored before queue timeouts existed have none
       rcall('ZADD', S.queueDeadlines, task.queue_deadline, task.id)
     end
@@ -286,36 +309,35 @@ local function placeTask(S, task, now)
 end
 
 local function unqueueTask(S, task)
-  rcall('ZREM', waitingKey(S, task), waitingMember(task))
+  rcall('ZREM', waitingKey(S, task), task.id)
   rcall('ZREM', S.queueDeadlines, task.id)
 end
 
--- Hand a device that just became free the oldest waiting task that matches it.
+-- Hand a device that just became free the oldest waiting task that matches it: the oldest of
+-- the tasks aimed at it, or an older task of its driver whose labels it matches.
 local function feedDevice(S, deviceId, device, now)
-  local directLow, directHigh = prefixRange(deviceId)
-  local direct = rcall('ZRANGEBYLEX', S.waitingDevice, directLow, directHigh,
-    'LIMIT', 0, 1)[1]
-  local directSeq = direct and tonumber(splitMember(direct)[2])
-  local chosen, chosenKey = direct, S.waitingDevice
-  local low, high = prefixRange(device.driver)
+  local directKey = derived(S, 'waiting_device', deviceId)
+  local direct = rcall('ZRANGE', directKey, 0, 0, 'WITHSCORES')
+  local chosen, chosenKey = direct[1], directKey
+  local directSeq = direct[2] and tonumber(direct[2])
+  local driverKey = derived(S, 'waiting', device.driver)
   local offset = 0
   local searching = true
   while searching do
-    local members = rcall('ZRANGEBYLEX', S.waitingDriver, low, high, 'LIMIT', offset, 100)
-    for _, member in ipairs(members) do
-      local parts = splitMember(member)
-      if directSeq and tonumber(parts[2]) > directSeq then
+    local members = rcall('ZRANGE', driverKey, offset, offset + 99, 'WITHSCORES')
+    for i = 1, #members, 2 do
+      if directSeq and tonumber(members[i + 1]) > directSeq then
         searching = false
         break
       end
-      local candidate = getJson(S.tasks, parts[3])
+      local candidate = getJson(S.tasks, members[i])
       if candidate and labelsMatch(candidate.labels, device.labels) then
-        chosen, chosenKey = member, S.waitingDriver
+        chosen, chosenKey = members[i], driverKey
         searching = false
         break
       end
     end
-    if searching and #members < 100 then
+    if searching and #members < 200 then
       searching = false
     end
     offset = offset + 100
@@ -323,7 +345,7 @@ local function feedDevice(S, deviceId, device, now)
   if not chosen then
     return false
   end
-  local task = getJson(S.tasks, splitMember(chosen)[3])
+  local task = getJson(S.tasks, chosen)
   rcall('ZREM', chosenKey, chosen)
   rcall('ZREM', S.queueDeadlines, task.id)
   assignTask(S, task, deviceId, device, now)
@@ -420,7 +442,7 @@ end
 -- An assigned task whose host will not claim it (host offline, device gone, claim timeout,
 -- drain, disable) returns to the queue, same attempt.
 local function unassignTask(S, task, now, reason)
-  rcall('ZREM', S.assigned, assignedMember(task))
+  rcall('LREM', derived(S, 'assigned', task.host_id), 1, task.id)
   rcall('ZREM', S.claimDeadlines, task.id)
   requeueTask(S, task, now, 'unassigned', reason)
 end
@@ -438,11 +460,11 @@ local function pauseHost(S, hostId, now, reason, dropDevices)
       end
     end
   end
-  local members = rcall('ZRANGEBYLEX', S.assigned, prefixRange(hostId))
-  for _, member in ipairs(members) do
-    unassignTask(S, getJson(S.tasks, splitMember(member)[3]), now, reason)
+  local taskIds = rcall('LRANGE', derived(S, 'assigned', hostId), 0, -1)
+  for _, taskId in ipairs(taskIds) do
+    unassignTask(S, getJson(S.tasks, taskId), now, reason)
   end
-  return #members
+  return #taskIds
 end
 
 -- A host that may take work again: each of its devices is reconsidered (and fed).

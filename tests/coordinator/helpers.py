@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support import glob_escape
 
-async def expire_lease(api: Any, lease_id: str) -> None:
-    """Make the lease's deadline lie in the past, as if its TTL had run out."""
-    await api.ctx.store.redis.zadd(api.ctx.store.keys.lease_deadlines, {lease_id: 0})
+
+async def expire_lease(api: Any, assignment: dict[str, Any]) -> None:
+    """Make the deadline of the assignment's lease lie in the past, as if its TTL had run out."""
+    await api.ctx.store.redis.zadd(api.ctx.store.keys.lease_deadlines, {assignment["task_id"]: 0})
 
 
 async def silence_host(api: Any, host_id: str) -> None:
@@ -50,11 +52,13 @@ async def enrolled_host(api: Any) -> tuple[str, dict[str, str]]:
 
 
 async def redis_state(api: Any) -> dict[str, Any]:
-    """Everything the service stores under the test's prefix."""
+    """Everything the service stores under the test's prefix: its fixed keys and every key
+    derived from an id (a host's assignments, a lease, a task's history...)."""
     redis, keys = api.ctx.store.redis, api.ctx.store.keys
     snapshot: dict[str, Any] = {}
-    for key in keys.all():
-        name = key.rsplit(":", 1)[1]
+    async for raw in redis.scan_iter(match=glob_escape(keys.base) + "*", count=1000):
+        key = raw.decode()
+        name = key[len(keys.base):]
         kind = (await redis.type(key)).decode()
         if kind == "hash":
             snapshot[name] = await redis.hgetall(key)
@@ -64,4 +68,8 @@ async def redis_state(api: Any) -> dict[str, Any]:
             snapshot[name] = await redis.smembers(key)
         elif kind == "string":
             snapshot[name] = await redis.get(key)
+        elif kind == "list":
+            snapshot[name] = await redis.lrange(key, 0, -1)
+        elif kind == "stream":
+            snapshot[name] = await redis.xrange(key)
     return snapshot

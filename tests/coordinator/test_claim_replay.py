@@ -23,10 +23,10 @@ async def test_claim_replay_extends_a_live_lease_to_a_full_ttl(api: Api) -> None
     store = api.ctx.store
     # Time passes: the lease has 100 ms left when the replay arrives.
     now = await api.ctx.queries.redis_time_ms()
-    await store.redis.zadd(store.keys.lease_deadlines, {first["lease_id"]: now + 100})
+    await store.redis.zadd(store.keys.lease_deadlines, {first["task_id"]: now + 100})
     replay = await claim_one(api, "host-a", claim_id="c-1")
     assert replay["lease_id"] == first["lease_id"] and replay["task_id"] == first["task_id"]
-    deadline = await store.redis.zscore(store.keys.lease_deadlines, first["lease_id"])
+    deadline = await store.redis.zscore(store.keys.lease_deadlines, first["task_id"])
     assert deadline >= now + api.ctx.settings.lease_ttl_ms
     assert replay["lease_expires_at"] >= first["lease_expires_at"]
     assert replay["lease_ttl_ms"] == api.ctx.settings.lease_ttl_ms
@@ -37,7 +37,7 @@ async def test_claim_replay_extends_a_live_lease_to_a_full_ttl(api: Api) -> None
 async def test_claim_replay_of_an_ended_lease_gets_204_and_claims_nothing(api: Api, ending: str) -> None:
     first = await running_task(api)
     if ending == "expired":
-        await expire_lease(api, first["lease_id"])
+        await expire_lease(api, first)
         await api.sweep()
     else:
         assert (await api.result("host-a", first)).status_code == 200

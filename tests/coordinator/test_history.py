@@ -21,7 +21,7 @@ async def test_every_transition_is_in_the_history_in_order(api: Api) -> None:
     await api.heartbeat("host-a", ["a1"])
     task = (await api.create_task(device_id="a1")).json()
     first = await claim_one(api, "host-a")
-    await expire_lease(api, first["lease_id"])
+    await expire_lease(api, first)
     await api.sweep()  # lease expired: attempt 2, back on a1 (still free after the requeue)
     second = await claim_one(api, "host-a")
     await api.admin("POST", f"/api/v1/tasks/{task['task_id']}/cancel")
@@ -89,7 +89,7 @@ async def test_an_expired_run_is_closed_as_lease_expired(api: Api) -> None:
     await api.heartbeat("host-a", ["a1"])
     await api.create_task(device_id="a1", max_attempts=1)
     assignment = await claim_one(api, "host-a")
-    await expire_lease(api, assignment["lease_id"])
+    await expire_lease(api, assignment)
     await api.sweep()
     [run] = (await api.admin("GET", "/api/v1/devices/a1/history")).json()["runs"]
     assert run["outcome"] == "lease_expired"

@@ -279,7 +279,7 @@ async def test_revoked_host(api: Api) -> None:
     back = await api.task(waiting["task_id"])
     assert (back["status"], back["host_id"]) == ("queued", None)
     # its running lease cannot be renewed, so it expires and the task requeues as attempt 2
-    await expire_lease(api, assignment["lease_id"])
+    await expire_lease(api, assignment)
     await api.sweep()
     requeued = await api.task(running_task["task_id"])
     assert (requeued["status"], requeued["attempt"]) == ("queued", 2)

@@ -54,7 +54,7 @@ def test_installed_package_ships_the_scripts(tmp_path: Path) -> None:
 
 async def test_script_call_with_wrong_number_of_keys_is_refused(api: Api) -> None:
     script = load_scripts()["renewLease"]
-    with pytest.raises(ValueError, match="takes 6 keys"):
+    with pytest.raises(ValueError, match="takes 5 keys"):
         await script(api.ctx.store.redis, ["a", "b"], [])
 
 

@@ -43,8 +43,8 @@ async def _claim(store: Store, host: str) -> dict[str, Any]:
     return claimed.assignment
 
 
-async def _expire(store: Store, lease_id: str) -> None:
-    await store.redis.zadd(store.keys.lease_deadlines, {lease_id: 0})
+async def _expire(store: Store, assignment: dict[str, Any]) -> None:
+    await store.redis.zadd(store.keys.lease_deadlines, {assignment["task_id"]: 0})
 
 
 async def _task_record(store: Store, task_id: str) -> dict[str, Any]:
@@ -56,7 +56,7 @@ async def test_renew_racing_expiry_never_revives(store: Store) -> None:
     for _ in range(20):
         task, _ = await store.create_task(_task("d1", max_attempts=100))
         assignment = await _claim(store, "h1")
-        await _expire(store, assignment["lease_id"])
+        await _expire(store, assignment)
         renewal, sweep = await asyncio.gather(
             store.renew(_host("h1"), assignment["lease_id"], task.id, 1, 30_000, ""),
             store.expire_leases(),
@@ -78,7 +78,7 @@ async def test_result_racing_expiry_has_one_winner(store: Store) -> None:
     for _ in range(20):
         task, _ = await store.create_task(_task("d1"))
         assignment = await _claim(store, "h1")
-        await _expire(store, assignment["lease_id"])
+        await _expire(store, assignment)
         report = '{"failure_reason":null,"metadata":{},"status":"succeeded"}'
         result, swept = await asyncio.gather(
             store.record_result(_host("h1"), task.id, 1, assignment["lease_id"], report),
@@ -104,9 +104,9 @@ async def test_two_reapers_sweeping_at_once(redis_client: aioredis.Redis, store:
     devices = [f"d{i}" for i in range(30)]
     await store.heartbeat(_host("h1"), _snapshot(*devices))
     tasks = [(await store.create_task(_task(d)))[0].id for d in devices]
-    leases = [(await _claim(store, "h1"))["lease_id"] for _ in devices]
-    for lease_id in leases:
-        await _expire(store, lease_id)
+    leases = [await _claim(store, "h1") for _ in devices]
+    for assignment in leases:
+        await _expire(store, assignment)
     other = Store(redis_client, Keys(store.keys.prefix), host_offline_after_ms=30_000)
     ended = await asyncio.gather(*(s.expire_leases(limit=7) for s in [store, other] * 6))
     ended_more = await asyncio.gather(store.expire_leases(), other.expire_leases())

@@ -90,7 +90,7 @@ async def test_lease_renewal_succeeds(api: Api) -> None:
     assert body["lease_ttl_ms"] == 30_000 and body["cancel_requested"] is False
     assert body["progress"] == "omitted"
     assert body["lease_expires_at"] >= assignment["lease_expires_at"]
-    deadline = await api.ctx.store.redis.zscore(api.ctx.store.keys.lease_deadlines, assignment["lease_id"])
+    deadline = await api.ctx.store.redis.zscore(api.ctx.store.keys.lease_deadlines, assignment["task_id"])
     assert deadline is not None
     task = await api.task(assignment["task_id"])
     assert (task["attempt"], task["device_id"], task["status"]) == (1, "a1", "running")
@@ -113,10 +113,10 @@ async def test_lease_is_stale_or_foreign(api: Api) -> None:
     assert wrong_attempt.json()["error"]["code"] == "lease_not_owned"
 
     # expired: the deadline passed; the renewal does not revive it
-    await expire_lease(api, first["lease_id"])
+    await expire_lease(api, first)
     expired = await api.renew("host-a", first)
     assert expired.status_code == 409 and expired.json()["error"]["code"] == "lease_expired"
-    assert await api.ctx.store.redis.zscore(api.ctx.store.keys.lease_deadlines, first["lease_id"]) == 0
+    assert await api.ctx.store.redis.zscore(api.ctx.store.keys.lease_deadlines, first["task_id"]) == 0
 
     # replaced: the reaper requeued the task as attempt 2, which host-a claims again
     await api.sweep()
@@ -136,7 +136,7 @@ async def test_lease_expires_on_the_redis_clock(api_factory) -> None:  # type: i
         assignment = await claim_one(api, "host-a")
         renewed = await api.renew("host-a", assignment)
         assert renewed.status_code == 200
-        deadline = await api.ctx.store.redis.zscore(api.ctx.store.keys.lease_deadlines, assignment["lease_id"])
+        deadline = await api.ctx.store.redis.zscore(api.ctx.store.keys.lease_deadlines, assignment["task_id"])
         # poll until the Redis clock passes the renewed 200 ms deadline
         while await api.ctx.queries.redis_time_ms() <= deadline:
             await asyncio.sleep(0.02)
@@ -274,7 +274,7 @@ async def test_stale_attempt_reports_after_requeue(api: Api) -> None:
     host = task["host_id"]
     other = "host-b" if host == "host-a" else "host-a"
     first = await claim_one(api, host)
-    await expire_lease(api, first["lease_id"])
+    await expire_lease(api, first)
     assert (await api.sweep())["leases"] == 1
     requeued = await api.task(task["task_id"])
     assert requeued["attempt"] == 2
@@ -306,7 +306,7 @@ async def test_lease_expiry_past_max_attempts_fails_the_task(api: Api) -> None:
     for attempt in (1, 2):
         assignment = await claim_one(api, "host-a")
         assert assignment["attempt"] == attempt
-        await expire_lease(api, assignment["lease_id"])
+        await expire_lease(api, assignment)
         await api.sweep()
         # the agent reports the device idle again (an expired lease does not mark it available)
         await api.heartbeat("host-a", [{"device_id": "a1", "driver": "sim", "status": "busy"}])
@@ -324,7 +324,7 @@ async def test_result_after_deadline_but_before_requeue_is_recorded(api: Api) ->
     await api.heartbeat("host-a", ["a1"])
     await api.create_task(device_id="a1")
     assignment = await claim_one(api, "host-a")
-    await expire_lease(api, assignment["lease_id"])
+    await expire_lease(api, assignment)
     assert (await api.result("host-a", assignment)).status_code == 200
     assert (await api.sweep())["leases"] == 0
     assert (await api.task(assignment["task_id"]))["status"] == "succeeded"

@@ -4,10 +4,10 @@
   told `unknown_device`.
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua)
-    KEYS[20]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
-    KEYS[21]    local_devices     hash  "host id\0local id" -> {device_id, driver}
-    KEYS[22]    hosts             hash  host id -> host record JSON
+    KEYS[1..16] the scheduling keys (includes/schedule.lua)
+    KEYS[17]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
+    KEYS[18]    local_devices     hash  "host id\0local id" -> {device_id, driver}
+    KEYS[19]    hosts             hash  host id -> host record JSON
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     device id
   Output:
@@ -22,9 +22,9 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local enrolledKey = KEYS[20]
-local localKey = KEYS[21]
-local hostsKey = KEYS[22]
+local enrolledKey = KEYS[17]
+local localKey = KEYS[18]
+local hostsKey = KEYS[19]
 local deviceId = ARGV[6]
 
 local enrolled = getJson(enrolledKey, deviceId)
@@ -60,5 +60,5 @@ if raw then
   snapshot.devices = kept
   rcall('HSET', S.snapshots, enrolled.host_id, cjson.encode(snapshot))
 end
-rcall('PEXPIRE', S.base .. 'device_runs:' .. deviceId, S.retentionMs)
+rcall('PEXPIRE', derived(S, 'device_runs', deviceId), S.retentionMs)
 return {0}

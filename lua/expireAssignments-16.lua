@@ -5,7 +5,7 @@
   claim script ends the stall).
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua); KEYS[16] claim_deadlines is the
+    KEYS[1..16] the scheduling keys (includes/schedule.lua); KEYS[13] claim_deadlines is the
                 index this sweep reads
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     at most this many deadlines per call

@@ -2,7 +2,7 @@
   Reaper: queued tasks past their queue deadline fail with failure_reason `queue_timeout`.
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua); KEYS[15] queue_deadlines is the
+    KEYS[1..16] the scheduling keys (includes/schedule.lua); KEYS[12] queue_deadlines is the
                 index this sweep reads
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     at most this many deadlines per call

@@ -3,8 +3,8 @@
   goes back to the queue; running work finishes), or enable it again.
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua)
-    KEYS[20]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
+    KEYS[1..16] the scheduling keys (includes/schedule.lua)
+    KEYS[17]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     device id
     ARGV[7]     "1" to disable, "0" to enable
@@ -20,7 +20,7 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local enrolledKey = KEYS[20]
+local enrolledKey = KEYS[17]
 local deviceId = ARGV[6]
 local disable = ARGV[7] == '1'
 local reason = ARGV[8]

@@ -9,11 +9,10 @@
     KEYS[3] tasks_by_status  zset  "status\0seq\0task id"
     KEYS[4] retention        zset  task id -> when it is deleted (ms); the index this sweep reads
     KEYS[5] idempotency      hash  idempotency key -> task id
-    KEYS[6] leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
-    KEYS[7] claims           hash  "host id\0claim id" -> assignment JSON
-    KEYS[8] progress         hash  task id -> latest progress JSON
-    KEYS[9] stats            hash  deployment-wide counters
-    ARGV[1] key base (the task's history is <base>task_events:<task id>)
+    KEYS[6] claims           hash  "host id\0claim id" -> assignment JSON
+    KEYS[7] progress         hash  task id -> latest progress JSON
+    KEYS[8] stats            hash  deployment-wide counters
+    ARGV[1] key base (the task's history is <base>task_events:<task id>, a lease <base>lease:<id>)
     ARGV[2] at most this many tasks per call
   Output:
     {0, number of tasks deleted}
@@ -28,10 +27,9 @@ local bySeqKey = KEYS[2]
 local byStatusKey = KEYS[3]
 local retentionKey = KEYS[4]
 local idempotencyKey = KEYS[5]
-local leasesKey = KEYS[6]
-local claimsKey = KEYS[7]
-local progressKey = KEYS[8]
-local statsKey = KEYS[9]
+local claimsKey = KEYS[6]
+local progressKey = KEYS[7]
+local statsKey = KEYS[8]
 local base = ARGV[1]
 local limit = tonumber(ARGV[2])
 
@@ -53,11 +51,10 @@ for _, taskId in ipairs(due) do
       rcall('HDEL', idempotencyKey, task.idempotency_key)
     end
     for _, leaseId in ipairs(task.leases or {}) do
-      local lease = getJson(leasesKey, leaseId)
-      if lease and lease.claim then
-        rcall('HDEL', claimsKey, lease.claim)
-      end
-      rcall('HDEL', leasesKey, leaseId)
+      rcall('DEL', base .. 'lease:' .. leaseId)
+    end
+    for _, claimField in ipairs(task.claims or {}) do
+      rcall('HDEL', claimsKey, claimField)
     end
     deleted = deleted + 1
   end

@@ -3,12 +3,12 @@
   complete snapshot it sent, all or nothing.
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua)
-    KEYS[20]    hosts             hash  host id -> host record JSON
-    KEYS[21]    host_seen         zset  host id -> last heartbeat (ms), never swept
-    KEYS[22]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
-    KEYS[23]    revoked_tokens    set   SHA-256 digests of revoked host tokens
-    KEYS[24]    host_ids          zset  every host id with a record (score 0, lexicographic)
+    KEYS[1..16] the scheduling keys (includes/schedule.lua)
+    KEYS[17]    hosts             hash  host id -> host record JSON
+    KEYS[18]    host_seen         zset  host id -> last heartbeat (ms), never swept
+    KEYS[19]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
+    KEYS[20]    revoked_tokens    set   SHA-256 digests of revoked host tokens
+    KEYS[21]    host_ids          zset  every host id with a record (score 0, lexicographic)
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     host id
     ARGV[7]     host kind: "static" or "enrolled"
@@ -31,11 +31,11 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local hostsKey = KEYS[20]
-local seenKey = KEYS[21]
-local enrolledKey = KEYS[22]
-local revokedKey = KEYS[23]
-local hostIdsKey = KEYS[24]
+local hostsKey = KEYS[17]
+local seenKey = KEYS[18]
+local enrolledKey = KEYS[19]
+local revokedKey = KEYS[20]
+local hostIdsKey = KEYS[21]
 local hostId = ARGV[6]
 local kind = ARGV[7]
 local snapshotJson = ARGV[8]

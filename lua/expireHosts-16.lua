@@ -4,7 +4,7 @@
   to be placed on another device.
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua); KEYS[6] hosts_online is the index
+    KEYS[1..16] the scheduling keys (includes/schedule.lua); KEYS[6] hosts_online is the index
                 this sweep reads
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     at most this many hosts per call

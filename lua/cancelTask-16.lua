@@ -2,7 +2,7 @@
   Cancel a task: at once when it is queued or assigned; a running one is asked to stop.
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    KEYS[1..16] the scheduling keys (includes/schedule.lua)
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     task id
   Output:
@@ -27,7 +27,7 @@ local previous = task.status
 if previous == 'queued' then
   unqueueTask(S, task)
 elseif previous == 'assigned' then
-  rcall('ZREM', S.assigned, assignedMember(task))
+  rcall('LREM', derived(S, 'assigned', task.host_id), 1, task.id)
   rcall('ZREM', S.claimDeadlines, task.id)
   releaseDevice(S, task, now, false)
 elseif previous == 'running' then

@@ -3,7 +3,7 @@
   finishes), or undrain it (its devices take work again at once).
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua)
+    KEYS[1..16] the scheduling keys (includes/schedule.lua)
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     host id
     ARGV[7]     "1" to drain, "0" to undrain

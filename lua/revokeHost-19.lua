@@ -6,10 +6,10 @@
   host whose token is changed in configuration works again with the new token.
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua)
-    KEYS[20]    hosts           hash  host id -> host record JSON
-    KEYS[21]    revoked_tokens  set   SHA-256 digests of revoked host tokens
-    KEYS[22]    host_tokens     hash  SHA-256 of a host token -> host id
+    KEYS[1..16] the scheduling keys (includes/schedule.lua)
+    KEYS[17]    hosts           hash  host id -> host record JSON
+    KEYS[18]    revoked_tokens  set   SHA-256 digests of revoked host tokens
+    KEYS[19]    host_tokens     hash  SHA-256 of a host token -> host id
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     host id
     ARGV[7]     a static host's configured token digest (it may have no record yet), "" for an
@@ -24,9 +24,9 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local hostsKey = KEYS[20]
-local revokedKey = KEYS[21]
-local hostTokensKey = KEYS[22]
+local hostsKey = KEYS[17]
+local revokedKey = KEYS[18]
+local hostTokensKey = KEYS[19]
 local hostId = ARGV[6]
 local staticDigest = ARGV[7]
 

@@ -3,11 +3,10 @@
   failure requeues the task as the next attempt while attempts remain.
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua)
-    KEYS[20]    leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
-    KEYS[21]    lease_deadlines  zset  lease id -> expiry (ms)
-    KEYS[22]    progress         hash  task id -> latest progress JSON
-    KEYS[23]    revoked_tokens   set   SHA-256 digests of revoked host tokens
+    KEYS[1..16] the scheduling keys (includes/schedule.lua)
+    KEYS[17]    lease_deadlines  zset  task id -> its running lease's expiry (ms)
+    KEYS[18]    progress         hash  task id -> latest progress JSON
+    KEYS[19]    revoked_tokens   set   SHA-256 digests of revoked host tokens
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     host id
     ARGV[7]     task id
@@ -37,18 +36,18 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local leasesKey = KEYS[20]
-local deadlinesKey = KEYS[21]
-local progressKey = KEYS[22]
-local revokedKey = KEYS[23]
+local deadlinesKey = KEYS[17]
+local progressKey = KEYS[18]
+local revokedKey = KEYS[19]
 local hostId = ARGV[6]
 local taskId = ARGV[7]
 local attempt = tonumber(ARGV[8])
 local leaseId = ARGV[9]
 local resultJson = ARGV[10]
 local credential = ARGV[11]
+local leaseKey = derived(S, 'lease', leaseId)
 
-local lease, failure = presentedLease(revokedKey, credential, leasesKey, leaseId, hostId, taskId, attempt)
+local lease, failure = presentedLease(revokedKey, credential, leaseKey, hostId, taskId, attempt)
 if not lease then
   return {failure}
 end
@@ -75,7 +74,9 @@ local now = nowMs()
 local report = cjson.decode(resultJson)
 local retry = report.retryable == true and report.status == 'failed'
   and task.attempt < task.max_attempts and not task.cancel_requested
-rcall('ZREM', deadlinesKey, leaseId)
+rcall('ZREM', deadlinesKey, taskId)
+-- The ended lease stays readable for the retention window: a replayed report still finds it.
+rcall('PEXPIRE', leaseKey, S.retentionMs)
 rcall('HDEL', progressKey, taskId)
 endRun(S, task, attempt, now, report.status)
 task.result_report = resultJson

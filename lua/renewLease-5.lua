@@ -3,11 +3,10 @@
 
   Input:
     KEYS[1] tasks            hash  task id -> task JSON
-    KEYS[2] leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
-    KEYS[3] lease_deadlines  zset  lease id -> expiry (ms)
-    KEYS[4] progress         hash  task id -> latest progress JSON of its running attempt
-    KEYS[5] revoked_tokens   set   SHA-256 digests of revoked host tokens
-    KEYS[6] feed             stream the deployment's live feed
+    KEYS[2] lease_deadlines  zset  task id -> its running lease's expiry (ms)
+    KEYS[3] progress         hash  task id -> latest progress JSON of its running attempt
+    KEYS[4] revoked_tokens   set   SHA-256 digests of revoked host tokens
+    KEYS[5] feed             stream the deployment's live feed
     ARGV[1] host id
     ARGV[2] lease id
     ARGV[3] task id
@@ -15,6 +14,7 @@
     ARGV[5] lease TTL (ms)
     ARGV[6] progress JSON to store, or "" to leave the stored progress as it is
     ARGV[7] SHA-256 of the credential the request came with (revocation is bound to it)
+    ARGV[8] key base: the lease's own key is base .. 'lease:' .. lease id (same hash tag)
   Output:
     {0, new expiry (ms), cancel requested (0|1)}
     {LEASE_NOT_OWNED} unknown lease, another host's, or not this task and attempt
@@ -29,11 +29,10 @@
 ]]
 --- @include "includes/common"
 local tasksKey = KEYS[1]
-local leasesKey = KEYS[2]
-local deadlinesKey = KEYS[3]
-local progressKey = KEYS[4]
-local revokedKey = KEYS[5]
-local feedKey = KEYS[6]
+local deadlinesKey = KEYS[2]
+local progressKey = KEYS[3]
+local revokedKey = KEYS[4]
+local feedKey = KEYS[5]
 local hostId = ARGV[1]
 local leaseId = ARGV[2]
 local taskId = ARGV[3]
@@ -41,8 +40,9 @@ local attempt = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local progress = ARGV[6]
 local credential = ARGV[7]
+local leaseKey = ARGV[8] .. 'lease:' .. leaseId
 
-local lease, failure = presentedLease(revokedKey, credential, leasesKey, leaseId, hostId, taskId, attempt)
+local lease, failure = presentedLease(revokedKey, credential, leaseKey, hostId, taskId, attempt)
 if not lease then
   return {failure}
 end
@@ -51,11 +51,12 @@ if task.attempt > attempt then
   return {E.LEASE_REPLACED}
 end
 local now = nowMs()
-local deadline = rcall('ZSCORE', deadlinesKey, leaseId)
+local deadline = rcall('ZSCORE', deadlinesKey, taskId)
 if task.status ~= 'running' or task.lease_id ~= leaseId or not deadline or tonumber(deadline) <= now then
   return {E.LEASE_EXPIRED}
 end
-rcall('ZADD', deadlinesKey, now + ttl, leaseId)
+rcall('ZADD', deadlinesKey, now + ttl, taskId)
+rcall('PEXPIRE', leaseKey, ttl + LEASE_KEY_GRACE_MS)
 if progress ~= '' and rcall('HGET', progressKey, taskId) ~= progress then
   rcall('HSET', progressKey, taskId, progress)
   local step = cjson.decode(progress)

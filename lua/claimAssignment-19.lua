@@ -2,27 +2,31 @@
   Claim the oldest assignment queued for a host: move it to running under a fresh lease.
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua)
-    KEYS[20]    leases           hash  lease id -> {task_id, host_id, attempt, device_id, claim}
-    KEYS[21]    lease_deadlines  zset  lease id -> expiry (ms)
-    KEYS[22]    claims           hash  "host id\0claim id" -> the assignment JSON it returned
-    KEYS[23]    revoked_tokens   set   SHA-256 digests of revoked host tokens
+    KEYS[1..16] the scheduling keys (includes/schedule.lua)
+    KEYS[17]    lease_deadlines  zset  task id -> its running lease's expiry (ms)
+    KEYS[18]    claims           hash  "host id\0claim id" -> the assignment JSON it returned
+    KEYS[19]    revoked_tokens   set   SHA-256 digests of revoked host tokens
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     host id
     ARGV[7]     claim id chosen by the agent, or "" for none
     ARGV[8]     lease id for a new lease (minted by the service)
     ARGV[9]     lease TTL (ms)
     ARGV[10]    SHA-256 of the credential the request came with (revocation is bound to it)
+    ARGV[11]    id of the process serving the poll, or "" when the poll will not wait
+    ARGV[12]    how long the poll will wait if it finds nothing (ms)
   Output:
     {0, assignment JSON, ms the attempt waited from queued to claimed}  claimed now
     {0, assignment JSON, -1}  the same assignment again for a repeated claim id whose lease is
                               live, extended to a full TTL from now
-    {0, false}                nothing queued for this host, or a repeated claim id whose lease
-                              has ended (expired, replaced, or its result recorded)
+    {0, false}                nothing queued for this host (the poll is registered in
+                              polls:<host> to be woken through its process's inbox), or a
+                              repeated claim id whose lease has ended (expired, replaced, or its
+                              result recorded)
     {REVOKED}
 
-  Invariants: an assignment is handed out at most once (removed from `assigned` in the step that
-  creates its lease); a repeated claim id returns what the first call returned and claims nothing
+  Invariants: an assignment is handed out at most once (popped from the host's `assigned` list
+  in the step that creates its lease); a poll that finds nothing is registered in that same
+  step, so an assignment made after it always wakes it; a repeated claim id returns what the first call returned and claims nothing
   more, so a lost response orphans no work; the answer's lease_expires_at_ms is always a full TTL
   ahead, so an agent that counts the lease from the answer it finally got is never late; an ended
   lease is never revived. A poll is what ends a host's stall (an assignment whose claim timed
@@ -31,15 +35,16 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local leasesKey = KEYS[20]
-local deadlinesKey = KEYS[21]
-local claimsKey = KEYS[22]
-local revokedKey = KEYS[23]
+local deadlinesKey = KEYS[17]
+local claimsKey = KEYS[18]
+local revokedKey = KEYS[19]
 local hostId = ARGV[6]
 local claimId = ARGV[7]
 local leaseId = ARGV[8]
 local ttl = tonumber(ARGV[9])
 local credential = ARGV[10]
+local processId = ARGV[11]
+local waitMs = tonumber(ARGV[12])
 
 if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
@@ -51,13 +56,14 @@ if claimId ~= '' then
   if earlier then
     local assignment = cjson.decode(earlier)
     local leased = getJson(S.tasks, assignment.task_id)
-    local deadline = rcall('ZSCORE', deadlinesKey, assignment.lease_id)
+    local deadline = rcall('ZSCORE', deadlinesKey, assignment.task_id)
     local now = nowMs()
     if not leased or leased.status ~= 'running' or leased.lease_id ~= assignment.lease_id
         or not deadline or tonumber(deadline) <= now then
       return {0, false}
     end
-    rcall('ZADD', deadlinesKey, now + ttl, assignment.lease_id)
+    rcall('ZADD', deadlinesKey, now + ttl, assignment.task_id)
+    rcall('PEXPIRE', derived(S, 'lease', assignment.lease_id), ttl + LEASE_KEY_GRACE_MS)
     assignment.lease_ttl_ms = ttl
     assignment.lease_expires_at_ms = now + ttl
     local encoded = cjson.encode(assignment)
@@ -71,33 +77,40 @@ if rcall('SREM', S.stalled, hostId) == 1 then
   resumeHost(S, hostId, now)
 end
 
-local low, high = prefixRange(hostId)
-local member = rcall('ZRANGEBYLEX', S.assigned, low, high, 'LIMIT', 0, 1)[1]
-if not member then
+local taskId = rcall('LPOP', derived(S, 'assigned', hostId))
+if not taskId then
+  if processId ~= '' and waitMs > 0 then
+    -- Register the poll, and keep the key at least as long as its longest registration.
+    local polls = derived(S, 'polls', hostId)
+    rcall('ZADD', polls, now + waitMs, processId)
+    if rcall('PTTL', polls) < waitMs then
+      rcall('PEXPIRE', polls, waitMs)
+    end
+  end
   return {0, false}
 end
-rcall('ZREM', S.assigned, member)
 
-local task = getJson(S.tasks, splitMember(member)[3])
+local task = getJson(S.tasks, taskId)
 rcall('ZREM', S.claimDeadlines, task.id)
 local previous = task.status
 task.status = 'running'
 task.lease_id = leaseId
 task.started_at = now
 task.updated_at = now
--- Every lease of the task, so that retention can delete them (and their claim records).
+-- Every lease and claim record of the task, so that retention can delete them.
 task.leases = task.leases or {}
 task.leases[#task.leases + 1] = leaseId
+if claimId ~= '' then
+  task.claims = task.claims or {}
+  task.claims[#task.claims + 1] = claimField
+end
 saveTask(S, task, previous)
 taskEvent(S, task, 'claimed', now)
 startRun(S, task, now)
 
 local lease = {task_id = task.id, host_id = hostId, attempt = task.attempt, device_id = task.device_id}
-if claimId ~= '' then
-  lease.claim = claimField
-end
-putJson(leasesKey, leaseId, lease)
-rcall('ZADD', deadlinesKey, now + ttl, leaseId)
+rcall('SET', derived(S, 'lease', leaseId), cjson.encode(lease), 'PX', ttl + LEASE_KEY_GRACE_MS)
+rcall('ZADD', deadlinesKey, now + ttl, task.id)
 
 local assignment = {
   task_id = task.id,

@@ -2,10 +2,10 @@
   Create a task and, in the same step, reserve a matching free device for it or queue it.
 
   Input:
-    KEYS[1..19] the scheduling keys (includes/schedule.lua)
-    KEYS[20]    task_seq        string  counter giving every task its age
-    KEYS[21]    tasks_by_seq    zset    task id -> seq (listing, newest first)
-    KEYS[22]    idempotency     hash    idempotency key -> task id
+    KEYS[1..16] the scheduling keys (includes/schedule.lua)
+    KEYS[17]    task_seq        string  counter giving every task its age
+    KEYS[18]    tasks_by_seq    zset    task id -> seq (listing, newest first)
+    KEYS[19]    idempotency     hash    idempotency key -> task id
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     task JSON built by the service: id, kind, goal | workflow, max_steps,
                 max_attempts, queue_timeout_ms, target_device | (driver, labels),
@@ -22,9 +22,9 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
-local seqKey = KEYS[20]
-local bySeqKey = KEYS[21]
-local idempotencyKey = KEYS[22]
+local seqKey = KEYS[17]
+local bySeqKey = KEYS[18]
+local idempotencyKey = KEYS[19]
 
 local task = cjson.decode(ARGV[6])
 local now = nowMs()

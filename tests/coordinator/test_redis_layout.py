@@ -1,0 +1,177 @@
+"""The Redis layout an operator reads with redis-cli, and the long-poll's wake-ups through each
+process's inbox list: on real Redis and on the embedded fakeredis."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from coordinator.waiter import ClaimWaiter
+from tests.conftest import Api
+from tests.coordinator.helpers import claim_one, expire_lease
+from tests.support import wait_until_async
+
+pytestmark = pytest.mark.anyio
+
+LEASE_KEY_GRACE_MS = 30_000  # lua/includes/common.lua
+
+
+async def _text_list(redis: aioredis.Redis, key: str) -> list[str]:
+    return [v.decode() for v in await redis.lrange(key, 0, -1)]
+
+
+async def test_a_wake_up_goes_only_to_the_process_holding_the_poll(api_factory: Callable[..., Any]) -> None:
+    async with api_factory() as a, api_factory(prefix=a.ctx.settings.key_prefix) as b:
+        redis, keys = a.ctx.store.redis, a.ctx.store.keys
+        process_a, process_b = a.ctx.waiter.process_id, b.ctx.waiter.process_id
+        assert process_a != process_b
+        await a.heartbeat("host-a", ["a1"])
+        poll = asyncio.ensure_future(a.claim("host-a", wait_s=10))
+        # the claim script found nothing and registered the poll on process a
+        await wait_until_async(lambda: redis.zscore(keys.polls("host-a"), process_a))
+        assert 0 < await redis.pttl(keys.polls("host-a")) <= 10_000
+
+        task = (await b.create_task(device_id="a1")).json()  # assigned through the other process
+        response = await asyncio.wait_for(poll, 5)
+        assert response.status_code == 200 and response.json()["task_id"] == task["task_id"]
+        assert not await redis.exists(keys.polls("host-a"))  # the registration was used up
+        assert not await redis.exists(keys.inbox(process_b))  # b holds no poll: nothing for it
+        assert await redis.llen(keys.inbox(process_a)) == 0  # a popped its wake-up
+
+
+async def test_a_poll_registration_expires_with_its_wait(api: Api) -> None:
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    await api.heartbeat("host-a", ["a1"])
+    assert (await api.claim("host-a", wait_s=0.3)).status_code == 204
+    # the poll has ended: its registration lasts no longer than the wait it asked for
+    await wait_until_async(lambda: _gone(redis, keys.polls("host-a")), timeout=3)
+    # a poll that does not wait never registers
+    assert (await api.claim("host-a", wait_s=0)).status_code == 204
+    assert not await redis.exists(keys.polls("host-a"))
+
+
+async def _gone(redis: aioredis.Redis, key: str) -> bool:
+    return not await redis.exists(key)
+
+
+async def test_a_crashed_process_inbox_expires(api: Api) -> None:
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    await api.heartbeat("host-a", ["a1"])
+    # a registration left by a process that died while its poll waited
+    now = await api.ctx.queries.redis_time_ms()
+    await redis.zadd(keys.polls("host-a"), {"p_dead": now + 60_000})
+    await api.create_task(device_id="a1")
+    assert await _text_list(redis, keys.inbox("p_dead")) == ["host-a"]
+    assert 0 < await redis.pttl(keys.inbox("p_dead")) <= 60_000
+    assert not await redis.exists(keys.polls("host-a"))
+
+
+async def test_an_expired_registration_is_not_woken(api: Api) -> None:
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    await api.heartbeat("host-a", ["a1"])
+    await redis.zadd(keys.polls("host-a"), {"p_gone": 1})  # its wait ended long ago
+    await api.create_task(device_id="a1")
+    assert not await redis.exists(keys.inbox("p_gone"))
+
+
+async def test_queues_devices_and_leases_read_plainly(api: Api) -> None:
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    await api.heartbeat("host-a", ["a1", "a2", "a3"])
+    assert {d.decode() for d in await redis.smembers(keys.host_devices("host-a"))} == {"a1", "a2", "a3"}
+
+    # a host's assignments, in the order they were made
+    made = [(await api.create_task(device_id=d)).json()["task_id"] for d in ("a2", "a3", "a1")]
+    assert await _text_list(redis, keys.assigned("host-a")) == made
+    first = await claim_one(api, "host-a")
+    assert first["task_id"] == made[0]
+    assert await _text_list(redis, keys.assigned("host-a")) == made[1:]
+
+    # the waiting tasks of a driver, oldest first, and of one device
+    waiting = [(await api.create_task(selector={"driver": "sim"})).json()["task_id"] for _ in range(2)]
+    aimed = (await api.create_task(device_id="a3")).json()["task_id"]
+    assert [t.decode() for t in await redis.zrange(keys.waiting("sim"), 0, -1)] == waiting
+    assert [t.decode() for t in await redis.zrange(keys.waiting_device("a3"), 0, -1)] == [aimed]
+
+    # a lease is its own key, living a little past its deadline
+    lease_key = keys.lease(first["lease_id"])
+    lease = orjson.loads(await redis.get(lease_key))
+    assert (lease["task_id"], lease["host_id"], lease["attempt"]) == (first["task_id"], "host-a", 1)
+    ttl_ms = api.ctx.settings.lease_ttl_ms
+    assert ttl_ms < await redis.pttl(lease_key) <= ttl_ms + LEASE_KEY_GRACE_MS
+    await redis.pexpire(lease_key, ttl_ms)  # renewing gives the grace back
+    assert (await api.renew("host-a", first)).status_code == 200
+    assert await redis.pttl(lease_key) > ttl_ms
+    # ended, it is kept for the retention window, so a replayed report finds it
+    assert (await api.result("host-a", first)).status_code == 200
+    assert await redis.pttl(lease_key) > ttl_ms + LEASE_KEY_GRACE_MS
+    assert (await api.result("host-a", first)).json()["replayed"] is True
+
+    # a device the host stops reporting leaves its set; the freed a2... took the oldest waiting task
+    await api.heartbeat("host-a", ["a2", "a3"])
+    assert {d.decode() for d in await redis.smembers(keys.host_devices("host-a"))} == {"a2", "a3"}
+    assert [t.decode() for t in await redis.zrange(keys.waiting("sim"), 0, -1)] == waiting[1:]
+
+
+async def test_a_lease_whose_key_lapsed_is_still_reaped_once(api: Api) -> None:
+    """No coordinator ran past the lease key's TTL: the deadline index still ends the lease."""
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    await api.heartbeat("host-a", ["a1"])
+    task_id = (await api.create_task(device_id="a1", max_attempts=2)).json()["task_id"]
+    first = await claim_one(api, "host-a")
+    await redis.delete(keys.lease(first["lease_id"]))
+    await expire_lease(api, first)
+    assert (await api.sweep())["leases"] == 1
+    assert (await api.sweep())["leases"] == 0
+    task = await api.task(task_id)
+    assert (task["status"], task["attempt"]) in {("queued", 2), ("assigned", 2)}
+    late = await api.renew("host-a", first)
+    assert late.status_code == 409 and late.json()["error"]["code"] == "lease_not_owned"
+
+
+class _FailingOnce:
+    """A client whose first blocking pop fails as a dropped connection would."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._client = client
+        self.failed = asyncio.Event()
+
+    async def blpop(self, keys: list[str], timeout: float) -> Any:
+        if not self.failed.is_set():
+            self.failed.set()
+            raise RedisConnectionError("connection reset")
+        return await self._client.blpop(keys, timeout=timeout)
+
+    async def lpop(self, key: str, count: int) -> Any:
+        return await self._client.lpop(key, count)
+
+
+async def test_the_inbox_loop_wakes_every_poll_after_a_failure_and_reads_on(
+        redis_client: aioredis.Redis, prefix: str) -> None:
+    inbox = f"{prefix}:inbox:p_test"
+    client = _FailingOnce(redis_client)
+    waiter = ClaimWaiter(client, inbox, "p_test")  # type: ignore[arg-type]
+    lost = waiter.register("h1")  # a wake-up pushed while the connection was down may be lost
+    loop = asyncio.create_task(waiter.run())
+    try:
+        await asyncio.wait_for(lost.wait(), 5)
+        assert client.failed.is_set()
+        # the first pop that works wakes every poll again: pushes may have been lost meanwhile
+        waiting_through = waiter.register("h3")
+        await redis_client.rpush(inbox, "h2")
+        await asyncio.wait_for(waiting_through.wait(), 5)
+        # from then on, only the host pushed is woken
+        later = waiter.register("h2")
+        bystander = waiter.register("h3")
+        await redis_client.rpush(inbox, "h2")
+        await asyncio.wait_for(later.wait(), 5)
+        assert not bystander.is_set()
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        await redis_client.delete(inbox)
