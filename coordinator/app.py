@@ -26,6 +26,7 @@ from coordinator.queries import Queries
 from coordinator.reaper import run_reaper
 from coordinator.redis_client import open_redis
 from coordinator.routes import ENDPOINTS, Handler
+from coordinator.scripts import Durability
 from coordinator.settings import Settings
 from coordinator.store import Store
 from coordinator.waiter import ClaimWaiter, new_process_id
@@ -41,7 +42,8 @@ def build_context(settings: Settings, redis: Redis) -> Context:
     return Context(
         settings=settings,
         store=Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
-                    claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms),
+                    claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms,
+                    durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms)),
         queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms),
         auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
@@ -54,6 +56,9 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
     """The coordinator app. ``redis`` overrides the client opened from ``settings``."""
     description = "given client"
     if redis is None:
+        if settings.redis_url is None and settings.redis_wait_replicas:
+            log.warning("COORDINATOR_REDIS_WAIT_REPLICAS is ignored: the embedded Redis has no replicas")
+            settings = settings.model_copy(update={"redis_wait_replicas": 0})
         redis, description = open_redis(settings)
     ctx = build_context(settings, redis)
     ctx.metrics.waiting_polls.set_function(lambda: ctx.waiter.waiting)

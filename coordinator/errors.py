@@ -82,6 +82,7 @@ REDIS_UNAVAILABLE = (
     redis_errors.ClusterDownError,
     redis_errors.MasterDownError,
     redis_errors.TryAgainError,
+    redis_errors.SlotNotCoveredError,  # a cluster's slot has no master for now (failing over)
 )
 
 

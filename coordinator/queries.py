@@ -40,6 +40,12 @@ def clock_ms(clock: tuple[int, int]) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
+# TIME as a script given one of the deployment's keys, so it runs on the node that holds them
+# (the clock the scripts read, also on a cluster, where a bare TIME goes to any node and may not
+# be pipelined).
+_CLOCK_SCRIPT = "return redis.call('TIME')"
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -65,7 +71,7 @@ class Queries:
         self._offline_after_ms = host_offline_after_ms
 
     async def redis_time_ms(self) -> int:
-        return clock_ms(await self.redis.time())
+        return clock_ms(await self.redis.eval(_CLOCK_SCRIPT, 1, self.keys.tasks))
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -193,7 +199,7 @@ class Queries:
             pipe.hmget(k.devices, ids)
             pipe.hmget(k.reservations, ids)
             pipe.hmget(k.disabled_devices, ids)
-            pipe.time()
+            pipe.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)
             raw_devices, reservations, disabled, clock = await pipe.execute()
         records = [
             (DeviceRecord.from_json(d, raw), reserved, off)
@@ -289,7 +295,7 @@ class Queries:
             pipe.smismember(k.hosts_draining, host_ids)
             if digests:
                 pipe.smismember(k.revoked_tokens, digests)
-            pipe.time()
+            pipe.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)
             replies = await pipe.execute()
         records, seen, online, snapshots, draining = replies[:5]
         revoked = dict(zip(digests, replies[5], strict=True)) if digests else {}
@@ -333,7 +339,7 @@ class Queries:
         async with self.redis.pipeline(transaction=False) as pipe:
             if ids:
                 pipe.hmget(k.enrollment_tokens, ids)
-            pipe.time()
+            pipe.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)
             replies = await pipe.execute()
         raw = replies[0] if ids else []
         tokens = [EnrollmentToken.from_json(v) for v in raw if v is not None]
@@ -344,7 +350,7 @@ class Queries:
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hget(k.enrollment_token_hashes, digest)
-            pipe.time()
+            pipe.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)
             token_id, clock = await pipe.execute()
         if token_id is None:
             return False

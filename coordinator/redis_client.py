@@ -1,12 +1,28 @@
-"""Opening Redis: a real server from REDIS_URL, or an embedded in-memory one (fakeredis + Lua)."""
+"""Opening Redis: a real server from REDIS_URL (a single node, or any node of a Redis Cluster,
+found out by asking it), or an embedded in-memory one (fakeredis + Lua)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
+import redis
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 
 from coordinator.settings import Settings
+
+# What the store, the queries and the loops talk to: both expose the same commands, and every key
+# of a deployment shares one hash tag, so on a cluster each call goes to the one node holding it.
+RedisClient: TypeAlias = "Redis | RedisCluster"
+
+# Socket timeouts: above the longest blocking call we make (the inbox's BLPOP and the feed's
+# XREAD wait 1 s; WAIT at most 5 s), so a quiet blocking read never looks like a dead connection.
+SOCKET_TIMEOUT_S = 10
+CONNECT_TIMEOUT_S = 5
 
 
 def describe_url(url: str) -> str:
@@ -21,24 +37,94 @@ def describe_url(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}"
 
 
-def open_redis(settings: Settings) -> tuple[Redis, str]:
+def _tls_options(url: str, settings: Settings) -> dict[str, Any]:
+    if url.startswith("rediss://") and settings.redis_tls_insecure:
+        return {"ssl_cert_reqs": "none", "ssl_check_hostname": False}
+    return {}
+
+
+def is_cluster(url: str, tls: dict[str, Any]) -> bool:
+    """Whether the node at ``url`` runs in cluster mode (``INFO cluster``, answered by every
+    Redis; ``CLUSTER INFO`` is an error on a single node). Asked once, at start. A node that
+    cannot be asked (down, wrong password) counts as a single node: the start-up's first
+    command then fails with the real reason."""
+    client = redis.Redis.from_url(url, socket_timeout=CONNECT_TIMEOUT_S,
+                                  socket_connect_timeout=CONNECT_TIMEOUT_S, **tls)
+    try:
+        return client.info("cluster").get("cluster_enabled") == 1
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+# Set while a call holds a permit: redis-py retries a pipeline's redirected commands through the
+# client itself, and that nested call must not wait for a second permit (all may be taken).
+_holding_permit: ContextVar[bool] = ContextVar("holding_permit", default=False)
+
+
+class BoundedRedisCluster(RedisCluster):
+    """A cluster client whose callers wait for one of ``max_connections`` permits, as they wait
+    for a connection of the single-node BlockingConnectionPool. redis-py's cluster client opens
+    up to ``max_connections`` per node and then raises MaxConnectionsError at once; since a
+    deployment's keys all live on one node, at most that many calls in flight keeps the count per
+    node bounded without ever failing a burst."""
+
+    def __init__(self, *args: Any, max_connections: int, **kwargs: Any) -> None:
+        super().__init__(*args, max_connections=max_connections, **kwargs)
+        self.permits = asyncio.Semaphore(max_connections)
+
+    async def permitted(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        if _holding_permit.get():
+            return await call()
+        async with self.permits:
+            token = _holding_permit.set(True)
+            try:
+                return await call()
+            finally:
+                _holding_permit.reset(token)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.permitted(lambda: super(BoundedRedisCluster, self).execute_command(*args, **kwargs))
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
+        if shard_hint:
+            return super().pipeline(transaction, shard_hint)  # raises, as redis-py does
+        return _BoundedPipeline(self, transaction)
+
+
+class _BoundedPipeline(ClusterPipeline):
+    """A pipeline holds one permit while it runs: one connection per node it touches."""
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        client = self.cluster_client
+        assert isinstance(client, BoundedRedisCluster)
+        return await client.permitted(lambda: super(_BoundedPipeline, self).execute(raise_on_error, allow_redirections))
+
+
+def open_redis(settings: Settings) -> tuple[RedisClient, str]:
     """A client and a description for the first log line."""
     if settings.redis_url is None:
         import fakeredis
 
         return fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()), "embedded in-memory Redis (fakeredis)"
     url = settings.redis_url.get_secret_value()
-    options: dict[str, object] = {
-        # A fixed, small pool: long-polls never hold a connection while they wait, and a burst of
-        # requests queues for a connection instead of failing as the default pool would.
-        "max_connections": settings.redis_max_connections,
-        "timeout": 10,
-        "socket_timeout": 10,
-        "socket_connect_timeout": 5,
-        "health_check_interval": 15,
-    }
-    if url.startswith("rediss://") and settings.redis_tls_insecure:
-        options["ssl_cert_reqs"] = "none"
-        options["ssl_check_hostname"] = False
-    pool = BlockingConnectionPool.from_url(url, **options)
+    tls = _tls_options(url, settings)
+    if is_cluster(url, tls):
+        return open_cluster(url, settings.redis_max_connections, tls), "Redis Cluster via " + describe_url(url)
+    # A fixed, small pool: long-polls never hold a connection while they wait, and a burst of
+    # requests queues for a connection instead of failing as the default pool would.
+    pool = BlockingConnectionPool.from_url(
+        url, max_connections=settings.redis_max_connections, timeout=10, socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=15, **tls,
+    )
     return Redis(connection_pool=pool), describe_url(url)
+
+
+def open_cluster(url: str, max_connections: int, tls: dict[str, Any] | None = None) -> BoundedRedisCluster:
+    """The cluster client, from any node's URL: it learns the slot map from that node, follows
+    MOVED and failovers by itself, and holds at most ``max_connections`` per node."""
+    return BoundedRedisCluster.from_url(
+        url, max_connections=max_connections, socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S, **(tls or {}),
+    )

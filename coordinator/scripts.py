@@ -3,17 +3,27 @@
 A script file is named ``verbNoun-N.lua`` where N is its number of KEYS; a call with another
 number of keys is refused before it reaches Redis, so key-order drift fails loudly. Lines
 ``--- @include "includes/name"`` are replaced by that file, once per script.
+
+With ``Durability(replicas=N)`` a call is acknowledged only once Redis's ``WAIT`` says N replicas
+have its writes: WAIT follows the script on the same connection (a pipeline on a single node; one
+connection of the slot's master on a cluster), since it covers that connection's writes only.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MovedError, NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from coordinator.errors import Unavailable
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
 _NAME = re.compile(r"^(?P<name>[a-zA-Z]+)-(?P<keys>\d+)\.lua$")
@@ -38,6 +48,25 @@ def _expand(source: str, root: Path, seen: set[str]) -> str:
     return _INCLUDE.sub(include, source)
 
 
+@dataclass(frozen=True)
+class Durability:
+    """How many replicas must confirm a script's writes before it is acknowledged (0: as soon as
+    the master ran it, Redis's own default), and how long WAIT may take (ms)."""
+
+    replicas: int = 0
+    timeout_ms: int = 1000
+
+
+# Acknowledge once the master ran it: Redis's own default.
+NO_WAIT = Durability()
+
+
+class NotReplicated(Unavailable):
+    """The change ran on the master but too few replicas confirmed it in time: a failover now
+    could lose it, so it is not acknowledged. The client retries (every write is idempotent by
+    its ids: claim id, idempotency key, result replay)."""
+
+
 class Script:
     def __init__(self, name: str, num_keys: int, source: str) -> None:
         self.name = name
@@ -48,17 +77,70 @@ class Script:
     async def load(self, redis: Redis) -> None:
         self.sha = await redis.script_load(self.source)
 
-    async def __call__(self, redis: Redis, keys: list[str], args: list[Any]) -> Any:
+    async def __call__(self, redis: Redis, keys: list[str], args: list[Any],
+                       durability: Durability = NO_WAIT) -> Any:
         if len(keys) != self.num_keys:
             raise ValueError(f"{self.name} takes {self.num_keys} keys, got {len(keys)}")
         if self.sha is None:
             await self.load(redis)
         try:
-            return await redis.evalsha(self.sha, self.num_keys, *keys, *args)
+            return await self._evalsha(redis, keys, args, durability)
         except NoScriptError:
-            # Redis restarted or was flushed: load again and retry once.
+            # Redis restarted, was flushed, or a replica without the script took over: load it
+            # again and retry once.
             await self.load(redis)
+            return await self._evalsha(redis, keys, args, durability)
+
+    async def _evalsha(self, redis: Redis, keys: list[str], args: list[Any], durability: Durability) -> Any:
+        if not durability.replicas:
             return await redis.evalsha(self.sha, self.num_keys, *keys, *args)
+        command = ("EVALSHA", self.sha, self.num_keys, *keys, *args)
+        wait = ("WAIT", durability.replicas, durability.timeout_ms)
+        if isinstance(redis, RedisCluster):
+            reply, acked = await _on_slot_master(redis, keys[0], command, wait)
+        else:
+            async with redis.pipeline(transaction=False) as pipe:
+                pipe.execute_command(*command)
+                pipe.execute_command(*wait)
+                reply, acked = await pipe.execute(raise_on_error=False)
+            for answer in (reply, acked):
+                if isinstance(answer, Exception):
+                    raise answer
+        if int(acked) < durability.replicas:
+            raise NotReplicated(f"the change reached {acked} of {durability.replicas} Redis replicas in time; retry")
+        return reply
+
+
+async def _on_slot_master(redis: RedisCluster, key: str, command: tuple[Any, ...],
+                          wait: tuple[Any, ...]) -> tuple[Any, Any]:
+    """Run ``command`` then ``wait`` on one connection of the master holding ``key``'s slot.
+    (A cluster pipeline would route the keyless WAIT to another node, or to any node when it
+    retries, and so acknowledge writes WAIT never covered.)"""
+
+    async def run() -> tuple[Any, Any]:
+        node = redis.get_node_from_key(key)
+        connection = node.acquire_connection()
+        try:
+            await connection.send_packed_command(connection.pack_commands([command, wait]))
+            try:
+                reply = await connection.read_response()
+            except ResponseError as exc:
+                await connection.read_response()  # WAIT's answer is still due on this connection
+                if isinstance(exc, MovedError):  # the slot moved: learn the map, and retry later
+                    await redis.nodes_manager.initialize()
+                    raise RedisConnectionError("the deployment's slot moved") from None
+                raise
+            return reply, await connection.read_response()
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            await connection.disconnect()
+            # The slot may have moved (a failover): learn the map again before the next call.
+            await redis.nodes_manager.initialize()
+            raise
+        finally:
+            node.release(connection)
+
+    permitted = getattr(redis, "permitted", None)
+    return await (permitted(run) if permitted is not None else run())
 
 
 def load_scripts(root: Path | None = None) -> dict[str, Script]:

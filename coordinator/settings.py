@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     # Connections per process (per node on a cluster), whatever the number of waiting polls or
     # feed watchers: two of them block, one on the wake-up inbox and one on the feed.
     redis_max_connections: int = Field(default=8, ge=3)
+    # Acknowledge a state change only once this many replicas confirm it (Redis WAIT), so a
+    # failover cannot lose it; 0 acknowledges as soon as the master ran it.
+    redis_wait_replicas: int = Field(default=0, ge=0)
+    redis_wait_timeout_ms: int = Field(default=1000, gt=0, le=5000)
     reaper_interval_s: float = Field(default=1.0, gt=0)
     # Deadlines of the service's own (PROTOCOL.md "Waiting work" and "Retention").
     queue_timeout_s: float = Field(default=86400.0, gt=0)

@@ -16,7 +16,7 @@ from coordinator.auth import HostPrincipal
 from coordinator.errors import error_for
 from coordinator.keys import Keys
 from coordinator.records import EnrollmentToken, TaskRecord
-from coordinator.scripts import Script, load_scripts
+from coordinator.scripts import NO_WAIT, Durability, Script, load_scripts
 
 # How long a process's inbox outlives the last wake-up pushed onto it: a live process drains it
 # at once, so this only bounds what a crashed process leaves behind.
@@ -57,9 +57,10 @@ class Sweep:
 class Store:
     def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int,
                  claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000,
-                 inbox_ttl_ms: int = INBOX_TTL_MS) -> None:
+                 inbox_ttl_ms: int = INBOX_TTL_MS, durability: Durability = NO_WAIT) -> None:
         self.redis = redis
         self.keys = keys
+        self.durability = durability
         self._scripts: dict[str, Script] = load_scripts()
         # ARGV[1..5] of every scheduling script (lua/includes/schedule.lua).
         self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
@@ -77,7 +78,7 @@ class Store:
         return all(await self.redis.script_exists(*shas))
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        reply = await self._scripts[name](self.redis, keys, args)
+        reply = await self._scripts[name](self.redis, keys, args, self.durability)
         if reply[0] != 0:
             detail = reply[1] if len(reply) > 1 else None
             if isinstance(detail, bytes):

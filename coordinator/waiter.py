@@ -30,8 +30,9 @@ from coordinator.cancellation import cancelling
 log = logging.getLogger("coordinator.waiter")
 
 # How long one blocking pop waits before it is issued again. It must stay under the client's
-# socket timeout, or a quiet inbox would read as a dead connection.
-BLOCK_S = 5
+# socket timeout, or a quiet inbox would read as a dead connection; and it bounds how long a stop
+# waits when a client library swallows the cancellation of a pop (see cancellation.py).
+BLOCK_S = 1
 # Wake-ups taken in one round trip after the blocking pop returned one.
 DRAIN_BATCH = 100
 

@@ -1,9 +1,15 @@
-"""Shared fixtures: Redis backends (real and embedded), per-test key prefixes, app clients."""
+"""Shared fixtures: Redis backends (real, embedded, and a real local Redis Cluster), per-test key
+prefixes, app clients.
+
+Every test that takes ``redis_client`` runs on real Redis and on fakeredis; a module marked
+``pytest.mark.cluster`` runs on a real local cluster of 3 masters and 3 replicas as well, started
+once per session (the cluster is the slowest backend, so only the protocol, expiry and layout
+suites opt in)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import fakeredis
@@ -13,9 +19,17 @@ import redis.asyncio as aioredis
 
 from coordinator.app import create_app
 from coordinator.keys import Keys
+from coordinator.redis_client import open_cluster
 from coordinator.settings import Settings
 from coordinator.store import Store
-from tests.support import ADMIN, HOSTS, REAL_REDIS_URL, delete_prefix_async, unique_prefix
+from tests.cluster import LocalCluster, cluster_available, free_port_block
+from tests.support import (
+    ADMIN,
+    HOSTS,
+    REAL_REDIS_URL,
+    delete_prefix_async,
+    unique_prefix,
+)
 
 # ADMIN, HOSTS and unique_prefix live in tests/support.py; tests may still import them from here.
 
@@ -25,11 +39,39 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(params=["redis", "fakeredis"])
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the cluster backend only for modules marked ``cluster``."""
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        on_cluster = params is not None and params.params.get("redis_client") == "cluster"
+        (dropped if on_cluster and item.get_closest_marker("cluster") is None else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """A real Redis Cluster (3 masters, 3 replicas) on loopback ports of its own, for the session."""
+    if not cluster_available():
+        pytest.skip("redis-server with cluster support is not installed")
+    cluster = LocalCluster(free_port_block(6))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["redis", "fakeredis", "cluster"])
 async def redis_client(request: pytest.FixtureRequest) -> AsyncIterator[aioredis.Redis]:
-    """A client of real Redis (the reference for Lua semantics) or of the embedded fakeredis."""
+    """A client of real Redis (the reference for Lua semantics), of the embedded fakeredis, or of
+    a real local Redis Cluster (through the coordinator's own cluster client)."""
     if request.param == "redis":
         client = aioredis.Redis.from_url(REAL_REDIS_URL)
+    elif request.param == "cluster":
+        client = open_cluster(request.getfixturevalue("local_cluster").url, max_connections=64)
     else:
         client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     yield client

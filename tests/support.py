@@ -63,9 +63,18 @@ def glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
+def sync_client(url: str) -> redis.Redis | redis.RedisCluster:
+    """A blocking client of the Redis at ``url``: a cluster client if it is a cluster node."""
+    client = redis.Redis.from_url(url)
+    if client.info("cluster").get("cluster_enabled") != 1:
+        return client
+    client.close()
+    return redis.RedisCluster.from_url(url)
+
+
 def delete_prefix(prefix: str, url: str = REAL_REDIS_URL) -> None:
     """Delete every key of ``prefix`` on the Redis at ``url`` (never FLUSHDB: Redis is shared)."""
-    client = redis.Redis.from_url(url)
+    client = sync_client(url)
     try:
         for key in client.scan_iter(match=glob_escape(Keys(prefix).base) + "*", count=1000):
             client.delete(key)
@@ -134,10 +143,11 @@ def child_env(**overrides: Any) -> dict[str, str]:
     return env
 
 
-def coordinator_env(prefix: str, **overrides: Any) -> dict[str, str]:
-    """A coordinator on real Redis under ``prefix``, with the test admin token and ``HOSTS``."""
+def coordinator_env(prefix: str, redis_url: str = REAL_REDIS_URL, **overrides: Any) -> dict[str, str]:
+    """A coordinator on real Redis (a single node, or any node of a cluster) under ``prefix``,
+    with the test admin token and ``HOSTS``."""
     return child_env(**{
-        "REDIS_URL": REAL_REDIS_URL,
+        "REDIS_URL": redis_url,
         "COORDINATOR_KEY_PREFIX": prefix,
         "COORDINATOR_ADMIN_TOKEN": ADMIN,
         "COORDINATOR_STATIC_HOSTS": json.dumps(HOSTS),

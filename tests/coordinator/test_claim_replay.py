@@ -13,7 +13,7 @@ from tests.coordinator.helpers import (
     running_task,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 HOST = "/internal/v1/hosts/host-a"
 

@@ -11,7 +11,7 @@ from tests.coordinator.helpers import (
     enrolled_host,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 HOST = "/internal/v1/hosts/host-a"
 

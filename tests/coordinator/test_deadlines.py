@@ -14,7 +14,7 @@ from tests.conftest import Api
 from tests.coordinator.helpers import claim_one
 from tests.support import wait_until_async
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 
 async def _past(api: Api, deadline_ms: float) -> None:

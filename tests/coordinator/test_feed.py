@@ -37,7 +37,7 @@ from tests.support import (
     wait_until_async,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN}"}
 

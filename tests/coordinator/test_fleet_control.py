@@ -15,7 +15,7 @@ from coordinator.store import Store
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, enrolled_host
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 
 # -- drain ---------------------------------------------------------------------------------

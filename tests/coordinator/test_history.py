@@ -10,7 +10,7 @@ import wire
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 
 def _types(events: list[dict]) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, silence_host
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 
 async def _walk(api: Api, path: str, field: str, **params: Any) -> tuple[list[dict[str, Any]], int]:

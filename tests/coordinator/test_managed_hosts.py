@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import Api
 from tests.coordinator.helpers import expire_lease
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 
 class Managed:

@@ -14,7 +14,7 @@ from coordinator.keys import Keys
 from coordinator.scripts import load_scripts, lua_dir
 from tests.conftest import HOSTS, Api
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 
 def test_lua_error_codes_mirror_the_python_enum() -> None:

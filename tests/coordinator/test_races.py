@@ -15,7 +15,7 @@ from coordinator.errors import Conflict
 from coordinator.keys import Keys
 from coordinator.store import Store
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 SNAPSHOT = '{"agent":{},"devices":[%s]}'
 

@@ -17,7 +17,7 @@ from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 from tests.support import wait_until_async
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 LEASE_KEY_GRACE_MS = 30_000  # lua/includes/common.lua
 

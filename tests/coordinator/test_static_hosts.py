@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import HOSTS, Api
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 
 async def test_host_authenticates_as_itself(api: Api) -> None:

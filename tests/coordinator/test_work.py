@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 
 async def test_assigned_work_is_available(api: Api) -> None:

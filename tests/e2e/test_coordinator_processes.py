@@ -1,4 +1,5 @@
-"""Two real coordinator processes on one Redis: wake-ups across processes, concurrent claims."""
+"""Two real coordinator processes on one Redis, a single node and a real local cluster: wake-ups
+across processes, concurrent claims."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from tests.support import (
     ADMIN,
     HOSTS,
+    REAL_REDIS_URL,
     coordinator_env,
     coordinator_process,
     fresh_prefix,
@@ -29,10 +31,11 @@ def host_headers(host: str) -> dict[str, str]:
     return {"authorization": f"Bearer {HOSTS[host]}"}
 
 
-@pytest.fixture(scope="module")
-def two_coordinators() -> Iterator[tuple[str, str]]:
-    with fresh_prefix() as prefix:
-        env = coordinator_env(prefix)
+@pytest.fixture(scope="module", params=["redis", "cluster"])
+def two_coordinators(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    url = REAL_REDIS_URL if request.param == "redis" else request.getfixturevalue("local_cluster").url
+    with fresh_prefix(url) as prefix:
+        env = coordinator_env(prefix, url)
         with coordinator_process(env) as first, coordinator_process(env) as second:
             yield first.url, second.url
 
