@@ -1,0 +1,87 @@
+"""Several deployments (pools) on one Redis Cluster: each prefix carries its own hash tag, so each
+pool's keys live in one slot, the pools' slots spread over the masters, and one pool's load never
+touches another's keys."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from coordinator.app import create_app
+from coordinator.redis_client import open_cluster
+from tests.cluster import LocalCluster
+from tests.conftest import Api, make_settings
+from tests.coordinator.helpers import claim_one
+from tests.support import glob_escape
+
+pytestmark = pytest.mark.anyio
+
+
+def _prefixes_on_distinct_masters(cluster: LocalCluster, count: int) -> list[str]:
+    """``count`` prefixes with hash tags of their own whose slots are held by different masters."""
+    chosen: dict[int, str] = {}
+    while len(chosen) < count:
+        prefix = f"tether-pool-{uuid.uuid4().hex[:8]}:{{pool-{uuid.uuid4().hex[:6]}}}"
+        chosen.setdefault(cluster.master_of(f"{prefix}:tasks"), prefix)
+    return list(chosen.values())
+
+
+@contextlib.asynccontextmanager
+async def _pool(cluster: LocalCluster, prefix: str) -> AsyncIterator[Api]:
+    """One deployment's coordinator on the cluster, with its own cluster client."""
+    app = create_app(make_settings(prefix), redis=open_cluster(cluster.url, max_connections=8))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://pool") as client:
+            yield Api(client, app)
+
+
+def _keys_and_values(node: redis.Redis, prefix: str) -> dict[bytes, Any]:
+    """Every key of ``prefix`` on one node, with a dump of its value."""
+    return {key: node.dump(key) for key in node.scan_iter(match=glob_escape(prefix) + ":*", count=1000)}
+
+
+async def test_pools_spread_over_the_masters_and_one_pool_s_load_leaves_the_others_alone(
+        local_cluster: LocalCluster) -> None:
+    busy_prefix, quiet_prefix = _prefixes_on_distinct_masters(local_cluster, 2)
+    busy_port = local_cluster.master_of(f"{busy_prefix}:tasks")
+    quiet_port = local_cluster.master_of(f"{quiet_prefix}:tasks")
+    assert busy_port != quiet_port
+    busy_node = redis.Redis(port=busy_port)
+    quiet_node = redis.Redis(port=quiet_port)
+    try:
+        async with _pool(local_cluster, busy_prefix) as busy, _pool(local_cluster, quiet_prefix) as quiet:
+            # the quiet pool has state of its own: a host, a device, a queued task
+            await quiet.heartbeat("host-a", ["q1"])
+            waiting = (await quiet.create_task(selector={"driver": "other"})).json()
+            before = _keys_and_values(quiet_node, quiet_prefix)
+            assert before
+
+            # the busy pool runs lifecycles with the same host and device names
+            await busy.heartbeat("host-a", ["a1"])
+            for _ in range(20):
+                await busy.create_task(device_id="a1")
+                assignment = await claim_one(busy, "host-a")
+                assert (await busy.renew("host-a", assignment)).status_code == 200
+                assert (await busy.result("host-a", assignment)).status_code == 200
+
+            # every key of the busy pool sits on its own master, none on the quiet pool's node
+            busy_keys = _keys_and_values(busy_node, busy_prefix)
+            assert len(busy_keys) > 20
+            assert not _keys_and_values(quiet_node, busy_prefix)
+            slots = {local_cluster.slot_of(key.decode()) for key in list(busy_keys)[:50]}
+            assert slots == {local_cluster.slot_of(f"{busy_prefix}:tasks")}
+            # and the quiet pool's keys are exactly as they were
+            assert _keys_and_values(quiet_node, quiet_prefix) == before
+            assert (await quiet.task(waiting["task_id"]))["status"] == "queued"
+            assert (await quiet.admin("GET", "/api/v1/tasks")).json()["tasks"][0]["task_id"] == waiting["task_id"]
+    finally:
+        for node, prefix in ((busy_node, busy_prefix), (quiet_node, quiet_prefix)):
+            for key in list(_keys_and_values(node, prefix)):
+                node.delete(key)
+            node.close()
