@@ -5,7 +5,8 @@
     KEYS[1] enrollment_tokens        hash  token id -> {digest, created_at, expires_at, max_uses,
                                             uses, labels (JSON string), revoked}
     KEYS[2] enrollment_token_hashes  hash  SHA-256 of the secret -> token id
-    KEYS[3] enrollment_tokens_by_age zset  token id -> creation time (ms), for listing in order
+    KEYS[3] enrollment_tokens_by_age zset  token id -> creation order (its creation time in ms,
+                                            nudged past the newest), for listing in order
     ARGV[1] token id
     ARGV[2] SHA-256 of the secret (hex)
     ARGV[3] lifetime (ms)
@@ -14,7 +15,8 @@
   Output:
     {0, token JSON}
 
-  Invariant: a token's expiry is on the Redis clock, like every other deadline.
+  Invariants: a token's expiry is on the Redis clock, like every other deadline; the listing
+  order is the creation order, also for tokens made within the same millisecond.
 ]]
 --- @include "includes/common"
 local tokensKey = KEYS[1]
@@ -34,5 +36,6 @@ local token = {
 }
 putJson(tokensKey, token.id, token)
 rcall('HSET', hashesKey, token.digest, token.id)
-rcall('ZADD', byAgeKey, now, token.id)
+local newest = rcall('ZREVRANGE', byAgeKey, 0, 0, 'WITHSCORES')[2]
+rcall('ZADD', byAgeKey, math.max(now, newest and tonumber(newest) + 1 or now), token.id)
 return {0, cjson.encode(token)}
