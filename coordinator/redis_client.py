@@ -4,7 +4,8 @@ found out by asking it), or an embedded in-memory one (fakeredis + Lua)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
@@ -63,16 +64,22 @@ def is_cluster(url: str, tls: dict[str, Any]) -> bool:
 _holding_permit: ContextVar[bool] = ContextVar("holding_permit", default=False)
 
 
+# Connections per node kept for readers that block outside the permits: the wake-up inbox's.
+# (The feed's reader takes a permit for each read, like any call.)
+DEDICATED_READERS = 1
+
+
 class BoundedRedisCluster(RedisCluster):
-    """A cluster client whose callers wait for one of ``max_connections`` permits, as they wait
-    for a connection of the single-node BlockingConnectionPool. redis-py's cluster client opens
-    up to ``max_connections`` per node and then raises MaxConnectionsError at once; since a
-    deployment's keys all live on one node, at most that many calls in flight keeps the count per
-    node bounded without ever failing a burst."""
+    """A cluster client whose callers wait for a permit, as they wait for a connection of the
+    single-node BlockingConnectionPool. redis-py's cluster client opens up to ``max_connections``
+    per node and then raises MaxConnectionsError at once; since a deployment's keys all live on
+    one node, bounding the calls in flight bounds the connections per node without ever failing
+    a burst. The inbox's blocking reader runs outside the permits (``dedicated``), on a
+    connection kept for it."""
 
     def __init__(self, *args: Any, max_connections: int, **kwargs: Any) -> None:
         super().__init__(*args, max_connections=max_connections, **kwargs)
-        self.permits = asyncio.Semaphore(max_connections)
+        self.permits = asyncio.Semaphore(max(max_connections - DEDICATED_READERS, 1))
 
     async def permitted(self, call: Callable[[], Awaitable[Any]]) -> Any:
         if _holding_permit.get():
@@ -100,6 +107,25 @@ class _BoundedPipeline(ClusterPipeline):
         client = self.cluster_client
         assert isinstance(client, BoundedRedisCluster)
         return await client.permitted(lambda: super(_BoundedPipeline, self).execute(raise_on_error, allow_redirections))
+
+
+@contextlib.asynccontextmanager
+async def dedicated(redis: RedisClient) -> AsyncIterator[RedisClient]:
+    """A client for the process's wake-up reader, so that it never queues behind requests for a
+    connection between two blocking pops (a wake-up would wait for it): on a single node, one
+    connection of the pool held for the reader's life; on a cluster, calls outside the permits,
+    on the connection kept for it."""
+    if isinstance(redis, BoundedRedisCluster):
+        token = _holding_permit.set(True)
+        try:
+            yield redis
+        finally:
+            _holding_permit.reset(token)
+    elif isinstance(redis, Redis) or hasattr(redis, "client"):
+        async with redis.client() as connection:
+            yield connection
+    else:
+        yield redis
 
 
 def open_redis(settings: Settings) -> tuple[RedisClient, str]:

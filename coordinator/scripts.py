@@ -11,6 +11,7 @@ connection of the slot's master on a cluster), since it covers that connection's
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -126,15 +127,16 @@ async def _on_slot_master(redis: RedisCluster, key: str, command: tuple[Any, ...
                 reply = await connection.read_response()
             except ResponseError as exc:
                 await connection.read_response()  # WAIT's answer is still due on this connection
-                if isinstance(exc, MovedError):  # the slot moved: learn the map, and retry later
-                    await redis.nodes_manager.initialize()
+                if isinstance(exc, MovedError):  # the slot moved: handled as a lost node below
                     raise RedisConnectionError("the deployment's slot moved") from None
                 raise
             return reply, await connection.read_response()
         except (RedisConnectionError, RedisTimeoutError, OSError):
             await connection.disconnect()
-            # The slot may have moved (a failover): learn the map again before the next call.
-            await redis.nodes_manager.initialize()
+            # The slot may have moved (a failover): learn the map again before the next call. If
+            # the cluster cannot tell yet, the next call's own retries will ask again.
+            with contextlib.suppress(Exception):
+                await redis.nodes_manager.initialize()
             raise
         finally:
             node.release(connection)

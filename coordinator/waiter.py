@@ -26,6 +26,7 @@ import secrets
 from redis.asyncio import Redis
 
 from coordinator.cancellation import cancelling
+from coordinator.redis_client import dedicated
 
 log = logging.getLogger("coordinator.waiter")
 
@@ -91,15 +92,20 @@ class ClaimWaiter:
         self.wake(value.decode() if isinstance(value, bytes) else value)
 
     async def run(self) -> None:
-        """Pop this process's inbox until cancelled; after any Redis failure, back off with
-        jitter, then wake every poll, since pushes may have been lost meanwhile."""
+        """Pop this process's inbox until cancelled, on a connection of its own; after any Redis
+        failure, back off with jitter, then wake every poll, since pushes may have been lost
+        meanwhile."""
+        async with dedicated(self._redis) as redis:
+            await self._pop_forever(redis)
+
+    async def _pop_forever(self, redis: Redis) -> None:
         delay = 0.1
         failed = False
         while True:
             try:
                 if cancelling():
                     raise asyncio.CancelledError
-                popped = await self._redis.blpop([self._inbox], timeout=BLOCK_S)
+                popped = await redis.blpop([self._inbox], timeout=BLOCK_S)
                 if failed:
                     failed = False
                     delay = 0.1
@@ -107,7 +113,7 @@ class ClaimWaiter:
                 if popped is None:
                     continue
                 self._wake_raw(popped[1])
-                more = await self._redis.lpop(self._inbox, DRAIN_BATCH)
+                more = await redis.lpop(self._inbox, DRAIN_BATCH)
                 for value in more or ():
                     self._wake_raw(value)
             except asyncio.CancelledError:
