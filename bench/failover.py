@@ -5,16 +5,27 @@ its replica promoted, and the killed server restarted as a replica).
 
 Prints one markdown row per run: tasks acknowledged, lost, not succeeded, re-run, how long the
 creating client saw 503 or no answer, the failover and replica-back times, and the create
-latency before the kill (the per-request cost of WAIT)."""
+latency before the kill. Then the per-call cost of WAIT, measured precisely: one process calls
+the heartbeat script (an unchanged snapshot: the smallest write) back to back on the cluster,
+without and with WAIT 1."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
+from coordinator.auth import HostPrincipal
+from coordinator.keys import Keys
+from coordinator.redis_client import open_cluster
+from coordinator.scripts import Durability
+from coordinator.store import Store
+from tests.cluster import LocalCluster, free_port_block
 from tests.e2e.failover import FailoverReport, run_failover
+from tests.support import unique_prefix
 
 COLUMNS = ["wait_replicas", "acknowledged", "lost", "not_succeeded", "rerun", "unavailable_answers",
            "unavailable_window_ms", "failover_ms", "replica_back_ms", "create_p50_ms"]
@@ -33,6 +44,33 @@ def main() -> None:
             row = report.row()
             p99 = statistics.quantiles(report.create_ms, n=100)[98] if len(report.create_ms) > 1 else 0.0
             print("| " + " | ".join(str(row[c]) for c in COLUMNS) + f" | {p99:.2f} |", flush=True)
+    call_cost()
+
+
+async def _call_cost(url: str, replicas: int, calls: int) -> list[float]:
+    redis = open_cluster(url, max_connections=8)
+    store = Store(redis, Keys(unique_prefix()), host_offline_after_ms=60_000, durability=Durability(replicas))
+    await store.load_scripts()
+    host = HostPrincipal(host_id="h1", kind="static", digest="d")
+    snapshot = '{"agent":{},"devices":[]}'
+    await store.heartbeat(host, snapshot)
+    taken = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        await store.heartbeat(host, snapshot)
+        taken.append((time.perf_counter() - started) * 1e6)
+    await redis.aclose()
+    return taken
+
+
+def call_cost(calls: int = 3000) -> None:
+    print("\n| WAIT replicas | heartbeat script call p50 (us) | p99 (us) |\n|---|---|---|")
+    with LocalCluster(free_port_block(6)) as cluster:
+        for _ in range(2):
+            for replicas in (0, 1):
+                taken = asyncio.run(_call_cost(cluster.url, replicas, calls))
+                p99 = statistics.quantiles(taken, n=100)[98]
+                print(f"| {replicas} | {statistics.median(taken):.0f} | {p99:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
