@@ -63,14 +63,38 @@ async def _call_cost(url: str, replicas: int, calls: int) -> list[float]:
     return taken
 
 
+async def _raw_cost(url: str, calls: int) -> list[tuple[str, list[float]]]:
+    """The same script alone, and followed by WAIT 1, on one connection of the slot's master:
+    what WAIT itself adds, without any client's own work."""
+    redis = open_cluster(url, max_connections=8)
+    key = unique_prefix() + ":counter"
+    sha = await redis.script_load("return redis.call('INCR', KEYS[1])")
+    node = redis.get_node_from_key(key)
+    connection = node.acquire_connection()
+    rows = []
+    for label, commands in [("script alone", [("EVALSHA", sha, 1, key)]),
+                            ("script + WAIT 1", [("EVALSHA", sha, 1, key), ("WAIT", 1, 1000)])] * 2:
+        taken = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            await connection.send_packed_command(connection.pack_commands(commands))
+            for _ in commands:
+                await connection.read_response()
+            taken.append((time.perf_counter() - started) * 1e6)
+        rows.append((label, taken))
+    node.release(connection)
+    await redis.aclose()
+    return rows
+
+
 def call_cost(calls: int = 3000) -> None:
-    print("\n| WAIT replicas | heartbeat script call p50 (us) | p99 (us) |\n|---|---|---|")
+    print("\n| call | p50 (us) | p99 (us) |\n|---|---|---|")
     with LocalCluster(free_port_block(6)) as cluster:
-        for _ in range(2):
-            for replicas in (0, 1):
-                taken = asyncio.run(_call_cost(cluster.url, replicas, calls))
-                p99 = statistics.quantiles(taken, n=100)[98]
-                print(f"| {replicas} | {statistics.median(taken):.0f} | {p99:.0f} |", flush=True)
+        rows = [(f"heartbeat through the store, WAIT replicas {replicas}",
+                 asyncio.run(_call_cost(cluster.url, replicas, calls))) for _ in range(2) for replicas in (0, 1)]
+        rows += asyncio.run(_raw_cost(cluster.url, calls))
+        for label, taken in rows:
+            print(f"| {label} | {statistics.median(taken):.0f} | {statistics.quantiles(taken, n=100)[98]:.0f} |")
 
 
 if __name__ == "__main__":
