@@ -4,6 +4,7 @@ touches another's keys."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
@@ -18,7 +19,7 @@ from coordinator.redis_client import open_cluster
 from tests.cluster import LocalCluster
 from tests.conftest import Api, make_settings
 from tests.coordinator.helpers import claim_one
-from tests.support import glob_escape
+from tests.support import glob_escape, wait_until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -36,9 +37,10 @@ def _prefixes_on_distinct_masters(cluster: LocalCluster, count: int) -> list[str
 async def _pool(cluster: LocalCluster, prefix: str) -> AsyncIterator[Api]:
     """One deployment's coordinator on the cluster, with its own cluster client."""
     app = create_app(make_settings(prefix), redis=open_cluster(cluster.url, max_connections=8))
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://pool") as client:
-            yield Api(client, app)
+    transport = httpx.ASGITransport(app=app)
+    async with (app.router.lifespan_context(app),
+                httpx.AsyncClient(transport=transport, base_url="http://pool") as client):
+        yield Api(client, app)
 
 
 def _keys_and_values(node: redis.Redis, prefix: str) -> dict[bytes, Any]:
@@ -85,3 +87,29 @@ async def test_pools_spread_over_the_masters_and_one_pool_s_load_leaves_the_othe
             for key in list(_keys_and_values(node, prefix)):
                 node.delete(key)
             node.close()
+
+
+
+async def test_waiting_polls_hold_a_fixed_number_of_connections_to_the_master(
+        local_cluster: LocalCluster) -> None:
+    prefix = _prefixes_on_distinct_masters(local_cluster, 1)[0]
+    node = redis.Redis(port=local_cluster.master_of(f"{prefix}:tasks"))
+    try:
+        async with _pool(local_cluster, prefix) as api:
+            client = api.ctx.store.redis
+            master = client.get_node_from_key(f"{prefix}:tasks")
+            await api.heartbeat("host-a", ["a1"])
+            polls = [asyncio.ensure_future(api.claim("host-a", wait_s=3)) for _ in range(100)]
+            await wait_until_async(lambda: api.ctx.waiter.waiting == 100, what="100 waiting polls")
+            polls_key = api.ctx.store.keys.polls("host-a")
+            await wait_until_async(lambda: client.zscore(polls_key, api.ctx.waiter.process_id))
+            task = (await api.create_task(device_id="a1")).json()
+            answers = await asyncio.wait_for(asyncio.gather(*polls), 15)
+            # one poll got the task; the others, woken with it, found nothing and waited on
+            assert [a.json()["task_id"] for a in answers if a.status_code == 200] == [task["task_id"]]
+            # a hundred polls, woken and re-registered, never took more than the configured count
+            assert 1 <= len(master._connections) <= api.ctx.settings.redis_max_connections
+    finally:
+        for key in list(_keys_and_values(node, prefix)):
+            node.delete(key)
+        node.close()
