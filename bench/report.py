@@ -75,6 +75,13 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    renewal) as (2).
 2. **Renew**: one coordinator process, one lease per connection, closed loop, each renewal
    carrying progress (stored). Target: >= 60% of the floor's requests/s.
+1w/1r/2w. **Each hot call against the floor, driven by wrk** (`bench/calls.py`, `bench/wrk.py`;
+   `apt-get install wrk`): the floor, then renew, an empty claim (`wait_s=0`, nothing queued), an
+   unchanged heartbeat and a create (aimed at a busy device: stored, indexed and queued), each on
+   one coordinator process, every call's window right after a floor window of its own, all with
+   wrk's 64 connections on 2 threads cycling through pre-built requests. wrk's own CPU is the
+   `generator` column (its rusage). Beside it, what Redis alone serves of the floor's work:
+   redis-benchmark, EVALSHA of `return 1`, 64 clients. Target (issue 12): each call >= 0.8 x floor.
 3. **Lifecycles**: two coordinator processes; every simulated host runs create (operator API) ->
    claim -> renew -> result back to back, alternating the processes. The generator is one process;
    its CPU is shown, and the row says when it is the limit (>= 0.9 core).

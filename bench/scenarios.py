@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 from redis.asyncio import Redis
 
+from bench.calls import calls_vs_floor
 from bench.context import Bench
 from bench.drivers import (
     DEVICES_PER_HOST,
@@ -28,14 +29,32 @@ from bench.drivers import (
     throughput,
     waiting_polls,
 )
-from bench.loadgen import Connection, LoadResult, build, connect, connect_many, in_child, merge, percentile
+from bench.loadgen import (
+    Connection,
+    LoadResult,
+    build,
+    connect,
+    connect_many,
+    in_child,
+    merge,
+    percentile,
+)
 from bench.procs import Server, redis_connections, start_server
 from bench.report import Row, cpu_note, fmt_ms
-from bench.requests import GOAL, claim_req, create_req, fleet, heartbeat_req, renew_body, renew_req, result_req
+from bench.requests import (
+    GOAL,
+    claim_req,
+    create_req,
+    fleet,
+    heartbeat_req,
+    renew_body,
+    renew_req,
+    result_req,
+)
 from bench.system import CpuWindow, rss_mb
 from coordinator.keys import Keys
-from coordinator.task_api import parse_task
 from coordinator.store import Store
+from coordinator.task_api import parse_task
 from coordinator.validation import Body
 
 
@@ -331,6 +350,7 @@ async def cost_growth(b: Bench) -> list[Row]:
 
 SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "renew": floor_and_renew,
+    "calls": calls_vs_floor,
     "lifecycle": lifecycle_and_dispatch,
     "longpoll": long_poll_scale,
     "heartbeat": heartbeat_load,
