@@ -24,6 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from coordinator.autopipeline import AutoPipeline
 from coordinator.errors import Unavailable
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
@@ -79,21 +80,24 @@ class Script:
         self.sha = await redis.script_load(self.source)
 
     async def __call__(self, redis: Redis, keys: list[str], args: list[Any],
-                       durability: Durability = NO_WAIT) -> Any:
+                       durability: Durability = NO_WAIT, pipeline: AutoPipeline | None = None) -> Any:
         if len(keys) != self.num_keys:
             raise ValueError(f"{self.name} takes {self.num_keys} keys, got {len(keys)}")
         if self.sha is None:
             await self.load(redis)
         try:
-            return await self._evalsha(redis, keys, args, durability)
+            return await self._evalsha(redis, keys, args, durability, pipeline)
         except NoScriptError:
             # Redis restarted, was flushed, or a replica without the script took over: load it
             # again and retry once.
             await self.load(redis)
-            return await self._evalsha(redis, keys, args, durability)
+            return await self._evalsha(redis, keys, args, durability, pipeline)
 
-    async def _evalsha(self, redis: Redis, keys: list[str], args: list[Any], durability: Durability) -> Any:
+    async def _evalsha(self, redis: Redis, keys: list[str], args: list[Any], durability: Durability,
+                       pipeline: AutoPipeline | None) -> Any:
         if not durability.replicas:
+            if pipeline is not None:
+                return await pipeline.execute("EVALSHA", self.sha, self.num_keys, *keys, *args)
             return await redis.evalsha(self.sha, self.num_keys, *keys, *args)
         command = ("EVALSHA", self.sha, self.num_keys, *keys, *args)
         wait = ("WAIT", durability.replicas, durability.timeout_ms)

@@ -13,6 +13,7 @@ import orjson
 from redis.asyncio import Redis
 
 from coordinator.auth import HostPrincipal
+from coordinator.autopipeline import AutoPipeline, can_autopipeline
 from coordinator.errors import error_for
 from coordinator.keys import Keys
 from coordinator.records import EnrollmentToken, TaskRecord
@@ -61,6 +62,8 @@ class Store:
         self.redis = redis
         self.keys = keys
         self.durability = durability
+        # Script calls of one event-loop turn share a write, on a single node (autopipeline.py).
+        self._pipeline = AutoPipeline(redis) if can_autopipeline(redis) else None
         self._scripts: dict[str, Script] = load_scripts()
         # ARGV[1..5] of every scheduling script (lua/includes/schedule.lua).
         self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
@@ -78,7 +81,7 @@ class Store:
         return all(await self.redis.script_exists(*shas))
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        reply = await self._scripts[name](self.redis, keys, args, self.durability)
+        reply = await self._scripts[name](self.redis, keys, args, self.durability, self._pipeline)
         if reply[0] != 0:
             detail = reply[1] if len(reply) > 1 else None
             if isinstance(detail, bytes):

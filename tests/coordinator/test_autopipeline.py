@@ -1,0 +1,129 @@
+"""Auto-pipelining (coordinator/autopipeline.py) against real Redis: one write per event-loop
+turn, replies matched in order, one command's error kept to itself, and a lost connection
+failing every caller still waiting without harming the next turn."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+
+from coordinator.autopipeline import MAX_BATCH, AutoPipeline, can_autopipeline
+from tests.support import REAL_REDIS_URL, free_port, unique_prefix, wait_until_async
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aioredis.Redis]:
+    redis = aioredis.Redis.from_url(REAL_REDIS_URL)
+    yield redis
+    await redis.aclose()
+
+
+class _CountingPool:
+    """The pool, counting how many connections were checked out."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self.checkouts = 0
+
+    async def get_connection(self) -> Any:
+        self.checkouts += 1
+        return await self._pool.get_connection()
+
+    async def release(self, connection: Any) -> None:
+        await self._pool.release(connection)
+
+
+async def test_calls_of_one_turn_share_one_connection_and_get_their_own_replies(client: aioredis.Redis) -> None:
+    key = unique_prefix() + ":n"
+    pipeline = AutoPipeline(client)
+    counting = pipeline._pool = _CountingPool(client.connection_pool)  # type: ignore[assignment]
+    try:
+        replies = await asyncio.gather(*(pipeline.execute("INCRBY", key, i) for i in range(1, 11)))
+        # one write for the ten, applied in the order issued: the running totals 1, 3, 6, ...
+        assert replies == [sum(range(1, i + 1)) for i in range(1, 11)]
+        assert counting.checkouts == 1
+        # more than a batch's worth in one turn: several writes, still every reply in order
+        replies = await asyncio.gather(*(pipeline.execute("INCR", key) for _ in range(MAX_BATCH + 5)))
+        assert replies == list(range(56, 56 + MAX_BATCH + 5))
+        assert counting.checkouts == 3
+    finally:
+        await client.delete(key)
+
+
+async def test_one_command_s_error_is_its_own(client: aioredis.Redis) -> None:
+    key = unique_prefix() + ":n"
+    pipeline = AutoPipeline(client)
+    try:
+        results = await asyncio.gather(
+            pipeline.execute("INCR", key),
+            pipeline.execute("EVALSHA", "0" * 40, 0),
+            pipeline.execute("INCR", key),
+            return_exceptions=True,
+        )
+        assert results[0] == 1 and results[2] == 2
+        assert isinstance(results[1], NoScriptError)
+        assert await pipeline.execute("GET", key) == b"2"  # the connection is still in step
+    finally:
+        await client.delete(key)
+
+
+async def test_a_cancelled_caller_leaves_the_others_their_replies(client: aioredis.Redis) -> None:
+    key = unique_prefix() + ":n"
+    pipeline = AutoPipeline(client)
+    try:
+        first = pipeline.execute("INCR", key)
+        gone = pipeline.execute("INCR", key)
+        last = pipeline.execute("INCR", key)
+        gone.cancel()
+        assert await first == 1 and await last == 3  # the cancelled call still ran: Redis has it
+        assert gone.cancelled()
+    finally:
+        await client.delete(key)
+
+
+async def test_an_unreachable_redis_fails_every_waiting_caller_then_recovers() -> None:
+    down = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
+    pipeline = AutoPipeline(down)
+    results = await asyncio.gather(*(pipeline.execute("PING") for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(r, RedisConnectionError) for r in results)
+    await down.aclose()
+
+
+async def test_a_connection_lost_mid_batch_fails_the_waiting_callers_and_the_next_turn_works(
+        client: aioredis.Redis) -> None:
+    pipeline = AutoPipeline(client)
+    killer = aioredis.Redis.from_url(REAL_REDIS_URL)
+    name = "autopipeline-" + unique_prefix()[:20]
+    try:
+        await pipeline.execute("CLIENT", "SETNAME", name)
+        # the first command blocks on the server; killing the connection loses every reply due
+        blocked = pipeline.execute("BLPOP", unique_prefix() + ":nothing", 5)
+        behind = pipeline.execute("PING")
+
+        async def blocking_connection() -> str | None:
+            for entry in await killer.client_list():
+                if entry.get("name") == name and entry.get("cmd") == "blpop":
+                    return entry["id"]
+            return None
+
+        await killer.client_kill_filter(_id=await wait_until_async(blocking_connection))
+        results = await asyncio.gather(blocked, behind, return_exceptions=True)
+        assert all(isinstance(r, RedisConnectionError) for r in results), results
+        assert await pipeline.execute("PING") in (b"PONG", True)
+    finally:
+        await killer.aclose()
+
+
+def test_only_a_single_node_redis_py_client_is_autopipelined() -> None:
+    assert can_autopipeline(aioredis.Redis.from_url(REAL_REDIS_URL))
+    assert not can_autopipeline(fakeredis.FakeAsyncRedis())
+    assert not can_autopipeline(object())
