@@ -100,6 +100,13 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    large fleet and queue (tasks aimed at a device that does not exist, written by the
    coordinator's own create script through `coordinator.store.Store`).
 
+8. **Footprint** (`bench/footprint.py`): one coordinator, one host, 500 lifecycles one at a
+   time; Redis commands are the change in `INFO commandstats` (which counts the commands the
+   scripts run, too) and Redis CPU the change in `used_cpu_user + used_cpu_sys`, each per
+   lifecycle; then 5,000 tasks are queued (aimed at a device that does not exist) and the change
+   in `used_memory` is divided by them, with `MEMORY USAGE` of each key of the prefix to show
+   where it goes (per-id keys summed by kind).
+
 CPU is in cores (1.00 = one core busy for the whole window); this machine has the cores listed
 above for everything: Redis, every server process and the generator.
 Static hosts reach the coordinator through `bench/server.py`, which reads

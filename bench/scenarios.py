@@ -29,6 +29,7 @@ from bench.drivers import (
     throughput,
     waiting_polls,
 )
+from bench.footprint import footprint
 from bench.loadgen import (
     Connection,
     LoadResult,
@@ -351,6 +352,7 @@ async def cost_growth(b: Bench) -> list[Row]:
 SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "renew": floor_and_renew,
     "calls": calls_vs_floor,
+    "footprint": footprint,
     "lifecycle": lifecycle_and_dispatch,
     "longpoll": long_poll_scale,
     "heartbeat": heartbeat_load,
