@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from coordinator.auth import Authenticator
+from coordinator.autopipeline import auto_pipeline
 from coordinator.boundary import RequestBoundary, http_exception_handler
 from coordinator.context import Context
 from coordinator.feed import EventFeed
@@ -39,12 +40,15 @@ ADMIN_TOKEN_MIN_CHARS = 32
 def build_context(settings: Settings, redis: Redis) -> Context:
     keys = Keys(settings.key_prefix)
     process_id = new_process_id()
+    # One per process: the script calls and reads of every request share its writes.
+    pipeline = auto_pipeline(redis)
     return Context(
         settings=settings,
         store=Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
                     claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms,
-                    durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms)),
-        queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms),
+                    durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
+                    pipeline=pipeline),
+        queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms, pipeline=pipeline),
         auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=Metrics(),

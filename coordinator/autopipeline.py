@@ -1,5 +1,5 @@
-"""Auto-pipelining, as ioredis has it: the script calls that requests issue in the same turn of
-the event loop go to Redis in one write on one connection, and their replies are read back in
+"""Auto-pipelining, as ioredis has it: the script calls and reads that requests issue in the same
+turn of the event loop go to Redis in one write on one connection, and their replies are read back in
 order. Under load, many requests are parsed in one turn, so one round trip (one write, one read,
 one pool checkout) serves several of them; alone, a call costs one loop turn more than a direct
 one. Redis answers a pipeline's commands in order and runs each script atomically, so nothing
@@ -15,11 +15,13 @@ import asyncio
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.asyncio.connection import (
     Connection,
     SSLConnection,
     UnixDomainSocketConnection,
 )
+from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.exceptions import ResponseError
 
 # The most commands one write carries: bounds the write's size and how long the last of them
@@ -95,3 +97,47 @@ def _fail(batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]], exc: BaseExc
             reply.cancel()
         else:
             reply.set_exception(exc)
+
+
+class AutoPipelined(Pipeline):
+    """A redis-py pipeline (the same calls, the same parsed replies) whose commands go out through
+    the process's AutoPipeline: with whatever scripts and reads the other requests issue in the
+    same turn, instead of on a connection of its own."""
+
+    def __init__(self, redis: Redis, auto: AutoPipeline) -> None:
+        super().__init__(redis.connection_pool, redis.response_callbacks, False, None)
+        self._auto = auto
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        stack = list(self.command_stack)
+        await self.reset()
+        replies = await asyncio.gather(*(self._auto.execute(*args) for args, _ in stack),
+                                       return_exceptions=True)
+        parsed: list[Any] = []
+        for (args, options), reply in zip(stack, replies, strict=True):
+            if isinstance(reply, BaseException):
+                if isinstance(reply, asyncio.CancelledError) or not isinstance(reply, ResponseError):
+                    raise reply
+                if EMPTY_RESPONSE in options:
+                    parsed.append(options[EMPTY_RESPONSE])
+                    continue
+                if raise_on_error:
+                    raise reply
+                parsed.append(reply)
+                continue
+            options = {k: v for k, v in options.items() if k not in (EMPTY_RESPONSE, NEVER_DECODE, "keys")}
+            callback = self.response_callbacks.get(args[0])
+            parsed.append(callback(reply, **options) if callback is not None else reply)
+        return parsed
+
+
+def pipeline_for(redis: Any, auto: AutoPipeline | None) -> Any:
+    """A non-transactional pipeline: auto-pipelined when the process has an AutoPipeline."""
+    if auto is not None:
+        return AutoPipelined(redis, auto)
+    return redis.pipeline(transaction=False)
+
+
+def auto_pipeline(redis: Any) -> AutoPipeline | None:
+    """The process's AutoPipeline for ``redis``, or None where it does not apply."""
+    return AutoPipeline(redis) if can_autopipeline(redis) else None

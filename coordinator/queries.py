@@ -15,6 +15,7 @@ import orjson
 from redis.asyncio import Redis
 
 import wire
+from coordinator.autopipeline import AutoPipeline, pipeline_for
 from coordinator.keys import Keys
 from coordinator.records import (
     DeviceRecord,
@@ -65,10 +66,16 @@ class HostEntry:
 
 
 class Queries:
-    def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int) -> None:
+    def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int,
+                 pipeline: AutoPipeline | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self._offline_after_ms = host_offline_after_ms
+        self._auto = pipeline
+
+    def _pipeline(self) -> Any:
+        """A pipeline of reads, sharing the process's writes to Redis when it auto-pipelines."""
+        return pipeline_for(self.redis, self._auto)
 
     async def redis_time_ms(self) -> int:
         return clock_ms(await self.redis.eval(_CLOCK_SCRIPT, 1, self.keys.tasks))
@@ -77,7 +84,7 @@ class Queries:
 
     async def get_task(self, task_id: str) -> TaskRecord | None:
         """The task, with its stored progress (which views show only while it runs)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             pipe.hget(self.keys.tasks, task_id)
             pipe.hget(self.keys.progress, task_id)
             raw_task, raw_progress = await pipe.execute()
@@ -86,7 +93,7 @@ class Queries:
     async def _tasks(self, ids: list[bytes]) -> list[TaskRecord]:
         if not ids:
             return []
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             pipe.hmget(self.keys.tasks, ids)
             pipe.hmget(self.keys.progress, ids)
             raw_tasks, raw_progress = await pipe.execute()
@@ -132,7 +139,7 @@ class Queries:
 
     async def task_events(self, task_id: str) -> list[dict[str, Any]] | None:
         """The task's history, oldest first; None when there is no such task."""
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             pipe.hexists(self.keys.tasks, task_id)
             pipe.lrange(self.keys.task_events(task_id), 0, -1)
             exists, raw = await pipe.execute()
@@ -176,7 +183,7 @@ class Queries:
         if not hosts:
             return set(), set(), set()
         k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             pipe.zmscore(k.hosts_online, hosts)
             pipe.smismember(k.hosts_draining, hosts)
             pipe.smismember(k.hosts_stalled, hosts)
@@ -195,7 +202,7 @@ class Queries:
         if not ids:
             return []
         k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             pipe.hmget(k.devices, ids)
             pipe.hmget(k.reservations, ids)
             pipe.hmget(k.disabled_devices, ids)
@@ -272,7 +279,7 @@ class Queries:
     async def device_known(self, device_id: str) -> bool:
         """Pooled, enrolled, or with runs on record."""
         k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             pipe.hexists(k.devices, device_id)
             pipe.hexists(k.enrolled_devices, device_id)
             pipe.exists(k.device_runs(device_id))
@@ -287,7 +294,7 @@ class Queries:
             return []
         k = self.keys
         digests = [static_digests[h] for h in host_ids if h in static_digests]
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             pipe.hmget(k.hosts, host_ids)
             pipe.zmscore(k.host_seen, host_ids)
             pipe.zmscore(k.hosts_online, host_ids)
@@ -336,7 +343,7 @@ class Queries:
         ids = await self.redis.zrange(k.enrollment_tokens_by_age, offset, offset + limit)
         more = len(ids) > limit
         ids = ids[:limit]
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             if ids:
                 pipe.hmget(k.enrollment_tokens, ids)
             pipe.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)
@@ -348,7 +355,7 @@ class Queries:
     async def enrollment_token_usable(self, digest: str) -> bool:
         """Whether an enrollment token could enroll a new host now (a read, for ordering errors)."""
         k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             pipe.hget(k.enrollment_token_hashes, digest)
             pipe.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)
             token_id, clock = await pipe.execute()
@@ -366,7 +373,7 @@ class Queries:
         """Tasks by status (each count one ZLEXCOUNT of the status index)."""
         k = self.keys
         statuses = wire.values(wire.TaskStatus)
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             for status in statuses:
                 pipe.zlexcount(k.tasks_by_status, f"[{status}\0", f"({status}\1")
             counts = await pipe.execute()

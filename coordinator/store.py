@@ -13,7 +13,7 @@ import orjson
 from redis.asyncio import Redis
 
 from coordinator.auth import HostPrincipal
-from coordinator.autopipeline import AutoPipeline, can_autopipeline
+from coordinator.autopipeline import AutoPipeline
 from coordinator.errors import error_for
 from coordinator.keys import Keys
 from coordinator.records import EnrollmentToken, TaskRecord
@@ -58,12 +58,13 @@ class Sweep:
 class Store:
     def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int,
                  claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000,
-                 inbox_ttl_ms: int = INBOX_TTL_MS, durability: Durability = NO_WAIT) -> None:
+                 inbox_ttl_ms: int = INBOX_TTL_MS, durability: Durability = NO_WAIT,
+                 pipeline: AutoPipeline | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.durability = durability
         # Script calls of one event-loop turn share a write, on a single node (autopipeline.py).
-        self._pipeline = AutoPipeline(redis) if can_autopipeline(redis) else None
+        self._pipeline = pipeline
         self._scripts: dict[str, Script] = load_scripts()
         # ARGV[1..5] of every scheduling script (lua/includes/schedule.lua).
         self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]

@@ -18,6 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordinator.app import create_app
+from coordinator.autopipeline import auto_pipeline
 from coordinator.keys import Keys
 from coordinator.redis_client import open_cluster
 from coordinator.settings import Settings
@@ -100,7 +101,8 @@ def make_settings(prefix: str, **overrides: Any) -> Settings:
 
 @pytest.fixture
 async def store(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[Store]:
-    s = Store(redis_client, Keys(prefix), host_offline_after_ms=30_000)
+    # auto-pipelined where the coordinator would be (a single real Redis node)
+    s = Store(redis_client, Keys(prefix), host_offline_after_ms=30_000, pipeline=auto_pipeline(redis_client))
     await s.load_scripts()
     yield s
     await delete_prefix_async(redis_client, prefix)
@@ -194,7 +196,10 @@ def api_factory(redis_client: aioredis.Redis) -> Callable[..., Any]:
     async def factory(**overrides: Any) -> AsyncIterator[Api]:
         prefix = overrides.pop("prefix", None) or unique_prefix()
         prefixes.append(prefix)
-        app = create_app(make_settings(prefix, **overrides), redis=_Unclosable(redis_client))
+        # On real Redis the app gets a client of its own, as in production (and so auto-pipelines);
+        # fakeredis and the cluster share the test's client, whose data they must see.
+        own = aioredis.Redis.from_url(REAL_REDIS_URL) if type(redis_client) is aioredis.Redis else None
+        app = create_app(make_settings(prefix, **overrides), redis=own or _Unclosable(redis_client))
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://coordinator") as client:

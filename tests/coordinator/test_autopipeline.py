@@ -14,7 +14,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
-from coordinator.autopipeline import MAX_BATCH, AutoPipeline, can_autopipeline
+from coordinator.autopipeline import (
+    MAX_BATCH,
+    AutoPipeline,
+    can_autopipeline,
+    pipeline_for,
+)
 from tests.support import REAL_REDIS_URL, free_port, unique_prefix, wait_until_async
 
 pytestmark = pytest.mark.anyio
@@ -127,3 +132,35 @@ def test_only_a_single_node_redis_py_client_is_autopipelined() -> None:
     assert can_autopipeline(aioredis.Redis.from_url(REAL_REDIS_URL))
     assert not can_autopipeline(fakeredis.FakeAsyncRedis())
     assert not can_autopipeline(object())
+
+
+async def test_an_auto_pipelined_pipeline_parses_replies_as_redis_py_s_own(client: aioredis.Redis) -> None:
+    prefix = unique_prefix()
+    await client.hset(f"{prefix}:h", mapping={"a": "1", "b": "2"})
+    await client.zadd(f"{prefix}:z", {"x": 1.5, "y": 2})
+    await client.sadd(f"{prefix}:s", "m")
+
+    def queue(pipe: Any) -> None:
+        pipe.hmget(f"{prefix}:h", ["a", "missing"])
+        pipe.hgetall(f"{prefix}:h")
+        pipe.zrange(f"{prefix}:z", 0, -1, withscores=True)
+        pipe.zmscore(f"{prefix}:z", ["x", "nope"])
+        pipe.smismember(f"{prefix}:s", ["m", "n"])
+        pipe.exists(f"{prefix}:h")
+        pipe.hincrby(f"{prefix}:h", "a", "not-a-number")  # an error reply, kept in place
+
+    try:
+        async with client.pipeline(transaction=False) as plain:
+            queue(plain)
+            expected = await plain.execute(raise_on_error=False)
+        async with pipeline_for(client, AutoPipeline(client)) as auto:
+            queue(auto)
+            got = await auto.execute(raise_on_error=False)
+        assert got[:-1] == expected[:-1]
+        assert type(got[-1]) is type(expected[-1])
+        async with pipeline_for(client, AutoPipeline(client)) as auto:
+            queue(auto)
+            with pytest.raises(type(expected[-1])):
+                await auto.execute()
+    finally:
+        await client.delete(f"{prefix}:h", f"{prefix}:z", f"{prefix}:s")
