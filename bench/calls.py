@@ -62,6 +62,7 @@ async def calls_vs_floor(b: Bench) -> list[Row]:
         await b.cleanup(prefix)
     redis_floor = redis_evalsha_floor(b.redis_port)
     floor = merge(floors)
+    b.floor_rate = floor.rate
     c = p.concurrency
     rows = [
         Row("1w", f"floor: bare Starlette + 1 EVALSHA, 1 process, wrk {c} conns",

@@ -54,6 +54,9 @@ class Bench:
     redis_port: int
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     admin: str = field(default_factory=lambda: "bench-admin-" + uuid.uuid4().hex)
+    # The HTTP floor's requests/s, once the calls scenario has measured it in this run: other
+    # scenarios state their targets as ratios to it.
+    floor_rate: float | None = None
 
     def prefix(self, name: str) -> str:
         return f"bench-{self.run_id}-{name}:{{b}}"
