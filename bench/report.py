@@ -87,6 +87,9 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    its CPU is shown, and the row says when it is the limit (>= 0.9 core). Target (issue 12):
    >= 0.25 x the floor's requests/s of row 1w, measured in the same run. (Rows 1 and 2 are the
    earlier floor and renew figures from the Python generator, kept for comparison with older runs.)
+   Row 3w drives the same lifecycles from wrk (`bench/wrk.py`), the issue's method: one host per
+   wrk thread and connection, half the hosts on each process, the claim's answer parsed in Lua;
+   both drivers should agree, which shows neither is the limit.
 4. **Dispatch latency**: a host's poll waits on process B; the clock starts when the create request
    is sent to process A and stops when the poll's answer is complete (so it includes the create
    request itself and the cross-process wake-up). Idle, then during the load of (3) (only samples

@@ -122,3 +122,112 @@ def redis_evalsha_floor(port: int, requests: int = 200_000, clients: int = 64) -
         if "requests per second" in chunk:
             return float(chunk.split(":")[1].split("requests")[0])
     raise RuntimeError(f"redis-benchmark printed no rate: {out!r}")
+
+
+_LIFECYCLE_SCRIPT = """
+-- One simulated host per thread, on one connection: create (operator API) -> claim -> renew ->
+-- result, back to back; the claim's answer gives the lease the next two calls name.
+local hosts = {%(hosts)s}
+local admin = %(admin)s
+local goal = %(goal)s
+local threads = {}
+local counter = 0
+
+function setup(thread)
+  counter = counter + 1
+  thread:set("index", counter)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  local h = hosts[index]
+  host, token = h[1], h[2]
+  step, lifecycles, failures = 0, 0, 0
+  task, lease, attempt = nil, nil, nil
+end
+
+local function post(path, bearer, body)
+  return wrk.format("POST", path, {["Authorization"] = "Bearer " .. bearer,
+                                   ["Content-Type"] = "application/json"}, body)
+end
+
+function request()
+  if step == 0 then
+    return post("/api/v1/tasks", admin,
+      '{"kind":"goal","goal":"' .. goal .. '","device_id":"' .. host .. '-d0"}')
+  elseif step == 1 then
+    return post("/internal/v1/hosts/" .. host .. "/claim?wait_s=5", token, "{}")
+  elseif step == 2 then
+    return post("/internal/v1/hosts/" .. host .. "/leases/" .. lease .. "/renew", token,
+      '{"task_id":"' .. task .. '","attempt":' .. attempt ..
+      ',"progress":{"step_index":1,"status":"running","summary":"Opened Settings"}}')
+  end
+  return post("/internal/v1/hosts/" .. host .. "/results", token,
+    '{"task_id":"' .. task .. '","attempt":' .. attempt .. ',"lease_id":"' .. lease ..
+    '","status":"succeeded","failure_reason":null,"metadata":{"steps":3}}')
+end
+
+function response(status, headers, body)
+  if status >= 300 or (step == 1 and status ~= 200) then
+    failures = failures + 1
+    step = 0  -- start over with a new task
+    return
+  end
+  if step == 1 then
+    task = body:match('"task_id":"([^"]+)"')
+    lease = body:match('"lease_id":"([^"]+)"')
+    attempt = body:match('"attempt":(%%d+)')
+  end
+  step = (step + 1) %% 4
+  if step == 0 then
+    lifecycles = lifecycles + 1
+  end
+end
+
+function done(summary, latency, requests)
+  local total, failed = 0, 0
+  for _, thread in ipairs(threads) do
+    total = total + thread:get("lifecycles")
+    failed = failed + thread:get("failures")
+  end
+  io.write(string.format('{"lifecycles": %%d, "failures": %%d, "requests": %%d, "duration_us": %%d}\\n',
+    total, failed, summary.requests, summary.duration))
+end
+"""
+
+
+async def wrk_lifecycles(ports: tuple[int, ...], hosts: list[tuple[str, str]], admin: str, goal: str,
+                         duration_s: float, watch: dict[str, int]) -> LoadResult:
+    """Closed-loop lifecycles from wrk, one host per wrk thread and connection; the hosts are
+    split between the coordinator processes at ``ports``, one wrk process each."""
+    if not wrk_available():
+        raise RuntimeError(INSTALL_HINT)
+    shares = [hosts[i::len(ports)] for i in range(len(ports))]
+    with tempfile.TemporaryDirectory(prefix="tether-wrk-") as folder:
+        scripts = []
+        for i, share in enumerate(shares):
+            path = Path(folder) / f"lifecycle-{i}.lua"
+            path.write_text(_LIFECYCLE_SCRIPT % {
+                "hosts": ", ".join(f"{{{_lua_string(h.encode())}, {_lua_string(t.encode())}}}" for h, t in share),
+                "admin": _lua_string(admin.encode()), "goal": _lua_string(goal.encode()),
+            })
+            scripts.append(path)
+
+        def run(port: int, script: Path, count: int) -> dict[str, int]:
+            out = subprocess.run(
+                ["wrk", "-t", str(count), "-c", str(count), "-d", f"{duration_s:g}s", "-s", str(script),
+                 f"http://127.0.0.1:{port}/"],
+                capture_output=True, text=True, check=True, timeout=duration_s + 60,
+            ).stdout
+            return json.loads(next(x for x in out.splitlines() if x.startswith("{")))
+
+        window = CpuWindow(watch)
+        before = _children_cpu_s()
+        window.start()
+        reports = await asyncio.gather(*(asyncio.to_thread(run, port, script, len(share))
+                                         for port, script, share in zip(ports, scripts, shares, strict=True)))
+        cpu = window.stop()
+    seconds = max(r["duration_us"] for r in reports) / 1e6
+    cpu["generator"] = (_children_cpu_s() - before) / seconds if seconds else 0.0
+    return LoadResult(count=sum(r["lifecycles"] for r in reports), errors=sum(r["failures"] for r in reports),
+                      seconds=seconds, cpu=cpu)
