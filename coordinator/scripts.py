@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from coordinator.autopipeline import AutoPipeline
+from coordinator.autopipeline import AutoPipeline, encode_args
 from coordinator.errors import Unavailable
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
@@ -75,6 +75,9 @@ class Script:
         self.num_keys = num_keys
         self.source = source
         self.sha: str | None = None
+        # "EVALSHA sha numkeys key..." in RESP, per list of keys: a store passes the same keys
+        # to a script on every call, so only its arguments are encoded each time.
+        self._heads: dict[tuple[str, ...], bytes] = {}
 
     async def load(self, redis: Redis) -> None:
         self.sha = await redis.script_load(self.source)
@@ -97,7 +100,7 @@ class Script:
                        pipeline: AutoPipeline | None) -> Any:
         if not durability.replicas:
             if pipeline is not None:
-                return await pipeline.execute("EVALSHA", self.sha, self.num_keys, *keys, *args)
+                return await pipeline.execute_encoded(self._encoded(keys, args))
             return await redis.evalsha(self.sha, self.num_keys, *keys, *args)
         command = ("EVALSHA", self.sha, self.num_keys, *keys, *args)
         wait = ("WAIT", durability.replicas, durability.timeout_ms)
@@ -114,6 +117,13 @@ class Script:
         if int(acked) < durability.replicas:
             raise NotReplicated(f"the change reached {acked} of {durability.replicas} Redis replicas in time; retry")
         return reply
+
+
+    def _encoded(self, keys: list[str], args: list[Any]) -> bytes:
+        head = self._heads.get(key_tuple := tuple(keys))
+        if head is None:
+            head = self._heads[key_tuple] = encode_args(("EVALSHA", self.sha, self.num_keys, *keys))
+        return b"*%d\r\n" % (3 + len(keys) + len(args)) + head + encode_args(args)
 
 
 async def _on_slot_master(redis: RedisCluster, key: str, command: tuple[Any, ...],

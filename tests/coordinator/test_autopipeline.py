@@ -164,3 +164,16 @@ async def test_an_auto_pipelined_pipeline_parses_replies_as_redis_py_s_own(clien
                 await auto.execute()
     finally:
         await client.delete(f"{prefix}:h", f"{prefix}:z", f"{prefix}:s")
+
+
+def test_commands_are_encoded_as_redis_py_encodes_them() -> None:
+    from redis.asyncio.connection import Connection
+    from redis.exceptions import DataError
+
+    from coordinator.autopipeline import encode_command
+
+    args = ("EVALSHA", "a" * 40, 2, "tether:{t}:tasks", b"\x00raw", "héllo", -17, 2.5, 1e-7, memoryview(b"mv"))
+    assert encode_command(args) == b"".join(Connection().pack_command(*args))
+    for bad in (None, True, object()):
+        with pytest.raises(DataError):
+            encode_command(("SET", "k", bad))
