@@ -5,11 +5,9 @@ both alike; and what Redis alone serves of the floor's work (redis-benchmark, EV
 
 from __future__ import annotations
 
-import orjson
-
 from bench.context import Bench
-from bench.drivers import fan_out
-from bench.loadgen import LoadResult, build, merge
+from bench.drivers import floor_requests, leased_fleet
+from bench.loadgen import LoadResult, merge
 from bench.procs import Server, start_server
 from bench.report import Row, cpu_note, fmt_ms
 from bench.requests import (
@@ -17,7 +15,6 @@ from bench.requests import (
     create_req,
     fleet,
     heartbeat_req,
-    renew_body,
     renew_req,
 )
 from bench.wrk import redis_evalsha_floor, wrk_load
@@ -34,19 +31,15 @@ async def calls_vs_floor(b: Bench) -> list[Row]:
     floors: list[LoadResult] = []
     calls: dict[str, list[LoadResult]] = {"renew": [], "empty claim": [], "unchanged heartbeat": [], "create": []}
     try:
-        heartbeats = [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()]
-        await fan_out(coord.port, heartbeats)
-        await fan_out(coord.port, [create_req(b.admin, f"{h}-d0") for h in hosts])
-        claimed = await fan_out(coord.port, [claim_req(h, t, 0) for h, t in hosts.items()])
-        assignments = [orjson.loads(body) for body in claimed]
+        assignments = await leased_fleet(coord.port, hosts, b.admin)
         raws = {
             "renew": [renew_req(h, t, a) for (h, t), a in zip(hosts.items(), assignments)],
             "empty claim": [claim_req(h, t, 0) for h, t in hosts.items()],  # all claimed: 204
-            "unchanged heartbeat": heartbeats,
+            "unchanged heartbeat": [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()],
             # aimed at busy devices: each create stores, indexes and queues a task
             "create": [create_req(b.admin, f"{h}-d0") for h in hosts],
         }
-        floor_raws = [build("POST", "/floor", t, renew_body(a)) for t, a in zip(hosts.values(), assignments)]
+        floor_raws = floor_requests(hosts, assignments)
         floor_server = await start_server("floor", b.env(b.prefix("floor")))
         for _ in range(p.rounds):
             for name, requests in raws.items():

@@ -8,11 +8,27 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from typing import Any
 
 import orjson
 
-from bench.loadgen import Connection, LoadResult, build, closed_loop, connect, connect_many, self_cpu_s
-from bench.requests import claim_req, create_req, heartbeat_req, renew_req, result_req
+from bench.loadgen import (
+    Connection,
+    LoadResult,
+    build,
+    closed_loop,
+    connect,
+    connect_many,
+    self_cpu_s,
+)
+from bench.requests import (
+    claim_req,
+    create_req,
+    heartbeat_req,
+    renew_body,
+    renew_req,
+    result_req,
+)
 from bench.system import CpuWindow
 
 HEARTBEAT_INTERVAL_S = 15
@@ -48,6 +64,20 @@ async def fan_out(port: int, raws: list[bytes], concurrency: int = 32) -> list[b
         for c in conns:
             c.close()
     return out
+
+
+async def leased_fleet(port: int, hosts: dict[str, str], admin: str) -> list[dict[str, Any]]:
+    """Every host reports one device ("<host>-d0"), gets a task on it and claims it: the
+    assignments, in the hosts' order, each under a live lease."""
+    await fan_out(port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()])
+    await fan_out(port, [create_req(admin, f"{h}-d0") for h in hosts])
+    claimed = await fan_out(port, [claim_req(h, t, 0) for h, t in hosts.items()])
+    return [orjson.loads(body) for body in claimed]
+
+
+def floor_requests(hosts: dict[str, str], assignments: list[dict[str, Any]]) -> list[bytes]:
+    """Requests to the floor with the same headers and body as the hosts' renewals."""
+    return [build("POST", "/floor", t, renew_body(a)) for t, a in zip(hosts.values(), assignments, strict=True)]
 
 
 async def waiting_polls(port: int) -> float:

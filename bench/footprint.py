@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from bench.context import Bench
 from bench.drivers import expect, fan_out
 from bench.loadgen import connect
-from bench.procs import start_server
+from bench.procs import glob_escape, start_server
 from bench.report import Row
 from bench.requests import (
     claim_req,
@@ -101,7 +101,7 @@ async def footprint(b: Bench) -> list[Row]:
 async def _memory_by_key(redis: Redis, prefix: str) -> dict[str, int]:
     """MEMORY USAGE of every key of the prefix, the per-id keys summed by kind."""
     sizes: dict[str, int] = {}
-    async for raw in redis.scan_iter(match=prefix.replace("{", "\\{").replace("}", "\\}") + ":*", count=1000):
+    async for raw in redis.scan_iter(match=glob_escape(prefix) + ":*", count=1000):
         key = raw.decode() if isinstance(raw, bytes) else raw
         kind = key[len(prefix) + 1:].split(":", 1)[0]
         usage: Any = await redis.memory_usage(key, samples=0)

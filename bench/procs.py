@@ -117,7 +117,7 @@ async def start_server(kind: str, env: dict[str, str], hosts: dict[str, str] | N
             os.unlink(hosts_file.name)
 
 
-def _glob_escape(text: str) -> str:
+def glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
@@ -125,6 +125,6 @@ async def delete_prefix(redis: Redis, prefix: str) -> int:
     """Delete the keys of one bench prefix: every name keys.py builds, then anything else still
     under the prefix (a key added to keys.py later must not leak). Never FLUSHDB: Redis is shared."""
     deleted = int(await redis.unlink(*Keys(prefix).fixed()))
-    async for key in redis.scan_iter(match=_glob_escape(prefix) + ":*", count=1000):
+    async for key in redis.scan_iter(match=glob_escape(prefix) + ":*", count=1000):
         deleted += int(await redis.unlink(key))
     return deleted

@@ -23,7 +23,9 @@ from bench.drivers import (
     BenchError,
     expect,
     fan_out,
+    floor_requests,
     heartbeats,
+    leased_fleet,
     lifecycles,
     quiet,
     throughput,
@@ -33,7 +35,6 @@ from bench.footprint import footprint
 from bench.loadgen import (
     Connection,
     LoadResult,
-    build,
     connect,
     connect_many,
     in_child,
@@ -48,7 +49,6 @@ from bench.requests import (
     create_req,
     fleet,
     heartbeat_req,
-    renew_body,
     renew_req,
     result_req,
 )
@@ -71,13 +71,9 @@ async def floor_and_renew(b: Bench) -> list[Row]:
     floors: list[LoadResult] = []
     renews: list[LoadResult] = []
     try:
-        await fan_out(coord.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()])
-        await fan_out(coord.port, [create_req(b.admin, f"{h}-d0") for h in hosts])
-        claimed = await fan_out(coord.port, [claim_req(h, t, 0) for h, t in hosts.items()])
-        assignments = [orjson.loads(body) for body in claimed]
+        assignments = await leased_fleet(coord.port, hosts, b.admin)
         renew_raws = [renew_req(h, t, a) for (h, t), a in zip(hosts.items(), assignments)]
-        # The floor gets the same headers and body as a renewal.
-        floor_raws = [build("POST", "/floor", t, renew_body(a)) for t, a in zip(hosts.values(), assignments)]
+        floor_raws = floor_requests(hosts, assignments)
         floor_server = await start_server("floor", b.env(b.prefix("floor")))
         for _ in range(p.rounds):
             floors.append(await in_child(throughput, floor_server.port, floor_raws, p.warmup_s, p.throughput_s,

@@ -15,7 +15,6 @@ import resource
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from bench.loadgen import LoadResult
@@ -69,6 +68,16 @@ def _script(raws: list[bytes], folder: Path) -> Path:
     return path
 
 
+def _run_wrk(port: int, script: Path, threads: int, connections: int, seconds: float) -> dict[str, int]:
+    """One wrk run; the JSON line its script's ``done`` wrote."""
+    out = subprocess.run(
+        ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds:g}s", "--latency", "-s", str(script),
+         f"http://127.0.0.1:{port}/"],
+        capture_output=True, text=True, check=True, timeout=seconds + 60,
+    ).stdout
+    return json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+
+
 def _children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -83,23 +92,12 @@ async def wrk_load(port: int, raws: list[bytes], duration_s: float, connections:
         raise RuntimeError(INSTALL_HINT)
     with tempfile.TemporaryDirectory(prefix="tether-wrk-") as folder:
         script = _script(raws, Path(folder))
-
-        def run(seconds: float) -> tuple[dict[str, int], float]:
-            started = time.perf_counter()
-            out = subprocess.run(
-                ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds:g}s", "--latency",
-                 "-s", str(script), f"http://127.0.0.1:{port}/"],
-                capture_output=True, text=True, check=True, timeout=seconds + 60,
-            ).stdout
-            line = next(x for x in out.splitlines() if x.startswith("{"))
-            return json.loads(line), time.perf_counter() - started
-
         if warmup_s:
-            await asyncio.to_thread(run, warmup_s)
+            await asyncio.to_thread(_run_wrk, port, script, threads, connections, warmup_s)
         window = CpuWindow(watch)
         before = _children_cpu_s()
         window.start()
-        report, _ = await asyncio.to_thread(run, duration_s)
+        report = await asyncio.to_thread(_run_wrk, port, script, threads, connections, duration_s)
         cpu = window.stop()
     seconds = report["duration_us"] / 1e6
     cpu["generator"] = (_children_cpu_s() - before) / seconds if seconds else 0.0
@@ -213,18 +211,10 @@ async def wrk_lifecycles(ports: tuple[int, ...], hosts: list[tuple[str, str]], a
             })
             scripts.append(path)
 
-        def run(port: int, script: Path, count: int) -> dict[str, int]:
-            out = subprocess.run(
-                ["wrk", "-t", str(count), "-c", str(count), "-d", f"{duration_s:g}s", "-s", str(script),
-                 f"http://127.0.0.1:{port}/"],
-                capture_output=True, text=True, check=True, timeout=duration_s + 60,
-            ).stdout
-            return json.loads(next(x for x in out.splitlines() if x.startswith("{")))
-
         window = CpuWindow(watch)
         before = _children_cpu_s()
         window.start()
-        reports = await asyncio.gather(*(asyncio.to_thread(run, port, script, len(share))
+        reports = await asyncio.gather(*(asyncio.to_thread(_run_wrk, port, script, len(share), len(share), duration_s)
                                          for port, script, share in zip(ports, scripts, shares, strict=True)))
         cpu = window.stop()
     seconds = max(r["duration_us"] for r in reports) / 1e6

@@ -147,7 +147,7 @@ class AutoPipelined(Pipeline):
         parsed: list[Any] = []
         for (args, options), reply in zip(stack, replies, strict=True):
             if isinstance(reply, BaseException):
-                if isinstance(reply, asyncio.CancelledError) or not isinstance(reply, ResponseError):
+                if not isinstance(reply, ResponseError):  # lost connection, cancellation...
                     raise reply
                 if EMPTY_RESPONSE in options:
                     parsed.append(options[EMPTY_RESPONSE])

@@ -121,7 +121,7 @@ async def dedicated(redis: RedisClient) -> AsyncIterator[RedisClient]:
             yield redis
         finally:
             _holding_permit.reset(token)
-    elif isinstance(redis, Redis) or hasattr(redis, "client"):
+    elif hasattr(redis, "client"):  # redis-py's client (fakeredis's too)
         async with redis.client() as connection:
             yield connection
     else:
