@@ -17,7 +17,7 @@ import wire
 from coordinator.auth import HostPrincipal
 from coordinator.context import Context
 from coordinator.errors import ApiError, InvalidRequest, device_limit
-from coordinator.server import PEER_CLOSED
+from coordinator.server import CONNECTION, ClientConnection
 from coordinator.validation import (
     Body,
     canonical_json,
@@ -26,6 +26,7 @@ from coordinator.validation import (
     require_id,
 )
 from coordinator.views import assignment_view, iso_ms, json_response
+from coordinator.waiter import Wakeup
 
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
 _RESULT_STATUSES = wire.values(wire.ResultStatus)
@@ -104,14 +105,41 @@ async def _client_gone(request: Request) -> None:
             return
 
 
-def _client_left(request: Request, gone: asyncio.Future[None] | None) -> bool:
-    """Whether the client is gone: told by the server (``gone``, the watch started before the
-    first wait), or found on the socket now, where the server offers that (``server.py``): a
-    request handled late, after a stall, may have lost its client before the watch could run."""
-    if gone is not None and gone.done():
-        return True
-    peer_closed = request.scope.get("extensions", {}).get(PEER_CLOSED)
-    return peer_closed is not None and peer_closed()
+class _Hangup:
+    """Sets a waiting poll's wake-up when its client hangs up, and says whether it has.
+
+    Through the connection (``server.CONNECTION``) where the server is ours: a callback when it
+    is lost, and a look at the socket, since a request handled late, after a stall, may have lost
+    its client before the event loop read the hang-up. Elsewhere (another ASGI server, the tests'
+    in-process transport) through a task that reads the request's messages until
+    ``http.disconnect``, started before the first wait."""
+
+    __slots__ = ("_connection", "_reader", "_request", "_wakeup")
+
+    def __init__(self, request: Request, wakeup: Wakeup) -> None:
+        self._request = request
+        self._wakeup = wakeup
+        self._reader: asyncio.Task[None] | None = None
+        self._connection: ClientConnection | None = request.scope.get("extensions", {}).get(CONNECTION)
+        if self._connection is not None:
+            self._connection.on_lost(wakeup.set)
+
+    def happened(self) -> bool:
+        if self._reader is not None and self._reader.done():
+            return True
+        return self._connection is not None and self._connection.peer_closed()
+
+    def watch(self) -> None:
+        """Before each wait: make sure the hang-up will be noticed while the poll waits."""
+        if self._connection is None and self._reader is None:
+            self._reader = asyncio.ensure_future(_client_gone(self._request))
+            self._reader.add_done_callback(lambda _: self._wakeup.set())
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.on_lost(None)
+        if self._reader is not None:
+            self._reader.cancel()
 
 
 async def _parse_claim(ctx: Context, request: Request) -> tuple[float, str]:
@@ -133,17 +161,17 @@ async def claim(ctx: Context, request: Request) -> Response:
     # Register before the first attempt, so a wake-up between the attempt and the wait is kept.
     # Every attempt first checks that the client is still there: a poll whose client has gone
     # claims nothing.
-    event = waiter.register(host_id)
-    gone: asyncio.Future[None] | None = None
+    wakeup = waiter.register(host_id)
+    hangup = _Hangup(request, wakeup)
     try:
         while True:
-            if _client_left(request, gone):
+            if hangup.happened():
                 metrics.claims.inc("disconnected")
                 return Response(status_code=204)
             if waiter.closed:
                 metrics.claims.inc("shutdown")
                 return Response(status_code=204)
-            event.clear()
+            wakeup.clear()
             lease_id = "l_" + secrets.token_hex(16)
             wait_ms = int((deadline - loop.time()) * 1000)
             claimed = await store.claim(principal, claim_id, lease_id, ctx.settings.lease_ttl_ms,
@@ -157,17 +185,11 @@ async def claim(ctx: Context, request: Request) -> Response:
             if remaining <= 0:
                 metrics.claims.inc("empty")
                 return Response(status_code=204)
-            if gone is None:
-                gone = asyncio.ensure_future(_client_gone(request))
-            woken = asyncio.ensure_future(event.wait())
-            try:
-                await asyncio.wait((woken, gone), timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                woken.cancel()
+            hangup.watch()
+            await wakeup.wait(remaining)
     finally:
-        waiter.unregister(host_id, event)
-        if gone is not None:
-            gone.cancel()
+        waiter.unregister(host_id, wakeup)
+        hangup.close()
 
 
 # -- renew ---------------------------------------------------------------------------------

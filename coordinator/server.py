@@ -11,6 +11,10 @@ long-polls would hold a stopping process for the whole graceful timeout and then
 (a 500 each). `Server` calls `on_exit` as soon as the signal arrives, so the app can answer them
 at once, then lets uvicorn drain as usual.
 
+A handler reaches its request's connection through the `CONNECTION` scope extension: whether the
+client has hung up, asked of the socket, and a callback when the connection is lost, so that a
+waiting long-poll notices its client leaving without a task of its own reading ASGI messages.
+
 Several worker processes (``WEB_CONCURRENCY``) are `workers.py`'s.
 """
 
@@ -26,7 +30,7 @@ import socket
 import threading
 from collections.abc import Callable, Generator
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import uvicorn
@@ -39,12 +43,26 @@ from wire import ErrorCode
 log = logging.getLogger("coordinator")
 
 MAX_HEAD_BYTES = 64 * 1024
-# The scope extension through which a handler asks whether its client has hung up, now.
-PEER_CLOSED = "tether.peer_closed"
+# The scope extension through which a handler reaches its client's connection (`ClientConnection`).
+CONNECTION = "tether.connection"
 # Linux reports a peer's FIN as POLLRDHUP without reading (and so consuming) any data.
 _HANGUP = getattr(select, "POLLRDHUP", 0x2000) | select.POLLHUP | select.POLLERR
 # In-flight requests get this long to finish after SIGTERM; waiting polls are answered at once.
 GRACEFUL_TIMEOUT_S = 5
+
+
+class ClientConnection(Protocol):
+    """What a handler may ask of the connection its request came on (``scope["extensions"]
+    [CONNECTION]``, where the server is this module's; other servers give no such extension)."""
+
+    def peer_closed(self) -> bool:
+        """Whether the client has hung up, asked of the socket now."""
+        ...
+
+    def on_lost(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` when the connection is lost (at once if it already is), instead of
+        any callback set before; ``None`` sets none."""
+        ...
 
 
 class _HeadTooLarge(Exception):
@@ -67,7 +85,8 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     # Slots, not the instance dict: uvicorn's protocol sets 28 attributes, and CPython shares one
     # table of keys among a class's instance dicts only up to 30 keys. Past that every connection
     # carries a private dict of its own: 1.6 KB instead of 0.3 KB.
-    __slots__ = ("_awaiting_head", "_head_bytes", "_head_timer", "_head_too_large", "_heads")
+    __slots__ = ("_awaiting_head", "_head_bytes", "_head_timer", "_head_too_large", "_heads", "_lost",
+                 "_on_lost")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -76,6 +95,8 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_too_large = False
         self._head_timer: asyncio.TimerHandle | None = None
+        self._lost = False
+        self._on_lost: Callable[[], None] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -84,6 +105,10 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
         super().connection_lost(exc)
+        self._lost = True
+        callback, self._on_lost = self._on_lost, None
+        if callback is not None:
+            callback()
 
     def data_received(self, data: bytes) -> None:
         in_head, heads = self._awaiting_head, self._heads
@@ -97,8 +122,18 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.scope["extensions"] = {PEER_CLOSED: self.peer_closed}  # type: ignore[typeddict-unknown-key]
+        self.scope["extensions"] = {CONNECTION: self}  # type: ignore[typeddict-unknown-key]
         self._arm_head_timer()  # a pipelined request starts arriving while another runs
+
+    def on_lost(self, callback: Callable[[], None] | None) -> None:
+        """See `ClientConnection`. One callback per connection is enough: uvicorn runs one
+        request of a connection at a time (pipelined ones wait for it). A waiting long-poll
+        learns of its client's hang-up this way, without a task of its own reading the ASGI
+        ``receive`` until ``http.disconnect``."""
+        if self._lost and callback is not None:
+            callback()
+            return
+        self._on_lost = callback
 
     def peer_closed(self) -> bool:
         """Whether the client has hung up, asked of the socket itself: a request that waited in

@@ -4,11 +4,11 @@ A poll that finds nothing is registered, by the claim script in the same step th
 host's assignment list empty, as "a poll of host H waits on process P" (``polls:<host>``, a
 zset of process id -> until when). The script that assigns work to H pushes H onto the inbox
 list of every process registered there (``inbox:<process>``). Each process runs one loop that
-blocks on its own inbox (BLPOP, one connection however many polls wait) and sets the events of
+blocks on its own inbox (BLPOP, one connection however many polls wait) and sets the wake-ups of
 its polls of that host, which then run the claim script again.
 
 So a wake-up goes only to a process that holds a poll of the host. No wake-up is lost: a poll
-registers its event here before its first claim attempt, and the claim script registers the
+registers its wake-up here before its first claim attempt, and the claim script registers the
 poll in Redis atomically with finding nothing, so any later assignment pushes to this inbox; the
 inbox is a list, so a push made while the loop is between two pops waits for the next pop.
 Spurious wake-ups are harmless (the claim script decides). A registration expires with the
@@ -44,12 +44,61 @@ def new_process_id() -> str:
     return "p_" + secrets.token_hex(8)
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Wakeup:
+    """What one waiting poll waits on: set when work may be there for its host (``ClaimWaiter``),
+    when the process stops, or when its client hangs up (``host_api``).
+
+    An ``asyncio.Event`` cut down to what a poll needs, because a process holds thousands: an
+    Event allocates a deque of waiters (0.7 KB) whether anyone waits or not, and waiting on one
+    with a timeout took a task and ``asyncio.wait``'s futures and callbacks. This holds one
+    future, made only while the poll waits, and one timer."""
+
+    __slots__ = ("_future", "_is_set")
+
+    def __init__(self) -> None:
+        self._is_set = False
+        self._future: asyncio.Future[None] | None = None
+
+    def is_set(self) -> bool:
+        return self._is_set
+
+    def set(self) -> None:
+        self._is_set = True
+        if self._future is not None:
+            _settle(self._future)
+
+    def clear(self) -> None:
+        self._is_set = False
+
+    async def wait(self, timeout: float) -> bool:
+        """Return once set, or after ``timeout`` seconds; whether it was set. One waiter at a
+        time (the poll that owns it)."""
+        if self._is_set:
+            return True
+        loop = asyncio.get_running_loop()
+        future = self._future = loop.create_future()
+        timer = loop.call_later(timeout, _settle, future)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            self._future = None
+        return self._is_set
+
+
 class ClaimWaiter:
     def __init__(self, redis: Redis, inbox_key: str, process_id: str) -> None:
         self._redis = redis
         self._inbox = inbox_key
         self.process_id = process_id
-        self._waiting: dict[str, set[asyncio.Event]] = {}
+        # host id -> its waiting polls. A list: a host keeps one poll open (the agent's claim
+        # loop), seldom two, and a list of one is 64 bytes where a set is 216.
+        self._waiting: dict[str, list[Wakeup]] = {}
         self._count = 0
         self.closed = False
 
@@ -64,29 +113,29 @@ class ClaimWaiter:
         """How many polls of this process wait right now."""
         return self._count
 
-    def register(self, host_id: str) -> asyncio.Event:
-        event = asyncio.Event()
-        self._waiting.setdefault(host_id, set()).add(event)
+    def register(self, host_id: str) -> Wakeup:
+        wakeup = Wakeup()
+        self._waiting.setdefault(host_id, []).append(wakeup)
         self._count += 1
-        return event
+        return wakeup
 
-    def unregister(self, host_id: str, event: asyncio.Event) -> None:
-        events = self._waiting.get(host_id)
-        if events is None or event not in events:
+    def unregister(self, host_id: str, wakeup: Wakeup) -> None:
+        wakeups = self._waiting.get(host_id)
+        if wakeups is None or wakeup not in wakeups:
             return
-        events.discard(event)
+        wakeups.remove(wakeup)
         self._count -= 1
-        if not events:
+        if not wakeups:
             del self._waiting[host_id]
 
     def wake(self, host_id: str) -> None:
-        for event in self._waiting.get(host_id, ()):
-            event.set()
+        for wakeup in self._waiting.get(host_id, ()):
+            wakeup.set()
 
     def wake_all(self) -> None:
-        for events in self._waiting.values():
-            for event in events:
-                event.set()
+        for wakeups in self._waiting.values():
+            for wakeup in wakeups:
+                wakeup.set()
 
     def _wake_raw(self, value: bytes | str) -> None:
         self.wake(value.decode() if isinstance(value, bytes) else value)

@@ -1,0 +1,107 @@
+"""A waiting long-poll: its wake-up, and its release when the client hangs up, told by the
+server's connection (``server.CONNECTION``) or, on any other server, read from ASGI messages."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from coordinator.server import CONNECTION
+from coordinator.waiter import Wakeup
+from tests.conftest import Api
+from tests.support import HOSTS
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_wakeup_set_before_its_wait_is_kept_and_a_wait_ends_at_its_timeout() -> None:
+    wakeup = Wakeup()
+    wakeup.set()
+    assert await asyncio.wait_for(wakeup.wait(10), 1) is True
+    wakeup.clear()
+    assert await wakeup.wait(0.01) is False
+    waiting = asyncio.ensure_future(wakeup.wait(10))
+    await asyncio.sleep(0)
+    wakeup.set()
+    assert await asyncio.wait_for(waiting, 1) is True
+
+
+class _Connection:
+    """A stand-in for the server's connection: the hang-up is ours to make."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.callback: Callable[[], None] | None = None
+
+    def peer_closed(self) -> bool:
+        return self.closed
+
+    def on_lost(self, callback: Callable[[], None] | None) -> None:
+        self.callback = callback
+
+    def hang_up(self) -> None:
+        self.closed = True
+        if self.callback is not None:
+            self.callback()
+
+
+async def _poll(api: Api, extensions: dict[str, Any], hung_up: asyncio.Event) -> list[dict[str, Any]]:
+    """A claim with wait_s=10 sent straight to the ASGI app; its receive says ``http.disconnect``
+    once ``hung_up`` is set. The messages the app sent."""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/internal/v1/hosts/host-a/claim", "raw_path": b"/internal/v1/hosts/host-a/claim",
+        "query_string": b"wait_s=10", "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+        "headers": [(b"authorization", f"Bearer {HOSTS['host-a']}".encode())], "extensions": extensions,
+    }
+    sent: list[dict[str, Any]] = []
+    body_read = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal body_read
+        if not body_read:
+            body_read = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await hung_up.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await api.app(scope, receive, send)
+    return sent
+
+
+async def _until_waiting(api: Api) -> None:
+    while api.ctx.waiter.waiting == 0:
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.1)  # past its first claim attempt, into the wait
+
+
+def _disconnected(api: Api) -> float:
+    return api.ctx.metrics.registry.get_sample_value("tether_claims_total", {"outcome": "disconnected"}) or 0
+
+
+@pytest.mark.parametrize("told_by", ["connection", "asgi messages"])
+async def test_a_waiting_poll_is_released_as_soon_as_its_client_hangs_up(api: Api, told_by: str) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    connection, hung_up = _Connection(), asyncio.Event()
+    extensions = {CONNECTION: connection} if told_by == "connection" else {}
+    poll = asyncio.ensure_future(_poll(api, extensions, hung_up))
+    await _until_waiting(api)
+    if told_by == "connection":
+        connection.hang_up()
+    else:
+        hung_up.set()
+    sent = await asyncio.wait_for(poll, 5)  # well before its 10 s
+    assert sent[0]["status"] == 204
+    assert _disconnected(api) == 1
+    assert api.ctx.waiter.waiting == 0
+    assert connection.callback is None  # the poll's callback is removed with it
+    # the poll claimed nothing: work created now waits for the next poll
+    task = (await api.create_task(device_id="a1")).json()
+    assignment = (await api.claim("host-a")).json()
+    assert assignment["task_id"] == task["task_id"]
