@@ -1,9 +1,9 @@
 """The one error boundary: every exception a request raises becomes the contract's JSON error here.
 
-``RequestBoundary`` is the outermost middleware of the app (inside Starlette's own server-error
-middleware, which therefore never sees an exception). It counts each request for ``/metrics`` and
-turns whatever escaped the route into a response with ``response_for``, using the mapping of
-``errors.error_for_exception``:
+``RequestBoundary`` is the app's one middleware, right around the router (``app.py`` leaves out
+Starlette's own exception middlewares, which would never act). It counts each request for
+``/metrics`` and turns whatever escaped the route into a response with ``response_for``, using the
+mapping of ``errors.error_for_exception``:
 
 - ``ApiError`` and its subclasses: their status, code and headers;
 - Starlette's ``HTTPException`` (routing 404 and 405): ``not_found`` / ``method_not_allowed``,
@@ -23,7 +23,6 @@ import logging
 import secrets
 import time
 
-from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -107,11 +106,6 @@ def response_for(exc: BaseException, scope: Scope) -> Response:
     if isinstance(error, MethodNotAllowed):
         response.headers["Allow"] = _allowed_methods(scope)
     return response
-
-
-async def http_exception_handler(request: Request, exc: Exception) -> Response:
-    """Starlette answers routing errors itself unless given a handler: this sends them here."""
-    return response_for(exc, request.scope)
 
 
 class RequestBoundary:
