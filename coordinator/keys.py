@@ -19,7 +19,6 @@ class Keys:
         # tasks
         self.tasks = p + "tasks"
         self.task_seq = p + "task_seq"
-        self.tasks_by_seq = p + "tasks_by_seq"
         self.tasks_by_status = p + "tasks_by_status"
         self.idempotency = p + "idempotency"
         # scheduling
@@ -59,12 +58,8 @@ class Keys:
         # the id (the methods below): the scripts derive them, and they carry the hash tag too.
         self.base = p
 
-    def task_events(self, task_id: str) -> str:
-        """A task's history: a list of event JSON, oldest first, capped."""
-        return f"{self.base}task_events:{task_id}"
-
     def device_runs(self, device_id: str) -> str:
-        """A device's runs: a list of run JSON, newest first, capped."""
+        """A device's ended runs: a list of run JSON, newest first, capped."""
         return f"{self.base}device_runs:{device_id}"
 
     def assigned(self, host_id: str) -> str:

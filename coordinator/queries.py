@@ -34,6 +34,7 @@ from coordinator.waiting import (
 
 SCAN_BOUND = 5000
 _BATCH = 500
+_TASK_STATUSES = wire.values(wire.TaskStatus)
 
 
 def clock_ms(clock: tuple[int, int]) -> int:
@@ -104,14 +105,18 @@ class Queries:
         ]
 
     async def _task_ids(self, status: str | None, before_seq: int | None, count: int) -> list[bytes]:
-        """Ids newest first, below ``before_seq``."""
+        """Ids newest first, below ``before_seq``. Every status is a range of one index, so all
+        tasks are the newest ``count`` of each status's range, merged by their zero-padded seq."""
         k = self.keys
-        if status is None:
-            high = f"({before_seq}" if before_seq is not None else "+inf"
-            return await self.redis.zrevrangebyscore(k.tasks_by_seq, high, "-inf", start=0, num=count)
-        high, low = k.status_range(status, before_seq)
-        members = await self.redis.zrevrangebylex(k.tasks_by_status, high, low, start=0, num=count)
-        return [k.member_task_id(m) for m in members]
+        statuses = [status] if status is not None else _TASK_STATUSES
+        async with self._pipeline() as pipe:
+            for each in statuses:
+                high, low = k.status_range(each, before_seq)
+                pipe.zrevrangebylex(k.tasks_by_status, high, low, start=0, num=count)
+            ranges = await pipe.execute()
+        # A member is status\0seq\0id: order by the seq that follows the status.
+        members = sorted((m for r in ranges for m in r), key=lambda m: m.split(b"\0", 2)[1], reverse=True)
+        return [k.member_task_id(m) for m in members[:count]]
 
     async def list_tasks(self, *, status: str | None, host_id: str | None, device_id: str | None,
                          limit: int, cursor: int | None) -> Page:
@@ -138,14 +143,12 @@ class Queries:
         return Page(found, None if last is None else str(last))
 
     async def task_events(self, task_id: str) -> list[dict[str, Any]] | None:
-        """The task's history, oldest first; None when there is no such task."""
-        async with self._pipeline() as pipe:
-            pipe.hexists(self.keys.tasks, task_id)
-            pipe.lrange(self.keys.task_events(task_id), 0, -1)
-            exists, raw = await pipe.execute()
-        if not exists:
+        """The task's history, oldest first (its record carries it); None when there is no such
+        task."""
+        raw = await self.redis.hget(self.keys.tasks, task_id)
+        if raw is None:
             return None
-        return [orjson.loads(e) for e in raw]
+        return [{**event, "task_id": task_id} for event in orjson.loads(raw).get("events", [])]
 
     # -- waiting work ----------------------------------------------------------------------
 
@@ -273,8 +276,18 @@ class Queries:
         return [m for m in members if (driver is None or m[0] == driver) and (after is None or m > after)]
 
     async def device_runs(self, device_id: str, limit: int) -> list[dict[str, Any]]:
-        raw = await self.redis.lrange(self.keys.device_runs(device_id), 0, limit - 1)
-        return [orjson.loads(r) for r in raw]
+        """The device's runs, newest first: the one in progress (its reserved task, while
+        running), then the ended ones the scripts recorded."""
+        async with self._pipeline() as pipe:
+            pipe.hget(self.keys.reservations, device_id)
+            pipe.lrange(self.keys.device_runs(device_id), 0, limit - 1)
+            holder, ended = await pipe.execute()
+        runs = [orjson.loads(r) for r in ended]
+        current = holder and await self.get_task(_text(holder))
+        if current and current.status == wire.TaskStatus.RUNNING and current.device_id == device_id:
+            runs.insert(0, {"task_id": current.id, "attempt": current.attempt, "host_id": current.host_id,
+                            "started_at": current.started_at})
+        return runs[:limit]
 
     async def device_known(self, device_id: str) -> bool:
         """Pooled, enrolled, or with runs on record."""
@@ -372,7 +385,7 @@ class Queries:
     async def task_counts(self) -> dict[str, int]:
         """Tasks by status (each count one ZLEXCOUNT of the status index)."""
         k = self.keys
-        statuses = wire.values(wire.TaskStatus)
+        statuses = _TASK_STATUSES
         async with self._pipeline() as pipe:
             for status in statuses:
                 pipe.zlexcount(k.tasks_by_status, f"[{status}\0", f"({status}\1")

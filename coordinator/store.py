@@ -146,7 +146,7 @@ class Store:
     async def create_task(self, task: dict[str, Any]) -> tuple[TaskRecord, bool]:
         k = self.keys
         reply = await self._schedule(
-            "createTask", [k.task_seq, k.tasks_by_seq, k.idempotency], [orjson.dumps(task)]
+            "createTask", [k.task_seq, k.idempotency], [orjson.dumps(task)]
         )
         return TaskRecord.from_json(reply[1]), reply[2] == 1
 
@@ -203,7 +203,7 @@ class Store:
         k = self.keys
         reply = await self._run(
             "purgeTasks",
-            [k.tasks, k.tasks_by_seq, k.tasks_by_status, k.retention, k.idempotency, k.claims,
+            [k.tasks, k.tasks_by_status, k.retention, k.idempotency, k.claims,
              k.progress, k.stats],
             [k.base, limit],
         )

@@ -49,8 +49,8 @@ def parse_task(body: Body, default_queue_timeout_ms: int) -> dict[str, Any]:
     task["queue_timeout_ms"] = queue_timeout_s * 1000 if queue_timeout_s is not None else default_queue_timeout_ms
     if body.get("idempotency_key") is not None:
         task["idempotency_key"] = body.id("idempotency_key")
-    # What makes two requests "the same" for the idempotency key.
-    task["request_hash"] = hashlib.sha256(canonical_json(task).encode()).hexdigest()
+        # What makes two requests "the same" for the key; stored only where a key can match.
+        task["request_hash"] = hashlib.sha256(canonical_json(task).encode()).hexdigest()
     return {k: v for k, v in task.items() if v is not None}
 
 

@@ -34,8 +34,8 @@ elseif previous == 'running' then
   if not task.cancel_requested then
     task.cancel_requested = true
     task.updated_at = now
-    saveTask(S, task, previous)
     taskEvent(S, task, 'cancel_requested', now)
+    saveTask(S, task, previous)
   end
   return {0, cjson.encode(task)}
 elseif previous == 'cancelled' then
@@ -45,6 +45,6 @@ else
 end
 task.status = 'cancelled'
 task.failure_reason = 'cancelled'
-finishTask(S, task, previous, now)
 taskEvent(S, task, 'cancelled', now, 'cancelled')
+finishTask(S, task, previous, now)
 return {0, cjson.encode(task)}

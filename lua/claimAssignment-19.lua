@@ -104,9 +104,8 @@ if claimId ~= '' then
   task.claims = task.claims or {}
   task.claims[#task.claims + 1] = claimField
 end
-saveTask(S, task, previous)
 taskEvent(S, task, 'claimed', now)
-startRun(S, task, now)
+saveTask(S, task, previous)
 
 local lease = {task_id = task.id, host_id = hostId, attempt = task.attempt, device_id = task.device_id}
 rcall('SET', derived(S, 'lease', leaseId), cjson.encode(lease), 'PX', ttl + LEASE_KEY_GRACE_MS)

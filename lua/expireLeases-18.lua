@@ -41,8 +41,8 @@ for _, taskId in ipairs(due) do
     if task.cancel_requested or task.attempt >= task.max_attempts then
       task.status = task.cancel_requested and 'cancelled' or 'failed'
       task.failure_reason = 'lease_expired'
-      finishTask(S, task, previous, now)
       taskEvent(S, task, 'lease_expired', now, 'lease_expired')
+      finishTask(S, task, previous, now)
       releaseDevice(S, task, now, false)
     else
       nextAttempt(task, now)

@@ -27,8 +27,8 @@ for _, taskId in ipairs(due) do
     unqueueTask(S, task)
     task.status = 'failed'
     task.failure_reason = 'queue_timeout'
-    finishTask(S, task, 'queued', now)
     taskEvent(S, task, 'queue_timeout', now, 'queue_timeout')
+    finishTask(S, task, 'queued', now)
     failed = failed + 1
   end
 end

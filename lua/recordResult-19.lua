@@ -47,11 +47,11 @@ local resultJson = ARGV[10]
 local credential = ARGV[11]
 local leaseKey = derived(S, 'lease', leaseId)
 
-local lease, failure = presentedLease(revokedKey, credential, leaseKey, hostId, taskId, attempt)
+local task = getJson(S.tasks, taskId)
+local lease, failure = presentedLease(revokedKey, credential, leaseKey, leaseId, hostId, taskId, attempt, task)
 if not lease then
   return {failure}
 end
-local task = getJson(S.tasks, taskId)
 if not task then
   return {E.LEASE_NOT_OWNED}
 end

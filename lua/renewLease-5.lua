@@ -42,11 +42,11 @@ local progress = ARGV[6]
 local credential = ARGV[7]
 local leaseKey = ARGV[8] .. 'lease:' .. leaseId
 
-local lease, failure = presentedLease(revokedKey, credential, leaseKey, hostId, taskId, attempt)
+local task = getJson(tasksKey, taskId)
+local lease, failure = presentedLease(revokedKey, credential, leaseKey, leaseId, hostId, taskId, attempt, task)
 if not lease then
   return {failure}
 end
-local task = getJson(tasksKey, taskId)
 if task.attempt > attempt then
   return {E.LEASE_REPLACED}
 end

@@ -91,10 +91,18 @@ end
 local LEASE_KEY_GRACE_MS = 30000
 
 -- The lease a host presents for a task attempt, or nil and the failure to answer: its credential
--- was revoked, or the lease is unknown, another host's, or not this task and attempt.
-local function presentedLease(revokedKey, credential, leaseKey, hostId, taskId, attempt)
+-- was revoked, or the lease is unknown, another host's, or not this task and attempt. `task` is
+-- the task's record, or nil: when the lease is the one the record names, the record says whose
+-- it is (its host and attempt are that lease's), and the lease key is not read.
+local function presentedLease(revokedKey, credential, leaseKey, leaseId, hostId, taskId, attempt, task)
   if rcall('SISMEMBER', revokedKey, credential) == 1 then
     return nil, E.REVOKED
+  end
+  if task and task.lease_id == leaseId then
+    if task.host_id ~= hostId or task.attempt ~= attempt then
+      return nil, E.LEASE_NOT_OWNED
+    end
+    return {task_id = taskId, host_id = hostId, attempt = attempt, device_id = task.device_id}
   end
   local raw = rcall('GET', leaseKey)
   local lease = raw and cjson.decode(raw)

@@ -37,7 +37,8 @@
     polls:<host>             zset   process id -> until when (ms) a poll of the host waits there
     inbox:<process>          list   host ids with new work, for that process's waiting polls
     lease:<lease id>         string the lease JSON, with a TTL a little past its deadline
-    task_events:<task>       list   the task's history; device_runs:<device> list: its runs
+    device_runs:<device>     list   the device's ended runs, newest first
+  (A task's history is not a key of its own: its record carries it, as `events`.)
 
   Invariants kept:
     - a device is in `free` only if it is pooled, `available`, unreserved, not disabled, and its
@@ -90,7 +91,7 @@ local function freeMember(driver, deviceId)
   return indexMember(driver, deviceId)
 end
 
--- Write a task back, moving it in the status index when its status changed.
+-- Write a task back, moving it in the status index when its status changed; its JSON.
 local function saveTask(S, task, previousStatus)
   if previousStatus ~= task.status then
     if previousStatus then
@@ -98,7 +99,9 @@ local function saveTask(S, task, previousStatus)
     end
     rcall('ZADD', S.byStatus, 0, statusMember(task.status, task))
   end
-  putJson(S.tasks, task.id, task)
+  local encoded = cjson.encode(task)
+  rcall('HSET', S.tasks, task.id, encoded)
+  return encoded
 end
 
 local function count(S, name)
@@ -112,54 +115,45 @@ local function publish(S, event)
   rcall('XADD', S.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode(event))
 end
 
--- A task's event, to its capped history and to the feed. `status` is the task's status after
--- the event, except for a `result`, where it is the reported one.
+-- A task's event: appended to its history, which its record carries (the last
+-- TASK_EVENTS_KEPT), and to the feed. The caller saves the task afterwards: the history is part
+-- of the record, so it costs no command of its own. `status` is the task's status after the
+-- event, except for a `result`, where it is the reported one.
 local function taskEvent(S, task, kind, now, reason, status)
-  local encoded = cjson.encode({
+  local event = {
     at = now,
     type = kind,
-    task_id = task.id,
     attempt = task.attempt,
     host_id = task.host_id,
     device_id = task.device_id or task.target_device,
     reason = reason,
     status = status or task.status,
-  })
-  local history = derived(S, 'task_events', task.id)
-  if rcall('RPUSH', history, encoded) > TASK_EVENTS_KEPT then
-    rcall('LTRIM', history, -TASK_EVENTS_KEPT, -1)
+  }
+  local history = task.events or {}
+  history[#history + 1] = event
+  if #history > TASK_EVENTS_KEPT then
+    table.remove(history, 1)
   end
-  rcall('XADD', S.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', encoded)
+  task.events = history
+  event.task_id = task.id
+  rcall('XADD', S.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode(event))
+  event.task_id = nil  -- implied in the history, which lives in the task's own record
 end
 
--- A device's runs, newest first: one entry per claimed attempt, closed when it ends. The list
--- lives while the device is used within the retention window.
-local function startRun(S, task, now)
-  local runs = derived(S, 'device_runs', task.device_id)
-  local run = cjson.encode({task_id = task.id, attempt = task.attempt, host_id = task.host_id, started_at = now})
-  if rcall('LPUSH', runs, run) > DEVICE_RUNS_KEPT then
-    rcall('LTRIM', runs, 0, DEVICE_RUNS_KEPT - 1)
-  end
-  rcall('PEXPIRE', runs, S.retentionMs)
-end
-
--- Close the device's open run of this attempt (a device runs one attempt at a time, so it is
--- the newest entry).
+-- A device's runs, newest first, one entry per claimed attempt, written when the attempt ends
+-- (the run in progress is the device's reserved running task: queries read it from there). The
+-- list lives while the device is used within the retention window.
 local function endRun(S, task, attempt, now, outcome)
   if not task.device_id then
     return
   end
   local runs = derived(S, 'device_runs', task.device_id)
-  local newest = rcall('LINDEX', runs, 0)
-  if not newest then
-    return
+  local run = cjson.encode({task_id = task.id, attempt = attempt, host_id = task.host_id,
+                            started_at = task.started_at, ended_at = now, outcome = outcome})
+  if rcall('LPUSH', runs, run) > DEVICE_RUNS_KEPT then
+    rcall('LTRIM', runs, 0, DEVICE_RUNS_KEPT - 1)
   end
-  local run = cjson.decode(newest)
-  if run.task_id == task.id and run.attempt == attempt and not run.outcome then
-    run.ended_at = now
-    run.outcome = outcome
-    rcall('LSET', runs, 0, cjson.encode(run))
-  end
+  rcall('PEXPIRE', runs, S.retentionMs)
 end
 
 -- -- hosts and devices -----------------------------------------------------------------------
@@ -244,15 +238,14 @@ local function wakePolls(S, hostId, now)
   end
 end
 
+-- Give a task a device (the caller saves the task).
 local function assignTask(S, task, deviceId, device, now)
-  local previous = task.status
   rcall('HSET', S.reservations, deviceId, task.id)
   rcall('ZREM', S.free, freeMember(device.driver, deviceId))
   task.status = 'assigned'
   task.device_id = deviceId
   task.host_id = device.host_id
   task.updated_at = now
-  saveTask(S, task, previous)
   rcall('RPUSH', derived(S, 'assigned', device.host_id), task.id)
   rcall('ZADD', S.claimDeadlines, now + S.claimTimeoutMs, task.id)
   taskEvent(S, task, 'assigned', now)
@@ -295,7 +288,8 @@ local function waitingKey(S, task)
   return derived(S, 'waiting', task.driver)
 end
 
--- Put a queued task on a free device now, or in its waiting index with its queue deadline.
+-- Put a queued task on a free device now, or in its waiting index with its queue deadline
+-- (the caller saves the task).
 local function placeTask(S, task, now)
   local deviceId, device = findDeviceFor(S, task, now)
   if deviceId then
@@ -349,58 +343,65 @@ local function feedDevice(S, deviceId, device, now)
   rcall('ZREM', chosenKey, chosen)
   rcall('ZREM', S.queueDeadlines, task.id)
   assignTask(S, task, deviceId, device, now)
+  saveTask(S, task, 'queued')
   return true
 end
 
 -- Recompute a device's membership of `free`; a device that becomes free is fed at once.
-local function refreshDevice(S, deviceId, now)
-  local device = getJson(S.devices, deviceId)
+-- `device` is its record when the caller has just read it; `released` says its reservation was
+-- dropped in this step, so it is neither reserved nor (a reserved device never is) in `free`.
+local function refreshDevice(S, deviceId, now, device, released)
+  device = device or getJson(S.devices, deviceId)
   if not device then
     return
   end
   local freeKey = freeMember(device.driver, deviceId)
   local shouldBeFree = device.status == 'available'
-    and rcall('HEXISTS', S.reservations, deviceId) == 0
+    and (released or rcall('HEXISTS', S.reservations, deviceId) == 0)
     and rcall('HEXISTS', S.disabled, deviceId) == 0
     and hostSchedulable(S, device.host_id, now)
   if not shouldBeFree then
-    rcall('ZREM', S.free, freeKey)
+    if not released then
+      rcall('ZREM', S.free, freeKey)
+    end
     return
   end
-  local wasFree = rcall('ZSCORE', S.free, freeKey) ~= false
-  if wasFree then
-    return
+  if not released and rcall('ZSCORE', S.free, freeKey) ~= false then
+    return  -- free already
   end
   if not feedDevice(S, deviceId, device, now) then
     rcall('ZADD', S.free, 0, freeKey)
   end
 end
 
--- Remove the task's reservation of its device (if it still holds it); the device id, or nil.
+-- Remove the task's reservation of its device (if it still holds it); the device id, or nil,
+-- and whether the reservation was dropped.
 local function dropReservation(S, task)
   local deviceId = task.device_id
   if deviceId and rcall('HGET', S.reservations, deviceId) == task.id then
     rcall('HDEL', S.reservations, deviceId)
+    return deviceId, true
   end
-  return deviceId
+  return deviceId, false
 end
 
 -- Drop a task's hold on its device and let the device take other work.
 -- `finished` marks a device the agent reported busy as available again: the agent has just told
 -- us the work that made it busy is over, and waiting for its next heartbeat would idle it.
 local function releaseDevice(S, task, now, finished)
-  local deviceId = dropReservation(S, task)
+  local deviceId, released = dropReservation(S, task)
   if not deviceId then
     return
   end
+  local device = nil
   if finished then
-    local device = getJson(S.devices, deviceId)
+    device = getJson(S.devices, deviceId)
     if device and device.status == 'busy' then
       device.status = 'available'
       putJson(S.devices, deviceId, device)
     end
   end
-  refreshDevice(S, deviceId, now)
+  refreshDevice(S, deviceId, now, device, released)
 end
 
 -- A task reaches a terminal status: it is saved, and deleted once the retention has passed.
@@ -424,7 +425,7 @@ end
 -- recording `kind` with `reason` (the event still names the host and device it leaves), and
 -- placing it before its old device is freed so it does not wait behind that device.
 local function requeueTask(S, task, now, kind, reason)
-  local deviceId = dropReservation(S, task)
+  local deviceId, released = dropReservation(S, task)
   local previous = task.status
   task.status = 'queued'
   taskEvent(S, task, kind, now, reason)
@@ -432,10 +433,11 @@ local function requeueTask(S, task, now, kind, reason)
   task.host_id = nil
   task.lease_id = nil
   task.updated_at = now
-  saveTask(S, task, previous)
   placeTask(S, task, now)
+  -- Saved before its old device is refreshed: feeding that device may read it from its queue.
+  saveTask(S, task, previous)
   if deviceId then
-    refreshDevice(S, deviceId, now)
+    refreshDevice(S, deviceId, now, nil, released)
   end
 end
 

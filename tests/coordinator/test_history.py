@@ -44,7 +44,9 @@ async def test_the_feed_carries_the_same_events_as_the_history(api: Api) -> None
     await api.result("host-a", await claim_one(api, "host-a"))
     redis, keys = api.ctx.store.redis, api.ctx.store.keys
     fed = [orjson.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.feed)]
-    history = [orjson.loads(raw) for raw in await redis.lrange(keys.task_events(task["task_id"]), 0, -1)]
+    record = orjson.loads(await redis.hget(keys.tasks, task["task_id"]))
+    history = [{**event, "task_id": task["task_id"]} for event in record["events"]]
+    assert [e["type"] for e in history] == ["created", "assigned", "claimed", "result"]
     assert [e for e in fed if e.get("task_id") == task["task_id"]] == history
     assert fed[0]["type"] == "host_online" and fed[0]["host_id"] == "host-a"
 
@@ -52,14 +54,16 @@ async def test_the_feed_carries_the_same_events_as_the_history(api: Api) -> None
 async def test_history_keeps_the_last_200_events(api: Api) -> None:
     await api.heartbeat("host-a", ["a1"])
     task = (await api.create_task(device_id="a1")).json()
-    key = api.ctx.store.keys.task_events(task["task_id"])
-    filler = [orjson.dumps({"type": "old", "n": n}) for n in range(wire.TASK_EVENTS_KEPT)]
-    await api.ctx.store.redis.rpush(key, *filler)
+    redis, tasks_key = api.ctx.store.redis, api.ctx.store.keys.tasks
+    record = orjson.loads(await redis.hget(tasks_key, task["task_id"]))
+    record["events"] = [{"type": "old", "n": n} for n in range(wire.TASK_EVENTS_KEPT)]
+    await redis.hset(tasks_key, task["task_id"], orjson.dumps(record))
     await claim_one(api, "host-a")
     events = await api.events(task["task_id"])
     assert len(events) == wire.TASK_EVENTS_KEPT
     assert events[-1]["type"] == "claimed" and events[0]["type"] == "old"
-    assert await api.ctx.store.redis.llen(key) == wire.TASK_EVENTS_KEPT
+    stored = orjson.loads(await redis.hget(tasks_key, task["task_id"]))["events"]
+    assert len(stored) == wire.TASK_EVENTS_KEPT and stored[0] == {"type": "old", "n": 1}
 
 
 async def test_events_of_an_unknown_task_are_404(api: Api) -> None:
@@ -102,10 +106,11 @@ async def test_device_history_keeps_the_last_1000_runs(api: Api) -> None:
                         "ended_at": 2, "outcome": "succeeded"})
     await api.ctx.store.redis.rpush(key, *[old] * wire.DEVICE_RUNS_KEPT)
     task = (await api.create_task(device_id="a1")).json()
-    await claim_one(api, "host-a")
+    await api.result("host-a", await claim_one(api, "host-a"))
     assert await api.ctx.store.redis.llen(key) == wire.DEVICE_RUNS_KEPT
     runs = (await api.admin("GET", f"/api/v1/devices/a1/history?limit={wire.DEVICE_RUNS_KEPT}")).json()["runs"]
     assert len(runs) == wire.DEVICE_RUNS_KEPT and runs[0]["task_id"] == task["task_id"]
+    assert runs[0]["outcome"] == "succeeded" and runs[1]["task_id"] == "t_old"
     assert (await api.admin("GET", "/api/v1/devices/a1/history?limit=1001")).status_code == 400
 
 

@@ -4,12 +4,11 @@
   Input:
     KEYS[1..16] the scheduling keys (includes/schedule.lua)
     KEYS[17]    task_seq        string  counter giving every task its age
-    KEYS[18]    tasks_by_seq    zset    task id -> seq (listing, newest first)
-    KEYS[19]    idempotency     hash    idempotency key -> task id
+    KEYS[18]    idempotency     hash    idempotency key -> task id
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     task JSON built by the service: id, kind, goal | workflow, max_steps,
                 max_attempts, queue_timeout_ms, target_device | (driver, labels),
-                idempotency_key?, request_hash
+                idempotency_key? with its request_hash
   Output:
     {0, task JSON, 1}  created
     {0, task JSON, 0}  an earlier task with the same idempotency key and the same request
@@ -23,8 +22,7 @@
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
 local seqKey = KEYS[17]
-local bySeqKey = KEYS[18]
-local idempotencyKey = KEYS[19]
+local idempotencyKey = KEYS[18]
 
 local task = cjson.decode(ARGV[6])
 local now = nowMs()
@@ -50,8 +48,6 @@ task.queued_at = now
 if task.queue_timeout_ms then
   task.queue_deadline = now + task.queue_timeout_ms
 end
-rcall('ZADD', bySeqKey, task.seq, task.id)
-saveTask(S, task, nil)
 taskEvent(S, task, 'created', now)
 placeTask(S, task, now)
-return {0, rcall('HGET', S.tasks, task.id), 1}
+return {0, saveTask(S, task, nil), 1}

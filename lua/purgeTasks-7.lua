@@ -1,18 +1,17 @@
 --[[
   Reaper: delete terminal tasks whose retention has passed, with everything hanging off them:
-  the record, its index entries, its history, its idempotency key, its progress, its leases and
-  their claim records.
+  the record (which carries its history), its index entries, its idempotency key, its progress,
+  its leases and their claim records.
 
   Input:
     KEYS[1] tasks            hash  task id -> task JSON
-    KEYS[2] tasks_by_seq     zset  task id -> seq
-    KEYS[3] tasks_by_status  zset  "status\0seq\0task id"
-    KEYS[4] retention        zset  task id -> when it is deleted (ms); the index this sweep reads
-    KEYS[5] idempotency      hash  idempotency key -> task id
-    KEYS[6] claims           hash  "host id\0claim id" -> assignment JSON
-    KEYS[7] progress         hash  task id -> latest progress JSON
-    KEYS[8] stats            hash  deployment-wide counters
-    ARGV[1] key base (the task's history is <base>task_events:<task id>, a lease <base>lease:<id>)
+    KEYS[2] tasks_by_status  zset  "status\0seq\0task id"
+    KEYS[3] retention        zset  task id -> when it is deleted (ms); the index this sweep reads
+    KEYS[4] idempotency      hash  idempotency key -> task id
+    KEYS[5] claims           hash  "host id\0claim id" -> assignment JSON
+    KEYS[6] progress         hash  task id -> latest progress JSON
+    KEYS[7] stats            hash  deployment-wide counters
+    ARGV[1] key base (a lease is <base>lease:<id>)
     ARGV[2] at most this many tasks per call
   Output:
     {0, number of tasks deleted}
@@ -23,13 +22,12 @@
 ]]
 --- @include "includes/common"
 local tasksKey = KEYS[1]
-local bySeqKey = KEYS[2]
-local byStatusKey = KEYS[3]
-local retentionKey = KEYS[4]
-local idempotencyKey = KEYS[5]
-local claimsKey = KEYS[6]
-local progressKey = KEYS[7]
-local statsKey = KEYS[8]
+local byStatusKey = KEYS[2]
+local retentionKey = KEYS[3]
+local idempotencyKey = KEYS[4]
+local claimsKey = KEYS[5]
+local progressKey = KEYS[6]
+local statsKey = KEYS[7]
 local base = ARGV[1]
 local limit = tonumber(ARGV[2])
 
@@ -43,9 +41,7 @@ for _, taskId in ipairs(due) do
   local task = getJson(tasksKey, taskId)
   if task and TERMINAL[task.status] then
     rcall('HDEL', tasksKey, taskId)
-    rcall('ZREM', bySeqKey, taskId)
     rcall('ZREM', byStatusKey, statusMember(task.status, task))
-    rcall('DEL', base .. 'task_events:' .. taskId)
     rcall('HDEL', progressKey, taskId)
     if task.idempotency_key and rcall('HGET', idempotencyKey, task.idempotency_key) == taskId then
       rcall('HDEL', idempotencyKey, task.idempotency_key)
