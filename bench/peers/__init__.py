@@ -1,139 +1,236 @@
-"""python -m bench.peers: the queue a Python user would otherwise pick, on the same Redis and
-machine, measured the way Tether's rows are. saq so far (`pip install saq`, a bench extra, never
-a runtime dependency); celery, arq and rq are still to come.
+"""python -m bench.peers: the queues a Python user would otherwise pick (saq, celery, arq, rq), on
+the same Redis and machine, measured the way Tether's rows are. They come from the `bench` extra
+(`pip install '.[bench]'`), never a runtime dependency.
 
-Rows: idle dispatch (enqueue -> the job function starts, one at a time), jobs/s with two worker
-processes (trivial jobs, enqueued ahead, closed when the last one is done), CPU and Redis
-commands per job over that window, and bytes per queued job (used_memory delta over 5,000
-jobs queued with no worker running).
-"""
+Every peer runs its stock worker, two worker processes started here, and one trivial job that
+returns the time it started. Rows: idle dispatch (enqueue in this process -> the job function
+starts in a worker, one job at a time), jobs/s (all jobs enqueued at once while the two workers
+wait, the window closing when the last one is done), the CPU of this process and of the workers'
+process groups over that window, Redis commands and Redis CPU over it, Redis commands/s while
+the workers idle (which shows other clients' traffic too), and bytes per queued job (used_memory
+delta over jobs queued where no worker reads).
+
+Isolation on a shared Redis: every key a peer writes holds a tag of this run (in a queue name, a
+key prefix or a job id; it lengthens some key names by about ten bytes), and the keys matching
+it are unlinked after each peer. Never FLUSHDB."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import IO, Any, Protocol, TypeVar
 
-from redis.asyncio import Redis
+from redis import Redis
 
-from bench.system import CpuWindow
+from bench.system import CLK_TCK, cpu_seconds
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-JOBS = 5_000
-PROBES = 200
+PARKED = 5_000
+PROBES = 100
+WORKERS = 2
+ENQUEUERS = 20  # concurrent enqueues for asyncio clients: unbounded, each opens a Redis connection
+IDLE_ROW = "Redis commands/s, workers idle (other clients included)"
+T = TypeVar("T")
 
 
-async def started_at(ctx: dict[str, Any]) -> float:
-    """The trivial job: it returns when it started."""
-    return time.time()
+class Peer(Protocol):
+    """One queue, seen from the enqueuing process."""
+
+    workers: str  # what the worker processes are, for the table
+    jobs: int  # jobs in the throughput window
+
+    def park(self, n: int) -> None:
+        """Enqueue n jobs on a queue no worker reads."""
+
+    def ready_workers(self) -> int:
+        """How many workers serve the benchmark queue, as the peer itself tells."""
+
+    def run(self, n: int) -> int:
+        """Enqueue n jobs, return once all are done: the Redis commands spent watching them."""
+
+    def probe(self) -> float:
+        """One job on an idle queue: ms from before the enqueue to the job function's start."""
+
+    def close(self) -> None: ...
 
 
-async def _worker(queue_name: str) -> None:
-    from saq import Queue, Worker
+def poll_until(done: Callable[[], bool], timeout: float = 120, every: float = 0.01) -> int:
+    """Call done() until it holds; return how many calls that took."""
+    deadline = time.monotonic() + timeout
+    calls = 1
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError("gave up waiting")
+        time.sleep(every)
+        calls += 1
+    return calls
 
-    queue = Queue.from_url(REDIS_URL, name=queue_name)
-    worker = Worker(queue, functions=[started_at], concurrency=10)
-    await worker.start()
+
+class LoopThread:
+    """An asyncio peer's client loop, kept running in a thread between calls: saq's pubsub reader
+    is a background task, which must finish closing while the bench sleeps between probes."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
 
 
-async def _redis_cpu_and_calls(redis: Redis) -> tuple[float, int]:
-    cpu = await redis.info("cpu")
-    calls = sum(int(v["calls"]) for k, v in (await redis.info("commandstats")).items() if k != "cmdstat_info")
+async def bounded(coros: list[Awaitable[Any]], limit: int = ENQUEUERS) -> None:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(coro: Awaitable[Any]) -> None:
+        async with gate:
+            await coro
+
+    await asyncio.gather(*(one(c) for c in coros))
+
+
+def group_cpu(pgid: int) -> float:
+    """CPU seconds of a worker's whole process group, reaped children included: celery's pool
+    processes and rq's forked work horses are where the jobs run."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            raw = stat.read_text()
+        except OSError:  # exited since the listing
+            continue
+        fields = raw[raw.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / CLK_TCK
+
+
+def redis_cpu_and_calls(redis: Redis) -> tuple[float, int]:
+    cpu = redis.info("cpu")
+    stats = redis.info("commandstats")
+    calls = sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), calls
 
 
-async def _drained(queue: Any) -> None:
-    while True:
-        info = await queue.info()
-        if info["queued"] == 0 and info["active"] == 0:
-            return
-        await asyncio.sleep(0.01)
+def used_memory(redis: Redis) -> int:
+    return int(redis.info("memory")["used_memory"])
 
 
-async def bench_saq() -> dict[str, str]:
-    from saq import Queue
+def start_workers(name: str, tag: str, log: IO[bytes]) -> list[subprocess.Popen[bytes]]:
+    # Each in its own session, so its pool children and work horses share its process group:
+    # that is what group_cpu() reads and what stop_workers() can kill as a whole.
+    return [subprocess.Popen([sys.executable, "-m", "bench.peers", "worker", name, tag, str(i)],
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            for i in range(WORKERS)]
 
-    redis = Redis.from_url(REDIS_URL)
-    redis_pid = int((await redis.info("server"))["process_id"])
-    names = [f"bench-saq-{uuid.uuid4().hex[:8]}" for _ in range(2)]
-    parked, queue = Queue.from_url(REDIS_URL, name=names[0]), Queue.from_url(REDIS_URL, name=names[1])
-    await parked.connect()
-    await queue.connect()
-    workers: list[subprocess.Popen[bytes]] = []
-    try:
-        # bytes per queued job: jobs nobody works on
-        memory0 = int((await redis.info("memory"))["used_memory"])
-        await asyncio.gather(*(parked.enqueue("started_at") for _ in range(JOBS)))
-        per_job_bytes = (int((await redis.info("memory"))["used_memory"]) - memory0) / JOBS
 
-        # jobs/s: two workers, idle, then every job enqueued at once until all are done
-        workers = [subprocess.Popen([sys.executable, "-m", "bench.peers", "worker", names[1]])  # noqa: ASYNC220
-                   for _ in range(2)]
-        while len((await queue.info())["workers"]) < len(workers):
-            await asyncio.sleep(0.05)
-        window = CpuWindow({"redis": redis_pid, **{f"worker {i}": w.pid for i, w in enumerate(workers)}})
-        cpu0, calls0 = await _redis_cpu_and_calls(redis)
-        own0 = time.process_time()
-        window.start()
-        started = time.perf_counter()
-        await asyncio.gather(*(queue.enqueue("started_at") for _ in range(JOBS)))
-        await _drained(queue)
-        seconds = time.perf_counter() - started
-        cpu = window.stop()
-        own = time.process_time() - own0
-        cpu1, calls1 = await _redis_cpu_and_calls(redis)
-
-        # idle dispatch: one job at a time, from enqueue to the job function's start
-        latencies = []
-        for _ in range(PROBES):
-            sent = time.time()
-            job = await queue.enqueue("started_at")
-            await job.refresh(until_complete=10)
-            latencies.append((job.result - sent) * 1000)
-            await asyncio.sleep(0.01)
-        latencies.sort()
-    finally:
-        for w in workers:
+def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    for w in workers:
+        if w.poll() is None:
             w.terminate()
-        for w in workers:
-            w.wait(10)
-        for name in names:
-            async for key in redis.scan_iter(match=f"saq:{name}*", count=1000):
-                await redis.unlink(key)
-        await redis.aclose()
-        await parked.disconnect()
-        await queue.disconnect()
-    servers = sum(v for k, v in cpu.items() if k != "machine")  # the workers and Redis, in cores
+    for w in workers:
+        try:
+            w.wait(15)
+        except subprocess.TimeoutExpired:
+            w.kill()
+            w.wait()
+        try:  # whatever the worker left of its group (a pool child, a work horse)
+            os.killpg(w.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def unlink_tagged(redis: Redis, tag: str) -> None:
+    for key in redis.scan_iter(match=f"*{tag}*", count=1000):
+        redis.unlink(key)
+
+
+def bytes_per_queued_job(peer: Peer, redis: Redis) -> float:
+    memory0 = used_memory(redis)
+    peer.park(PARKED)
+    return (used_memory(redis) - memory0) / PARKED
+
+
+def wait_ready(peer: Peer, workers: list[subprocess.Popen[bytes]]) -> None:
+    def ready() -> bool:
+        if any(w.poll() is not None for w in workers):
+            raise RuntimeError("a worker exited early")
+        return peer.ready_workers() >= len(workers)
+
+    poll_until(ready, timeout=60, every=0.05)
+
+
+def idle_commands_per_second(redis: Redis) -> int:
+    """Redis is shared: what idle workers and any other client send is in every figure too."""
+    _, calls0 = redis_cpu_and_calls(redis)
+    time.sleep(1)
+    return redis_cpu_and_calls(redis)[1] - calls0
+
+
+def throughput(peer: Peer, redis: Redis, pgids: list[int]) -> dict[str, float]:
+    """peer.jobs through the workers, per job: CPU, Redis commands and Redis CPU."""
+    workers0, own0 = sum(map(group_cpu, pgids)), cpu_seconds(os.getpid())
+    redis_cpu0, calls0 = redis_cpu_and_calls(redis)
+    started = time.perf_counter()
+    watching = peer.run(peer.jobs)
+    seconds = time.perf_counter() - started
+    workers, own = sum(map(group_cpu, pgids)) - workers0, cpu_seconds(os.getpid()) - own0
+    redis_cpu1, calls1 = redis_cpu_and_calls(redis)
+    return {"jobs/s": peer.jobs / seconds, "cpu ms": (own + workers) / peer.jobs * 1000,
+            "client cpu ms": own / peer.jobs * 1000, "commands": (calls1 - calls0 - watching) / peer.jobs,
+            "redis cpu ms": (redis_cpu1 - redis_cpu0) / peer.jobs * 1000}
+
+
+def dispatch_ms(peer: Peer) -> list[float]:
+    latencies = []
+    for _ in range(PROBES):
+        latencies.append(peer.probe())
+        time.sleep(0.01)  # spacing, so each probe meets idle workers
+    return sorted(latencies)
+
+
+def measure(name: str, peer: Peer, tag: str, redis: Redis) -> dict[str, str]:
+    workers: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryFile() as log:  # the workers' output, shown only if something fails
+        try:
+            per_job_bytes = bytes_per_queued_job(peer, redis)
+            workers = start_workers(name, tag, log)
+            wait_ready(peer, workers)
+            idle = idle_commands_per_second(redis)
+            run = throughput(peer, redis, [w.pid for w in workers])
+            latencies = dispatch_ms(peer)
+        except BaseException:
+            log.seek(0)
+            print(f"{name} workers' output:\n" + log.read().decode(errors="replace")[-3000:], file=sys.stderr)
+            raise
+        finally:
+            try:
+                stop_workers(workers)
+                peer.close()
+            finally:
+                unlink_tagged(redis, tag)
     return {
-        "idle dispatch p50 / p99": f"{statistics.median(latencies):.2f} / {latencies[int(0.99 * len(latencies))]:.2f} ms",
-        "jobs/s, two workers (enqueue included)": f"{JOBS / seconds:,.0f}",
-        "CPU per job: workers + Redis (+ the enqueuing client)":
-            f"{servers * seconds / JOBS * 1000:.2f} ms (+ {own / JOBS * 1000:.2f} ms)",
-        "Redis commands per job": f"{(calls1 - calls0) / JOBS:.1f}",
-        "Redis CPU per job": f"{(cpu1 - cpu0) / JOBS * 1000:.3f} ms",
+        "workers": peer.workers,
+        f"idle dispatch p50 / p99 ({PROBES} probes)":
+            f"{statistics.median(latencies):.2f} / {latencies[int(0.99 * len(latencies))]:.2f} ms",
+        "jobs/s, two workers (all enqueued at once, enqueue included)":
+            f"{run['jobs/s']:,.0f} ({peer.jobs:,} jobs)",
+        "CPU per job: client + workers (client)": f"{run['cpu ms']:.2f} ms ({run['client cpu ms']:.2f})",
+        "Redis commands per job": f"{run['commands']:.1f}",
+        IDLE_ROW: f"{idle:,}",
+        "Redis CPU per job": f"{run['redis cpu ms']:.3f} ms",
         "bytes per queued job": f"{per_job_bytes:,.0f}",
     }
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("role", nargs="?", default="bench", choices=["bench", "worker"])
-    parser.add_argument("queue", nargs="?")
-    args = parser.parse_args()
-    if args.role == "worker":
-        asyncio.run(_worker(args.queue))
-        return
-    figures = asyncio.run(bench_saq())
-    print("| measure | saq |\n|---|---|")
-    for measure, value in figures.items():
-        print(f"| {measure} | {value} |")
-
-
-if __name__ == "__main__":
-    main()
