@@ -7,6 +7,7 @@ page through an index with a cursor, and a filter that has no index of its own e
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +25,8 @@ from coordinator.records import (
     HostRecord,
     TaskRecord,
 )
-from coordinator.waiting import (
-    CANDIDATES_SCANNED,
-    count_candidates,
-    labels_match,
-    selector_labels,
-    target_of,
-)
+from coordinator.scripts import load_scripts
+from coordinator.waiting import CANDIDATES_SCANNED, candidates_from_reply, target_of
 
 SCAN_BOUND = 5000
 _BATCH = 500
@@ -73,6 +69,7 @@ class Queries:
         self.keys = keys
         self._offline_after_ms = host_offline_after_ms
         self._auto = pipeline
+        self._read_waiting = load_scripts()["readWaiting"]
 
     def _pipeline(self) -> Any:
         """A pipeline of reads, sharing the process's writes to Redis when it auto-pipelines."""
@@ -153,33 +150,24 @@ class Queries:
     # -- waiting work ----------------------------------------------------------------------
 
     async def candidates(self, tasks: Iterable[TaskRecord]) -> dict[str, dict[str, Any]]:
-        """``candidates`` of each queued task, by task id. The devices of all device-aimed tasks
-        are read in one round trip; tasks with the same selector share one read."""
+        """``candidates`` of each queued task, by task id: one script call per distinct target,
+        all sent together."""
         queued = [t for t in tasks if t.status == wire.TaskStatus.QUEUED]
-        aimed = {s.device.device_id: s for s in await self.devices(
-            sorted({t.target_device for t in queued if t.target_device}))}
-        by_target: dict[tuple[str, str], dict[str, Any]] = {}
-        answer: dict[str, dict[str, Any]] = {}
-        for task in queued:
-            target = target_of(task)
-            if target not in by_target:
-                if task.target_device:
-                    found = aimed.get(task.target_device)
-                    by_target[target] = count_candidates([found] if found else [])
-                else:
-                    by_target[target] = await self._count_for_selector(task)
-            answer[task.id] = by_target[target]
-        return answer
+        targets = {target_of(t): t for t in queued}
+        counted = await asyncio.gather(*(self._candidates(t) for t in targets.values()))
+        by_target = dict(zip(targets, counted, strict=True))
+        return {t.id: by_target[target_of(t)] for t in queued}
 
-    async def _count_for_selector(self, task: TaskRecord) -> dict[str, Any]:
-        low, high = f"[{task.driver}\0", f"({task.driver}\1"
-        members = await self.redis.zrangebylex(self.keys.devices_by_driver, low, high, start=0,
-                                               num=CANDIDATES_SCANNED + 1)
-        truncated = len(members) > CANDIDATES_SCANNED
-        ids = [_text(m).split("\0", 1)[1] for m in members[:CANDIDATES_SCANNED]]
-        wanted = selector_labels(task)
-        states = await self.devices(ids)
-        return count_candidates([s for s in states if labels_match(wanted, orjson.loads(s.device.labels))], truncated)
+    async def _candidates(self, task: TaskRecord) -> dict[str, Any]:
+        k = self.keys
+        reply = await self._read_waiting(
+            self.redis,
+            [k.devices, k.reservations, k.disabled_devices, k.hosts_online, k.hosts_draining, k.hosts_stalled,
+             k.devices_by_driver],
+            [self._offline_after_ms, task.target_device or "", task.driver or "", CANDIDATES_SCANNED],
+            pipeline=self._auto,
+        )
+        return candidates_from_reply(task, reply)
 
     async def _host_flags(self, hosts: list[str], now_ms: int) -> tuple[set[str], set[str], set[str]]:
         """Of these hosts: the online ones, the draining ones, the stalled ones."""

@@ -18,6 +18,7 @@ from coordinator.errors import error_for
 from coordinator.keys import Keys
 from coordinator.records import EnrollmentToken, TaskRecord
 from coordinator.scripts import NO_WAIT, Durability, Script, load_scripts
+from coordinator.waiting import CANDIDATES_SCANNED, candidates_from_reply
 
 # How long a process's inbox outlives the last wake-up pushed onto it: a live process drains it
 # at once, so this only bounds what a crashed process leaves behind.
@@ -35,6 +36,16 @@ class Claimed:
 
     assignment: dict[str, Any]
     waited_ms: int | None
+
+
+@dataclass(frozen=True)
+class Created:
+    """A create's answer: the task, whether this call created it (not an idempotent repeat),
+    and, when it was queued now, its candidates as read in the same step."""
+
+    task: TaskRecord
+    created: bool
+    candidates: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -143,12 +154,14 @@ class Store:
 
     # -- operators -------------------------------------------------------------------------
 
-    async def create_task(self, task: dict[str, Any]) -> tuple[TaskRecord, bool]:
+    async def create_task(self, task: dict[str, Any]) -> Created:
         k = self.keys
         reply = await self._schedule(
-            "createTask", [k.task_seq, k.idempotency], [orjson.dumps(task)]
+            "createTask", [k.task_seq, k.idempotency], [orjson.dumps(task), CANDIDATES_SCANNED]
         )
-        return TaskRecord.from_json(reply[1]), reply[2] == 1
+        stored = TaskRecord.from_json(reply[1])
+        candidates = candidates_from_reply(stored, reply[3]) if len(reply) > 3 else None
+        return Created(stored, reply[2] == 1, candidates)
 
     async def cancel_task(self, task_id: str) -> TaskRecord:
         reply = await self._schedule("cancelTask", [], [task_id])

@@ -65,8 +65,12 @@ async def create_task(ctx: Context, request: Request) -> Response:
     body = await read_json(request, ctx.settings.max_body_bytes)
     task = parse_task(body, ctx.settings.queue_timeout_ms)
     task["id"] = "t_" + secrets.token_hex(12)
-    stored, created = await ctx.store.create_task(task)
-    return json_response((await _views(ctx, [stored]))[0], 201 if created else 200)
+    answer = await ctx.store.create_task(task)
+    if answer.candidates is not None:  # queued now: the create step read why it waits
+        view = task_view(answer.task, answer.candidates)
+    else:
+        view = (await _views(ctx, [answer.task]))[0]
+    return json_response(view, 201 if answer.created else 200)
 
 
 async def get_task(ctx: Context, request: Request) -> Response:

@@ -1,10 +1,11 @@
 """Why a queued task waits: its candidates and its waiting reason (PROTOCOL.md, "Waiting work").
 
-Computed on read from the pool, never stored. The cost is bounded: a selector's candidates are the
-first ``CANDIDATES_SCANNED`` pooled devices of its driver (in device-id order), read in one
-pipelined round trip; past that the counts say ``"truncated": true``. A device-aimed task looks at
-one device, and a page of them is read in one round trip. Queued tasks with the same selector share
-one computation (``Queries.candidates``).
+Computed from the pool, never stored. A script reads a target's devices in one step
+(``lua/includes/candidates.lua``): the create script when it queues a task, ``readWaiting``
+otherwise; this module matches labels and counts. The cost is bounded: a selector's candidates
+are the first ``CANDIDATES_SCANNED`` pooled devices of its driver (in device-id order); past that
+the counts say ``"truncated": true``. Queued tasks with the same target share one read
+(``Queries.candidates``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from typing import Any
 import orjson
 
 import wire
-from coordinator.records import DeviceState, TaskRecord
+from coordinator.records import DeviceRecord, DeviceState, TaskRecord
 
 CANDIDATES_SCANNED = 1000
+# Host flags in a candidates reply (lua/includes/candidates.lua, hostFlags).
+_ONLINE, _DRAINING, _STALLED = 1, 2, 4
 
 
 def labels_match(wanted: dict[str, str], have: dict[str, str]) -> bool:
@@ -66,3 +69,25 @@ def target_of(task: TaskRecord) -> tuple[str, str]:
 
 def selector_labels(task: TaskRecord) -> dict[str, str]:
     return orjson.loads(task.labels) if task.labels else {}
+
+
+def candidates_from_reply(task: TaskRecord, reply: list[Any]) -> dict[str, Any]:
+    """The ``candidates`` of a queued task from its target's devices as a script read them:
+    ``[truncated, (device id, record JSON, reserving task, disabled JSON, host flags)...]``."""
+    wanted = {} if task.target_device else selector_labels(task)
+    states = []
+    for i in range(1, len(reply), 5):
+        device_id, raw, reserved, disabled, flags = reply[i:i + 5]
+        record = DeviceRecord.from_json(device_id.decode(), raw)
+        if wanted and not labels_match(wanted, orjson.loads(record.labels)):
+            continue
+        flags = int(flags)
+        states.append(DeviceState(
+            record,
+            reserved_by=None if reserved is None else reserved.decode(),
+            disabled=None if disabled is None else orjson.loads(disabled),
+            host_online=bool(flags & _ONLINE),
+            host_draining=bool(flags & _DRAINING),
+            host_stalled=bool(flags & _STALLED),
+        ))
+    return count_candidates(states, truncated=int(reply[0]) == 1)

@@ -9,8 +9,11 @@
     ARGV[6]     task JSON built by the service: id, kind, goal | workflow, max_steps,
                 max_attempts, queue_timeout_ms, target_device | (driver, labels),
                 idempotency_key? with its request_hash
+    ARGV[7]     at most this many of a selector's devices are read as a queued task's candidates
   Output:
-    {0, task JSON, 1}  created
+    {0, task JSON, 1, candidates?}  created; when it was queued, why it waits: its candidates
+                                    as includes/candidates.lua gives them (the answer needs
+                                    them, and they are read in this step at no extra round trip)
     {0, task JSON, 0}  an earlier task with the same idempotency key and the same request
     {IDEMPOTENCY_CONFLICT, task id}  same idempotency key, different request
 
@@ -20,6 +23,7 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
+--- @include "includes/candidates"
 local S = scheduler(KEYS, ARGV)
 local seqKey = KEYS[17]
 local idempotencyKey = KEYS[18]
@@ -50,4 +54,8 @@ if task.queue_timeout_ms then
 end
 taskEvent(S, task, 'created', now)
 placeTask(S, task, now)
-return {0, saveTask(S, task, nil), 1}
+local encoded = saveTask(S, task, nil)
+if task.status == 'queued' then
+  return {0, encoded, 1, waitingCandidates(S, task.target_device, task.driver, tonumber(ARGV[7]), now)}
+end
+return {0, encoded, 1}

@@ -73,8 +73,8 @@ async def test_drain_racing_claims_never_hands_out_work_after_the_drain(store: S
     for round_ in range(24):
         await store.set_host_draining("h1", False)
         await store.heartbeat(_host("h1"), snapshot)
-        task, _ = await store.create_task({"id": "t_" + secrets.token_hex(6), "kind": "goal", "goal": "g",
-                                           "max_attempts": 3, "target_device": "d1", "request_hash": "h"})
+        task = (await store.create_task({"id": "t_" + secrets.token_hex(6), "kind": "goal", "goal": "g",
+                                         "max_attempts": 3, "target_device": "d1", "request_hash": "h"})).task
         assert task.status == "assigned"
         claim = store.claim(_host("h1"), "", "l_" + secrets.token_hex(6), 30_000)
         drain = store.set_host_draining("h1", True)

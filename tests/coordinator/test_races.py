@@ -54,7 +54,7 @@ async def _task_record(store: Store, task_id: str) -> dict[str, Any]:
 async def test_renew_racing_expiry_never_revives(store: Store) -> None:
     await store.heartbeat(_host("h1"), _snapshot("d1"))
     for _ in range(20):
-        task, _ = await store.create_task(_task("d1", max_attempts=100))
+        task = (await store.create_task(_task("d1", max_attempts=100))).task
         assignment = await _claim(store, "h1")
         await _expire(store, assignment)
         renewal, sweep = await asyncio.gather(
@@ -76,7 +76,7 @@ async def test_result_racing_expiry_has_one_winner(store: Store) -> None:
     await store.heartbeat(_host("h1"), _snapshot("d1"))
     outcomes = set()
     for _ in range(20):
-        task, _ = await store.create_task(_task("d1"))
+        task = (await store.create_task(_task("d1"))).task
         assignment = await _claim(store, "h1")
         await _expire(store, assignment)
         report = '{"failure_reason":null,"metadata":{},"status":"succeeded"}'
@@ -103,7 +103,7 @@ async def test_result_racing_expiry_has_one_winner(store: Store) -> None:
 async def test_two_reapers_sweeping_at_once(redis_client: aioredis.Redis, store: Store) -> None:
     devices = [f"d{i}" for i in range(30)]
     await store.heartbeat(_host("h1"), _snapshot(*devices))
-    tasks = [(await store.create_task(_task(d)))[0].id for d in devices]
+    tasks = [(await store.create_task(_task(d))).task.id for d in devices]
     leases = [await _claim(store, "h1") for _ in devices]
     for assignment in leases:
         await _expire(store, assignment)
@@ -118,7 +118,7 @@ async def test_two_reapers_sweeping_at_once(redis_client: aioredis.Redis, store:
 async def test_concurrent_claims_hand_out_each_assignment_once(store: Store) -> None:
     devices = [f"d{i}" for i in range(40)]
     await store.heartbeat(_host("h1"), _snapshot(*devices))
-    created = {(await store.create_task(_task(d)))[0].id for d in devices}
+    created = {(await store.create_task(_task(d))).task.id for d in devices}
     claims = await asyncio.gather(*(store.claim(_host("h1"), "", f"l_{i}", 30_000) for i in range(100)))
     claimed = [c.assignment["task_id"] for c in claims if c is not None]
     assert len(claimed) == len(created) and set(claimed) == created
@@ -133,7 +133,7 @@ async def test_concurrent_task_creation_reserves_each_device_once(store: Store) 
                            "request_hash": "h", **selector})
         for i in range(25)
     ))
-    assigned = [t for t, _ in results if t.status == "assigned"]
+    assigned = [r.task for r in results if r.task.status == "assigned"]
     assert len(assigned) == len(devices)
     assert sorted(t.device_id for t in assigned) == sorted(devices)
     reservations = await store.redis.hgetall(store.keys.reservations)

@@ -1,0 +1,62 @@
+--[[
+  What the service needs to say why a queued task waits (PROTOCOL.md, "Waiting work"; the
+  counting is coordinator/waiting.py's): the pooled devices its target could use, read in the
+  step that queued it (createTask) or on demand (readWaiting). Include it after
+  includes/schedule.lua; it reads these fields of the scheduler: devices, reservations,
+  disabled, online, draining, stalled, byDriver and offlineAfterMs.
+]]
+
+-- A host's flags, as one number: 1 online, 2 draining, 4 stalled.
+local function hostFlags(S, hostId, now)
+  local flags = hostOnline(S, hostId, now) and 1 or 0
+  if rcall('SISMEMBER', S.draining, hostId) == 1 then
+    flags = flags + 2
+  end
+  if rcall('SISMEMBER', S.stalled, hostId) == 1 then
+    flags = flags + 4
+  end
+  return flags
+end
+
+-- The candidates of a target (one device, or a driver's first `limit` pooled devices in id
+-- order), flat: truncated (0|1), then per pooled device its id, record JSON, the task reserving
+-- it or false, its disabled JSON or false, and its host's flags. Labels are matched by the
+-- service, which also decodes the records.
+local function waitingCandidates(S, targetDevice, driver, limit, now)
+  local ids = {}
+  local truncated = 0
+  if targetDevice then
+    ids[1] = targetDevice
+  else
+    local low, high = prefixRange(driver)
+    local members = rcall('ZRANGEBYLEX', S.byDriver, low, high, 'LIMIT', 0, limit + 1)
+    if #members > limit then
+      truncated = 1
+      members[#members] = nil
+    end
+    for i, member in ipairs(members) do
+      ids[i] = splitMember(member)[2]
+    end
+  end
+  local answer = {truncated}
+  if #ids == 0 then
+    return answer
+  end
+  local records = rcall('HMGET', S.devices, unpack(ids))
+  local reserved = rcall('HMGET', S.reservations, unpack(ids))
+  local disabled = rcall('HMGET', S.disabled, unpack(ids))
+  local flagsOf = {}
+  for i, raw in ipairs(records) do
+    if raw then
+      local hostId = cjson.decode(raw).host_id
+      flagsOf[hostId] = flagsOf[hostId] or hostFlags(S, hostId, now)
+      local n = #answer
+      answer[n + 1] = ids[i]
+      answer[n + 2] = raw
+      answer[n + 3] = reserved[i]
+      answer[n + 4] = disabled[i]
+      answer[n + 5] = flagsOf[hostId]
+    end
+  end
+  return answer
+end

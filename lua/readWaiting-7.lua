@@ -1,0 +1,30 @@
+--[[
+  Read why a queued task waits: the candidates of its target (includes/candidates.lua), in one
+  step, so the counts agree with each other. Reads only.
+
+  Input:
+    KEYS[1] devices            hash  device id -> pooled device JSON
+    KEYS[2] reservations       hash  device id -> task id holding it
+    KEYS[3] disabled_devices   hash  device id -> {reason, at}
+    KEYS[4] hosts_online       zset  host id -> last heartbeat (ms)
+    KEYS[5] hosts_draining     set
+    KEYS[6] hosts_stalled      set
+    KEYS[7] devices_by_driver  zset  "driver\0device id" of every pooled device
+    ARGV[1] host offline threshold (ms since last heartbeat)
+    ARGV[2] the target device id, or "" for a selector
+    ARGV[3] the selector's driver (when no device)
+    ARGV[4] at most this many of the driver's devices
+  Output:
+    {truncated, (device id, record JSON, reserving task | nil, disabled JSON | nil, host flags)...}
+
+  Invariant: changes nothing.
+]]
+--- @include "includes/common"
+--- @include "includes/schedule"
+--- @include "includes/candidates"
+local S = {
+  devices = KEYS[1], reservations = KEYS[2], disabled = KEYS[3], online = KEYS[4],
+  draining = KEYS[5], stalled = KEYS[6], byDriver = KEYS[7], offlineAfterMs = tonumber(ARGV[1]),
+}
+local targetDevice = ARGV[2] ~= '' and ARGV[2] or nil
+return waitingCandidates(S, targetDevice, ARGV[3], tonumber(ARGV[4]), nowMs())
