@@ -159,17 +159,17 @@ async def test_the_inbox_loop_wakes_every_poll_after_a_failure_and_reads_on(
     lost = waiter.register("h1")  # a wake-up pushed while the connection was down may be lost
     loop = asyncio.create_task(waiter.run())
     try:
-        await asyncio.wait_for(lost.wait(), 5)
+        assert await lost.wait(5)
         assert client.failed.is_set()
         # the first pop that works wakes every poll again: pushes may have been lost meanwhile
         waiting_through = waiter.register("h3")
         await redis_client.rpush(inbox, "h2")
-        await asyncio.wait_for(waiting_through.wait(), 5)
+        assert await waiting_through.wait(5)
         # from then on, only the host pushed is woken
         later = waiter.register("h2")
         bystander = waiter.register("h3")
         await redis_client.rpush(inbox, "h2")
-        await asyncio.wait_for(later.wait(), 5)
+        assert await later.wait(5)
         assert not bystander.is_set()
     finally:
         loop.cancel()
