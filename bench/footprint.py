@@ -86,6 +86,8 @@ async def footprint(b: Bench) -> list[Row]:
 
     top = ", ".join(f"{name} {n:.1f}" for name, n in sorted(per_command.items(), key=lambda x: -x[1])[:8])
     heaviest = ", ".join(f"{k} {v / QUEUED:.0f}" for k, v in sorted(by_key.items(), key=lambda x: -x[1])[:6])
+    # The feed is capped (FEED_EVENTS_KEPT entries), so past that many tasks it stops growing.
+    uncapped = per_task - by_key.get("feed", 0) / QUEUED
     return [
         Row("8a", "Redis commands per lifecycle (create, claim, renew, result), scripts' own included",
             f"{commands:.1f} ({evalshas:.0f} EVALSHA + {commands - evalshas:.1f} inside them or beside)",
@@ -93,7 +95,7 @@ async def footprint(b: Bench) -> list[Row]:
         Row("8b", "Redis CPU per lifecycle, one lifecycle at a time (no batching)", f"{cpu_ms:.3f} ms", "",
             "<= the best peer's per job", "", ""),
         Row("8c", f"bytes per queued task ({QUEUED:,} queued, used_memory delta)", f"{per_task:,.0f} bytes",
-            f"by key, bytes per task: {heaviest}", f"<= {TARGET_BYTES}",
+            f"by key, bytes per task: {heaviest}; {uncapped:,.0f} without the capped feed", f"<= {TARGET_BYTES}",
             "met" if per_task <= TARGET_BYTES else "MISSED", ""),
     ]
 
