@@ -151,8 +151,12 @@ def _lifecycle_row(b: Bench, life: LoadResult, limit: str, item: str = "3") -> R
 async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
     """(3) lifecycles/s on two processes and (4) dispatch latency, idle then under that load."""
     p = b.preset
-    hosts = fleet(p.lifecycle_hosts + 1, "life")
+    hosts = fleet(2 * p.lifecycle_hosts + 1, "life")
     probe_host, probe_token = hosts.popitem()
+    # wrk stops mid-lifecycle, leaving tasks on its hosts' devices until their leases lapse: the
+    # load under the dispatch probe runs on hosts of its own.
+    measured = list(hosts.items())[:p.lifecycle_hosts]
+    probed = list(hosts.items())[p.lifecycle_hosts:]
     prefix = b.prefix("life")
     env = b.env(prefix)
     all_hosts = {**hosts, probe_host: probe_token}
@@ -167,14 +171,14 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
         await fan_out(a.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in all_hosts.items()])
         idle = await _dispatch_probe(b, ports, probe_host, probe_token, p.dispatch_probes, lambda: True)
         watch = {"coordinator A": a.pid, "coordinator B": c2.pid, "redis": b.redis_pid}
-        life: LoadResult = await in_child(lifecycles, ports, list(hosts.items()), b.admin, p.warmup_s,
+        life: LoadResult = await in_child(lifecycles, ports, measured, b.admin, p.warmup_s,
                                           p.lifecycle_s, watch)
         # The same lifecycles from wrk: one host per wrk thread, half the hosts on each process.
-        life_wrk = await wrk_lifecycles(ports, list(hosts.items()), b.admin, GOAL, p.lifecycle_s, watch)
+        life_wrk = await wrk_lifecycles(ports, measured, b.admin, GOAL, p.lifecycle_s, watch)
         # Dispatch under load: half the throughput just measured, so the probe sees a busy
         # coordinator rather than the queue of a saturated closed loop.
         half = max(life.rate / 2, 1.0)
-        load = asyncio.ensure_future(in_child(lifecycles, ports, list(hosts.items()), b.admin, p.warmup_s,
+        load = asyncio.ensure_future(in_child(lifecycles, ports, probed, b.admin, p.warmup_s,
                                               p.lifecycle_s, watch, half))
         # Probe until the generator returns; only samples inside its measured window count.
         loaded = await _dispatch_probe(b, ports, probe_host, probe_token, 100_000, lambda: not load.done())
