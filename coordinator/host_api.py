@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -84,7 +85,9 @@ async def heartbeat(ctx: Context, request: Request) -> Response:
 
 
 def _wait_seconds(request: Request, ctx: Context) -> float:
-    raw = request.query_params.get("wait_s")
+    # Not request.query_params: the request keeps what that parses for as long as it lives, a
+    # waiting poll's whole wait (0.4 KB of it).
+    raw = QueryParams(request.scope["query_string"]).get("wait_s")
     if raw is None:
         wait = ctx.settings.claim_wait_default_s
     else:
