@@ -37,7 +37,8 @@ ADMIN_TOKEN_MIN_CHARS = 32
 
 
 class _Coordinator(Starlette):
-    """Starlette with ``RequestBoundary`` as its whole middleware stack.
+    """Starlette with ``RequestBoundary`` as its outermost and only middleware (any added with
+    ``add_middleware`` would run inside it).
 
     Starlette's own stack wraps it in ServerErrorMiddleware and ExceptionMiddleware, and neither
     ever acts here: the boundary answers every exception first, routing's ``HTTPException``
@@ -50,7 +51,10 @@ class _Coordinator(Starlette):
         super().__init__(**kwargs)
 
     def build_middleware_stack(self) -> ASGIApp:
-        return RequestBoundary(self.router, self._metrics)
+        app: ASGIApp = self.router
+        for cls, args, kwargs in reversed(self.user_middleware):
+            app = cls(app, *args, **kwargs)
+        return RequestBoundary(app, self._metrics)
 
 
 class _Endpoint:
