@@ -26,7 +26,7 @@ from coordinator.queries import Queries
 from coordinator.reaper import run_reaper
 from coordinator.redis_client import open_redis
 from coordinator.routes import ENDPOINTS, Handler
-from coordinator.scripts import Durability
+from coordinator.scripts import Durability, load_scripts
 from coordinator.settings import Settings
 from coordinator.store import Store
 from coordinator.waiter import ClaimWaiter, new_process_id
@@ -79,13 +79,15 @@ def build_context(settings: Settings, redis: Redis) -> Context:
     process_id = new_process_id()
     # One per process: the script calls and reads of every request share its writes.
     pipeline = auto_pipeline(redis)
+    scripts = load_scripts()
     return Context(
         settings=settings,
         store=Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
                     claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms,
                     durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
-                    pipeline=pipeline),
-        queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms, pipeline=pipeline),
+                    pipeline=pipeline, scripts=scripts),
+        queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
+                        read_waiting=scripts["readWaiting"], pipeline=pipeline),
         auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=Metrics(),

@@ -25,7 +25,7 @@ from coordinator.records import (
     HostRecord,
     TaskRecord,
 )
-from coordinator.scripts import load_scripts
+from coordinator.scripts import Script
 from coordinator.waiting import CANDIDATES_SCANNED, candidates_from_reply, target_of
 
 SCAN_BOUND = 5000
@@ -63,13 +63,13 @@ class HostEntry:
 
 
 class Queries:
-    def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int,
+    def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int, read_waiting: Script,
                  pipeline: AutoPipeline | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self._offline_after_ms = host_offline_after_ms
         self._auto = pipeline
-        self._read_waiting = load_scripts()["readWaiting"]
+        self._read_waiting = read_waiting
 
     def _pipeline(self) -> Any:
         """A pipeline of reads, sharing the process's writes to Redis when it auto-pipelines."""

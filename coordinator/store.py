@@ -70,13 +70,15 @@ class Store:
     def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int,
                  claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000,
                  inbox_ttl_ms: int = INBOX_TTL_MS, durability: Durability = NO_WAIT,
-                 pipeline: AutoPipeline | None = None) -> None:
+                 pipeline: AutoPipeline | None = None, scripts: dict[str, Script] | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.durability = durability
         # Script calls of one event-loop turn share a write, on a single node (autopipeline.py).
         self._pipeline = pipeline
-        self._scripts: dict[str, Script] = load_scripts()
+        # Every script of lua/, loaded into Redis by load_scripts(); the read-only ones are
+        # shared with the queries.
+        self._scripts: dict[str, Script] = scripts if scripts is not None else load_scripts()
         # ARGV[1..5] of every scheduling script (lua/includes/schedule.lua).
         self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
 
