@@ -18,11 +18,13 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.connection import (
+    AbstractConnection,
     Connection,
     SSLConnection,
     UnixDomainSocketConnection,
 )
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, ResponseError
 
 # The most commands one write carries: bounds the write's size and how long the last of them
@@ -63,6 +65,16 @@ def can_autopipeline(redis: Any) -> bool:
             and pool.connection_class in (Connection, SSLConnection, UnixDomainSocketConnection))
 
 
+async def send_packed(connection: AbstractConnection, packed: Any) -> None:
+    """``connection.send_packed_command``, with a write refused on a transport the peer already
+    closed (a killed or restarted Redis) raised as the lost connection it is: uvloop raises a
+    RuntimeError there, where asyncio's own transports raise an OSError."""
+    try:
+        await connection.send_packed_command(packed)
+    except RuntimeError as exc:
+        raise RedisConnectionError("the connection to Redis is closed") from exc
+
+
 class AutoPipeline:
     def __init__(self, redis: Redis) -> None:
         self._pool = redis.connection_pool
@@ -99,7 +111,7 @@ class AutoPipeline:
             _fail(batch, exc)
             return
         try:
-            await connection.send_packed_command(b"".join(c for c, _ in batch))
+            await send_packed(connection, b"".join(c for c, _ in batch))
             for _, reply in batch:
                 try:
                     value = await connection.read_response()

@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from coordinator.autopipeline import AutoPipeline, encode_args
+from coordinator.autopipeline import AutoPipeline, encode_args, send_packed
 from coordinator.errors import Unavailable
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
@@ -136,7 +136,7 @@ async def _on_slot_master(redis: RedisCluster, key: str, command: tuple[Any, ...
         node = redis.get_node_from_key(key)
         connection = node.acquire_connection()
         try:
-            await connection.send_packed_command(connection.pack_commands([command, wait]))
+            await send_packed(connection, connection.pack_commands([command, wait]))
             try:
                 reply = await connection.read_response()
             except ResponseError as exc:

@@ -73,3 +73,19 @@ async def redis_state(api: Any) -> dict[str, Any]:
         elif kind == "stream":
             snapshot[name] = await redis.xrange(key)
     return snapshot
+
+
+class ClosedConnection:
+    """A pooled Redis connection whose server was killed: uvloop refuses the write."""
+
+    def __init__(self) -> None:
+        self.disconnected = False
+
+    def pack_commands(self, commands: list[Any]) -> list[bytes]:
+        return [b"packed"]
+
+    async def send_packed_command(self, packed: Any) -> None:
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
+
+    async def disconnect(self) -> None:
+        self.disconnected = True

@@ -20,6 +20,7 @@ from coordinator.autopipeline import (
     can_autopipeline,
     pipeline_for,
 )
+from tests.coordinator.helpers import ClosedConnection
 from tests.support import REAL_REDIS_URL, free_port, unique_prefix, wait_until_async
 
 pytestmark = pytest.mark.anyio
@@ -177,3 +178,27 @@ def test_commands_are_encoded_as_redis_py_encodes_them() -> None:
     for bad in (None, True, object()):
         with pytest.raises(DataError):
             encode_command(("SET", "k", bad))
+
+
+class _PoolOfClosed:
+    """A client whose pool hands out a connection its server already closed."""
+
+    def __init__(self) -> None:
+        self.connection_pool = self
+        self.connection = ClosedConnection()
+
+    async def get_connection(self) -> ClosedConnection:
+        return self.connection
+
+    async def release(self, connection: ClosedConnection) -> None:
+        pass
+
+
+async def test_a_write_refused_on_a_closed_connection_fails_the_callers_as_a_lost_connection() -> None:
+    client = _PoolOfClosed()
+    auto = AutoPipeline(client)  # type: ignore[arg-type]
+    replies = [auto.execute("PING"), auto.execute("PING")]
+    for reply in replies:
+        with pytest.raises(RedisConnectionError):
+            await reply
+    assert client.connection.disconnected
