@@ -4,6 +4,11 @@ One HTTP round trip plus one script on the same Redis is the least any coordinat
 on this machine. It runs in its own process under the same uvicorn settings as the coordinator
 (`coordinator/__main__.py`) and with the coordinator's own Redis pool (`open_redis`), reads the
 request body and answers JSON, so the ratio to it isolates the coordinator's own work.
+
+The dispatch floor is the least a dispatch through HTTP can cost: ``POST /push`` runs one script
+that pushes onto a list, as a create queues work; ``POST /pop``, on another process, waits in
+BLPOP on that list, then runs one script, as a woken poll claims, and answers. Every hop Tether's
+create -> wake-up -> claim -> answer makes is there, and none of its work.
 """
 
 from __future__ import annotations
@@ -22,15 +27,19 @@ from coordinator.redis_client import open_redis
 from coordinator.settings import Settings
 
 TRIVIAL_SCRIPT = "return 1"
+PUSH_SCRIPT = "return redis.call('LPUSH', KEYS[1], ARGV[1])"
+POP_WAIT_S = 10
 
 
 def create_floor_app(settings: Settings) -> Starlette:
     redis, _ = open_redis(settings)
     sha: list[str] = []
+    queue = settings.key_prefix + ":floor-dispatch"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         sha.append(await redis.script_load(TRIVIAL_SCRIPT))
+        sha.append(await redis.script_load(PUSH_SCRIPT))
         try:
             yield
         finally:
@@ -41,11 +50,26 @@ def create_floor_app(settings: Settings) -> Starlette:
         value = await redis.evalsha(sha[0], 0)
         return Response(orjson.dumps({"value": value}), media_type="application/json")
 
+    async def push(request: Request) -> Response:
+        await request.body()
+        value = await redis.evalsha(sha[1], 1, queue, "work")
+        return Response(orjson.dumps({"value": value}), status_code=201, media_type="application/json")
+
+    async def pop(request: Request) -> Response:
+        await request.body()
+        popped = await redis.blpop([queue], timeout=POP_WAIT_S)
+        if popped is None:
+            return Response(status_code=204)
+        value = await redis.evalsha(sha[0], 0)
+        return Response(orjson.dumps({"value": value}), media_type="application/json")
+
     async def healthz(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
 
     return Starlette(routes=[
         Route("/floor", floor, methods=["POST"]),
+        Route("/push", push, methods=["POST"]),
+        Route("/pop", pop, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
     ], lifespan=lifespan)
 

@@ -17,7 +17,9 @@ it are unlinked after each peer. Never FLUSHDB."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
+import secrets
 import signal
 import statistics
 import subprocess
@@ -39,6 +41,9 @@ PROBES = 100
 WORKERS = 2
 ENQUEUERS = 20  # concurrent enqueues for asyncio clients: unbounded, each opens a Redis connection
 IDLE_ROW = "Redis commands/s, workers idle (other clients included)"
+PROBE_SPACING_S = 0.01  # between idle dispatch probes, so each meets idle workers
+# column -> the module with its Peer and work(); rq-simple is rq's in-process SimpleWorker
+PEERS = {"saq": "saq", "celery": "celery", "arq": "arq", "rq": "rq", "rq-simple": "rq"}
 T = TypeVar("T")
 
 
@@ -61,6 +66,11 @@ class Peer(Protocol):
         """One job on an idle queue: ms from before the enqueue to the job function's start."""
 
     def close(self) -> None: ...
+
+
+def make(name: str, tag: str) -> Peer:
+    module = importlib.import_module(f"bench.peers.{PEERS[name]}")
+    return module.make(tag, name)
 
 
 def poll_until(done: Callable[[], bool], timeout: float = 120, every: float = 0.01) -> int:
@@ -198,8 +208,32 @@ def dispatch_ms(peer: Peer) -> list[float]:
     latencies = []
     for _ in range(PROBES):
         latencies.append(peer.probe())
-        time.sleep(0.01)  # spacing, so each probe meets idle workers
+        time.sleep(PROBE_SPACING_S)
     return sorted(latencies)
+
+
+def dispatch_only(name: str) -> list[float]:
+    """Only the idle dispatch probe (ms, sorted): the main bench's same-run comparison."""
+    tag = f"tb{secrets.token_hex(4)}"
+    peer = make(name, tag)
+    redis = Redis.from_url(REDIS_URL)
+    workers: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryFile() as log:
+        try:
+            workers = start_workers(name, tag, log)
+            wait_ready(peer, workers)
+            return dispatch_ms(peer)
+        except BaseException:
+            log.seek(0)
+            print(f"{name} workers' output:\n" + log.read().decode(errors="replace")[-3000:], file=sys.stderr)
+            raise
+        finally:
+            try:
+                stop_workers(workers)
+                peer.close()
+            finally:
+                unlink_tagged(redis, tag)
+                redis.close()
 
 
 def measure(name: str, peer: Peer, tag: str, redis: Redis) -> dict[str, str]:

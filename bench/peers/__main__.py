@@ -15,16 +15,9 @@ from importlib.metadata import version
 
 from redis import Redis
 
-from bench.peers import IDLE_ROW, REDIS_URL, Peer, measure
+from bench.peers import IDLE_ROW, PEERS, REDIS_URL, make, measure
 
-# column -> the module with its Peer and work(); rq-simple is rq's in-process SimpleWorker
-PEERS = {"saq": "saq", "celery": "celery", "arq": "arq", "rq": "rq", "rq-simple": "rq"}
 HEADINGS = {"rq": "rq (stock Worker, fork per job)", "rq-simple": "rq (SimpleWorker, extra)"}
-
-
-def make(name: str, tag: str) -> Peer:
-    module = importlib.import_module(f"bench.peers.{PEERS[name]}")
-    return module.make(tag, name)
 
 
 def versions(names: list[str]) -> str:
