@@ -9,10 +9,14 @@ The dispatch floor is the least a dispatch through HTTP can cost: ``POST /push``
 that pushes onto a list, as a create queues work; ``POST /pop``, on another process, waits in
 BLPOP on that list, then runs one script, as a woken poll claims, and answers. Every hop Tether's
 create -> wake-up -> claim -> answer makes is there, and none of its work.
+
+The parking floor is the least a waiting long-poll holds: ``POST /park`` waits on one future
+and one timer, with nothing else, until its ``wait_s`` is up (``GET /parked`` counts them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -63,6 +67,24 @@ def create_floor_app(settings: Settings) -> Starlette:
         value = await redis.evalsha(sha[0], 0)
         return Response(orjson.dumps({"value": value}), media_type="application/json")
 
+    parked = [0]
+
+    async def park(request: Request) -> Response:
+        await request.body()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        timer = loop.call_later(float(request.query_params.get("wait_s", "60")), future.set_result, None)
+        parked[0] += 1
+        try:
+            await future
+        finally:
+            parked[0] -= 1
+            timer.cancel()
+        return Response(status_code=204)
+
+    async def parked_count(request: Request) -> Response:
+        return Response(orjson.dumps({"parked": parked[0]}), media_type="application/json")
+
     async def healthz(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
 
@@ -70,6 +92,8 @@ def create_floor_app(settings: Settings) -> Starlette:
         Route("/floor", floor, methods=["POST"]),
         Route("/push", push, methods=["POST"]),
         Route("/pop", pop, methods=["POST"]),
+        Route("/park", park, methods=["POST"]),
+        Route("/parked", parked_count, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
     ], lifespan=lifespan)
 
