@@ -288,12 +288,11 @@ async def results(ctx: Context, request: Request) -> Response:
         ctx.metrics.results.inc(exc.code)
         raise
     ctx.metrics.results.inc("replayed" if recorded.replayed else "recorded")
-    result = recorded.task.result
     return json_response({
         "task_id": task_id,
         "attempt": attempt,
         "status": status,
         "task_status": recorded.task_status,
-        "recorded_at": iso_ms(result["recorded_at"] if result else None),
+        "recorded_at": iso_ms(recorded.recorded_at_ms),
         "replayed": recorded.replayed,
     })

@@ -50,10 +50,10 @@ class Created:
 
 @dataclass(frozen=True)
 class Recorded:
-    """A result's answer: the task after it, whether this was a replay, and what the task
-    became (``queued`` when a retryable failure requeued it)."""
+    """A result's answer: when it was recorded (ms), whether this was a replay, and what the
+    task became (``queued`` when a retryable failure requeued it)."""
 
-    task: TaskRecord
+    recorded_at_ms: int
     replayed: bool
     task_status: str
 
@@ -152,7 +152,7 @@ class Store:
             [k.lease_deadlines, k.progress, k.revoked_tokens],
             [host.host_id, task_id, attempt, lease_id, result_json, host.digest],
         )
-        return Recorded(TaskRecord.from_json(reply[1]), reply[2] == 1, _text(reply[3]))
+        return Recorded(int(reply[1]), reply[2] == 1, _text(reply[3]))
 
     # -- operators -------------------------------------------------------------------------
 

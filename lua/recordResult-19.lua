@@ -16,9 +16,10 @@
                 normalised it
     ARGV[11]    SHA-256 of the credential the request came with (revocation is bound to it)
   Output:
-    {0, task JSON, 0, task status}  recorded now; the status is what the task became
-                                    (`queued` when a retryable failure requeued it)
-    {0, task JSON, 1, task status}  the identical report was recorded before: nothing changes
+    {0, recorded at (ms), 0, task status}  recorded now; the status is what the task became
+                                           (`queued` when a retryable failure requeued it)
+    {0, recorded at (ms), 1, task status}  the identical report was recorded before (at that
+                                           time): nothing changes
     {RESULT_CONFLICT}  a different report for an attempt already recorded
     {STALE_ATTEMPT}    a newer attempt exists
     {LEASE_NOT_OWNED}  unknown lease (or deleted with its task by retention), another host's,
@@ -59,7 +60,7 @@ end
 -- lost, is answered as it was even though the next attempt exists.
 if task.result and task.result_lease == leaseId then
   if task.result_report == resultJson then
-    return {0, cjson.encode(task), 1, task.result.task_status or task.status}
+    return {0, task.result.recorded_at, 1, task.result.task_status or task.status}
   end
   return {E.RESULT_CONFLICT}
 end
@@ -89,7 +90,7 @@ if retry then
   count(S, 'retries')
   nextAttempt(task, now)
   requeueTask(S, task, now, 'requeued', 'retryable_failure')
-  return {0, cjson.encode(task), 0, 'queued'}
+  return {0, now, 0, 'queued'}
 end
 
 local previous = task.status
@@ -97,4 +98,4 @@ task.status = report.status
 task.result = {recorded_at = now, attempt = attempt, task_status = report.status}
 finishTask(S, task, previous, now)
 releaseDevice(S, task, now, true)
-return {0, cjson.encode(task), 0, task.status}
+return {0, now, 0, task.status}
