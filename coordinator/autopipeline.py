@@ -13,6 +13,7 @@ every command behind it in the write would wait with it.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 from redis.asyncio import Redis
@@ -26,6 +27,7 @@ from redis.asyncio.connection import (
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # The most commands one write carries: bounds the write's size and how long the last of them
 # waits behind the others.
@@ -112,15 +114,21 @@ class AutoPipeline:
             return
         try:
             await send_packed(connection, b"".join(c for c, _ in batch))
-            for _, reply in batch:
-                try:
-                    value = await connection.read_response()
-                except ResponseError as exc:  # that command's error; the connection stays in step
-                    if not reply.done():
-                        reply.set_exception(exc)
-                    continue
-                if not reply.done():
-                    reply.set_result(value)
+            try:
+                # One deadline for the whole batch's replies: redis-py's own read arms and
+                # cancels a timer of the socket timeout for every reply.
+                async with asyncio.timeout(connection.socket_timeout):
+                    for _, reply in batch:
+                        try:
+                            value = await connection.read_response(timeout=math.inf)
+                        except ResponseError as exc:  # that command's error; the connection stays in step
+                            if not reply.done():
+                                reply.set_exception(exc)
+                            continue
+                        if not reply.done():
+                            reply.set_result(value)
+            except TimeoutError:
+                raise RedisTimeoutError("Timeout reading from Redis") from None
         except BaseException as exc:
             # Lost connection, timeout or cancellation mid-batch: the replies still due cannot
             # be matched any more, so the connection is dropped and every waiting caller fails.

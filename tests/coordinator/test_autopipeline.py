@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from coordinator.autopipeline import (
     MAX_BATCH,
@@ -127,6 +128,20 @@ async def test_a_connection_lost_mid_batch_fails_the_waiting_callers_and_the_nex
         assert await pipeline.execute("PING") in (b"PONG", True)
     finally:
         await killer.aclose()
+
+
+async def test_a_batch_that_outlasts_the_socket_timeout_fails_its_callers_and_the_next_turn_works() -> None:
+    slow = aioredis.Redis.from_url(REAL_REDIS_URL, socket_timeout=0.3)
+    pipeline = AutoPipeline(slow)
+    try:
+        # the server holds the first reply for 5 s: the whole batch is past its deadline at 0.3 s
+        blocked = pipeline.execute("BLPOP", unique_prefix() + ":nothing", 5)
+        behind = pipeline.execute("PING")
+        results = await asyncio.wait_for(asyncio.gather(blocked, behind, return_exceptions=True), 3)
+        assert all(isinstance(r, RedisTimeoutError) for r in results), results
+        assert await pipeline.execute("PING") in (b"PONG", True)
+    finally:
+        await slow.aclose()
 
 
 def test_only_a_single_node_redis_py_client_is_autopipelined() -> None:
