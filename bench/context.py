@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
+from bench.peers import Figures
 from bench.procs import delete_prefix
 
 
@@ -57,6 +58,8 @@ class Bench:
     # The HTTP floor's requests/s, once the calls scenario has measured it in this run: other
     # scenarios state their targets as ratios to it.
     floor_rate: float | None = None
+    # saq's figures, once the lifecycle scenario has measured them in this run (when installed).
+    saq: Figures | None = None
 
     def prefix(self, name: str) -> str:
         return f"bench-{self.run_id}-{name}:{{b}}"

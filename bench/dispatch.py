@@ -1,5 +1,5 @@
 """Idle dispatch: Tether's, the least any HTTP dispatch costs on this machine, and saq's, probed
-alike in the same run.
+alike in the same run (saq's other figures come with it, for the rows that compare with it).
 
 Idle latency on this VM depends on how long the processes slept: a vCPU left idle for more than
 a few hundred microseconds is halted, and waking it costs each hop of the path (seen here: 1.1 ms
@@ -19,7 +19,7 @@ import orjson
 from bench.context import Bench
 from bench.drivers import BenchError, expect
 from bench.loadgen import build, connect
-from bench.peers import PROBE_SPACING_S
+from bench.peers import PROBE_SPACING_S, Figures, measure_alone
 from bench.procs import start_server
 from bench.requests import claim_req, create_req, result_req
 
@@ -91,9 +91,7 @@ def saq_installed() -> bool:
     return importlib.util.find_spec("saq") is not None
 
 
-async def saq_dispatch() -> list[float]:
-    """saq's idle dispatch, as ``python -m bench.peers --only saq`` measures it (ms -> s)."""
-    from bench.peers import dispatch_only
-
-    latencies = await asyncio.to_thread(dispatch_only, "saq")
-    return [ms / 1000 for ms in latencies]
+async def saq_figures() -> Figures:
+    """saq measured as ``python -m bench.peers --only saq`` measures it: its idle dispatch with
+    the same spacing as Tether's probe, and its jobs' Redis commands, CPU and bytes."""
+    return await asyncio.to_thread(measure_alone, "saq")

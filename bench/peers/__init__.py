@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
 
@@ -212,31 +213,23 @@ def dispatch_ms(peer: Peer) -> list[float]:
     return sorted(latencies)
 
 
-def dispatch_only(name: str) -> list[float]:
-    """Only the idle dispatch probe (ms, sorted): the main bench's same-run comparison."""
-    tag = f"tb{secrets.token_hex(4)}"
-    peer = make(name, tag)
-    redis = Redis.from_url(REDIS_URL)
-    workers: list[subprocess.Popen[bytes]] = []
-    with tempfile.TemporaryFile() as log:
-        try:
-            workers = start_workers(name, tag, log)
-            wait_ready(peer, workers)
-            return dispatch_ms(peer)
-        except BaseException:
-            log.seek(0)
-            print(f"{name} workers' output:\n" + log.read().decode(errors="replace")[-3000:], file=sys.stderr)
-            raise
-        finally:
-            try:
-                stop_workers(workers)
-                peer.close()
-            finally:
-                unlink_tagged(redis, tag)
-                redis.close()
+@dataclass(frozen=True)
+class Figures:
+    """One peer's figures, as numbers."""
+
+    workers: str
+    jobs: int
+    dispatch_ms: list[float]  # sorted
+    jobs_per_s: float
+    cpu_ms: float  # per job, this process and the workers
+    client_cpu_ms: float
+    commands: float  # Redis commands per job
+    idle_commands: int  # Redis commands/s while the workers idle
+    redis_cpu_ms: float  # per job
+    bytes_per_job: float
 
 
-def measure(name: str, peer: Peer, tag: str, redis: Redis) -> dict[str, str]:
+def figures(name: str, peer: Peer, tag: str, redis: Redis) -> Figures:
     workers: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryFile() as log:  # the workers' output, shown only if something fails
         try:
@@ -256,15 +249,32 @@ def measure(name: str, peer: Peer, tag: str, redis: Redis) -> dict[str, str]:
                 peer.close()
             finally:
                 unlink_tagged(redis, tag)
+    return Figures(peer.workers, peer.jobs, latencies, run["jobs/s"], run["cpu ms"], run["client cpu ms"],
+                   run["commands"], idle, run["redis cpu ms"], per_job_bytes)
+
+
+def measure_alone(name: str) -> Figures:
+    """One peer measured on its own tag and connection: the main bench's same-run comparison."""
+    tag = f"tb{secrets.token_hex(4)}"
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        return figures(name, make(name, tag), tag, redis)
+    finally:
+        redis.close()
+
+
+def measure(name: str, peer: Peer, tag: str, redis: Redis) -> dict[str, str]:
+    f = figures(name, peer, tag, redis)
+    latencies = f.dispatch_ms
     return {
-        "workers": peer.workers,
+        "workers": f.workers,
         f"idle dispatch p50 / p99 ({PROBES} probes)":
             f"{statistics.median(latencies):.2f} / {latencies[int(0.99 * len(latencies))]:.2f} ms",
         "jobs/s, two workers (all enqueued at once, enqueue included)":
-            f"{run['jobs/s']:,.0f} ({peer.jobs:,} jobs)",
-        "CPU per job: client + workers (client)": f"{run['cpu ms']:.2f} ms ({run['client cpu ms']:.2f})",
-        "Redis commands per job": f"{run['commands']:.1f}",
-        IDLE_ROW: f"{idle:,}",
-        "Redis CPU per job": f"{run['redis cpu ms']:.3f} ms",
-        "bytes per queued job": f"{per_job_bytes:,.0f}",
+            f"{f.jobs_per_s:,.0f} ({f.jobs:,} jobs)",
+        "CPU per job: client + workers (client)": f"{f.cpu_ms:.2f} ms ({f.client_cpu_ms:.2f})",
+        "Redis commands per job": f"{f.commands:.1f}",
+        IDLE_ROW: f"{f.idle_commands:,}",
+        "Redis CPU per job": f"{f.redis_cpu_ms:.3f} ms",
+        "bytes per queued job": f"{f.bytes_per_job:,.0f}",
     }

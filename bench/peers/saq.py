@@ -49,7 +49,16 @@ class SaqPeer:
             sent = time.time()
             job = await self.queue.enqueue("started_at")
             assert job is not None
-            await job.refresh(until_complete=10)
+            deadline = time.monotonic() + 10
+            while not job.completed:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("saq probe job not done within 10 s")
+                # saq reads the job, then subscribes to its updates: a job that completes in
+                # between is never announced, and the wait runs out. So wait briefly, then read.
+                try:
+                    await job.refresh(until_complete=1)
+                except TimeoutError:
+                    await job.refresh()
             return (job.result - sent) * 1000
 
         return self.loop.run(one())
