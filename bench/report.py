@@ -90,14 +90,23 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    Row 3w drives the same lifecycles from wrk (`bench/wrk.py`), the issue's method: one host per
    wrk thread and connection, half the hosts on each process, the claim's answer parsed in Lua;
    both drivers should agree, which shows neither is the limit.
-4. **Dispatch latency**: a host's poll waits on process B; the clock starts when the create request
-   is sent to process A and stops when the poll's answer is complete (so it includes the create
-   request itself and the cross-process wake-up). Idle, then during the load of (3) (only samples
-   inside its measured window).
+4. **Dispatch latency** (`bench/dispatch.py`): a host's poll waits on process B; the clock starts
+   when the create request is sent to process A and stops when the poll's answer is complete (so
+   it includes the create request itself and the cross-process wake-up). Idle, then during the
+   load of (3) (only samples inside its measured window). Each idle probe starts 10 ms after the
+   last (idle latency on a VM grows with how long its vCPUs slept: 1.1 ms at 2 ms spacing, 2.3 ms
+   at 10 ms, seen here). Then, with the same spacing: 4f, the dispatch floor, two bare Starlette
+   processes (`bench/floor_app.py`) where a POST to one runs one script that pushes onto a list
+   and a waiting POST to the other is woken by its BLPOP, runs one script and answers: every hop
+   of Tether's path and none of its work; and 4s, saq, measured whole as `python -m bench.peers`
+   does (`bench/peers`, the `bench` extra): enqueue -> the job function starts in a worker. Issue
+   12's target is p50 <= saq's; the verdict says when the floor itself is above saq's.
 5. **Long-poll scale**: N polls (`wait_s=60`) from N static hosts park on one process; Redis
    connections are the `CLIENT LIST` entries whose client port is a socket of that process
    (`/proc/PID/fd` matched to `/proc/net/tcp`); memory is `VmRSS`; then a task is created for one
-   of them at a time and the answer timed.
+   of them at a time and the answer timed. 5d is the memory per poll against issue 12's 10 KB;
+   5f the floor: N requests parked on a bare Starlette endpoint under stock uvicorn (one future
+   and one timer each, nothing else), measured the same way.
 6. **Heartbeats**: every host reports 10 devices; first the whole fleet registers as fast as it
    can, then one heartbeat per host every 15 s, open loop and evenly spread, over 64 keep-alive
    connections; CPU from `/proc/PID/stat` (utime + stime) over the window.
@@ -110,7 +119,12 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    scripts run, too) and Redis CPU the change in `used_cpu_user + used_cpu_sys`, each per
    lifecycle; then 5,000 tasks are queued (aimed at a device that does not exist) and the change
    in `used_memory` is divided by them, with `MEMORY USAGE` of each key of the prefix to show
-   where it goes (per-id keys summed by kind).
+   where it goes (per-id keys summed by kind). The feed is a ring capped at 10,000 events, so 8c
+   is judged without it. 8d is the floor: 5,000 task ids in a sorted set and 5,000 create
+   requests' bodies in a hash, on the same Redis; a queued task is in three sorted sets (its
+   queue, the queue deadlines, the status listing), so the floor is three entries and the task
+   as submitted. 8e is Redis CPU per lifecycle under the load of (3) (Redis's cores over the
+   lifecycles/s), against saq's Redis CPU per job measured in the same run (4s).
 
 CPU is in cores (1.00 = one core busy for the whole window); this machine has the cores listed
 above for everything: Redis, every server process and the generator.
@@ -147,5 +161,14 @@ It prints the table below and rewrites this file (`--no-docs` to leave it alone,
 {METHOD}"""
 
 
+# Sections written by hand below the method (notes on a run, the peers' table) survive a rewrite.
+KEPT_FROM = "\n## Notes"
+
+
 def write_doc(rows: list[Row], info: dict[str, str], preset: str, seconds: float) -> None:
-    DOC.write_text(document(rows, info, preset, seconds))
+    kept = ""
+    if DOC.exists():
+        old = DOC.read_text()
+        if KEPT_FROM in old:
+            kept = old[old.index(KEPT_FROM):]
+    DOC.write_text(document(rows, info, preset, seconds) + kept)
