@@ -35,8 +35,8 @@ from bench.dispatch import floor_dispatch, saq_figures, saq_installed, tether_di
 from bench.footprint import footprint
 from bench.loadgen import (
     Connection,
-    build,
     LoadResult,
+    build,
     connect,
     connect_many,
     in_child,
@@ -178,12 +178,12 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
         _lifecycle_row(b, life, limit),
         _lifecycle_row(b, life_wrk, "wrk drives it", item="3w"),
         *_idle_dispatch_rows(idle_lat, floor, saq),
-        _redis_cpu_row(b, life),
         Row("4b", f"dispatch latency under load: {busy.rate:,.0f} lifecycles/s (half of (3))",
             f"p50 {fmt_ms(percentile(under, 50) * 1000)}, p99 {fmt_ms(percentile(under, 99) * 1000)} "
             f"(n={len(under)})",
             f"{percentile(under, 99) / percentile(idle_lat, 99):.1f} x idle p99" if under else "",
             "—", "", cpu_note(busy.cpu, busy.errors)),
+        _redis_cpu_row(b, life),
     ]
 
 
