@@ -80,12 +80,17 @@ def floor_requests(hosts: dict[str, str], assignments: list[dict[str, Any]]) -> 
     return [build("POST", "/floor", t, renew_body(a)) for t, a in zip(hosts.values(), assignments, strict=True)]
 
 
-async def waiting_polls(port: int) -> float:
+async def get(port: int, path: str) -> bytes:
+    """One GET on a connection of its own; the body of its 200."""
     conn = await connect(port)
     try:
-        text = (await expect(conn, build("GET", "/metrics"), 200)).decode()
+        return await expect(conn, build("GET", path), 200)
     finally:
         conn.close()
+
+
+async def waiting_polls(port: int) -> float:
+    text = (await get(port, "/metrics")).decode()
     for line in text.splitlines():
         if line.startswith("tether_waiting_polls "):
             return float(line.split()[1])

@@ -20,8 +20,8 @@ from bench.loadgen import connect
 from bench.procs import glob_escape, start_server
 from bench.report import Row
 from bench.requests import (
-    GOAL,
     claim_req,
+    create_body,
     create_req,
     fleet,
     heartbeat_req,
@@ -82,7 +82,7 @@ async def footprint(b: Bench) -> list[Row]:
         per_task = (memory1 - memory0) / QUEUED
         by_key = await _memory_by_key(b.redis, prefix)
         conn.close()
-        zset_entry, hash_entry = await _entry_sizes(b.redis, prefix, _submitted(host))
+        zset_entry, hash_entry = await _entry_sizes(b.redis, prefix, orjson.dumps(create_body(f"{host}-d0")))
     finally:
         coord.stop()
         await b.cleanup(prefix)
@@ -121,11 +121,6 @@ async def footprint(b: Bench) -> list[Row]:
 # A queued task is in three sorted sets: its queue (FIFO by seq), the queue deadlines (the
 # reaper's), and tasks_by_status (the listing); docs/redis-keys.md.
 INDEXES_PER_QUEUED_TASK = 3
-
-
-def _submitted(host: str) -> bytes:
-    """A create request's body: all an operator gives of a task."""
-    return orjson.dumps({"kind": "goal", "goal": GOAL, "device_id": f"{host}-d0"})
 
 
 async def _entry_sizes(redis: Redis, prefix: str, task: bytes) -> tuple[float, float]:

@@ -46,5 +46,10 @@ def result_req(host: str, token: str, assignment: dict[str, Any]) -> bytes:
     })
 
 
+def create_body(device_id: str) -> dict[str, Any]:
+    """A create request's body: all an operator gives of a task."""
+    return {"kind": "goal", "goal": GOAL, "device_id": device_id}
+
+
 def create_req(admin: str, device_id: str) -> bytes:
-    return build("POST", "/api/v1/tasks", admin, {"kind": "goal", "goal": GOAL, "device_id": device_id})
+    return build("POST", "/api/v1/tasks", admin, create_body(device_id))

@@ -24,6 +24,7 @@ from bench.drivers import (
     expect,
     fan_out,
     floor_requests,
+    get,
     heartbeats,
     leased_fleet,
     lifecycles,
@@ -326,7 +327,7 @@ async def _parked_floor(b: Bench, count: int) -> tuple[float, float]:
         for conn in conns:
             conn.request(build("POST", "/park?wait_s=60"), 75)
         deadline = time.perf_counter() + 55
-        while orjson.loads(await _get(floor.port, "/parked"))["parked"] < count:
+        while orjson.loads(await get(floor.port, "/parked"))["parked"] < count:
             if time.perf_counter() > deadline:
                 raise BenchError("floor requests did not all park within 55 s")
             await asyncio.sleep(0.1)
@@ -336,14 +337,6 @@ async def _parked_floor(b: Bench, count: int) -> tuple[float, float]:
         for c in conns:
             c.close()
         floor.stop()
-
-
-async def _get(port: int, path: str) -> bytes:
-    conn = await connect(port)
-    try:
-        return await expect(conn, build("GET", path), 200)
-    finally:
-        conn.close()
 
 
 async def heartbeat_load(b: Bench) -> list[Row]:
