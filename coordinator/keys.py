@@ -12,6 +12,13 @@ LRANGE, a driver's waiting tasks with ZRANGE, a lease's time left with PTTL).
 from __future__ import annotations
 
 
+# tasks_by_status scores a task by its status and age: code * STATUS_SPAN + seq, so each status is
+# one score range in age order (lua/includes/common.lua ``statusScore``; a test keeps them equal).
+# 2^48: any seq fits below it, and every score is an exact double.
+STATUS_CODES = {"queued": 1, "assigned": 2, "running": 3, "succeeded": 4, "failed": 5, "cancelled": 6}
+STATUS_SPAN = 2**48
+
+
 class Keys:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
@@ -92,19 +99,19 @@ class Keys:
         return f"{self.base}inbox:{process_id}"
 
     # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
-    # joined by NUL, sequence numbers zero-padded so lexicographic order is age order.
+    # joined by NUL.
 
     @staticmethod
-    def status_range(status: str, before_seq: int | None = None) -> tuple[str, str]:
-        """ZREVRANGEBYLEX bounds (high, low) of ``tasks_by_status`` for one status, newest
+    def status_scores(status: str, before_seq: int | None = None) -> tuple[str, int]:
+        """ZREVRANGEBYSCORE bounds (max, min) of ``tasks_by_status`` for one status, newest
         first, below ``before_seq`` when given."""
-        high = f"({status}\0{before_seq:016d}\0" if before_seq is not None else f"({status}\1"
-        return high, f"[{status}\0"
+        low = STATUS_CODES[status] * STATUS_SPAN
+        return f"({low + (STATUS_SPAN if before_seq is None else before_seq)}", low
 
     @staticmethod
-    def member_task_id(member: bytes) -> bytes:
-        """The task id that ends an index member."""
-        return member.rsplit(b"\0", 1)[1]
+    def status_seq(score: float) -> int:
+        """The task's seq, from its score in ``tasks_by_status``."""
+        return int(score) % STATUS_SPAN
 
     def fixed(self) -> list[str]:
         """The deployment's fixed keys (not those derived from an id): for inspection, never for

@@ -102,18 +102,17 @@ class Queries:
         ]
 
     async def _task_ids(self, status: str | None, before_seq: int | None, count: int) -> list[bytes]:
-        """Ids newest first, below ``before_seq``. Every status is a range of one index, so all
-        tasks are the newest ``count`` of each status's range, merged by their zero-padded seq."""
+        """Ids newest first, below ``before_seq``. Every status is a score range of one index, so
+        all tasks are the newest ``count`` of each status's range, merged by seq."""
         k = self.keys
         statuses = [status] if status is not None else _TASK_STATUSES
         async with self._pipeline() as pipe:
             for each in statuses:
-                high, low = k.status_range(each, before_seq)
-                pipe.zrevrangebylex(k.tasks_by_status, high, low, start=0, num=count)
+                high, low = k.status_scores(each, before_seq)
+                pipe.zrevrangebyscore(k.tasks_by_status, high, low, start=0, num=count, withscores=True)
             ranges = await pipe.execute()
-        # A member is status\0seq\0id: order by the seq that follows the status.
-        members = sorted((m for r in ranges for m in r), key=lambda m: m.split(b"\0", 2)[1], reverse=True)
-        return [k.member_task_id(m) for m in members[:count]]
+        newest = sorted((pair for r in ranges for pair in r), key=lambda pair: k.status_seq(pair[1]), reverse=True)
+        return [task_id for task_id, _ in newest[:count]]
 
     async def list_tasks(self, *, status: str | None, host_id: str | None, device_id: str | None,
                          limit: int, cursor: int | None) -> Page:
@@ -371,12 +370,13 @@ class Queries:
     # -- counters for /metrics -------------------------------------------------------------
 
     async def task_counts(self) -> dict[str, int]:
-        """Tasks by status (each count one ZLEXCOUNT of the status index)."""
+        """Tasks by status (each count one ZCOUNT of the status index)."""
         k = self.keys
         statuses = _TASK_STATUSES
         async with self._pipeline() as pipe:
             for status in statuses:
-                pipe.zlexcount(k.tasks_by_status, f"[{status}\0", f"({status}\1")
+                high, low = k.status_scores(status)
+                pipe.zcount(k.tasks_by_status, low, high)
             counts = await pipe.execute()
         return dict(zip(statuses, (int(c) for c in counts), strict=True))
 
@@ -386,8 +386,8 @@ class Queries:
 
     async def oldest_queued(self, count: int) -> list[TaskRecord]:
         k = self.keys
-        members = await self.redis.zrangebylex(k.tasks_by_status, "[queued\0", "(queued\1", start=0, num=count)
-        return await self._tasks([k.member_task_id(m) for m in members])
+        high, low = k.status_scores(wire.TaskStatus.QUEUED.value)
+        return await self._tasks(await self.redis.zrangebyscore(k.tasks_by_status, low, high, start=0, num=count))
 
 
 def _device_cursor(state: DeviceState) -> str:

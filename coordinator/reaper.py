@@ -4,7 +4,9 @@
 - hosts silent past the offline threshold: offline, their unclaimed assignments requeued;
 - assignments not claimed within the claim timeout: requeued, their host stalled until it polls;
 - queued tasks past their queue deadline: failed with ``queue_timeout``;
-- terminal tasks past their retention: deleted, with everything hanging off them.
+- terminal tasks past their retention: deleted, with everything hanging off them;
+- entries of an earlier Redis layout: rewritten in the current one (a pass with none left costs
+  one read).
 
 It runs in every coordinator process. Each sweep is one script that finds due work through a
 deadline index (no KEYS or SCAN) and takes at most a batch per call, removing each deadline in
@@ -47,6 +49,7 @@ async def sweep(store: Store) -> dict[str, int]:
         "claims": await _drain(store.expire_assignments),
         "queued": await _drain(store.expire_queued),
         "purged": await _drain(store.purge_tasks),
+        "upgraded": await _drain(store.upgrade_status_index),
     }
 
 

@@ -224,6 +224,11 @@ class Store:
         )
         return int(reply[1])
 
+    async def upgrade_status_index(self, limit: int = 100) -> int:
+        """Entries of the earlier ``tasks_by_status`` layout converted (lua/upgradeStatusIndex)."""
+        reply = await self._run("upgradeStatusIndex", [self.keys.tasks_by_status], [limit])
+        return int(reply[1])
+
     # -- managed hosts ---------------------------------------------------------------------
 
     async def create_enrollment_token(self, token_id: str, digest: str, ttl_ms: int, max_uses: int,

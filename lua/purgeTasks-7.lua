@@ -5,7 +5,7 @@
 
   Input:
     KEYS[1] tasks            hash  task id -> task JSON
-    KEYS[2] tasks_by_status  zset  "status\0seq\0task id"
+    KEYS[2] tasks_by_status  zset  task id -> its status and age
     KEYS[3] retention        zset  task id -> when it is deleted (ms); the index this sweep reads
     KEYS[4] idempotency      hash  idempotency key -> task id
     KEYS[5] claims           hash  "host id\0claim id" -> assignment JSON
@@ -41,7 +41,7 @@ for _, taskId in ipairs(due) do
   local task = getJson(tasksKey, taskId)
   if task and TERMINAL[task.status] then
     rcall('HDEL', tasksKey, taskId)
-    rcall('ZREM', byStatusKey, statusMember(task.status, task))
+    rcall('ZREM', byStatusKey, taskId)
     rcall('HDEL', progressKey, taskId)
     if task.idempotency_key and rcall('HGET', idempotencyKey, task.idempotency_key) == taskId then
       rcall('HDEL', idempotencyKey, task.idempotency_key)

@@ -38,19 +38,20 @@ local function nowMs()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Sequence numbers are zero-padded so lexicographic order in the "a\0seq\0b" indexes is age order.
-local function pad(seq)
-  return string.format('%016d', seq)
-end
-
 -- An index member: fields joined by NUL ("host\0seq\0task"); ids never contain NUL.
 local function indexMember(...)
   return table.concat({...}, '\0')
 end
 
--- A task's member of the tasks_by_status index.
-local function statusMember(status, task)
-  return indexMember(status, pad(task.seq), task.id)
+-- tasks_by_status holds each task once, as its id, scored code * 2^48 + seq: a status is one
+-- score range in age order, and a transition is one ZADD that moves the task to its new range.
+-- (Mirrors coordinator.keys.STATUS_CODES and STATUS_SPAN; a test keeps them equal.)
+local STATUS_CODES = {queued = 1, assigned = 2, running = 3, succeeded = 4, failed = 5, cancelled = 6}
+local STATUS_SPAN = 281474976710656
+
+-- As a decimal string: a score above 2^31 must reach Redis with every digit.
+local function statusScore(status, seq)
+  return string.format('%.0f', STATUS_CODES[status] * STATUS_SPAN + seq)
 end
 
 -- The ZRANGEBYLEX bounds of every member whose first field is `first`.

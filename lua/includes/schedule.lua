@@ -5,7 +5,7 @@
   A script that includes this file passes the scheduling keys first, in this order, and builds
   the scheduler with `local S = scheduler(KEYS, ARGV)`:
     KEYS[1]  tasks              hash   task id -> task JSON
-    KEYS[2]  tasks_by_status    zset   "status\0seq\0task id" (score 0, lexicographic)
+    KEYS[2]  tasks_by_status    zset   task id -> its status and age (statusScore, common.lua)
     KEYS[3]  devices            hash   device id -> pooled device JSON
     KEYS[4]  reservations       hash   device id -> task id holding it (assigned or running)
     KEYS[5]  free               zset   "driver\0device id": schedulable, available, unreserved
@@ -94,10 +94,7 @@ end
 -- Write a task back, moving it in the status index when its status changed; its JSON.
 local function saveTask(S, task, previousStatus)
   if previousStatus ~= task.status then
-    if previousStatus then
-      rcall('ZREM', S.byStatus, statusMember(previousStatus, task))
-    end
-    rcall('ZADD', S.byStatus, 0, statusMember(task.status, task))
+    rcall('ZADD', S.byStatus, statusScore(task.status, task.seq), task.id)
   end
   local encoded = cjson.encode(task)
   rcall('HSET', S.tasks, task.id, encoded)

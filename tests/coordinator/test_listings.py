@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.keys import STATUS_CODES, STATUS_SPAN
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, silence_host
 
@@ -166,3 +167,25 @@ async def test_metrics_show_the_deployment(api: Api) -> None:
     assert _sample(text, "tether_schedule_to_start_seconds_count") == 1
     assert _sample(text, "tether_feed_watchers") == 0
     assert _sample(text, "tether_queue_timeouts_total") == 0
+
+
+async def test_a_reaper_pass_upgrades_the_earlier_status_index(api: Api) -> None:
+    """The earlier layout held "status\\0seq\\0id" members at score 0: one pass rewrites them, and the
+    listing, counts and order are as if they had been written in the current layout."""
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    await api.heartbeat("host-a", ["a1"])
+    created = [(await api.create_task(device_id=d)).json()["task_id"] for d in ("a1", "zz", "a1")]
+    before = await redis.zrange(keys.tasks_by_status, 0, -1, withscores=True)
+    earlier = {}
+    for task_id, score in before:
+        status = {code: name for name, code in STATUS_CODES.items()}[int(score) // STATUS_SPAN]
+        earlier[f"{status}\0{int(score) % STATUS_SPAN:016d}\0{task_id.decode()}"] = 0
+    await redis.delete(keys.tasks_by_status)
+    await redis.zadd(keys.tasks_by_status, earlier)
+    assert (await api.admin("GET", "/api/v1/tasks")).json()["tasks"] == []  # the old entries are invisible
+
+    assert (await api.sweep())["upgraded"] == 3
+    assert await redis.zrange(keys.tasks_by_status, 0, -1, withscores=True) == before
+    listed = (await api.admin("GET", "/api/v1/tasks")).json()["tasks"]
+    assert [t["task_id"] for t in listed] == created[::-1]
+    assert (await api.sweep())["upgraded"] == 0

@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from coordinator.keys import STATUS_CODES, STATUS_SPAN
 from coordinator.waiter import ClaimWaiter
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
@@ -91,6 +92,13 @@ async def test_queues_devices_and_leases_read_plainly(api: Api) -> None:
     first = await claim_one(api, "host-a")
     assert first["task_id"] == made[0]
     assert await _text_list(redis, keys.assigned("host-a")) == made[1:]
+
+    # the status index holds each task once, its score its status and age: a claim moved one
+    scored = {t.decode(): int(score) for t, score in await redis.zrange(keys.tasks_by_status, 0, -1, withscores=True)}
+    seqs = [orjson.loads(await redis.hget(keys.tasks, t))["seq"] for t in made]
+    assert scored == {made[0]: STATUS_CODES["running"] * STATUS_SPAN + seqs[0],
+                      made[1]: STATUS_CODES["assigned"] * STATUS_SPAN + seqs[1],
+                      made[2]: STATUS_CODES["assigned"] * STATUS_SPAN + seqs[2]}
 
     # the waiting tasks of a driver, oldest first, and of one device
     waiting = [(await api.create_task(selector={"driver": "sim"})).json()["task_id"] for _ in range(2)]

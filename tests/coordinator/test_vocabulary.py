@@ -7,6 +7,7 @@ import re
 
 import wire
 from coordinator.errors import ScriptError, error_for
+from coordinator.keys import STATUS_CODES, STATUS_SPAN
 from coordinator.scripts import lua_dir
 
 _STATUS_LITERAL = re.compile(r"status\s*(?:==|~=|=)\s*'([a-z_]+)'")
@@ -52,3 +53,18 @@ def test_what_the_scripts_keep_is_what_wire_says() -> None:
     kept = {name: int(value) for name, value in _KEPT.findall(_lua_sources())}
     assert kept == {"TASK_EVENTS_KEPT": wire.TASK_EVENTS_KEPT, "DEVICE_RUNS_KEPT": wire.DEVICE_RUNS_KEPT,
                     "FEED_EVENTS_KEPT": wire.FEED_EVENTS_KEPT}
+
+
+_STATUS_CODES = re.compile(r"^local STATUS_CODES = \{(.*)\}$", re.MULTILINE)
+_STATUS_SPAN = re.compile(r"^local STATUS_SPAN = (\d+)$", re.MULTILINE)
+
+
+def test_the_status_index_scores_are_the_same_on_both_sides() -> None:
+    """Listings read the score ranges the scripts write: a status code or span that differed
+    would hide tasks from every listing."""
+    sources = _lua_sources()
+    (codes,) = _STATUS_CODES.findall(sources)
+    lua_codes = {name: int(code) for name, code in re.findall(r"(\w+) = (\d+)", codes)}
+    assert lua_codes == STATUS_CODES
+    assert set(STATUS_CODES) == set(wire.values(wire.TaskStatus))
+    assert [int(span) for span in _STATUS_SPAN.findall(sources)] == [STATUS_SPAN]
