@@ -3,10 +3,10 @@
 All keys share one prefix that carries a hash tag (``tether:{default}``), so every script's keys
 hash to one slot and the same code runs on Redis Cluster. Most of the layout is a fixed set of
 keys (records in hashes, indexes in sorted sets) handed to the scripts up front. The rest are
-keys of one host, driver, device, task, lease or process, named base + kind + ":" + id: the
-scripts derive them from the base (they carry the hash tag, so they live in the same slot), and
-each is what an operator reads with one redis-cli command (a host's queued assignments with
-LRANGE, a driver's waiting tasks with ZRANGE, a lease's time left with PTTL).
+keys of one host, driver, device or process, named base + kind + ":" + id: the scripts derive
+them from the base (they carry the hash tag, so they live in the same slot), and each is what an
+operator reads with one redis-cli command (a host's queued assignments with LRANGE, a driver's
+waiting tasks with ZRANGE).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Keys:
         # history: the live feed (a capped stream) and deployment-wide counters
         self.feed = p + "feed"
         self.stats = p + "stats"
-        # leases (each lease is its own key: lease(id))
+        # leases (each lease lives in its task's record, `leases`)
         self.lease_deadlines = p + "lease_deadlines"  # task id -> its running lease's expiry
         self.claims = p + "claims"
         self.progress = p + "progress"
@@ -61,7 +61,7 @@ class Keys:
         self.enrollments = p + "enrollments"
         self.local_devices = p + "local_devices"
         self.enrolled_devices = p + "enrolled_devices"
-        # Keys of one host, driver, device, task, lease or process are this base plus a kind and
+        # Keys of one host, driver, device or process are this base plus a kind and
         # the id (the methods below): the scripts derive them, and they carry the hash tag too.
         self.base = p
 
@@ -84,11 +84,6 @@ class Keys:
     def host_devices(self, host_id: str) -> str:
         """The pooled device ids of a host: a set."""
         return f"{self.base}host_devices:{host_id}"
-
-    def lease(self, lease_id: str) -> str:
-        """A lease: JSON {task_id, host_id, attempt, device_id}, with a TTL a little past its
-        deadline while it runs, and the retention window once it has ended."""
-        return f"{self.base}lease:{lease_id}"
 
     def polls(self, host_id: str) -> str:
         """The processes holding a waiting poll of the host: a zset process id -> until (ms)."""

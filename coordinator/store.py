@@ -140,7 +140,7 @@ class Store:
         reply = await self._run(
             "renewLease",
             [k.tasks, k.lease_deadlines, k.progress, k.revoked_tokens, k.feed],
-            [host.host_id, lease_id, task_id, attempt, ttl_ms, progress_json, host.digest, k.base],
+            [host.host_id, lease_id, task_id, attempt, ttl_ms, progress_json, host.digest],
         )
         return int(reply[1]), reply[2] == 1
 
@@ -220,7 +220,7 @@ class Store:
             "purgeTasks",
             [k.tasks, k.tasks_by_status, k.retention, k.idempotency, k.claims,
              k.progress, k.stats],
-            [k.base, limit],
+            [limit],
         )
         return int(reply[1])
 

@@ -63,7 +63,6 @@ if claimId ~= '' then
       return {0, false}
     end
     rcall('ZADD', deadlinesKey, now + ttl, assignment.task_id)
-    rcall('PEXPIRE', derived(S, 'lease', assignment.lease_id), ttl + LEASE_KEY_GRACE_MS)
     assignment.lease_ttl_ms = ttl
     assignment.lease_expires_at_ms = now + ttl
     local encoded = cjson.encode(assignment)
@@ -97,9 +96,10 @@ task.status = 'running'
 task.lease_id = leaseId
 task.started_at = now
 task.updated_at = now
--- Every lease and claim record of the task, so that retention can delete them.
+-- Every lease of the task, so a late call with an earlier one gets its exact answer; and every
+-- claim record, so that retention can delete them.
 task.leases = task.leases or {}
-task.leases[#task.leases + 1] = leaseId
+task.leases[#task.leases + 1] = {id = leaseId, host_id = hostId, attempt = task.attempt}
 if claimId ~= '' then
   task.claims = task.claims or {}
   task.claims[#task.claims + 1] = claimField
@@ -107,8 +107,6 @@ end
 taskEvent(S, task, 'claimed', now)
 saveTask(S, task, previous)
 
-local lease = {task_id = task.id, host_id = hostId, attempt = task.attempt, device_id = task.device_id}
-rcall('SET', derived(S, 'lease', leaseId), cjson.encode(lease), 'PX', ttl + LEASE_KEY_GRACE_MS)
 rcall('ZADD', deadlinesKey, now + ttl, task.id)
 
 local assignment = {

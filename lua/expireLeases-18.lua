@@ -13,10 +13,10 @@
     {0, number of leases ended}
 
   Invariants: a lease is ended exactly once (removed from the index in the step that acts on it),
-  so two reapers sweeping at once are safe; only a running task moves. The index, not the lease
-  key, drives the sweep, so a lease key that its TTL removed while no coordinator ran is still
-  acted on. The ended lease is kept for the retention window, and its claim record stays (until retention deletes the task), so a late replay of its claim
-  id learns the lease has ended (204). The device of an expired lease is released but not marked
+  so two reapers sweeping at once are safe; only a running task moves. The ended lease stays in
+  its task's record, and its claim record stays (both until retention deletes the task), so a
+  late call with the lease gets its exact answer and a late replay of its claim id learns the
+  lease has ended (204). The device of an expired lease is released but not marked
   available: the agent may still be stopping the stale work, and its next heartbeat says when
   the device is really idle.
 ]]
@@ -33,7 +33,6 @@ for _, taskId in ipairs(due) do
   rcall('ZREM', deadlinesKey, taskId)
   local task = getJson(S.tasks, taskId)
   if task and task.status == 'running' then
-    rcall('PEXPIRE', derived(S, 'lease', task.lease_id), S.retentionMs)
     rcall('HDEL', progressKey, task.id)
     count(S, 'lease_expiries')
     endRun(S, task, task.attempt, now, 'lease_expired')

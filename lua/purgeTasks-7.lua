@@ -1,7 +1,7 @@
 --[[
   Reaper: delete terminal tasks whose retention has passed, with everything hanging off them:
-  the record (which carries its history), its index entries, its idempotency key, its progress,
-  its leases and their claim records.
+  the record (which carries its history and its leases), its index entries, its idempotency key,
+  its progress and its claim records.
 
   Input:
     KEYS[1] tasks            hash  task id -> task JSON
@@ -11,8 +11,7 @@
     KEYS[5] claims           hash  "host id\0claim id" -> assignment JSON
     KEYS[6] progress         hash  task id -> latest progress JSON
     KEYS[7] stats            hash  deployment-wide counters
-    ARGV[1] key base (a lease is <base>lease:<id>)
-    ARGV[2] at most this many tasks per call
+    ARGV[1] at most this many tasks per call
   Output:
     {0, number of tasks deleted}
 
@@ -28,8 +27,7 @@ local idempotencyKey = KEYS[4]
 local claimsKey = KEYS[5]
 local progressKey = KEYS[6]
 local statsKey = KEYS[7]
-local base = ARGV[1]
-local limit = tonumber(ARGV[2])
+local limit = tonumber(ARGV[1])
 
 local TERMINAL = {succeeded = true, failed = true, cancelled = true}
 
@@ -45,9 +43,6 @@ for _, taskId in ipairs(due) do
     rcall('HDEL', progressKey, taskId)
     if task.idempotency_key and rcall('HGET', idempotencyKey, task.idempotency_key) == taskId then
       rcall('HDEL', idempotencyKey, task.idempotency_key)
-    end
-    for _, leaseId in ipairs(task.leases or {}) do
-      rcall('DEL', base .. 'lease:' .. leaseId)
     end
     for _, claimField in ipairs(task.claims or {}) do
       rcall('HDEL', claimsKey, claimField)

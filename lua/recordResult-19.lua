@@ -46,15 +46,11 @@ local attempt = tonumber(ARGV[8])
 local leaseId = ARGV[9]
 local resultJson = ARGV[10]
 local credential = ARGV[11]
-local leaseKey = derived(S, 'lease', leaseId)
 
 local task = getJson(S.tasks, taskId)
-local lease, failure = presentedLease(revokedKey, credential, leaseKey, leaseId, hostId, taskId, attempt, task)
+local lease, failure = presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
 if not lease then
   return {failure}
-end
-if not task then
-  return {E.LEASE_NOT_OWNED}
 end
 -- The replay first: a retried attempt's identical report, repeated after its response was
 -- lost, is answered as it was even though the next attempt exists.
@@ -76,8 +72,6 @@ local report = cjson.decode(resultJson)
 local retry = report.retryable == true and report.status == 'failed'
   and task.attempt < task.max_attempts and not task.cancel_requested
 rcall('ZREM', deadlinesKey, taskId)
--- The ended lease stays readable for the retention window: a replayed report still finds it.
-rcall('PEXPIRE', leaseKey, S.retentionMs)
 rcall('HDEL', progressKey, taskId)
 endRun(S, task, attempt, now, report.status)
 task.result_report = resultJson

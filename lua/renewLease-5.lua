@@ -14,7 +14,6 @@
     ARGV[5] lease TTL (ms)
     ARGV[6] progress JSON to store, or "" to leave the stored progress as it is
     ARGV[7] SHA-256 of the credential the request came with (revocation is bound to it)
-    ARGV[8] key base: the lease's own key is base .. 'lease:' .. lease id (same hash tag)
   Output:
     {0, new expiry (ms), cancel requested (0|1)}
     {LEASE_NOT_OWNED} unknown lease, another host's, or not this task and attempt
@@ -40,10 +39,9 @@ local attempt = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local progress = ARGV[6]
 local credential = ARGV[7]
-local leaseKey = ARGV[8] .. 'lease:' .. leaseId
 
 local task = getJson(tasksKey, taskId)
-local lease, failure = presentedLease(revokedKey, credential, leaseKey, leaseId, hostId, taskId, attempt, task)
+local lease, failure = presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
 if not lease then
   return {failure}
 end
@@ -56,7 +54,6 @@ if task.status ~= 'running' or task.lease_id ~= leaseId or not deadline or tonum
   return {E.LEASE_EXPIRED}
 end
 rcall('ZADD', deadlinesKey, now + ttl, taskId)
-rcall('PEXPIRE', leaseKey, ttl + LEASE_KEY_GRACE_MS)
 if progress ~= '' and rcall('HGET', progressKey, taskId) ~= progress then
   rcall('HSET', progressKey, taskId, progress)
   local step = cjson.decode(progress)

@@ -86,29 +86,31 @@ local function putJson(hashKey, field, value)
   rcall('HSET', hashKey, field, cjson.encode(value))
 end
 
--- A lease key outlives its deadline by this much, so the reaper (which reads the deadline index,
--- not this key) always acts first, and a lease nobody ends still cleans itself up. An ended
--- lease is kept for the retention window instead, so late reports get their exact answer.
-local LEASE_KEY_GRACE_MS = 30000
-
 -- The lease a host presents for a task attempt, or nil and the failure to answer: its credential
 -- was revoked, or the lease is unknown, another host's, or not this task and attempt. `task` is
--- the task's record, or nil: when the lease is the one the record names, the record says whose
--- it is (its host and attempt are that lease's), and the lease key is not read.
-local function presentedLease(revokedKey, credential, leaseKey, leaseId, hostId, taskId, attempt, task)
+-- the task's record, or nil: the record keeps every lease it had (`leases`: id, host and attempt
+-- of each), so a lease is known exactly as long as its task is. (Records written when each lease
+-- was a key of its own list bare ids: those earlier leases answer as unknown.)
+local function presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
   if rcall('SISMEMBER', revokedKey, credential) == 1 then
     return nil, E.REVOKED
   end
-  if task and task.lease_id == leaseId then
+  if not task then
+    return nil, E.LEASE_NOT_OWNED
+  end
+  if task.lease_id == leaseId then
     if task.host_id ~= hostId or task.attempt ~= attempt then
       return nil, E.LEASE_NOT_OWNED
     end
     return {task_id = taskId, host_id = hostId, attempt = attempt, device_id = task.device_id}
   end
-  local raw = rcall('GET', leaseKey)
-  local lease = raw and cjson.decode(raw)
-  if not lease or lease.host_id ~= hostId or lease.task_id ~= taskId or lease.attempt ~= attempt then
-    return nil, E.LEASE_NOT_OWNED
+  for _, lease in ipairs(task.leases or {}) do
+    if type(lease) == 'table' and lease.id == leaseId then
+      if lease.host_id ~= hostId or lease.attempt ~= attempt then
+        return nil, E.LEASE_NOT_OWNED
+      end
+      return {task_id = taskId, host_id = hostId, attempt = attempt}
+    end
   end
-  return lease
+  return nil, E.LEASE_NOT_OWNED
 end

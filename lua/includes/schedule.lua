@@ -28,7 +28,7 @@
     ARGV[4] claim timeout (ms)
     ARGV[5] retention of terminal tasks (ms)
 
-  Keys derived from an id (key base .. kind .. ':' .. id), one per host, driver, device or task,
+  Keys derived from an id (key base .. kind .. ':' .. id), one per host, driver, device or process,
   so an operator reads each with one redis-cli command:
     waiting:<driver>         zset   task id -> seq: queued tasks with a selector, oldest first
     waiting_device:<device>  zset   task id -> seq: queued tasks aimed at that device
@@ -36,9 +36,9 @@
     host_devices:<host>      set    the pooled device ids of the host
     polls:<host>             zset   process id -> until when (ms) a poll of the host waits there
     inbox:<process>          list   host ids with new work, for that process's waiting polls
-    lease:<lease id>         string the lease JSON, with a TTL a little past its deadline
     device_runs:<device>     list   the device's ended runs, newest first
-  (A task's history is not a key of its own: its record carries it, as `events`.)
+  (A task's history and its leases are not keys of their own: its record carries them, as
+  `events` and `leases`.)
 
   Invariants kept:
     - a device is in `free` only if it is pooled, `available`, unreserved, not disabled, and its
@@ -82,7 +82,7 @@ local function scheduler(keys, args)
   }
 end
 
--- The key of one host, driver, device, task, lease or process (see "Keys derived from an id").
+-- The key of one host, driver, device or process (see "Keys derived from an id").
 local function derived(S, kind, id)
   return S.base .. kind .. ':' .. id
 end

@@ -20,9 +20,6 @@ from tests.support import wait_until_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
-LEASE_KEY_GRACE_MS = 30_000  # lua/includes/common.lua
-
-
 async def _text_list(redis: aioredis.Redis, key: str) -> list[str]:
     return [v.decode() for v in await redis.lrange(key, 0, -1)]
 
@@ -106,18 +103,17 @@ async def test_queues_devices_and_leases_read_plainly(api: Api) -> None:
     assert [t.decode() for t in await redis.zrange(keys.waiting("sim"), 0, -1)] == waiting
     assert [t.decode() for t in await redis.zrange(keys.waiting_device("a3"), 0, -1)] == [aimed]
 
-    # a lease is its own key, living a little past its deadline
-    lease_key = keys.lease(first["lease_id"])
-    lease = orjson.loads(await redis.get(lease_key))
-    assert (lease["task_id"], lease["host_id"], lease["attempt"]) == (first["task_id"], "host-a", 1)
-    ttl_ms = api.ctx.settings.lease_ttl_ms
-    assert ttl_ms < await redis.pttl(lease_key) <= ttl_ms + LEASE_KEY_GRACE_MS
-    await redis.pexpire(lease_key, ttl_ms)  # renewing gives the grace back
-    assert (await api.renew("host-a", first)).status_code == 200
-    assert await redis.pttl(lease_key) > ttl_ms
-    # ended, it is kept for the retention window, so a replayed report finds it
+    # a lease lives in its task's record: the current one, and every earlier one with its host and
+    # attempt; its deadline is the reaper's index
+    record = orjson.loads(await redis.hget(keys.tasks, first["task_id"]))
+    assert (record["lease_id"], record["host_id"], record["attempt"]) == (first["lease_id"], "host-a", 1)
+    assert record["leases"] == [{"id": first["lease_id"], "host_id": "host-a", "attempt": 1}]
+    await redis.zadd(keys.lease_deadlines, {first["task_id"]: await api.ctx.queries.redis_time_ms() + 1000})
+    assert (await api.renew("host-a", first)).status_code == 200  # a renewal moves the deadline
+    assert await redis.zscore(keys.lease_deadlines, first["task_id"]) > await api.ctx.queries.redis_time_ms() + 5000
+    # ended, it stays in the record until retention, so a replayed report gets its exact answer
     assert (await api.result("host-a", first)).status_code == 200
-    assert await redis.pttl(lease_key) > ttl_ms + LEASE_KEY_GRACE_MS
+    assert await redis.zscore(keys.lease_deadlines, first["task_id"]) is None
     assert (await api.result("host-a", first)).json()["replayed"] is True
 
     # a device the host stops reporting leaves its set; the freed a2... took the oldest waiting task
@@ -126,20 +122,23 @@ async def test_queues_devices_and_leases_read_plainly(api: Api) -> None:
     assert [t.decode() for t in await redis.zrange(keys.waiting("sim"), 0, -1)] == waiting[1:]
 
 
-async def test_a_lease_whose_key_lapsed_is_still_reaped_once(api: Api) -> None:
-    """No coordinator ran past the lease key's TTL: the deadline index still ends the lease."""
-    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+async def test_a_reaped_lease_answers_exactly_however_late_it_comes(api: Api) -> None:
+    """The record keeps every lease, so a call with an ended one, however late, is told why."""
     await api.heartbeat("host-a", ["a1"])
     task_id = (await api.create_task(device_id="a1", max_attempts=2)).json()["task_id"]
     first = await claim_one(api, "host-a")
-    await redis.delete(keys.lease(first["lease_id"]))
     await expire_lease(api, first)
     assert (await api.sweep())["leases"] == 1
     assert (await api.sweep())["leases"] == 0
     task = await api.task(task_id)
     assert (task["status"], task["attempt"]) in {("queued", 2), ("assigned", 2)}
     late = await api.renew("host-a", first)
-    assert late.status_code == 409 and late.json()["error"]["code"] == "lease_not_owned"
+    assert late.status_code == 409 and late.json()["error"]["code"] == "lease_replaced"
+    stale = await api.result("host-a", first)
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_attempt"
+    # another host presenting it, or presenting it for another attempt, does not own it
+    assert (await api.renew("host-b", first)).json()["error"]["code"] == "lease_not_owned"
+    assert (await api.renew("host-a", {**first, "attempt": 2})).json()["error"]["code"] == "lease_not_owned"
 
 
 class _FailingOnce:
