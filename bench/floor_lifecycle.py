@@ -1,0 +1,227 @@
+"""The lifecycle floor: the fewest Redis commands a lifecycle of the contract can take, run for real.
+
+Four scripts, one per call (create, claim, renew, result), each changing only the state the
+contract (PROTOCOL.md) asks of that call, one command per structure it touches, with every merge
+of structures we could find. The obligations, and the command each costs:
+
+- every call: the script itself (EVALSHA) and the Redis clock (TIME), which leases and deadlines
+  are read against so every coordinator process agrees;
+- create: the task's age (INCR: listings are newest first, queues oldest first); taking its free
+  device (ZREM from the free index answers whether it was free, in the same command); the
+  device's `reserved_by` (HSET); the host's queue (RPUSH); the claim deadline (ZADD: an
+  unclaimed assignment goes back); the feed (one XADD for `created` and `assigned` together); the
+  waiting poll's wake-up (one read of the host's poll registrations); the status listing (ZADD);
+  the record, which carries the history (HSET);
+- claim: revocation (SISMEMBER: a revoked credential is refused atomically); the host's queue
+  (LPOP); the record (HGET, HSET); the one deadline per task, now the lease's (ZADD); the feed
+  (XADD); the status listing (ZADD);
+- renew: the record, which also holds the lease deadline and the latest progress (HGET, HSET);
+  revocation (SISMEMBER); the deadline index (ZADD);
+- result: the record (HGET, HSET); revocation (SISMEMBER); the status listing (ZADD); the
+  deadline, now retention's (ZADD); the feed (XADD); the device's history (LPUSH) and its bound
+  (PEXPIRE); the reservation (HDEL); the device's waiting work (one ZRANGE); the free index
+  (ZADD).
+
+What it leaves out, Tether does: host liveness, drain and stall checks, disabled devices, the
+idempotency of claim ids, selectors with labels, progress on the feed. So it is a floor: no
+implementation of the contract takes fewer commands, and Tether's extra work is the gap to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from coordinator.autopipeline import AutoPipeline
+
+CLOCK = """
+local function nowMs()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"""
+
+# KEYS: tasks seq by_status free reservations assigned deadlines feed polls
+# ARGV: task JSON, device id, host id, claim timeout (ms)
+CREATE = CLOCK + """
+local now = nowMs()
+local task = cjson.decode(ARGV[1])
+task.seq = redis.call('INCR', KEYS[2])
+task.attempt, task.created_at, task.updated_at, task.queued_at = 1, now, now, now
+local events = {{at = now, type = 'created', status = 'queued', attempt = 1, device_id = ARGV[2]}}
+if redis.call('ZREM', KEYS[4], ARGV[2]) == 1 then
+  redis.call('HSET', KEYS[5], ARGV[2], task.id)
+  redis.call('RPUSH', KEYS[6], task.id)
+  redis.call('ZADD', KEYS[7], now + tonumber(ARGV[4]), task.id)
+  task.status, task.device_id, task.host_id = 'assigned', ARGV[2], ARGV[3]
+  events[2] = {at = now, type = 'assigned', status = 'assigned', attempt = 1, device_id = ARGV[2],
+               host_id = ARGV[3]}
+  redis.call('ZRANGEBYSCORE', KEYS[9], now, '+inf')
+else
+  return redis.error_reply('the floor runs only on a free device')
+end
+task.events = events
+redis.call('XADD', KEYS[8], 'MAXLEN', '~', 10000, '*', 'e', cjson.encode(events))
+redis.call('ZADD', KEYS[3], string.format('%.0f', 2 * 2^48 + task.seq), task.id)
+local encoded = cjson.encode(task)
+redis.call('HSET', KEYS[1], task.id, encoded)
+return encoded
+"""
+
+# KEYS: revoked assigned tasks deadlines feed by_status
+# ARGV: credential digest, lease id, lease TTL (ms), host id
+CLAIM = CLOCK + """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
+  return redis.error_reply('revoked')
+end
+local now = nowMs()
+local taskId = redis.call('LPOP', KEYS[2])
+if not taskId then
+  return false
+end
+local task = cjson.decode(redis.call('HGET', KEYS[3], taskId))
+local ttl = tonumber(ARGV[3])
+task.status, task.lease_id, task.started_at, task.updated_at = 'running', ARGV[2], now, now
+task.lease_deadline = now + ttl
+task.leases = task.leases or {}
+task.leases[#task.leases + 1] = {id = ARGV[2], host_id = ARGV[4], attempt = task.attempt}
+local event = {at = now, type = 'claimed', status = 'running', attempt = task.attempt,
+               device_id = task.device_id, host_id = task.host_id}
+task.events[#task.events + 1] = event
+redis.call('ZADD', KEYS[4], now + ttl, taskId)
+event.task_id = taskId
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', 10000, '*', 'e', cjson.encode(event))
+redis.call('ZADD', KEYS[6], string.format('%.0f', 3 * 2^48 + task.seq), taskId)
+redis.call('HSET', KEYS[3], taskId, cjson.encode(task))
+return cjson.encode({task_id = taskId, attempt = task.attempt, lease_id = ARGV[2], lease_ttl_ms = ttl,
+                     lease_expires_at_ms = now + ttl, device_id = task.device_id, kind = task.kind,
+                     goal = task.goal, max_steps = task.max_steps})
+"""
+
+# KEYS: tasks revoked deadlines
+# ARGV: host id, lease id, task id, attempt, lease TTL (ms), progress JSON, credential digest
+RENEW = CLOCK + """
+local raw = redis.call('HGET', KEYS[1], ARGV[3])
+if redis.call('SISMEMBER', KEYS[2], ARGV[7]) == 1 then
+  return redis.error_reply('revoked')
+end
+local now = nowMs()
+local task = raw and cjson.decode(raw)
+if not task or task.lease_id ~= ARGV[2] or task.host_id ~= ARGV[1] or task.attempt ~= tonumber(ARGV[4])
+    or task.status ~= 'running' or task.lease_deadline <= now then
+  return redis.error_reply('not the current lease')
+end
+task.lease_deadline = now + tonumber(ARGV[5])
+task.progress = cjson.decode(ARGV[6])
+redis.call('ZADD', KEYS[3], task.lease_deadline, ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[3], cjson.encode(task))
+return task.lease_deadline
+"""
+
+# KEYS: tasks revoked by_status deadlines feed device_runs reservations waiting free
+# ARGV: host id, lease id, task id, attempt, result JSON, credential digest, retention (ms)
+RESULT = CLOCK + """
+local raw = redis.call('HGET', KEYS[1], ARGV[3])
+if redis.call('SISMEMBER', KEYS[2], ARGV[6]) == 1 then
+  return redis.error_reply('revoked')
+end
+local now = nowMs()
+local task = raw and cjson.decode(raw)
+if not task or task.lease_id ~= ARGV[2] or task.host_id ~= ARGV[1] or task.attempt ~= tonumber(ARGV[4])
+    or task.status ~= 'running' then
+  return redis.error_reply('not the current lease')
+end
+local report = cjson.decode(ARGV[5])
+local retention = tonumber(ARGV[7])
+task.status, task.finished_at, task.updated_at = report.status, now, now
+task.result = {recorded_at = now, attempt = task.attempt, task_status = report.status}
+task.result_report, task.failure_reason, task.progress = ARGV[5], report.failure_reason, nil
+local event = {at = now, type = 'result', status = report.status, attempt = task.attempt,
+               device_id = task.device_id, host_id = task.host_id}
+task.events[#task.events + 1] = event
+redis.call('HSET', KEYS[1], ARGV[3], cjson.encode(task))
+redis.call('ZADD', KEYS[3], string.format('%.0f', 4 * 2^48 + task.seq), ARGV[3])
+redis.call('ZADD', KEYS[4], now + retention, ARGV[3])
+event.task_id = ARGV[3]
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', 10000, '*', 'e', cjson.encode(event))
+redis.call('LPUSH', KEYS[6], cjson.encode({task_id = ARGV[3], attempt = task.attempt, host_id = task.host_id,
+                                           started_at = task.started_at, ended_at = now,
+                                           outcome = report.status}))
+redis.call('PEXPIRE', KEYS[6], retention)
+redis.call('HDEL', KEYS[7], task.device_id)
+if #redis.call('ZRANGE', KEYS[8], 0, 0) == 0 then
+  redis.call('ZADD', KEYS[9], 0, task.device_id)
+end
+return now
+"""
+
+@dataclass(frozen=True)
+class FloorFigures:
+    """Redis's side of one floor lifecycle, as bench/footprint.py measures it."""
+
+    commands: float
+    cpu_ms_alone: float  # one lifecycle at a time, as row 8b
+    cpu_ms_loaded: float  # many at once, as row 8e and saq's figure
+
+
+CLAIM_TIMEOUT_MS = 60_000
+LEASE_TTL_MS = 60_000
+RETENTION_MS = 7 * 86_400_000
+
+
+class LifecycleFloor:
+    """The four scripts on one key prefix; ``lifecycle(n)`` runs one on host n's device. Calls go
+    through the coordinator's auto-pipelining, so Redis reads them batched as it reads a
+    coordinator's under load."""
+
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self._auto = AutoPipeline(redis)
+        self._sha: dict[str, str] = {}
+        self.digest = secrets.token_hex(32)
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}:{name}"
+
+    async def load(self, hosts: int) -> None:
+        for name, source in (("create", CREATE), ("claim", CLAIM), ("renew", RENEW), ("result", RESULT)):
+            self._sha[name] = await self.redis.script_load(source)
+        await self.redis.zadd(self._key("free"), {f"d{n}": 0 for n in range(hosts)})
+
+    async def _call(self, script: str, keys: list[str], *args: object) -> Any:
+        return await self._auto.execute("EVALSHA", self._sha[script], len(keys), *keys, *args)
+
+    async def lifecycle(self, n: int, body: dict[str, object]) -> None:
+        k, host, device = self._key, f"h{n}", f"d{n}"
+        task = orjson.dumps({**body, "id": f"t_{secrets.token_hex(12)}", "max_steps": 20, "max_attempts": 3,
+                             "queue_timeout_ms": 86_400_000, "target_device": device})
+        await self._call("create", [k("tasks"), k("seq"), k("by_status"), k("free"), k("reservations"),
+                                    k(f"assigned:{host}"), k("deadlines"), k("feed"), k(f"polls:{host}")],
+                         task, device, host, CLAIM_TIMEOUT_MS)
+        lease_id = f"l_{secrets.token_hex(16)}"
+        assignment = orjson.loads(await self._call(
+            "claim", [k("revoked"), k(f"assigned:{host}"), k("tasks"), k("deadlines"), k("feed"), k("by_status")],
+            self.digest, lease_id, LEASE_TTL_MS, host))
+        task_id, attempt = assignment["task_id"], assignment["attempt"]
+        progress = orjson.dumps({"step_index": 1, "status": "running", "summary": "Opened Settings"})
+        await self._call("renew", [k("tasks"), k("revoked"), k("deadlines")],
+                         host, lease_id, task_id, attempt, LEASE_TTL_MS, progress, self.digest)
+        result = orjson.dumps({"status": "succeeded", "failure_reason": None, "metadata": {"steps": 3}})
+        await self._call("result", [k("tasks"), k("revoked"), k("by_status"), k("deadlines"), k("feed"),
+                                    k(f"device_runs:{device}"), k("reservations"), k(f"waiting:{device}"),
+                                    k("free")],
+                         host, lease_id, task_id, attempt, result, self.digest, RETENTION_MS)
+
+    async def run(self, lifecycles: int, concurrency: int, body: dict[str, object]) -> None:
+        """``lifecycles`` in all, ``concurrency`` at once (each on a host and device of its own)."""
+        async def worker(n: int) -> None:
+            for _ in range(n, lifecycles, concurrency):
+                await self.lifecycle(n, body)
+
+        await asyncio.gather(*(worker(n) for n in range(concurrency)))
