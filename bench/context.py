@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from bench.floor_lifecycle import FloorFigures
+from bench.floor_lifecycle import LifecycleScripts
 from bench.peers import Figures
 from bench.procs import delete_prefix
 
@@ -61,8 +61,8 @@ class Bench:
     floor_rate: float | None = None
     # saq's figures, once the lifecycle scenario has measured them in this run (when installed).
     saq: Figures | None = None
-    # The lifecycle floor's figures, once a scenario has measured them in this run.
-    lifecycle_floor: FloorFigures | None = None
+    # The lifecycle floor's scripts and Tether's, driven alike, once a scenario has measured them.
+    lifecycle_scripts: LifecycleScripts | None = None
 
     def prefix(self, name: str) -> str:
         return f"bench-{self.run_id}-{name}:{{b}}"

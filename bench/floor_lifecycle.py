@@ -37,7 +37,12 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from coordinator.auth import HostPrincipal
 from coordinator.autopipeline import AutoPipeline
+from coordinator.keys import Keys
+from coordinator.store import Store
+from coordinator.task_api import parse_task
+from coordinator.validation import Body
 
 CLOCK = """
 local function nowMs()
@@ -161,12 +166,37 @@ return now
 """
 
 @dataclass(frozen=True)
-class FloorFigures:
-    """Redis's side of one floor lifecycle, as bench/footprint.py measures it."""
+class ScriptFigures:
+    """Redis's side of one lifecycle driven straight at the scripts (bench/footprint.py)."""
 
     commands: float
     cpu_ms_alone: float  # one lifecycle at a time, as row 8b
-    cpu_ms_loaded: float  # many at once, as row 8e and saq's figure
+    cpu_ms_loaded: float  # many at once, batched, as under row 3's load and in saq's figure
+
+
+@dataclass(frozen=True)
+class LifecycleScripts:
+    """The floor's scripts and Tether's, measured alike in one run."""
+
+    floor: ScriptFigures
+    tether: ScriptFigures
+
+
+class Lifecycles:
+    """Lifecycles on hosts of their own (host n has device n), ``concurrency`` at once."""
+
+    async def load(self, hosts: int) -> None:
+        raise NotImplementedError
+
+    async def lifecycle(self, n: int, body: dict[str, object]) -> None:
+        raise NotImplementedError
+
+    async def run(self, lifecycles: int, concurrency: int, body: dict[str, object]) -> None:
+        async def worker(n: int) -> None:
+            for _ in range(n, lifecycles, concurrency):
+                await self.lifecycle(n, body)
+
+        await asyncio.gather(*(worker(n) for n in range(concurrency)))
 
 
 CLAIM_TIMEOUT_MS = 60_000
@@ -174,7 +204,7 @@ LEASE_TTL_MS = 60_000
 RETENTION_MS = 7 * 86_400_000
 
 
-class LifecycleFloor:
+class LifecycleFloor(Lifecycles):
     """The four scripts on one key prefix; ``lifecycle(n)`` runs one on host n's device. Calls go
     through the coordinator's auto-pipelining, so Redis reads them batched as it reads a
     coordinator's under load."""
@@ -218,10 +248,34 @@ class LifecycleFloor:
                                     k("free")],
                          host, lease_id, task_id, attempt, result, self.digest, RETENTION_MS)
 
-    async def run(self, lifecycles: int, concurrency: int, body: dict[str, object]) -> None:
-        """``lifecycles`` in all, ``concurrency`` at once (each on a host and device of its own)."""
-        async def worker(n: int) -> None:
-            for _ in range(n, lifecycles, concurrency):
-                await self.lifecycle(n, body)
 
-        await asyncio.gather(*(worker(n) for n in range(concurrency)))
+class TetherScripts(Lifecycles):
+    """Tether's own four scripts, through ``coordinator.store.Store`` as the HTTP handlers call
+    them, driven exactly as ``LifecycleFloor`` is: their gap to the floor is the scripts' alone,
+    with no HTTP and no coordinator in it."""
+
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self.store = Store(redis, Keys(prefix), host_offline_after_ms=3_600_000, pipeline=AutoPipeline(redis))
+        self._hosts: list[HostPrincipal] = []
+
+    async def load(self, hosts: int) -> None:
+        await self.store.load_scripts()
+        for n in range(hosts):
+            host = HostPrincipal(f"h{n}", "static", secrets.token_hex(32))
+            device = {"device_id": f"d{n}", "driver": "adb", "status": "available",
+                      "attributes": '{"model":"Pixel 7","os_version":"14"}', "labels": '{"tier":"a"}'}
+            await self.store.heartbeat(host, orjson.dumps({"agent": {"version": "bench"}, "devices": [device]}).decode())
+            self._hosts.append(host)
+
+    async def lifecycle(self, n: int, body: dict[str, object]) -> None:
+        host = self._hosts[n]
+        task = parse_task(Body({**body, "device_id": f"d{n}"}), 86_400_000)
+        await self.store.create_task({**task, "id": f"t_{secrets.token_hex(12)}"})
+        lease_id = f"l_{secrets.token_hex(16)}"
+        claimed = await self.store.claim(host, "", lease_id, LEASE_TTL_MS)
+        assert claimed is not None, "the device was free: its task is assigned and claimable"
+        task_id, attempt = claimed.assignment["task_id"], claimed.assignment["attempt"]
+        progress = orjson.dumps({"status": "running", "step_index": 1, "summary": "Opened Settings"}).decode()
+        await self.store.renew(host, lease_id, task_id, attempt, LEASE_TTL_MS, progress)
+        await self.store.record_result(host, task_id, attempt, lease_id,
+                                       '{"failure_reason":null,"metadata":{"steps":3},"status":"succeeded"}')

@@ -33,7 +33,7 @@ from bench.drivers import (
     waiting_polls,
 )
 from bench.dispatch import floor_dispatch, saq_figures, saq_installed, tether_dispatch
-from bench.footprint import footprint, lifecycle_floor
+from bench.footprint import footprint, lifecycle_scripts
 from bench.loadgen import (
     Connection,
     LoadResult,
@@ -164,7 +164,7 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
     floor = await floor_dispatch(b, p.dispatch_probes)
     if saq_installed():
         b.saq = await saq_figures()
-    b.lifecycle_floor = await lifecycle_floor(b)
+    b.lifecycle_scripts = await lifecycle_scripts(b)
     saq = [ms / 1000 for ms in b.saq.dispatch_ms] if b.saq else []
 
     lo, hi = busy.extra.get("window_start", 0.0), busy.extra.get("window_end", 0.0)
@@ -196,7 +196,7 @@ def _redis_cpu_row(b: Bench, life: LoadResult) -> Row:
     if b.saq is None:
         return Row("8e", measure, f"{ms:.3f} ms", "", "<= the best peer's per job (saq not installed)", "", "")
     saq_ms = b.saq.redis_cpu_ms
-    floor_ms = b.lifecycle_floor.cpu_ms_loaded if b.lifecycle_floor else float("nan")
+    floor_ms = b.lifecycle_scripts.floor.cpu_ms_loaded if b.lifecycle_scripts else float("nan")
     if ms <= saq_ms:
         verdict = "met"
     elif floor_ms > saq_ms:
