@@ -10,6 +10,11 @@ that pushes onto a list, as a create queues work; ``POST /pop``, on another proc
 BLPOP on that list, then runs one script, as a woken poll claims, and answers. Every hop Tether's
 create -> wake-up -> claim -> answer makes is there, and none of its work.
 
+The lifecycle floor serves the contract's four lifecycle calls on their own paths (create, claim,
+renew, result), each request one script of bench/floor_lifecycle.py, the fewest Redis commands
+the contract allows: what two such processes sustain under the same wrk lifecycles as row 3 is
+the least a lifecycle through HTTP can cost here.
+
 The parking floor is the least a waiting long-poll holds: ``POST /park`` waits on one future
 and one timer, with nothing else, until its ``wait_s`` is up (``GET /parked`` counts them).
 """
@@ -27,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bench.floor_lifecycle import LifecycleFloor
 from coordinator.redis_client import open_redis
 from coordinator.settings import Settings
 
@@ -39,11 +45,13 @@ def create_floor_app(settings: Settings) -> Starlette:
     redis, _ = open_redis(settings)
     sha: list[str] = []
     queue = settings.key_prefix + ":floor-dispatch"
+    lifecycle = LifecycleFloor(redis, settings.key_prefix)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         sha.append(await redis.script_load(TRIVIAL_SCRIPT))
         sha.append(await redis.script_load(PUSH_SCRIPT))
+        await lifecycle.load_scripts()
         try:
             yield
         finally:
@@ -66,6 +74,30 @@ def create_floor_app(settings: Settings) -> Starlette:
             return Response(status_code=204)
         value = await redis.evalsha(sha[0], 0)
         return Response(orjson.dumps({"value": value}), media_type="application/json")
+
+    def json(body: bytes, status_code: int = 200) -> Response:
+        return Response(body, status_code=status_code, media_type="application/json")
+
+    async def create(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        return json(await lifecycle.create(body.pop("device_id"), body), 201)
+
+    async def claim(request: Request) -> Response:
+        await request.body()
+        assignment = await lifecycle.claim(request.path_params["host"])
+        return Response(status_code=204) if assignment is None else json(assignment)
+
+    async def renew(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        expires = await lifecycle.renew(request.path_params["host"], request.path_params["lease"], body["task_id"],
+                                        body["attempt"], orjson.dumps(body["progress"]))
+        return json(orjson.dumps({"lease_expires_at_ms": expires}))
+
+    async def result(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        recorded = await lifecycle.result(request.path_params["host"], body.pop("lease_id"), body.pop("task_id"),
+                                          body.pop("attempt"), orjson.dumps(body))
+        return json(orjson.dumps({"recorded_at_ms": recorded}))
 
     parked = [0]
 
@@ -93,6 +125,10 @@ def create_floor_app(settings: Settings) -> Starlette:
         Route("/push", push, methods=["POST"]),
         Route("/pop", pop, methods=["POST"]),
         Route("/park", park, methods=["POST"]),
+        Route("/api/v1/tasks", create, methods=["POST"]),
+        Route("/internal/v1/hosts/{host}/claim", claim, methods=["POST"]),
+        Route("/internal/v1/hosts/{host}/leases/{lease}/renew", renew, methods=["POST"]),
+        Route("/internal/v1/hosts/{host}/results", result, methods=["POST"]),
         Route("/parked", parked_count, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
     ], lifespan=lifespan)

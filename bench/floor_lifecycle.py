@@ -205,9 +205,11 @@ RETENTION_MS = 7 * 86_400_000
 
 
 class LifecycleFloor(Lifecycles):
-    """The four scripts on one key prefix; ``lifecycle(n)`` runs one on host n's device. Calls go
-    through the coordinator's auto-pipelining, so Redis reads them batched as it reads a
-    coordinator's under load."""
+    """The four scripts on one key prefix, one method per call; ``lifecycle(n)`` runs all four on
+    host n's device. Calls go through the coordinator's auto-pipelining, so Redis reads them
+    batched as it reads a coordinator's under load. The floor app (bench/floor_app.py) serves the
+    same four calls over HTTP. A device is named after its host (``<host>-d0``, as bench fleets
+    name them), so no call asks Redis whose it is."""
 
     def __init__(self, redis: Redis, prefix: str) -> None:
         self.redis = redis
@@ -219,34 +221,58 @@ class LifecycleFloor(Lifecycles):
     def _key(self, name: str) -> str:
         return f"{self.prefix}:{name}"
 
-    async def load(self, hosts: int) -> None:
+    async def load_scripts(self) -> None:
         for name, source in (("create", CREATE), ("claim", CLAIM), ("renew", RENEW), ("result", RESULT)):
             self._sha[name] = await self.redis.script_load(source)
-        await self.redis.zadd(self._key("free"), {f"d{n}": 0 for n in range(hosts)})
+
+    async def add_free(self, devices: list[str]) -> None:
+        await self.redis.zadd(self._key("free"), dict.fromkeys(devices, 0))
+
+    async def load(self, hosts: int) -> None:
+        await self.load_scripts()
+        await self.add_free([f"h{n}-d0" for n in range(hosts)])
 
     async def _call(self, script: str, keys: list[str], *args: object) -> Any:
         return await self._auto.execute("EVALSHA", self._sha[script], len(keys), *keys, *args)
 
-    async def lifecycle(self, n: int, body: dict[str, object]) -> None:
-        k, host, device = self._key, f"h{n}", f"d{n}"
+    async def create(self, device: str, body: dict[str, object]) -> bytes:
+        k, host = self._key, device.rsplit("-", 1)[0]
         task = orjson.dumps({**body, "id": f"t_{secrets.token_hex(12)}", "max_steps": 20, "max_attempts": 3,
                              "queue_timeout_ms": 86_400_000, "target_device": device})
-        await self._call("create", [k("tasks"), k("seq"), k("by_status"), k("free"), k("reservations"),
-                                    k(f"assigned:{host}"), k("deadlines"), k("feed"), k(f"polls:{host}")],
-                         task, device, host, CLAIM_TIMEOUT_MS)
-        lease_id = f"l_{secrets.token_hex(16)}"
-        assignment = orjson.loads(await self._call(
-            "claim", [k("revoked"), k(f"assigned:{host}"), k("tasks"), k("deadlines"), k("feed"), k("by_status")],
-            self.digest, lease_id, LEASE_TTL_MS, host))
-        task_id, attempt = assignment["task_id"], assignment["attempt"]
-        progress = orjson.dumps({"step_index": 1, "status": "running", "summary": "Opened Settings"})
-        await self._call("renew", [k("tasks"), k("revoked"), k("deadlines")],
-                         host, lease_id, task_id, attempt, LEASE_TTL_MS, progress, self.digest)
-        result = orjson.dumps({"status": "succeeded", "failure_reason": None, "metadata": {"steps": 3}})
-        await self._call("result", [k("tasks"), k("revoked"), k("by_status"), k("deadlines"), k("feed"),
-                                    k(f"device_runs:{device}"), k("reservations"), k(f"waiting:{device}"),
-                                    k("free")],
-                         host, lease_id, task_id, attempt, result, self.digest, RETENTION_MS)
+        return await self._call("create", [k("tasks"), k("seq"), k("by_status"), k("free"), k("reservations"),
+                                           k(f"assigned:{host}"), k("deadlines"), k("feed"), k(f"polls:{host}")],
+                                task, device, host, CLAIM_TIMEOUT_MS)
+
+    async def claim(self, host: str) -> bytes | None:
+        """The assignment JSON, or None when the host has none."""
+        k = self._key
+        return await self._call("claim", [k("revoked"), k(f"assigned:{host}"), k("tasks"), k("deadlines"), k("feed"),
+                                          k("by_status")],
+                                self.digest, f"l_{secrets.token_hex(16)}", LEASE_TTL_MS, host)
+
+    async def renew(self, host: str, lease_id: str, task_id: str, attempt: int, progress: bytes) -> int:
+        k = self._key
+        return await self._call("renew", [k("tasks"), k("revoked"), k("deadlines")],
+                                host, lease_id, task_id, attempt, LEASE_TTL_MS, progress, self.digest)
+
+    async def result(self, host: str, lease_id: str, task_id: str, attempt: int, report: bytes) -> int:
+        k, device = self._key, f"{host}-d0"
+        return await self._call("result", [k("tasks"), k("revoked"), k("by_status"), k("deadlines"), k("feed"),
+                                           k(f"device_runs:{device}"), k("reservations"), k(f"waiting:{device}"),
+                                           k("free")],
+                                host, lease_id, task_id, attempt, report, self.digest, RETENTION_MS)
+
+    async def lifecycle(self, n: int, body: dict[str, object]) -> None:
+        host = f"h{n}"
+        await self.create(f"{host}-d0", body)
+        claimed = await self.claim(host)
+        assert claimed is not None, "the device was free: its task is assigned and claimable"
+        assignment = orjson.loads(claimed)
+        task_id, lease_id, attempt = assignment["task_id"], assignment["lease_id"], assignment["attempt"]
+        await self.renew(host, lease_id, task_id, attempt,
+                         orjson.dumps({"step_index": 1, "status": "running", "summary": "Opened Settings"}))
+        await self.result(host, lease_id, task_id, attempt,
+                          orjson.dumps({"status": "succeeded", "failure_reason": None, "metadata": {"steps": 3}}))
 
 
 class TetherScripts(Lifecycles):
@@ -262,14 +288,14 @@ class TetherScripts(Lifecycles):
         await self.store.load_scripts()
         for n in range(hosts):
             host = HostPrincipal(f"h{n}", "static", secrets.token_hex(32))
-            device = {"device_id": f"d{n}", "driver": "adb", "status": "available",
+            device = {"device_id": f"h{n}-d0", "driver": "adb", "status": "available",
                       "attributes": '{"model":"Pixel 7","os_version":"14"}', "labels": '{"tier":"a"}'}
             await self.store.heartbeat(host, orjson.dumps({"agent": {"version": "bench"}, "devices": [device]}).decode())
             self._hosts.append(host)
 
     async def lifecycle(self, n: int, body: dict[str, object]) -> None:
         host = self._hosts[n]
-        task = parse_task(Body({**body, "device_id": f"d{n}"}), 86_400_000)
+        task = parse_task(Body({**body, "device_id": f"h{n}-d0"}), 86_400_000)
         await self.store.create_task({**task, "id": f"t_{secrets.token_hex(12)}"})
         lease_id = f"l_{secrets.token_hex(16)}"
         claimed = await self.store.claim(host, "", lease_id, LEASE_TTL_MS)
