@@ -89,7 +89,10 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    earlier floor and renew figures from the Python generator, kept for comparison with older runs.)
    Row 3w drives the same lifecycles from wrk (`bench/wrk.py`), the issue's method: one host per
    wrk thread and connection, half the hosts on each process, the claim's answer parsed in Lua;
-   both drivers should agree, which shows neither is the limit.
+   both drivers should agree, which shows neither is the limit. Row 3f is the lifecycle floor:
+   the same wrk script against two bare processes (`bench/floor_app.py`) that serve the four
+   calls on their contract paths, each request one script of the lifecycle floor (8f). When it is
+   itself below 0.25 x the floor, the verdict of 3 and 3w says the target is out of reach.
 4. **Dispatch latency** (`bench/dispatch.py`): a host's poll waits on process B; the clock starts
    when the create request is sent to process A and stops when the poll's answer is complete (so
    it includes the create request itself and the cross-process wake-up). Idle, then during the
@@ -125,6 +128,14 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    queue, the queue deadlines, the status listing), so the floor is three entries and the task
    as submitted. 8e is Redis CPU per lifecycle under the load of (3) (Redis's cores over the
    lifecycles/s), against saq's Redis CPU per job measured in the same run (4s).
+   8f is the lifecycle floor (`bench/floor_lifecycle.py`): four scripts, one per call, that
+   change only the state the contract asks of each call, one command per structure touched, with
+   every merge of structures we could find (its docstring lists each obligation and its command).
+   It is driven straight at Redis through the coordinator's auto-pipelining: 500 lifecycles one
+   at a time (commands, and Redis CPU as in 8b), then 2,000 with 64 at once (Redis CPU batched,
+   as under load). 8g drives Tether's own scripts the same way, through `coordinator.store`, so
+   its ratio to 8f is the scripts' alone. 8a and 8e are out of reach when the floor is above
+   their target.
 
 CPU is in cores (1.00 = one core busy for the whole window); this machine has the cores listed
 above for everything: Redis, every server process and the generator.
