@@ -275,9 +275,11 @@ def test_stalled_agent_loses_its_lease_reports_nothing_and_runs_the_retry(
     done = coordinator.wait_task(task["task_id"], timeout=30)
     assert done["status"] == "succeeded", agent.log()
     assert done["attempt"] == 2
-    log = agent.log()
+    # the coordinator records the result before the agent has its answer and logs it
+    log = wait_until(lambda: (text := agent.log()) if f"reported task {task['task_id']} attempt 2" in text else "",
+                     what="attempt 2 reported in the agent's log")
     assert "attempt 1: lease lost" in log
-    assert "reported task" in log and f"reported task {task['task_id']} attempt 1" not in log
+    assert f"reported task {task['task_id']} attempt 1" not in log
 
 
 def test_managed_agent_enrolls_once_and_restarts_without_the_token(
