@@ -276,8 +276,9 @@ def test_stalled_agent_loses_its_lease_reports_nothing_and_runs_the_retry(
     assert done["status"] == "succeeded", agent.log()
     assert done["attempt"] == 2
     # the coordinator records the result before the agent has its answer and logs it
-    log = wait_until(lambda: (text := agent.log()) if f"reported task {task['task_id']} attempt 2" in text else "",
-                     what="attempt 2 reported in the agent's log")
+    reported = f"reported task {task['task_id']} attempt 2"
+    wait_until(lambda: reported in agent.log(), what="attempt 2 reported in the agent's log")
+    log = agent.log()
     assert "attempt 1: lease lost" in log
     assert f"reported task {task['task_id']} attempt 1" not in log
 
