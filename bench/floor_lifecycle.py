@@ -23,8 +23,9 @@ of structures we could find. The obligations, and the command each costs:
   (ZADD).
 
 What it leaves out, Tether does: host liveness, drain and stall checks, disabled devices, the
-idempotency of claim ids, selectors with labels, progress on the feed. So it is a floor: no
-implementation of the contract takes fewer commands, and Tether's extra work is the gap to it.
+idempotency of claim ids, selectors with labels, progress on the feed. So it is a floor: we know
+of no way to keep the contract's state in fewer commands, and Tether's extra work is the gap to
+it.
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ class LifecycleScripts:
 
 
 class Lifecycles:
-    """Lifecycles on hosts of their own (host n has device n), ``concurrency`` at once."""
+    """Lifecycles on hosts of their own (host ``h<n>`` has device ``h<n>-d0``), ``concurrency``
+    at once."""
 
     async def load(self, hosts: int) -> None:
         raise NotImplementedError

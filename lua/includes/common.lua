@@ -38,7 +38,7 @@ local function nowMs()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- An index member: fields joined by NUL ("host\0seq\0task"); ids never contain NUL.
+-- An index member: fields joined by NUL ("driver\0device id"); ids never contain NUL.
 local function indexMember(...)
   return table.concat({...}, '\0')
 end
