@@ -20,7 +20,7 @@ from bench.context import Bench
 from bench.drivers import BenchError, expect
 from bench.loadgen import build, connect
 from bench.peers import PROBE_SPACING_S, Figures, measure_alone
-from bench.procs import start_server
+from bench.procs import server_pair
 from bench.requests import claim_req, create_req, result_req
 
 WARMUP = 3  # the first wake-ups of a fresh connection pay one-off costs
@@ -71,18 +71,10 @@ async def tether_dispatch(b: Bench, ports: tuple[int, int], host: str, token: st
 async def floor_dispatch(b: Bench, count: int) -> list[float]:
     """The dispatch floor (``bench/floor_app.py``): a push on one bare process wakes a BLPOP on
     another, which runs one script and answers."""
-    env = b.env(b.prefix("dispatch-floor"))
-    pusher = await start_server("floor", env)
     try:
-        popper = await start_server("floor", env)
-    except BaseException:
-        pusher.stop()
-        raise
-    try:
-        samples = await probe(popper.port, pusher.port, build("POST", "/pop"), build("POST", "/push"), count)
+        async with server_pair("floor", b.env(b.prefix("dispatch-floor"))) as (pusher, popper):
+            samples = await probe(popper.port, pusher.port, build("POST", "/pop"), build("POST", "/push"), count)
     finally:
-        pusher.stop()
-        popper.stop()
         await b.cleanup(b.prefix("dispatch-floor"))
     return [lat for _, lat in samples]
 

@@ -109,17 +109,33 @@ return cjson.encode({task_id = taskId, attempt = task.attempt, lease_id = ARGV[2
                      goal = task.goal, max_steps = task.max_steps})
 """
 
+# What renew and result share. KEYS[1] tasks, KEYS[2] revoked; ARGV[1..4] host id, lease id,
+# task id, attempt. The running task whose current lease this is, and the time; or nil and the
+# error to answer.
+LEASED = CLOCK + """
+local function leasedTask(digest)
+  local raw = redis.call('HGET', KEYS[1], ARGV[3])
+  if redis.call('SISMEMBER', KEYS[2], digest) == 1 then
+    return nil, redis.error_reply('revoked')
+  end
+  local now = nowMs()
+  local task = raw and cjson.decode(raw)
+  if not task or task.lease_id ~= ARGV[2] or task.host_id ~= ARGV[1] or task.attempt ~= tonumber(ARGV[4])
+      or task.status ~= 'running' then
+    return nil, redis.error_reply('not the current lease')
+  end
+  return task, now
+end
+"""
+
 # KEYS: tasks revoked deadlines
 # ARGV: host id, lease id, task id, attempt, lease TTL (ms), progress JSON, credential digest
-RENEW = CLOCK + """
-local raw = redis.call('HGET', KEYS[1], ARGV[3])
-if redis.call('SISMEMBER', KEYS[2], ARGV[7]) == 1 then
-  return redis.error_reply('revoked')
+RENEW = LEASED + """
+local task, now = leasedTask(ARGV[7])
+if not task then
+  return now
 end
-local now = nowMs()
-local task = raw and cjson.decode(raw)
-if not task or task.lease_id ~= ARGV[2] or task.host_id ~= ARGV[1] or task.attempt ~= tonumber(ARGV[4])
-    or task.status ~= 'running' or task.lease_deadline <= now then
+if task.lease_deadline <= now then
   return redis.error_reply('not the current lease')
 end
 task.lease_deadline = now + tonumber(ARGV[5])
@@ -131,16 +147,10 @@ return task.lease_deadline
 
 # KEYS: tasks revoked by_status deadlines feed device_runs reservations waiting free
 # ARGV: host id, lease id, task id, attempt, result JSON, credential digest, retention (ms)
-RESULT = CLOCK + """
-local raw = redis.call('HGET', KEYS[1], ARGV[3])
-if redis.call('SISMEMBER', KEYS[2], ARGV[6]) == 1 then
-  return redis.error_reply('revoked')
-end
-local now = nowMs()
-local task = raw and cjson.decode(raw)
-if not task or task.lease_id ~= ARGV[2] or task.host_id ~= ARGV[1] or task.attempt ~= tonumber(ARGV[4])
-    or task.status ~= 'running' then
-  return redis.error_reply('not the current lease')
+RESULT = LEASED + """
+local task, now = leasedTask(ARGV[6])
+if not task then
+  return now
 end
 local report = cjson.decode(ARGV[5])
 local retention = tonumber(ARGV[7])

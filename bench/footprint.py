@@ -54,7 +54,8 @@ FLOOR_CONCURRENCY = 64
 
 
 async def _scripts_alone(b: Bench, lifecycles: Lifecycles, prefix: str) -> ScriptFigures:
-    body: dict[str, object] = {k: v for k, v in create_body("").items() if k != "device_id"}  # each its own
+    # The create body without a target: each lifecycle aims at its own host's device.
+    body: dict[str, object] = {k: v for k, v in create_body("").items() if k != "device_id"}
     try:
         await lifecycles.load(FLOOR_CONCURRENCY)
         await lifecycles.run(20, 1, body)  # the feed and the clients past their first entries

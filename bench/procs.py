@@ -4,12 +4,14 @@ about them: their connections (`CLIENT LIST` matched against /proc), and a bench
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,6 +117,22 @@ async def start_server(kind: str, env: dict[str, str], hosts: dict[str, str] | N
     finally:
         if hosts is not None:
             os.unlink(hosts_file.name)
+
+
+@contextlib.asynccontextmanager
+async def server_pair(kind: str, env: dict[str, str]) -> AsyncIterator[tuple[Server, Server]]:
+    """Two ``start_server(kind, env)`` processes, both stopped on the way out."""
+    first = await start_server(kind, env)
+    try:
+        second = await start_server(kind, env)
+    except BaseException:
+        first.stop()
+        raise
+    try:
+        yield first, second
+    finally:
+        first.stop()
+        second.stop()
 
 
 def glob_escape(text: str) -> str:

@@ -45,7 +45,7 @@ from bench.loadgen import (
     merge,
     percentile,
 )
-from bench.procs import Server, redis_connections, start_server
+from bench.procs import Server, redis_connections, server_pair, start_server
 from bench.report import Row, cpu_note, fmt_ms
 from bench.requests import (
     GOAL,
@@ -134,20 +134,12 @@ async def _floor_lifecycles(b: Bench, hosts: list[tuple[str, str]]) -> LoadResul
     """Row 3w's wrk lifecycles on two floor processes (bench/floor_app.py), each call one script
     of the lifecycle floor (8f)."""
     prefix = b.prefix("life-floor")
-    env = b.env(prefix)
-    a = await start_server("floor", env)
     try:
-        c2 = await start_server("floor", env)
-    except BaseException:
-        a.stop()
-        raise
-    try:
-        await LifecycleFloor(b.redis, prefix).add_free([f"{host}-d0" for host, _ in hosts])
-        watch = {"floor A": a.pid, "floor B": c2.pid, "redis": b.redis_pid}
-        return await wrk_lifecycles((a.port, c2.port), hosts, b.admin, GOAL, b.preset.lifecycle_s, watch)
+        async with server_pair("floor", b.env(prefix)) as (a, c2):
+            await LifecycleFloor(b.redis, prefix).add_free([f"{host}-d0" for host, _ in hosts])
+            watch = {"floor A": a.pid, "floor B": c2.pid, "redis": b.redis_pid}
+            return await wrk_lifecycles((a.port, c2.port), hosts, b.admin, GOAL, b.preset.lifecycle_s, watch)
     finally:
-        a.stop()
-        c2.stop()
         await b.cleanup(prefix)
 
 
