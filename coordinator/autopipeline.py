@@ -6,7 +6,7 @@ one. Redis answers a pipeline's commands in order and runs each script atomicall
 about atomicity or ordering changes.
 
 Only for a single Redis node reached through redis-py's own connections; the cluster client and
-the embedded fakeredis keep the plain path. Never for a blocking command (BLPOP, XREAD BLOCK):
+the embedded fakeredis keep the plain path. Never for a blocking command (BLMPOP, XREAD BLOCK):
 every command behind it in the write would wait with it.
 """
 

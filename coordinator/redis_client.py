@@ -20,7 +20,7 @@ from coordinator.settings import Settings
 # of a deployment shares one hash tag, so on a cluster each call goes to the one node holding it.
 RedisClient: TypeAlias = "Redis | RedisCluster"
 
-# Socket timeouts: above the longest blocking call we make (the inbox's BLPOP and the feed's
+# Socket timeouts: above the longest blocking call we make (the inbox's BLMPOP and the feed's
 # XREAD wait 1 s; WAIT at most 5 s), so a quiet blocking read never looks like a dead connection.
 SOCKET_TIMEOUT_S = 10
 CONNECT_TIMEOUT_S = 5

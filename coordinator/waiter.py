@@ -4,8 +4,9 @@ A poll that finds nothing is registered, by the claim script in the same step th
 host's assignment list empty, as "a poll of host H waits on process P" (``polls:<host>``, a
 zset of process id -> until when). The script that assigns work to H pushes H onto the inbox
 list of every process registered there (``inbox:<process>``). Each process runs one loop that
-blocks on its own inbox (BLPOP, one connection however many polls wait) and sets the wake-ups of
-its polls of that host, which then run the claim script again.
+blocks on its own inbox (BLMPOP, one connection however many polls wait, and every wake-up
+waiting there, up to a batch, in one call) and sets the wake-ups of its polls of that host,
+which then run the claim script again.
 
 So a wake-up goes only to a process that holds a poll of the host. No wake-up is lost: a poll
 registers its wake-up here before its first claim attempt, and the claim script registers the
@@ -34,8 +35,8 @@ log = logging.getLogger("coordinator.waiter")
 # socket timeout, or a quiet inbox would read as a dead connection; and it bounds how long a stop
 # waits when a client library swallows the cancellation of a pop (see cancellation.py).
 BLOCK_S = 1
-# Wake-ups taken in one round trip after the blocking pop returned one.
-DRAIN_BATCH = 100
+# The most wake-ups one blocking pop takes.
+POP_BATCH = 100
 
 
 def new_process_id() -> str:
@@ -154,16 +155,14 @@ class ClaimWaiter:
             try:
                 if cancelling():
                     raise asyncio.CancelledError
-                popped = await redis.blpop([self._inbox], timeout=BLOCK_S)
+                popped = await redis.blmpop(BLOCK_S, 1, self._inbox, direction="LEFT", count=POP_BATCH)
                 if failed:
                     failed = False
                     delay = 0.1
                     self.wake_all()
                 if popped is None:
                     continue
-                self._wake_raw(popped[1])
-                more = await redis.lpop(self._inbox, DRAIN_BATCH)
-                for value in more or ():
+                for value in popped[1]:
                     self._wake_raw(value)
             except asyncio.CancelledError:
                 raise

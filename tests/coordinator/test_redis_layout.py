@@ -148,14 +148,11 @@ class _FailingOnce:
         self._client = client
         self.failed = asyncio.Event()
 
-    async def blpop(self, keys: list[str], timeout: float) -> Any:
+    async def blmpop(self, timeout: float, numkeys: int, *keys: str, direction: str, count: int) -> Any:
         if not self.failed.is_set():
             self.failed.set()
             raise RedisConnectionError("connection reset")
-        return await self._client.blpop(keys, timeout=timeout)
-
-    async def lpop(self, key: str, count: int) -> Any:
-        return await self._client.lpop(key, count)
+        return await self._client.blmpop(timeout, numkeys, *keys, direction=direction, count=count)
 
 
 async def test_the_inbox_loop_wakes_every_poll_after_a_failure_and_reads_on(
@@ -177,6 +174,26 @@ async def test_the_inbox_loop_wakes_every_poll_after_a_failure_and_reads_on(
         bystander = waiter.register("h3")
         await redis_client.rpush(inbox, "h2")
         assert await later.wait(5)
+        assert not bystander.is_set()
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        await redis_client.delete(inbox)
+
+
+async def test_the_inbox_loop_takes_every_waiting_wake_up_in_one_pop(
+        redis_client: aioredis.Redis, prefix: str) -> None:
+    """A pop returns a batch: every host in it is woken, not only the first."""
+    inbox = f"{prefix}:inbox:p_batch"
+    await redis_client.rpush(inbox, "h1", "h2", "h3")
+    waiter = ClaimWaiter(redis_client, inbox, "p_batch")
+    wakeups = [waiter.register(host) for host in ("h1", "h2", "h3")]
+    bystander = waiter.register("h4")
+    loop = asyncio.create_task(waiter.run())
+    try:
+        for wakeup in wakeups:
+            assert await wakeup.wait(5)
+        assert await redis_client.llen(inbox) == 0
         assert not bystander.is_set()
     finally:
         loop.cancel()
