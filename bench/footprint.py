@@ -103,7 +103,7 @@ async def footprint(b: Bench) -> list[Row]:
         per_command = {name: (calls1[name] - calls0.get(name, 0)) / LIFECYCLES for name in calls1
                        if name != "info" and calls1[name] != calls0.get(name, 0)}
         commands = sum(per_command.values())
-        evalshas = per_command.get("evalsha", 0.0)
+        fcalls = per_command.get("fcall", 0.0)
         cpu_ms = (cpu1 - cpu0) * 1000 / LIFECYCLES
 
         memory0 = await _used_memory(b.redis)
@@ -141,7 +141,7 @@ async def footprint(b: Bench) -> list[Row]:
     saq = b.saq
     return [
         Row("8a", "Redis commands per lifecycle (create, claim, renew, result), scripts' own included",
-            f"{commands:.1f} ({evalshas:.0f} EVALSHA + {commands - evalshas:.1f} inside them or beside)",
+            f"{commands:.1f} ({fcalls:.0f} FCALL + {commands - fcalls:.1f} inside them or beside)",
             f"{commands / lf.commands:.2f} x floor (8f); " + top
             + (f"; saq: {saq.commands:.0f} per job" if saq else ""), f"<= {TARGET_COMMANDS}",
             commands_verdict, ""),

@@ -94,6 +94,13 @@ class BoundedRedisCluster(RedisCluster):
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         return await self.permitted(lambda: super(BoundedRedisCluster, self).execute_command(*args, **kwargs))
 
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        # redis-py finds an FCALL's keys by asking the server (COMMAND GETKEYS), a round trip
+        # before every call; it reads EVALSHA's itself. FCALL's are where EVALSHA's are.
+        if command.upper() == "FCALL" and len(args) > 2 and int(args[1]) > 0:
+            return self.keyslot(args[2])
+        return await super()._determine_slot(command, *args)
+
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
         if shard_hint:
             return super().pipeline(transaction, shard_hint)  # raises, as redis-py does

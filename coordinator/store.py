@@ -79,20 +79,17 @@ class Store:
         # Every script of lua/, loaded into Redis by load_scripts(); the read-only ones are
         # shared with the queries.
         self._scripts: dict[str, Script] = scripts if scripts is not None else load_scripts()
+        self._library = next(iter(self._scripts.values())).library
         # ARGV[1..5] of every scheduling script (lua/includes/schedule.lua).
         self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
 
     # -- scripts -------------------------------------------------------------------------
 
     async def load_scripts(self) -> None:
-        for script in self._scripts.values():
-            await script.load(self.redis)
+        await self._library.load(self.redis)
 
     async def scripts_loaded(self) -> bool:
-        shas = [s.sha for s in self._scripts.values()]
-        if None in shas:
-            return False
-        return all(await self.redis.script_exists(*shas))
+        return self._library.loaded and await self._library.present(self.redis)
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
         reply = await self._scripts[name](self.redis, keys, args, self.durability, self._pipeline)

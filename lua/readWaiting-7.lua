@@ -19,6 +19,7 @@
 
   Invariant: changes nothing.
 ]]
+--- @flags no-writes
 --- @include "includes/common"
 --- @include "includes/schedule"
 --- @include "includes/candidates"

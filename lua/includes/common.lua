@@ -4,7 +4,9 @@
   Errors: scripts answer {code, payload}; code 0 is success, a negative code is one of E below,
   mirrored by coordinator.errors.ScriptError (a test keeps the two lists equal).
 ]]
-local rcall = redis.call
+-- redis.call, bound by each function as it starts (coordinator/scripts.py): while Redis loads the
+-- library, where these helpers are defined, it offers no redis.call yet.
+local rcall
 
 local E = {
   REVOKED = -1,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
 from coordinator.errors import ScriptError
 from coordinator.keys import Keys
@@ -65,11 +67,47 @@ async def test_healthz_readyz(api: Api) -> None:
 
 
 async def test_scripts_reloaded_after_redis_forgets_them(api: Api) -> None:
-    await api.ctx.store.redis.script_flush()
+    library = load_scripts()["renewLease"].library.name  # the same text, so the same name
+    assert await api.ctx.store.scripts_loaded()
+    await api.ctx.store.redis.function_delete(library)
     assert not await api.ctx.store.scripts_loaded()
     assert (await api.heartbeat("host-a", ["a1"])).status_code == 200  # NOSCRIPT -> load, retry
     assert (await api.client.get("/readyz")).status_code == 200
     assert await api.ctx.store.scripts_loaded()
+
+
+def _flags(listed: object, function: str) -> list[bytes] | None:
+    """The flags of ``function`` in a FUNCTION LIST reply (one node's, or a cluster's per node)."""
+    libraries = next(iter(listed.values())) if isinstance(listed, dict) else listed
+    for library in libraries:  # type: ignore[attr-defined]
+        for entry in dict(zip(library[::2], library[1::2]))[b"functions"]:
+            fields = dict(zip(entry[::2], entry[1::2]))
+            if fields[b"name"].decode() == function:
+                return list(fields[b"flags"])
+    return None
+
+
+async def test_two_versions_of_the_scripts_run_side_by_side(
+        redis_client: aioredis.Redis, prefix: str, tmp_path: Path) -> None:
+    """During an upgrade the old and the new coordinator share one Redis: each loads its own
+    library and calls its own functions, whatever order they load in."""
+    changed = tmp_path / "lua"
+    shutil.copytree(lua_dir(), changed)
+    renew = changed / "renewLease-5.lua"
+    renew.write_text(renew.read_text() + "\n-- the next version\n")
+    old, new = load_scripts()["readWaiting"], load_scripts(changed)["readWaiting"]
+    assert old.library.name != new.library.name and old.function != new.function
+    keys = [f"{prefix}:{name}" for name in ("devices", "reservations", "disabled", "online", "draining",
+                                            "stalled", "by_driver")]
+    try:
+        await new.library.load(redis_client)
+        await old.library.load(redis_client)
+        for script in (old, new):
+            assert await script(redis_client, keys, [60_000, "", "adb", 10]) == [0]
+        # it only reads: Redis may run it when out of memory
+        assert _flags(await redis_client.function_list(library=new.library.name), new.function) == [b"no-writes"]
+    finally:
+        await redis_client.function_delete(new.library.name)
 
 
 async def test_readyz_is_503_without_redis() -> None:
