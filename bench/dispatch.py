@@ -1,29 +1,37 @@
 """Idle dispatch: Tether's, the least any HTTP dispatch costs on this machine, and saq's, probed
-alike in the same run (saq's other figures come with it, for the rows that compare with it).
+alike and in turns in the same run (saq's other figures come with it, for the rows that compare
+with it).
 
 Idle latency on this VM depends on how long the processes slept: a vCPU left idle for more than
 a few hundred microseconds is halted, and waking it costs each hop of the path (seen here: 1.1 ms
 for Tether's dispatch with 2 ms between probes, 2.3 ms with 10 ms). So every probe here waits the
-same ``PROBE_SPACING_S`` before it starts, the spacing ``bench.peers`` uses for the peers.
+same ``PROBE_SPACING_S`` before it starts, the spacing ``bench.peers`` uses for the peers. And the
+machine's speed drifts over a run by more than the differences measured, so the three are probed
+in turns, a few rounds each, with all their processes up throughout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
+import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 
 import orjson
+from redis import Redis as SyncRedis
 
 from bench.context import Bench
 from bench.drivers import BenchError, expect
 from bench.loadgen import build, connect
-from bench.peers import PROBE_SPACING_S, Figures, measure_alone
+from bench.peers import PROBE_SPACING_S, REDIS_URL, Figures, Peer, make, measure_alone, session
 from bench.procs import server_pair
 from bench.requests import claim_req, create_req, result_req
 
 WARMUP = 3  # the first wake-ups of a fresh connection pay one-off costs
+ROUNDS = 3  # turns of Tether's, the floor's and saq's probes
 
 
 async def probe(poll_port: int, create_port: int, poll_raw: bytes, create_raw: bytes, count: int,
@@ -68,15 +76,59 @@ async def tether_dispatch(b: Bench, ports: tuple[int, int], host: str, token: st
                        count, keep_going, lambda body: result_req(host, token, orjson.loads(body)))
 
 
-async def floor_dispatch(b: Bench, count: int) -> list[float]:
-    """The dispatch floor (``bench/floor_app.py``): a push on one bare process wakes a BLPOP on
-    another, which runs one script and answers."""
+@dataclass
+class IdleDispatch:
+    """Latencies (s) of rows 4a, 4f and 4s; saq's is empty when it is not installed."""
+
+    tether: list[float] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)
+    saq: list[float] = field(default_factory=list)
+
+
+async def idle_dispatch(b: Bench, ports: tuple[int, int], host: str, token: str, count: int) -> IdleDispatch:
+    """Tether's dispatch (``tether_dispatch`` on ``ports``), the dispatch floor's
+    (``bench/floor_app.py``: a push on one bare process wakes a BLPOP on another, which runs one
+    script and answers) and saq's (enqueue -> the job function starts in a worker), ``count``
+    probes each, in ``ROUNDS`` turns."""
+    per_round = max(count // ROUNDS, WARMUP + 1)
+    prefix = b.prefix("dispatch-floor")
+    out = IdleDispatch()
     try:
-        async with server_pair("floor", b.env(b.prefix("dispatch-floor"))) as (pusher, popper):
-            samples = await probe(popper.port, pusher.port, build("POST", "/pop"), build("POST", "/push"), count)
+        async with server_pair("floor", b.env(prefix)) as (pusher, popper), _saq_ready() as saq:
+            for _ in range(ROUNDS):
+                out.tether += [lat for _, lat in await tether_dispatch(b, ports, host, token, per_round)]
+                floor = await probe(popper.port, pusher.port, build("POST", "/pop"), build("POST", "/push"), per_round)
+                out.floor += [lat for _, lat in floor]
+                if saq is not None:  # as many as the others keep after their warm-up
+                    out.saq += await _saq_probes(saq, per_round - WARMUP)
     finally:
-        await b.cleanup(b.prefix("dispatch-floor"))
-    return [lat for _, lat in samples]
+        await b.cleanup(prefix)
+    return out
+
+
+@contextlib.asynccontextmanager
+async def _saq_ready() -> AsyncIterator[Peer | None]:
+    """saq's two workers started and ready, as ``bench.peers`` runs them (None without saq)."""
+    if not saq_installed():
+        yield None
+        return
+    tag = f"tb{secrets.token_hex(4)}"
+    redis = SyncRedis.from_url(REDIS_URL)
+    peer = make("saq", tag)
+    try:
+        with session("saq", peer, tag, redis) as start:
+            await asyncio.to_thread(start)
+            yield peer
+    finally:
+        redis.close()
+
+
+async def _saq_probes(peer: Peer, count: int) -> list[float]:
+    samples = []
+    for _ in range(count):
+        samples.append(await asyncio.to_thread(peer.probe) / 1000)
+        await asyncio.sleep(PROBE_SPACING_S)
+    return samples
 
 
 def saq_installed() -> bool:

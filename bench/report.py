@@ -98,12 +98,14 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    it includes the create request itself and the cross-process wake-up). Idle, then during the
    load of (3) (only samples inside its measured window). Each idle probe starts 10 ms after the
    last (idle latency on a VM grows with how long its vCPUs slept: 1.1 ms at 2 ms spacing, 2.3 ms
-   at 10 ms, seen here). Then, with the same spacing: 4f, the dispatch floor, two bare Starlette
-   processes (`bench/floor_app.py`) where a POST to one runs one script that pushes onto a list
-   and a waiting POST to the other is woken by its BLPOP, runs one script and answers: every hop
-   of Tether's path and none of its work; and 4s, saq, measured whole as `python -m bench.peers`
-   does (`bench/peers`, the `bench` extra): enqueue -> the job function starts in a worker. Issue
-   12's target is p50 <= saq's; the verdict says when the floor itself is above saq's.
+   at 10 ms, seen here). With the same spacing, and in turns with Tether's probes (three rounds,
+   every process up throughout, since the machine's speed drifts over a run): 4f, the dispatch
+   floor, two bare Starlette processes (`bench/floor_app.py`) where a POST to one runs one script
+   that pushes onto a list and a waiting POST to the other is woken by its BLPOP, runs one script
+   and answers: every hop of Tether's path and none of its work; and 4s, saq's two stock workers
+   as `python -m bench.peers` runs them (`bench/peers`, the `bench` extra): enqueue -> the job
+   function starts in a worker. Issue 12's target is p50 <= saq's; the verdict says when the
+   floor itself is above saq's.
 5. **Long-poll scale**: N polls (`wait_s=60`) from N static hosts park on one process; Redis
    connections are the `CLIENT LIST` entries whose client port is a socket of that process
    (`/proc/PID/fd` matched to `/proc/net/tcp`); memory is `VmRSS`; then a task is created for one

@@ -32,7 +32,7 @@ from bench.drivers import (
     throughput,
     waiting_polls,
 )
-from bench.dispatch import floor_dispatch, saq_figures, saq_installed, tether_dispatch
+from bench.dispatch import IdleDispatch, idle_dispatch, saq_figures, saq_installed, tether_dispatch
 from bench.floor_lifecycle import LifecycleFloor
 from bench.footprint import footprint, lifecycle_scripts
 from bench.loadgen import (
@@ -171,7 +171,7 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
     ports = (a.port, c2.port)
     try:
         await fan_out(a.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in all_hosts.items()])
-        idle = await tether_dispatch(b, ports, probe_host, probe_token, p.dispatch_probes)
+        idle = await idle_dispatch(b, ports, probe_host, probe_token, p.dispatch_probes)
         watch = {"coordinator A": a.pid, "coordinator B": c2.pid, "redis": b.redis_pid}
         life: LoadResult = await in_child(lifecycles, ports, measured, b.admin, p.warmup_s,
                                           p.lifecycle_s, watch)
@@ -189,18 +189,15 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
         a.stop()
         c2.stop()
         await b.cleanup(prefix)
-    # The same probe through bare processes, and saq's, once Tether's processes have stopped;
-    # and wrk's lifecycles through bare processes.
-    floor = await floor_dispatch(b, p.dispatch_probes)
+    # Once Tether's processes have stopped: wrk's lifecycles through bare processes, and saq's
+    # figures for the rows that compare with them.
     life_floor = await _floor_lifecycles(b, measured)
     if saq_installed():
         b.saq = await saq_figures()
     b.lifecycle_scripts = await lifecycle_scripts(b)
-    saq = [ms / 1000 for ms in b.saq.dispatch_ms] if b.saq else []
 
     lo, hi = busy.extra.get("window_start", 0.0), busy.extra.get("window_end", 0.0)
     under = [lat for t0, lat in loaded if lo <= t0 and t0 + lat <= hi]
-    idle_lat = [lat for _, lat in idle]
     if life.cpu.get("generator", 0.0) >= 0.9:
         limit = "the generator is the limit (>= 0.9 core)"
     elif life.cpu.get("machine", 0.0) >= 0.9 * (os.cpu_count() or 1):
@@ -211,11 +208,11 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
         _lifecycle_row(b, life, limit, life_floor),
         _lifecycle_row(b, life_wrk, "wrk drives it", life_floor, item="3w"),
         _floor_lifecycle_row(b, life_floor),
-        *_idle_dispatch_rows(idle_lat, floor, saq),
+        *_idle_dispatch_rows(idle),
         Row("4b", f"dispatch latency under load: {busy.rate:,.0f} lifecycles/s (half of (3))",
             f"p50 {fmt_ms(percentile(under, 50) * 1000)}, p99 {fmt_ms(percentile(under, 99) * 1000)} "
             f"(n={len(under)})",
-            f"{percentile(under, 99) / percentile(idle_lat, 99):.1f} x idle p99" if under else "",
+            f"{percentile(under, 99) / percentile(idle.tether, 99):.1f} x idle p99" if under else "",
             "—", "", cpu_note(busy.cpu, busy.errors)),
         _redis_cpu_row(b, life),
     ]
@@ -240,9 +237,10 @@ def _redis_cpu_row(b: Bench, life: LoadResult) -> Row:
                f"the floor's {floor_ms:.3f} ms (8f)", "<= the best peer's per job", verdict, "")
 
 
-def _idle_dispatch_rows(tether: list[float], floor: list[float], saq: list[float]) -> list[Row]:
+def _idle_dispatch_rows(idle: IdleDispatch) -> list[Row]:
     """Row 4a against its two targets (p99 <= 10 ms; p50 <= saq's, issue 12), with the floor
-    (4f) and saq (4s) probed alike in the same run."""
+    (4f) and saq (4s) probed alike, in turns with it."""
+    tether, floor, saq = idle.tether, idle.floor, idle.saq
     def spread(xs: list[float]) -> str:
         return f"p50 {fmt_ms(percentile(xs, 50) * 1000)}, p99 {fmt_ms(percentile(xs, 99) * 1000)} (n={len(xs)})"
 
@@ -257,7 +255,8 @@ def _idle_dispatch_rows(tether: list[float], floor: list[float], saq: list[float
             verdict += ("; p50 out of reach: the floor (4f) is above saq's" if floor_p50 > saq_p50
                         else "; p50 MISSED")
     rows = [
-        Row("4a", "dispatch latency, idle (create on A -> poll on B answered)", spread(tether),
+        Row("4a", "dispatch latency, idle (create on A -> poll on B answered), in turns with 4f and 4s",
+            spread(tether),
             f"{p50 / floor_p50:.2f} x floor p50", target, verdict, ""),
         Row("4f", "dispatch floor, idle: bare POST on A pushes (1 script) -> BLPOP on B wakes, "
             "1 script, answers", spread(floor), "1.00", "—", "", ""),

@@ -17,6 +17,7 @@ it are unlinked after each peer. Never FLUSHDB."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import secrets
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
@@ -229,16 +230,20 @@ class Figures:
     bytes_per_job: float
 
 
-def figures(name: str, peer: Peer, tag: str, redis: Redis) -> Figures:
+@contextlib.contextmanager
+def session(name: str, peer: Peer, tag: str, redis: Redis) -> Iterator[Callable[[], list[subprocess.Popen[bytes]]]]:
+    """Around one use of a peer: ``start()`` its workers and wait until they serve. Afterwards the
+    workers are stopped, the peer closed and its tag's keys unlinked; if anything failed, the
+    workers' output is shown."""
     workers: list[subprocess.Popen[bytes]] = []
-    with tempfile.TemporaryFile() as log:  # the workers' output, shown only if something fails
-        try:
-            per_job_bytes = bytes_per_queued_job(peer, redis)
-            workers = start_workers(name, tag, log)
+    with tempfile.TemporaryFile() as log:
+        def start() -> list[subprocess.Popen[bytes]]:
+            workers.extend(start_workers(name, tag, log))
             wait_ready(peer, workers)
-            idle = idle_commands_per_second(redis)
-            run = throughput(peer, redis, [w.pid for w in workers])
-            latencies = dispatch_ms(peer)
+            return workers
+
+        try:
+            yield start
         except BaseException:
             log.seek(0)
             print(f"{name} workers' output:\n" + log.read().decode(errors="replace")[-3000:], file=sys.stderr)
@@ -249,6 +254,15 @@ def figures(name: str, peer: Peer, tag: str, redis: Redis) -> Figures:
                 peer.close()
             finally:
                 unlink_tagged(redis, tag)
+
+
+def figures(name: str, peer: Peer, tag: str, redis: Redis) -> Figures:
+    with session(name, peer, tag, redis) as start:
+        per_job_bytes = bytes_per_queued_job(peer, redis)
+        workers = start()
+        idle = idle_commands_per_second(redis)
+        run = throughput(peer, redis, [w.pid for w in workers])
+        latencies = dispatch_ms(peer)
     return Figures(peer.workers, peer.jobs, latencies, run["jobs/s"], run["cpu ms"], run["client cpu ms"],
                    run["commands"], idle, run["redis cpu ms"], per_job_bytes)
 
