@@ -25,6 +25,7 @@ from redis import Redis as SyncRedis
 
 from bench.context import Bench
 from bench.drivers import BenchError, expect
+from bench.floor_lifecycle import LifecycleFloor
 from bench.loadgen import build, connect
 from bench.peers import PROBE_SPACING_S, REDIS_URL, Figures, Peer, make, measure_alone, session
 from bench.procs import server_pair
@@ -68,12 +69,17 @@ async def probe(poll_port: int, create_port: int, poll_raw: bytes, create_raw: b
     return samples
 
 
+def _dispatch_reqs(b: Bench, host: str, token: str) -> tuple[bytes, bytes]:
+    """The waiting poll of ``host`` and the create of a task for its device."""
+    return claim_req(host, token, 10), create_req(b.admin, f"{host}-d0")
+
+
 async def tether_dispatch(b: Bench, ports: tuple[int, int], host: str, token: str, count: int,
                           keep_going: Callable[[], bool] = lambda: True) -> list[tuple[float, float]]:
     """A task created on process A for the host whose poll waits on process B; each answer is
     reported done, which frees the device for the next."""
-    return await probe(ports[1], ports[0], claim_req(host, token, 10), create_req(b.admin, f"{host}-d0"),
-                       count, keep_going, lambda body: result_req(host, token, orjson.loads(body)))
+    return await probe(ports[1], ports[0], *_dispatch_reqs(b, host, token), count, keep_going,
+                       lambda body: result_req(host, token, orjson.loads(body)))
 
 
 @dataclass
@@ -82,23 +88,30 @@ class IdleDispatch:
 
     tether: list[float] = field(default_factory=list)
     floor: list[float] = field(default_factory=list)
+    floor_work: list[float] = field(default_factory=list)  # 4g
     saq: list[float] = field(default_factory=list)
 
 
 async def idle_dispatch(b: Bench, ports: tuple[int, int], host: str, token: str, count: int) -> IdleDispatch:
-    """Tether's dispatch (``tether_dispatch`` on ``ports``), the dispatch floor's
+    """Tether's dispatch (``tether_dispatch`` on ``ports``); the dispatch floor's, its hops alone
     (``bench/floor_app.py``: a push on one bare process wakes a BLPOP on another, which runs one
-    script and answers) and saq's (enqueue -> the job function starts in a worker), ``count``
-    probes each, in ``ROUNDS`` turns."""
+    script and answers); the same hops doing the contract's work (4g: the lifecycle floor's create
+    on one bare process wakes its waiting claim on the other, as Tether's are, each one script of
+    bench/floor_lifecycle.py); and saq's (enqueue -> the job function starts in a worker).
+    ``count`` probes each, in ``ROUNDS`` turns."""
     per_round = max(count // ROUNDS, WARMUP + 1)
     prefix = b.prefix("dispatch-floor")
     out = IdleDispatch()
     try:
         async with server_pair("floor", b.env(prefix)) as (pusher, popper), _saq_ready() as saq:
+            await LifecycleFloor(b.redis, prefix).add_free([f"{host}-d0"])
             for _ in range(ROUNDS):
                 out.tether += [lat for _, lat in await tether_dispatch(b, ports, host, token, per_round)]
                 floor = await probe(popper.port, pusher.port, build("POST", "/pop"), build("POST", "/push"), per_round)
                 out.floor += [lat for _, lat in floor]
+                floor = await probe(popper.port, pusher.port, *_dispatch_reqs(b, host, token), per_round,
+                                    settle=lambda body: result_req(host, token, orjson.loads(body)))
+                out.floor_work += [lat for _, lat in floor]
                 if saq is not None:  # as many as the others keep after their warm-up
                     out.saq += await _saq_probes(saq, per_round - WARMUP)
     finally:

@@ -13,7 +13,9 @@ create -> wake-up -> claim -> answer makes is there, and none of its work.
 The lifecycle floor serves the contract's four lifecycle calls on their own paths (create, claim,
 renew, result), each request one script of bench/floor_lifecycle.py, the fewest Redis commands
 the contract allows: what two such processes sustain under the same wrk lifecycles as row 3 is
-the least a lifecycle through HTTP can cost here.
+the least a lifecycle through HTTP can cost here. Its claim waits when asked (``wait_s``), woken
+through its process's inbox as Tether's is, so a create on one process and a waiting claim on
+another are also the least a dispatch doing the contract's work costs.
 
 The parking floor is the least a waiting long-poll holds: ``POST /park`` waits on one future
 and one timer, with nothing else, until its ``wait_s`` is up (``GET /parked`` counts them).
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import AsyncIterator
 
 import orjson
@@ -82,9 +85,17 @@ def create_floor_app(settings: Settings) -> Starlette:
         body = orjson.loads(await request.body())
         return json(await lifecycle.create(body.pop("device_id"), body), 201)
 
+    inbox = lifecycle.inbox(secrets.token_hex(8))
+
     async def claim(request: Request) -> Response:
+        """The lifecycle floor's claim; with ``wait_s``, a poll that finds nothing waits for a
+        create to push onto this process's inbox (its own BLPOP: the floor serves one such poll
+        at a time), then claims again."""
         await request.body()
-        assignment = await lifecycle.claim(request.path_params["host"])
+        host, wait_s = request.path_params["host"], float(request.query_params.get("wait_s", "0"))
+        assignment = await lifecycle.claim(host, inbox if wait_s else "", int(wait_s * 1000))
+        if assignment is None and wait_s and await redis.blpop([inbox], timeout=wait_s) is not None:
+            assignment = await lifecycle.claim(host)
         return Response(status_code=204) if assignment is None else json(assignment)
 
     async def renew(request: Request) -> Response:

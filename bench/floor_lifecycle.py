@@ -10,11 +10,13 @@ of structures we could find. The obligations, and the command each costs:
   device (ZREM from the free index answers whether it was free, in the same command); the
   device's `reserved_by` (HSET); the host's queue (RPUSH); the claim deadline (ZADD: an
   unclaimed assignment goes back); the feed (one XADD for `created` and `assigned` together); the
-  waiting poll's wake-up (one read of the host's poll registrations); the status listing (ZADD);
-  the record, which carries the history (HSET);
+  waiting poll's wake-up (one read of the host's poll registrations; when a poll waits, a push
+  onto its process's inbox and the registration's removal); the status listing (ZADD); the
+  record, which carries the history (HSET);
 - claim: revocation (SISMEMBER: a revoked credential is refused atomically); the host's queue
   (LPOP); the record (HGET, HSET); the one deadline per task, now the lease's (ZADD); the feed
-  (XADD); the status listing (ZADD);
+  (XADD); the status listing (ZADD); finding nothing, a poll that will wait registers its
+  process's inbox (ZADD), in the same step, so no assignment made after it goes unnoticed;
 - renew: the record, which also holds the lease deadline and the latest progress (HGET, HSET);
   revocation (SISMEMBER); the deadline index (ZADD);
 - result: the record (HGET, HSET); revocation (SISMEMBER); the status listing (ZADD); the
@@ -67,7 +69,13 @@ if redis.call('ZREM', KEYS[4], ARGV[2]) == 1 then
   task.status, task.device_id, task.host_id = 'assigned', ARGV[2], ARGV[3]
   events[2] = {at = now, type = 'assigned', status = 'assigned', attempt = 1, device_id = ARGV[2],
                host_id = ARGV[3]}
-  redis.call('ZRANGEBYSCORE', KEYS[9], now, '+inf')
+  local inboxes = redis.call('ZRANGEBYSCORE', KEYS[9], now, '+inf')
+  if #inboxes > 0 then
+    for _, inbox in ipairs(inboxes) do
+      redis.call('RPUSH', inbox, ARGV[3])
+    end
+    redis.call('DEL', KEYS[9])
+  end
 else
   return redis.error_reply('the floor runs only on a free device')
 end
@@ -79,8 +87,9 @@ redis.call('HSET', KEYS[1], task.id, encoded)
 return encoded
 """
 
-# KEYS: revoked assigned tasks deadlines feed by_status
-# ARGV: credential digest, lease id, lease TTL (ms), host id
+# KEYS: revoked assigned tasks deadlines feed by_status polls
+# ARGV: credential digest, lease id, lease TTL (ms), host id, the waiting poll's inbox ("" if it
+# will not wait), how long it waits (ms)
 CLAIM = CLOCK + """
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
   return redis.error_reply('revoked')
@@ -88,6 +97,9 @@ end
 local now = nowMs()
 local taskId = redis.call('LPOP', KEYS[2])
 if not taskId then
+  if ARGV[5] ~= '' then
+    redis.call('ZADD', KEYS[7], now + tonumber(ARGV[6]), ARGV[5])
+  end
   return false
 end
 local task = cjson.decode(redis.call('HGET', KEYS[3], taskId))
@@ -255,12 +267,16 @@ class LifecycleFloor(Lifecycles):
                                            k(f"assigned:{host}"), k("deadlines"), k("feed"), k(f"polls:{host}")],
                                 task, device, host, CLAIM_TIMEOUT_MS)
 
-    async def claim(self, host: str) -> bytes | None:
-        """The assignment JSON, or None when the host has none."""
+    async def claim(self, host: str, inbox: str = "", wait_ms: int = 0) -> bytes | None:
+        """The assignment JSON, or None when the host has none; then, given an ``inbox`` (a list
+        key), a create for the host pushes onto it during the next ``wait_ms``."""
         k = self._key
         return await self._call("claim", [k("revoked"), k(f"assigned:{host}"), k("tasks"), k("deadlines"), k("feed"),
-                                          k("by_status")],
-                                self.digest, f"l_{secrets.token_hex(16)}", LEASE_TTL_MS, host)
+                                          k("by_status"), k(f"polls:{host}")],
+                                self.digest, f"l_{secrets.token_hex(16)}", LEASE_TTL_MS, host, inbox, wait_ms)
+
+    def inbox(self, process: str) -> str:
+        return self._key(f"inbox:{process}")
 
     async def renew(self, host: str, lease_id: str, task_id: str, attempt: int, progress: bytes) -> int:
         k = self._key

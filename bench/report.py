@@ -102,10 +102,12 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    every process up throughout, since the machine's speed drifts over a run): 4f, the dispatch
    floor, two bare Starlette processes (`bench/floor_app.py`) where a POST to one runs one script
    that pushes onto a list and a waiting POST to the other is woken by its BLPOP, runs one script
-   and answers: every hop of Tether's path and none of its work; and 4s, saq's two stock workers
-   as `python -m bench.peers` runs them (`bench/peers`, the `bench` extra): enqueue -> the job
+   and answers: every hop of Tether's path and none of its work; 4g, the same two processes doing
+   the contract's work, the lifecycle floor's create (8f) on one waking its waiting claim on the
+   other through the process's inbox, as Tether's do; and 4s, saq's two stock workers as
+   `python -m bench.peers` runs them (`bench/peers`, the `bench` extra): enqueue -> the job
    function starts in a worker. Issue 12's target is p50 <= saq's; the verdict says when the
-   floor itself is above saq's.
+   floor doing the work (4g) is itself above saq's.
 5. **Long-poll scale**: N polls (`wait_s=60`) from N static hosts park on one process; Redis
    connections are the `CLIENT LIST` entries whose client port is a socket of that process
    (`/proc/PID/fd` matched to `/proc/net/tcp`); memory is `VmRSS`; then a task is created for one

@@ -238,32 +238,37 @@ def _redis_cpu_row(b: Bench, life: LoadResult) -> Row:
 
 
 def _idle_dispatch_rows(idle: IdleDispatch) -> list[Row]:
-    """Row 4a against its two targets (p99 <= 10 ms; p50 <= saq's, issue 12), with the floor
-    (4f) and saq (4s) probed alike, in turns with it."""
-    tether, floor, saq = idle.tether, idle.floor, idle.saq
+    """Row 4a against its two targets (p99 <= 10 ms; p50 <= saq's, issue 12), with the floors
+    (4f: the hops alone; 4g: the hops doing the contract's work) and saq (4s), probed alike, in
+    turns with it. The target is out of reach when the floor that does the work is above saq's."""
     def spread(xs: list[float]) -> str:
         return f"p50 {fmt_ms(percentile(xs, 50) * 1000)}, p99 {fmt_ms(percentile(xs, 99) * 1000)} (n={len(xs)})"
 
-    p50, p99 = percentile(tether, 50), percentile(tether, 99)
-    floor_p50 = percentile(floor, 50)
+    def ratios(xs: list[float]) -> str:
+        p50 = percentile(xs, 50)
+        return f"{p50 / hops_p50:.2f} x 4f's p50, {p50 / work_p50:.2f} x 4g's"
+
+    hops_p50, work_p50 = percentile(idle.floor, 50), percentile(idle.floor_work, 50)
+    p50, p99 = percentile(idle.tether, 50), percentile(idle.tether, 99)
     verdict = "met" if p99 <= 0.010 else "MISSED"
     target = "p99 <= 10 ms"
-    if saq:
-        saq_p50 = percentile(saq, 50)
+    if idle.saq:
+        saq_p50 = percentile(idle.saq, 50)
         target += "; p50 <= saq's (4s)"
         if p50 > saq_p50:
-            verdict += ("; p50 out of reach: the floor (4f) is above saq's" if floor_p50 > saq_p50
+            verdict += ("; p50 out of reach: the floor (4g) is above saq's" if work_p50 > saq_p50
                         else "; p50 MISSED")
     rows = [
-        Row("4a", "dispatch latency, idle (create on A -> poll on B answered), in turns with 4f and 4s",
-            spread(tether),
-            f"{p50 / floor_p50:.2f} x floor p50", target, verdict, ""),
-        Row("4f", "dispatch floor, idle: bare POST on A pushes (1 script) -> BLPOP on B wakes, "
-            "1 script, answers", spread(floor), "1.00", "—", "", ""),
+        Row("4a", "dispatch latency, idle (create on A -> poll on B answered), in turns with 4f, 4g and 4s",
+            spread(idle.tether), ratios(idle.tether), target, verdict, ""),
+        Row("4f", "dispatch floor, its hops alone, idle: bare POST on A pushes (1 script) -> BLPOP on B "
+            "wakes, 1 script, answers", spread(idle.floor), "1.00", "—", "", ""),
+        Row("4g", "dispatch floor doing the contract's work, idle: the lifecycle floor's create (8f) on A "
+            "wakes its waiting claim on B", spread(idle.floor_work), ratios(idle.floor_work), "—", "", ""),
     ]
-    if saq:
+    if idle.saq:
         rows.append(Row("4s", "saq, idle: enqueue -> the job function starts in a worker",
-                        spread(saq), f"{percentile(saq, 50) / floor_p50:.2f} x floor p50", "—", "", ""))
+                        spread(idle.saq), ratios(idle.saq), "—", "", ""))
     return rows
 
 
