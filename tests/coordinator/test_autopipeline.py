@@ -61,9 +61,32 @@ async def test_calls_of_one_turn_share_one_connection_and_get_their_own_replies(
         # more than a batch's worth in one turn: several writes, still every reply in order
         replies = await asyncio.gather(*(pipeline.execute("INCR", key) for _ in range(MAX_BATCH + 5)))
         assert replies == list(range(56, 56 + MAX_BATCH + 5))
-        assert counting.checkouts == 3
+        assert counting.checkouts == 2  # the first write on the connection kept from the first turn
+        # both are kept now: later turns take none from the pool
+        for _ in range(3):
+            await asyncio.gather(*(pipeline.execute("INCR", key) for _ in range(MAX_BATCH + 5)))
+        assert counting.checkouts == 2
     finally:
         await client.delete(key)
+
+
+async def test_a_kept_connection_the_server_closed_is_opened_again(client: aioredis.Redis) -> None:
+    pipeline = AutoPipeline(client)
+    killer = aioredis.Redis.from_url(REAL_REDIS_URL)
+    name = "kept-" + unique_prefix()[:20]
+    try:
+        await pipeline.execute("CLIENT", "SETNAME", name)
+        (kept,) = pipeline._kept
+
+        async def its_id() -> str | None:
+            return next((e["id"] for e in await killer.client_list() if e.get("name") == name), None)
+
+        await killer.client_kill_filter(_id=await wait_until_async(its_id))  # as a Redis restart would
+        await wait_until_async(kept.can_read)  # the event loop has read the hang-up
+        assert await pipeline.execute("PING") in (b"PONG", True)  # not a lost connection
+        assert await pipeline.execute("CLIENT", "GETNAME") is None  # the same connection, opened anew
+    finally:
+        await killer.aclose()
 
 
 async def test_one_command_s_error_is_its_own(client: aioredis.Redis) -> None:
