@@ -198,12 +198,20 @@ async def _on_slot_master(redis: RedisCluster, key: str, command: tuple[Any, ...
     return await (permitted(run) if permitted is not None else run())
 
 
+def _function(name: str, flags: list[str], body: str) -> str:
+    """One script as a function of the library: its file's text, with ``KEYS`` and ``ARGV`` as its
+    parameters, and ``rcall`` (includes/common.lua) bound to ``redis.call`` as it starts."""
+    listed = ", ".join(f"'{flag}'" for flag in flags)
+    return (f"redis.register_function{{function_name = '{name}', flags = {{{listed}}},\n"
+            f"callback = function(KEYS, ARGV)\nrcall = redis.call\n{body}\nend}}\n")
+
+
 def load_scripts(root: Path | None = None) -> dict[str, Script]:
     """Every script of lua/ by name, all in one library (not loaded into Redis yet)."""
     root = root or lua_dir()
     seen: set[str] = set()
     helpers: list[str] = []
-    functions: list[tuple[str, int, str, str]] = []
+    scripts: list[tuple[str, int, list[str], str]] = []
     for path in sorted(root.glob("*.lua")):
         match = _NAME.match(path.name)
         if match is None:
@@ -212,12 +220,11 @@ def load_scripts(root: Path | None = None) -> dict[str, Script]:
         # Each include once, at the library's top, the ones it includes before it.
         helpers += [_expand(f'--- @include "{name}"', root, seen) for name in _INCLUDE.findall(text)]
         flags = _FLAGS.search(text)
-        functions.append((match["name"], int(match["keys"]), flags[1].split() if flags else [],
-                          _FLAGS.sub("", _INCLUDE.sub("", text))))
-    body = "\n".join(helpers) + "".join(
-        f"\nredis.register_function{{function_name = '{name}_%(digest)s', flags = {{{', '.join(repr(f) for f in flags)}}},"
-        f" callback = function(KEYS, ARGV)\nrcall = redis.call\n{text}\nend}}\n"
-        for name, _, flags, text in functions)
-    digest = hashlib.sha1(body.encode()).hexdigest()[:12]
-    library = Library(f"tether_{digest}", f"#!lua name=tether_{digest}\n" + body.replace("%(digest)s", digest))
-    return {name: Script(name, num_keys, f"{name}_{digest}", library) for name, num_keys, _, _ in functions}
+        scripts.append((match["name"], int(match["keys"]), flags[1].split() if flags else [],
+                        _FLAGS.sub("", _INCLUDE.sub("", text))))
+    content = "\0".join([*helpers, *(f"{name}\0{flags}\0{body}" for name, _, flags, body in scripts)])
+    digest = hashlib.sha1(content.encode()).hexdigest()[:12]
+    library = Library(f"tether_{digest}", "\n".join([
+        f"#!lua name=tether_{digest}", *helpers,
+        *(_function(f"{name}_{digest}", flags, body) for name, _, flags, body in scripts)]))
+    return {name: Script(name, num_keys, f"{name}_{digest}", library) for name, num_keys, _, _ in scripts}
