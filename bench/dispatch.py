@@ -1,5 +1,5 @@
-"""Idle dispatch: Tether's, the least any HTTP dispatch costs on this machine, and saq's, probed
-alike and in turns in the same run (saq's other figures come with it, for the rows that compare
+"""Idle dispatch: Tether's, the least any HTTP dispatch costs on this machine (its hops alone, and
+its hops doing the contract's work), and saq's, probed alike and in turns in the same run (saq's other figures come with it, for the rows that compare
 with it).
 
 Idle latency on this VM depends on how long the processes slept: a vCPU left idle for more than
@@ -84,7 +84,7 @@ async def tether_dispatch(b: Bench, ports: tuple[int, int], host: str, token: st
 
 @dataclass
 class IdleDispatch:
-    """Latencies (s) of rows 4a, 4f and 4s; saq's is empty when it is not installed."""
+    """Latencies (s) of rows 4a, 4f, 4g and 4s; saq's is empty when it is not installed."""
 
     tether: list[float] = field(default_factory=list)
     floor: list[float] = field(default_factory=list)
