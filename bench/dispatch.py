@@ -1,6 +1,6 @@
 """Idle dispatch: Tether's, the least any HTTP dispatch costs on this machine (its hops alone, and
-its hops doing the contract's work), and saq's, probed alike and in turns in the same run (saq's other figures come with it, for the rows that compare
-with it).
+its hops doing the contract's work), and saq's, probed alike and in turns in the same run (saq's
+other figures come with it, for the rows that compare with it).
 
 Idle latency on this VM depends on how long the processes slept: a vCPU left idle for more than
 a few hundred microseconds is halted, and waking it costs each hop of the path (seen here: 1.1 ms
