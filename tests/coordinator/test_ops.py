@@ -71,7 +71,7 @@ async def test_scripts_reloaded_after_redis_forgets_them(api: Api) -> None:
     assert await api.ctx.store.scripts_loaded()
     await api.ctx.store.redis.function_delete(library)
     assert not await api.ctx.store.scripts_loaded()
-    assert (await api.heartbeat("host-a", ["a1"])).status_code == 200  # NOSCRIPT -> load, retry
+    assert (await api.heartbeat("host-a", ["a1"])).status_code == 200  # function missing -> load, retry
     assert (await api.client.get("/readyz")).status_code == 200
     assert await api.ctx.store.scripts_loaded()
 
@@ -89,8 +89,9 @@ def _flags(listed: object, function: str) -> list[bytes] | None:
 
 async def test_two_versions_of_the_scripts_run_side_by_side(
         redis_client: aioredis.Redis, prefix: str, tmp_path: Path) -> None:
-    """During an upgrade the old and the new coordinator share one Redis: each loads its own
-    library and calls its own functions, whatever order they load in."""
+    """Two versions' libraries live side by side in one Redis (after an upgrade, or deployments of
+    different versions sharing it): each loads its own and calls its own functions, whatever
+    order they load in."""
     changed = tmp_path / "lua"
     shutil.copytree(lua_dir(), changed)
     renew = changed / "renewLease-5.lua"
