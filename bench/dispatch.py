@@ -127,9 +127,8 @@ async def _saq_ready() -> AsyncIterator[Peer | None]:
         return
     tag = f"tb{secrets.token_hex(4)}"
     redis = SyncRedis.from_url(REDIS_URL)
-    peer = make("saq", tag)
     try:
-        with session("saq", peer, tag, redis) as start:
+        with session("saq", peer := make("saq", tag), tag, redis) as start:
             await asyncio.to_thread(start)
             yield peer
     finally:
