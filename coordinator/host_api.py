@@ -179,6 +179,7 @@ async def claim(ctx: Context, request: Request) -> Response:
             wait_ms = int((deadline - loop.time()) * 1000)
             claimed = await store.claim(principal, claim_id, lease_id, ctx.settings.lease_ttl_ms,
                                         waiter.process_id, max(wait_ms, 0))
+            waiter.attempted(wakeup)
             if claimed is not None:
                 metrics.claims.inc("assigned")
                 if claimed.waited_ms is not None:

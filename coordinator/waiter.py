@@ -15,6 +15,11 @@ inbox is a list, so a push made while the loop is between two pops waits for the
 Spurious wake-ups are harmless (the claim script decides). A registration expires with the
 poll's wait, and an inbox shortly after its last push, so a crashed process leaves nothing for
 long. After any Redis failure (a failover may lose the last pushes) every waiting poll is woken.
+
+The loop pops again only once the polls a pop woke have made their claim attempt (for at most
+``SETTLE_S``). Issued at once, the next pop's write went out just before the woken poll's claim,
+and on a small machine Redis, woken to park that pop, took the CPU the claim was about to use:
+0.15-0.2 ms of every idle dispatch. Pushes made meanwhile wait in the inbox for the next pop.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ log = logging.getLogger("coordinator.waiter")
 BLOCK_S = 1
 # The most wake-ups one blocking pop takes.
 POP_BATCH = 100
+# The longest the loop holds its next pop for the polls it just woke to attempt their claim.
+SETTLE_S = 0.05
 
 
 def new_process_id() -> str:
@@ -102,6 +109,10 @@ class ClaimWaiter:
         self._waiting: dict[str, list[Wakeup]] = {}
         self._count = 0
         self.closed = False
+        # The polls the last pop woke that have not attempted their claim yet, and what the loop
+        # waits on until they have.
+        self._owed: set[Wakeup] = set()
+        self._attempted = Wakeup()
 
     def close(self) -> None:
         """The process is told to stop: every waiting poll, and every poll that arrives from now
@@ -121,6 +132,7 @@ class ClaimWaiter:
         return wakeup
 
     def unregister(self, host_id: str, wakeup: Wakeup) -> None:
+        self.attempted(wakeup)
         wakeups = self._waiting.get(host_id)
         if wakeups is None or wakeup not in wakeups:
             return
@@ -129,17 +141,35 @@ class ClaimWaiter:
         if not wakeups:
             del self._waiting[host_id]
 
-    def wake(self, host_id: str) -> None:
-        for wakeup in self._waiting.get(host_id, ()):
-            wakeup.set()
+    def attempted(self, wakeup: Wakeup) -> None:
+        """The poll of ``wakeup`` has attempted its claim (or gone): the loop may pop again once
+        every poll its last pop woke has."""
+        if wakeup in self._owed:
+            self._owed.discard(wakeup)
+            if not self._owed:
+                self._attempted.set()
 
     def wake_all(self) -> None:
         for wakeups in self._waiting.values():
             for wakeup in wakeups:
                 wakeup.set()
 
-    def _wake_raw(self, value: bytes | str) -> None:
-        self.wake(value.decode() if isinstance(value, bytes) else value)
+    def _wake_popped(self, popped: list[bytes | str]) -> None:
+        """Wake the polls of every host popped, and note them as owing a claim attempt."""
+        for value in popped:
+            for wakeup in self._waiting.get(value.decode() if isinstance(value, bytes) else value, ()):
+                if not wakeup.is_set():
+                    wakeup.set()
+                    self._owed.add(wakeup)
+
+    async def _until_attempted(self) -> None:
+        if not self._owed:
+            return
+        self._attempted = Wakeup()
+        try:
+            await self._attempted.wait(SETTLE_S)
+        finally:
+            self._owed.clear()
 
     async def run(self) -> None:
         """Pop this process's inbox until cancelled, on a connection of its own; after any Redis
@@ -162,8 +192,8 @@ class ClaimWaiter:
                     self.wake_all()
                 if popped is None:
                     continue
-                for value in popped[1]:
-                    self._wake_raw(value)
+                self._wake_popped(popped[1])
+                await self._until_attempted()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any Redis failure: pop again

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from coordinator.keys import STATUS_CODES, STATUS_SPAN
+from coordinator import waiter as waiter_module
 from coordinator.waiter import ClaimWaiter
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
@@ -195,6 +196,32 @@ async def test_the_inbox_loop_takes_every_waiting_wake_up_in_one_pop(
             assert await wakeup.wait(5)
         assert await redis_client.llen(inbox) == 0
         assert not bystander.is_set()
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        await redis_client.delete(inbox)
+
+
+@pytest.mark.parametrize("attempts", [True, False])
+async def test_the_inbox_loop_pops_again_once_the_polls_it_woke_have_attempted(
+        redis_client: aioredis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch, attempts: bool) -> None:
+    """A later wake-up waits in the inbox until the poll the last pop woke has attempted its
+    claim; a poll that never does holds it for SETTLE_S at most."""
+    monkeypatch.setattr(waiter_module, "SETTLE_S", 60 if attempts else 0.05)
+    inbox = f"{prefix}:inbox:p_settle"
+    waiter = ClaimWaiter(redis_client, inbox, "p_settle")
+    first, second = waiter.register("h1"), waiter.register("h2")
+    loop = asyncio.create_task(waiter.run())
+    try:
+        await redis_client.rpush(inbox, "h1")
+        assert await first.wait(5)
+        await redis_client.rpush(inbox, "h2")
+        if attempts:
+            assert not await second.wait(0.2)
+            assert await redis_client.llen(inbox) == 1  # not popped yet
+            waiter.attempted(first)
+        assert await second.wait(5)
+        assert await redis_client.llen(inbox) == 0
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
