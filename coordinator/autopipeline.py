@@ -1,8 +1,7 @@
 """Auto-pipelining, as ioredis has it: the script calls and reads that requests issue in the same
 turn of the event loop go to Redis in one write on one connection, and their replies are read back in
 order. Under load, many requests are parsed in one turn, so one round trip (one write, one read,
-one pool checkout) serves several of them; alone, a call costs one loop turn more than a direct
-one. Redis answers a pipeline's commands in order and runs each script atomically, so nothing
+one pool checkout) serves several of them; alone, a call's write waits for the next turn. Redis answers a pipeline's commands in order and runs each script atomically, so nothing
 about atomicity or ordering changes.
 
 Only for a single Redis node reached through redis-py's own connections; the cluster client and
@@ -73,14 +72,36 @@ def can_autopipeline(redis: Any) -> bool:
             and pool.connection_class in (Connection, SSLConnection, UnixDomainSocketConnection))
 
 
-async def send_packed(connection: AbstractConnection, packed: Any) -> None:
-    """``connection.send_packed_command``, with a write refused on a transport the peer already
-    closed (a killed or restarted Redis) raised as the lost connection it is: uvloop raises a
-    RuntimeError there, where asyncio's own transports raise an OSError."""
+async def send_packed(connection: AbstractConnection, packed: bytes | list[bytes]) -> None:
+    """Write ``packed`` on ``connection``, as its ``send_packed_command`` does, minus the
+    ``asyncio.wait_for`` that redis-py wraps around every write when a socket timeout is set: on
+    Python 3.11 that makes a Task per write, and the write waits a turn of the loop for it. Here
+    the bytes go to the transport at once, and only a write the kernel did not take whole waits,
+    under the socket timeout."""
+    writer = getattr(connection, "_writer", None)
+    if writer is None or not connection.is_connected:  # to be opened: redis-py's own path does it
+        try:
+            await connection.send_packed_command(packed)
+        except RuntimeError as exc:  # uvloop, on a transport the peer closed: see below
+            raise RedisConnectionError("the connection to Redis is closed") from exc
+        return
+    await connection.check_health()  # a PING only when the connection sat idle that long
     try:
-        await connection.send_packed_command(packed)
-    except RuntimeError as exc:
+        writer.write(packed if isinstance(packed, bytes) else b"".join(packed))
+        if writer.transport.get_write_buffer_size():
+            async with asyncio.timeout(connection.socket_timeout):
+                await writer.drain()
+    except TimeoutError:
+        await connection.disconnect(nowait=True)
+        raise RedisTimeoutError("Timeout writing to socket") from None
+    except (OSError, RuntimeError) as exc:
+        # A lost connection; uvloop raises a RuntimeError on a transport the peer already
+        # closed (a killed or restarted Redis), where asyncio's own transports raise an OSError.
+        await connection.disconnect(nowait=True)
         raise RedisConnectionError("the connection to Redis is closed") from exc
+    except BaseException:
+        await connection.disconnect(nowait=True)  # part of a write may have gone out
+        raise
 
 
 class AutoPipeline:
@@ -101,17 +122,22 @@ class AutoPipeline:
         reply: asyncio.Future[Any] = loop.create_future()
         self._pending.append((command, reply))
         if not self._scheduled:
+            # A task, not a callback that would start one: its first step runs in the next turn,
+            # after every command of this turn, and writes at once.
             self._scheduled = True
-            loop.call_soon(self._flush)
+            self._track(loop.create_task(self._send_pending()))
         return reply
 
-    def _flush(self) -> None:
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._batches.add(task)
+        task.add_done_callback(self._batches.discard)
+
+    async def _send_pending(self) -> None:
         self._scheduled = False
         pending, self._pending = self._pending, []
-        for start in range(0, len(pending), MAX_BATCH):
-            task = asyncio.ensure_future(self._send(pending[start:start + MAX_BATCH]))
-            self._batches.add(task)
-            task.add_done_callback(self._batches.discard)
+        for start in range(MAX_BATCH, len(pending), MAX_BATCH):  # beyond one batch: in parallel
+            self._track(asyncio.ensure_future(self._send(pending[start:start + MAX_BATCH])))
+        await self._send(pending[:MAX_BATCH])
 
     async def _connection(self) -> AbstractConnection:
         if not self._kept:
