@@ -66,9 +66,10 @@ async def create_task(ctx: Context, request: Request) -> Response:
     task = parse_task(body, ctx.settings.queue_timeout_ms)
     task["id"] = "t_" + secrets.token_hex(12)
     answer = await ctx.store.create_task(task)
-    if answer.candidates is not None:  # queued now: the create step read why it waits
+    if answer.candidates is not None or answer.task.status != wire.TaskStatus.QUEUED:
+        # Queued now, the create step read why it waits; not queued, nothing waits.
         view = task_view(answer.task, answer.candidates)
-    else:
+    else:  # an earlier task with the same idempotency key, still queued
         view = (await _views(ctx, [answer.task]))[0]
     return json_response(view, 201 if answer.created else 200)
 
