@@ -35,7 +35,7 @@ class Preset:
 
 PRESETS = {
     "small": Preset("small", concurrency=64, warmup_s=1, rounds=2, throughput_s=4, lifecycle_hosts=128,
-                    lifecycle_s=10, dispatch_probes=150, polls=1_000, poll_probes=100,
+                    lifecycle_s=10, dispatch_probes=300, polls=1_000, poll_probes=100,
                     heartbeat_hosts=1_000, heartbeat_window_s=15, cost_hosts=1_000,
                     cost_tasks=10_000, cost_samples=200),
     "full": Preset("full", concurrency=64, warmup_s=2, rounds=4, throughput_s=6, lifecycle_hosts=256,

@@ -32,7 +32,7 @@ from bench.procs import server_pair
 from bench.requests import claim_req, create_req, result_req
 
 WARMUP = 3  # the first wake-ups of a fresh connection pay one-off costs
-ROUNDS = 3  # turns of Tether's, the floor's and saq's probes
+ROUNDS = 6  # turns of Tether's, the floor's and saq's probes
 
 
 async def probe(poll_port: int, create_port: int, poll_raw: bytes, create_raw: bytes, count: int,

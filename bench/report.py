@@ -98,7 +98,7 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    it includes the create request itself and the cross-process wake-up). Idle, then during the
    load of (3) (only samples inside its measured window). Each idle probe starts 10 ms after the
    last (idle latency on a VM grows with how long its vCPUs slept: 1.1 ms at 2 ms spacing, 2.3 ms
-   at 10 ms, seen here). With the same spacing, and in turns with Tether's probes (three rounds,
+   at 10 ms, seen here). With the same spacing, and in turns with Tether's probes (six rounds,
    every process up throughout, since the machine's speed drifts over a run): 4f, the dispatch
    floor, two bare Starlette processes (`bench/floor_app.py`) where a POST to one runs one script
    that pushes onto a list and a waiting POST to the other is woken by its BLPOP, runs one script
