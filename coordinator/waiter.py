@@ -43,7 +43,7 @@ BLOCK_S = 1
 # The most wake-ups one blocking pop takes.
 POP_BATCH = 100
 # The longest the loop holds its next pop for the polls it just woke to attempt their claim.
-SETTLE_S = 0.05
+SETTLE_S = 0.01
 
 
 def new_process_id() -> str:
