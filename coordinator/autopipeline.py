@@ -1,8 +1,9 @@
 """Auto-pipelining, as ioredis has it: the script calls and reads that requests issue in the same
 turn of the event loop go to Redis in one write on one connection, and their replies are read back in
 order. Under load, many requests are parsed in one turn, so one round trip (one write, one read,
-one pool checkout) serves several of them; alone, a call's write waits for the next turn. Redis answers a pipeline's commands in order and runs each script atomically, so nothing
-about atomicity or ordering changes.
+one pool checkout) serves several of them; alone, a call's write waits for the next turn. Redis
+answers a pipeline's commands in order and runs each script atomically, so nothing about
+atomicity or ordering changes.
 
 Only for a single Redis node reached through redis-py's own connections; the cluster client and
 the embedded fakeredis keep the plain path. Never for a blocking command (BLMPOP, XREAD BLOCK):

@@ -12,8 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from coordinator.keys import STATUS_CODES, STATUS_SPAN
 from coordinator import waiter as waiter_module
+from coordinator.keys import STATUS_CODES, STATUS_SPAN
 from coordinator.waiter import ClaimWaiter
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
