@@ -11,9 +11,9 @@ A library's top level runs once, when it is loaded: the includes are defined the
 each script becomes a function (``redis.register_function``) whose body is the file's text,
 with ``KEYS`` and ``ARGV`` as its two parameters. Functions are named after the library's
 content digest (``createTask_<digest>``), so two versions of the coordinator sharing a Redis
-(deployments of different versions, or an upgrade) each call their own. Redis keeps libraries in its snapshots and replicates
-them; when it has lost one anyway (a restart without persistence, a flush), the first call that
-finds its function missing loads the library again and retries.
+(deployments of different versions, or an upgrade) each call their own. Redis keeps libraries in
+its snapshots and replicates them; when it has lost one anyway (a restart without persistence, a
+flush), the first call that finds its function missing loads the library again and retries.
 
 With ``Durability(replicas=N)`` a call is acknowledged only once Redis's ``WAIT`` says N replicas
 have its writes: WAIT follows the call on the same connection (a pipeline on a single node; one

@@ -165,7 +165,7 @@ class ClaimWaiter:
     async def _until_attempted(self) -> None:
         if not self._owed:
             return
-        self._attempted = Wakeup()
+        self._attempted.clear()
         try:
             await self._attempted.wait(SETTLE_S)
         finally:
