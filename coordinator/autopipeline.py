@@ -1,9 +1,12 @@
 """Auto-pipelining, as ioredis has it: the script calls and reads that requests issue in the same
 turn of the event loop go to Redis in one write on one connection, and their replies are read back in
 order. Under load, many requests are parsed in one turn, so one round trip (one write, one read,
-one pool checkout) serves several of them; alone, a call's write waits for the next turn. Redis
-answers a pipeline's commands in order and runs each script atomically, so nothing about
-atomicity or ordering changes.
+one pool checkout) serves several of them. Redis answers a pipeline's commands in order and runs
+each script atomically, so nothing about atomicity or ordering changes.
+
+When nothing is in flight (an idle process), the first command of a turn is written at once, on a
+kept connection, and the rest of that turn's commands follow it on the same connection a turn
+later: a lone call does not wait a turn for company that rarely comes.
 
 Only for a single Redis node reached through redis-py's own connections; the cluster client and
 the embedded fakeredis keep the plain path. Never for a blocking command (BLMPOP, XREAD BLOCK):
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -87,8 +91,14 @@ async def send_packed(connection: AbstractConnection, packed: bytes | list[bytes
             raise RedisConnectionError("the connection to Redis is closed") from exc
         return
     await connection.check_health()  # a PING only when the connection sat idle that long
+    await _write(connection, writer, packed if isinstance(packed, bytes) else b"".join(packed))
+
+
+async def _write(connection: AbstractConnection, writer: asyncio.StreamWriter, data: bytes) -> None:
+    """``data`` to the open connection's transport; waits only for a write the kernel did not
+    take whole. Any failure drops the connection: part of the write may have gone out."""
     try:
-        writer.write(packed if isinstance(packed, bytes) else b"".join(packed))
+        writer.write(data)
         if writer.transport.get_write_buffer_size():
             async with asyncio.timeout(connection.socket_timeout):
                 await writer.drain()
@@ -101,8 +111,30 @@ async def send_packed(connection: AbstractConnection, packed: bytes | list[bytes
         await connection.disconnect(nowait=True)
         raise RedisConnectionError("the connection to Redis is closed") from exc
     except BaseException:
-        await connection.disconnect(nowait=True)  # part of a write may have gone out
+        await connection.disconnect(nowait=True)
         raise
+
+
+def _writable_now(connection: AbstractConnection, now: float) -> asyncio.StreamWriter | None:
+    """The writer of a kept connection that can take a write with no check first: open, not
+    closed by the server, and not due a health check. Else None (the usual path checks it)."""
+    writer: asyncio.StreamWriter | None = getattr(connection, "_writer", None)
+    reader: asyncio.StreamReader | None = getattr(connection, "_reader", None)
+    if writer is None or reader is None or not connection.is_connected:
+        return None
+    if writer.transport.is_closing() or reader.at_eof():
+        return None
+    if connection.health_check_interval and now > connection.next_health_check:
+        return None
+    return writer
+
+
+@dataclass(frozen=True)
+class _Early:
+    """A turn's first command, written at once on ``connection`` (or refused with ``error``)."""
+
+    connection: AbstractConnection
+    error: BaseException | None
 
 
 class AutoPipeline:
@@ -123,22 +155,38 @@ class AutoPipeline:
         reply: asyncio.Future[Any] = loop.create_future()
         self._pending.append((command, reply))
         if not self._scheduled:
-            # A task, not a callback that would start one: its first step runs in the next turn,
-            # after every command of this turn, and writes at once.
+            # The first command of the turn. A task, not a callback that would start one: its
+            # first step runs in the next turn, after every command of this turn, and writes
+            # them (those the early write below has not).
             self._scheduled = True
-            self._track(loop.create_task(self._send_pending()))
+            early = None if self._batches else self._write_early(command, loop.time())
+            self._track(loop.create_task(self._send_pending(early)))
         return reply
+
+    def _write_early(self, command: bytes, now: float) -> _Early | None:
+        """Nothing in flight: ``command`` written now on a kept connection, if one can take it."""
+        if not self._kept:
+            return None
+        writer = _writable_now(self._kept[-1], now)
+        if writer is None:
+            return None
+        connection = self._kept.pop()
+        try:
+            writer.write(command)
+        except (OSError, RuntimeError) as exc:  # as in _write; the batch's task fails it
+            return _Early(connection, exc)
+        return _Early(connection, None)
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._batches.add(task)
         task.add_done_callback(self._batches.discard)
 
-    async def _send_pending(self) -> None:
+    async def _send_pending(self, early: _Early | None) -> None:
         self._scheduled = False
         pending, self._pending = self._pending, []
         for start in range(MAX_BATCH, len(pending), MAX_BATCH):  # beyond one batch: in parallel
             self._track(asyncio.ensure_future(self._send(pending[start:start + MAX_BATCH])))
-        await self._send(pending[:MAX_BATCH])
+        await self._send(pending[:MAX_BATCH], early)
 
     async def _connection(self) -> AbstractConnection:
         if not self._kept:
@@ -150,15 +198,27 @@ class AutoPipeline:
             await connection.disconnect()
         return connection
 
-    async def _send(self, batch: list[tuple[bytes, asyncio.Future[Any]]]) -> None:
-        try:
-            connection = await self._connection()
-        except BaseException as exc:  # noqa: BLE001 - every caller gets the pool's error
-            _fail(batch, exc)
-            return
+    async def _send(self, batch: list[tuple[bytes, asyncio.Future[Any]]], early: _Early | None = None) -> None:
+        """Write ``batch`` (its first command already, when ``early`` wrote it) and hand each
+        caller its reply."""
+        if early is None:
+            try:
+                connection = await self._connection()
+            except BaseException as exc:  # noqa: BLE001 - every caller gets the pool's error
+                _fail(batch, exc)
+                return
+        else:
+            connection = early.connection
         in_step = False
         try:
-            await send_packed(connection, b"".join(c for c, _ in batch))
+            if early is None:
+                await send_packed(connection, b"".join(c for c, _ in batch))
+            elif early.error is not None:
+                raise RedisConnectionError("the connection to Redis is closed") from early.error
+            elif len(batch) > 1:  # behind the early write, on its connection: no health check
+                if connection._writer is None:  # dropped meanwhile
+                    raise RedisConnectionError("the connection to Redis is closed")
+                await _write(connection, connection._writer, b"".join(c for c, _ in batch[1:]))
             try:
                 # One deadline for the whole batch's replies: redis-py's own read arms and
                 # cancels a timer of the socket timeout for every reply.

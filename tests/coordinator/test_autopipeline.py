@@ -240,3 +240,79 @@ async def test_a_write_refused_on_a_closed_connection_fails_the_callers_as_a_los
         with pytest.raises(RedisConnectionError):
             await reply
     assert client.connection.disconnected
+
+
+class _RecordingWriter:
+    """A connection's writer, recording each write as it is made."""
+
+    def __init__(self, writer: Any) -> None:
+        self._writer = writer
+        self.writes: list[bytes] = []
+        self.refuse = False
+
+    def write(self, data: bytes) -> None:
+        if self.refuse:  # as uvloop refuses a write on a transport the server closed
+            raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+        self.writes.append(bytes(data))
+        self._writer.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
+
+
+async def _idle_pipeline(client: aioredis.Redis) -> tuple[AutoPipeline, _RecordingWriter]:
+    """A pipeline that has served one call, so it keeps a connection; its writes recorded."""
+    pipeline = AutoPipeline(client)
+    await pipeline.execute("PING")
+    while pipeline._batches:  # the batch's task ends a turn after its reply
+        await asyncio.sleep(0)
+    (kept,) = pipeline._kept
+    recording = kept._writer = _RecordingWriter(kept._writer)
+    return pipeline, recording
+
+
+async def test_an_idle_pipeline_writes_a_turn_s_first_command_at_once_and_the_rest_behind_it(
+        client: aioredis.Redis) -> None:
+    key = unique_prefix() + ":n"
+    pipeline, recording = await _idle_pipeline(client)
+    counting = pipeline._pool = _CountingPool(client.connection_pool)  # type: ignore[assignment]
+    try:
+        first = pipeline.execute("INCRBY", key, 1)
+        assert recording.writes == [b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n$1\r\n1\r\n" % (len(key), key.encode())]
+        rest = [pipeline.execute("INCRBY", key, i) for i in range(2, 6)]
+        assert len(recording.writes) == 1  # the rest wait for the turn's end
+        # ...then follow on the same connection, in order: the running totals 1, 3, 6, ...
+        assert await asyncio.gather(first, *rest) == [sum(range(1, i + 1)) for i in range(1, 6)]
+        assert len(recording.writes) == 2 and counting.checkouts == 0
+        # busy (a call in flight): a new turn's first command waits for the turn's end
+        while pipeline._batches:
+            await asyncio.sleep(0)
+        busy = pipeline.execute("INCR", key)
+        await asyncio.sleep(0)  # a turn: `busy` is in flight
+        later = pipeline.execute("INCR", key)
+        assert len(recording.writes) == 3  # `busy` alone; `later` not yet
+        assert await asyncio.gather(busy, later) == [16, 17]
+    finally:
+        await client.delete(key)
+
+
+async def test_no_write_at_once_on_a_connection_due_a_health_check(client: aioredis.Redis) -> None:
+    pipeline, recording = await _idle_pipeline(client)
+    (kept,) = pipeline._kept
+    kept.health_check_interval, kept.next_health_check = 15, 0  # sat idle past the interval
+    reply = pipeline.execute("ECHO", "after the check")
+    assert recording.writes == []  # the batch's task checks health (a PING) first
+    assert await reply == b"after the check"
+    assert recording.writes[-1].endswith(b"after the check\r\n")
+
+
+async def test_a_write_at_once_refused_fails_its_turn_as_a_lost_connection_and_the_next_works(
+        client: aioredis.Redis) -> None:
+    pipeline, recording = await _idle_pipeline(client)
+    recording.refuse = True
+    replies = [pipeline.execute("PING"), pipeline.execute("PING")]
+    for reply in replies:
+        with pytest.raises(RedisConnectionError):
+            await reply
+    assert pipeline._kept == []  # the refused connection went back to the pool, dropped
+    assert await pipeline.execute("PING") in (b"PONG", True)
