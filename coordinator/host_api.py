@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 
+from starlette.background import BackgroundTask
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,7 +19,9 @@ import wire
 from coordinator.auth import HostPrincipal
 from coordinator.context import Context
 from coordinator.errors import ApiError, InvalidRequest, device_limit
+from coordinator.metrics import Metrics
 from coordinator.server import CONNECTION, ClientConnection
+from coordinator.store import Claimed
 from coordinator.validation import (
     Body,
     canonical_json,
@@ -181,10 +184,7 @@ async def claim(ctx: Context, request: Request) -> Response:
                                         waiter.process_id, max(wait_ms, 0))
             waiter.attempted(wakeup)
             if claimed is not None:
-                metrics.claims.inc("assigned")
-                if claimed.waited_ms is not None:
-                    metrics.schedule_to_start.observe(claimed.waited_ms / 1000)
-                return json_response(assignment_view(claimed.assignment))
+                return _assignment_response(metrics, claimed)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 metrics.claims.inc("empty")
@@ -194,6 +194,20 @@ async def claim(ctx: Context, request: Request) -> Response:
     finally:
         waiter.unregister(host_id, wakeup)
         hangup.close()
+
+
+def _assignment_response(metrics: Metrics, claimed: Claimed) -> Response:
+    """The claimed assignment's answer. The claim is counted once the answer is written: on an
+    idle process the agent's wait is the dispatch latency, and counting is no part of it."""
+    response = json_response(assignment_view(claimed.assignment))
+    response.background = BackgroundTask(_count_claim, metrics, claimed.waited_ms)
+    return response
+
+
+async def _count_claim(metrics: Metrics, waited_ms: int | None) -> None:
+    metrics.claims.inc("assigned")
+    if waited_ms is not None:
+        metrics.schedule_to_start.observe(waited_ms / 1000)
 
 
 # -- renew ---------------------------------------------------------------------------------
