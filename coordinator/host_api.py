@@ -30,7 +30,7 @@ from coordinator.validation import (
     require_id,
 )
 from coordinator.views import assignment_view, iso_ms, json_response
-from coordinator.waiter import Wakeup
+from coordinator.waiter import ClaimWaiter, Wakeup
 
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
 _RESULT_STATUSES = wire.values(wire.ResultStatus)
@@ -169,6 +169,7 @@ async def claim(ctx: Context, request: Request) -> Response:
     # claims nothing.
     wakeup = waiter.register(host_id)
     hangup = _Hangup(request, wakeup)
+    answering = False
     try:
         while True:
             if hangup.happened():
@@ -182,9 +183,11 @@ async def claim(ctx: Context, request: Request) -> Response:
             wait_ms = int((deadline - loop.time()) * 1000)
             claimed = await store.claim(principal, claim_id, lease_id, ctx.settings.lease_ttl_ms,
                                         waiter.process_id, max(wait_ms, 0))
-            waiter.attempted(wakeup)
             if claimed is not None:
-                return _assignment_response(metrics, claimed)
+                response = _assignment_response(claimed, metrics, waiter, wakeup)
+                answering = True
+                return response
+            waiter.settled(wakeup)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 metrics.claims.inc("empty")
@@ -194,17 +197,21 @@ async def claim(ctx: Context, request: Request) -> Response:
     finally:
         waiter.unregister(host_id, wakeup)
         hangup.close()
+        if not answering:
+            waiter.settled(wakeup)
 
 
-def _assignment_response(metrics: Metrics, claimed: Claimed) -> Response:
-    """The claimed assignment's answer. The claim is counted once the answer is written: on an
-    idle process the agent's wait is the dispatch latency, and counting is no part of it."""
+def _assignment_response(claimed: Claimed, metrics: Metrics, waiter: ClaimWaiter, wakeup: Wakeup) -> Response:
+    """The claimed assignment's answer. What the claim leaves (counting it, and letting the
+    wake-up loop pop again) waits until the answer is written: on an idle process the agent's
+    wait for it is the dispatch latency."""
     response = json_response(assignment_view(claimed.assignment))
-    response.background = BackgroundTask(_count_claim, metrics, claimed.waited_ms)
+    response.background = BackgroundTask(_after_answer, claimed.waited_ms, metrics, waiter, wakeup)
     return response
 
 
-async def _count_claim(metrics: Metrics, waited_ms: int | None) -> None:
+async def _after_answer(waited_ms: int | None, metrics: Metrics, waiter: ClaimWaiter, wakeup: Wakeup) -> None:
+    waiter.settled(wakeup)
     metrics.claims.inc("assigned")
     if waited_ms is not None:
         metrics.schedule_to_start.observe(waited_ms / 1000)

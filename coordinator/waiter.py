@@ -16,10 +16,12 @@ Spurious wake-ups are harmless (the claim script decides). A registration expire
 poll's wait, and an inbox shortly after its last push, so a crashed process leaves nothing for
 long. After any Redis failure (a failover may lose the last pushes) every waiting poll is woken.
 
-The loop pops again only once the polls a pop woke have made their claim attempt (for at most
-``SETTLE_S``). Issued at once, the next pop's write went out just before the woken poll's claim,
-and on a small machine Redis, woken to park that pop, took the CPU the claim was about to use:
-0.15-0.2 ms of every idle dispatch. Pushes made meanwhile wait in the inbox for the next pop.
+The loop pops again only once the polls a pop woke are done with it: each has answered (its answer
+written), found nothing and waits again, or gone; or ``SETTLE_S`` has passed. A pop issued sooner
+competes for the CPU on a small machine: Redis, woken to park it, took the CPU the woken poll's
+claim needed (0.15-0.2 ms of every idle dispatch), or, issued right after the claim, the CPU the
+agent needed to wake and read its answer (0.1 ms). Pushes made meanwhile wait in the inbox for
+the next pop.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ log = logging.getLogger("coordinator.waiter")
 BLOCK_S = 1
 # The most wake-ups one blocking pop takes.
 POP_BATCH = 100
-# The longest the loop holds its next pop for the polls it just woke to attempt their claim.
+# The longest the loop holds its next pop for the polls it just woke to be done with it.
 SETTLE_S = 0.01
 
 
@@ -109,10 +111,10 @@ class ClaimWaiter:
         self._waiting: dict[str, list[Wakeup]] = {}
         self._count = 0
         self.closed = False
-        # The polls the last pop woke that have not attempted their claim yet, and what the loop
-        # waits on until they have.
+        # The polls the last pop woke that are not done with it yet, and what the loop waits on
+        # until they are.
         self._owed: set[Wakeup] = set()
-        self._attempted = Wakeup()
+        self._settled = Wakeup()
 
     def close(self) -> None:
         """The process is told to stop: every waiting poll, and every poll that arrives from now
@@ -132,7 +134,8 @@ class ClaimWaiter:
         return wakeup
 
     def unregister(self, host_id: str, wakeup: Wakeup) -> None:
-        self.attempted(wakeup)
+        """The poll no longer waits. It may still owe the loop its ``settled``: a poll that
+        answers with an assignment is done once the answer is written."""
         wakeups = self._waiting.get(host_id)
         if wakeups is None or wakeup not in wakeups:
             return
@@ -141,13 +144,14 @@ class ClaimWaiter:
         if not wakeups:
             del self._waiting[host_id]
 
-    def attempted(self, wakeup: Wakeup) -> None:
-        """The poll of ``wakeup`` has attempted its claim (or gone): the loop may pop again once
-        every poll its last pop woke has."""
+    def settled(self, wakeup: Wakeup) -> None:
+        """The poll of ``wakeup`` is done with its wake-up: it found nothing and waits again, its
+        answer is written, or it has gone. The loop pops again once every poll its last pop woke
+        is. Harmless when it owes nothing."""
         if wakeup in self._owed:
             self._owed.discard(wakeup)
             if not self._owed:
-                self._attempted.set()
+                self._settled.set()
 
     def wake_all(self) -> None:
         for wakeups in self._waiting.values():
@@ -155,19 +159,19 @@ class ClaimWaiter:
                 wakeup.set()
 
     def _wake_popped(self, popped: list[bytes | str]) -> None:
-        """Wake the polls of every host popped, and note them as owing a claim attempt."""
+        """Wake the polls of every host popped, and note them as owing the loop their ``settled``."""
         for value in popped:
             for wakeup in self._waiting.get(value.decode() if isinstance(value, bytes) else value, ()):
                 if not wakeup.is_set():
                     wakeup.set()
                     self._owed.add(wakeup)
 
-    async def _until_attempted(self) -> None:
+    async def _until_settled(self) -> None:
         if not self._owed:
             return
-        self._attempted.clear()
+        self._settled.clear()
         try:
-            await self._attempted.wait(SETTLE_S)
+            await self._settled.wait(SETTLE_S)
         finally:
             self._owed.clear()
 
@@ -193,7 +197,7 @@ class ClaimWaiter:
                 if popped is None:
                     continue
                 self._wake_popped(popped[1])
-                await self._until_attempted()
+                await self._until_settled()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any Redis failure: pop again
