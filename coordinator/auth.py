@@ -30,6 +30,7 @@ from starlette.requests import Request
 
 from coordinator.errors import ApiError, Forbidden, Unauthorized
 from coordinator.keys import Keys
+from coordinator.validation import header
 
 _CACHE_LIMIT = 100_000
 
@@ -50,8 +51,7 @@ class HostPrincipal:
 
 
 def bearer_secret(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, secret = header.partition(" ")
+    scheme, _, secret = (header(request, b"authorization") or "").partition(" ")
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret or len(secret) > 1024:
         raise Unauthorized()
