@@ -213,9 +213,11 @@ end
 
 -- -- tasks -----------------------------------------------------------------------------------
 
-local function isFree(S, deviceId, device, now)
-  return rcall('ZSCORE', S.free, freeMember(device.driver, deviceId)) ~= false
-    and hostOnline(S, device.host_id, now)
+-- Take a device out of `free` if it is there and its host online; whether it was. (The ZREM
+-- answers both questions a lookup would, in one command.)
+local function takeFree(S, deviceId, device, now)
+  return hostOnline(S, device.host_id, now)
+    and rcall('ZREM', S.free, freeMember(device.driver, deviceId)) == 1
 end
 
 -- Wake the polls of a host that registered as waiting: push the host id onto the inbox of each
@@ -235,10 +237,10 @@ local function wakePolls(S, hostId, now)
   end
 end
 
--- Give a task a device (the caller saves the task).
+-- Give a task a device that is not in `free` (taken from it, or just released); the caller
+-- saves the task.
 local function assignTask(S, task, deviceId, device, now)
   rcall('HSET', S.reservations, deviceId, task.id)
-  rcall('ZREM', S.free, freeMember(device.driver, deviceId))
   task.status = 'assigned'
   task.device_id = deviceId
   task.host_id = device.host_id
@@ -249,12 +251,12 @@ local function assignTask(S, task, deviceId, device, now)
   wakePolls(S, device.host_id, now)
 end
 
--- A free device matching the task, or nil. Devices of hosts gone offline but not yet swept
--- by the reaper are skipped.
+-- A free device matching the task, taken out of `free`, or nil. Devices of hosts gone offline
+-- but not yet swept by the reaper are skipped.
 local function findDeviceFor(S, task, now)
   if task.target_device then
     local device = getJson(S.devices, task.target_device)
-    if device and isFree(S, task.target_device, device, now) then
+    if device and takeFree(S, task.target_device, device, now) then
       return task.target_device, device
     end
     return nil
@@ -267,6 +269,7 @@ local function findDeviceFor(S, task, now)
       local deviceId = splitMember(member)[2]
       local device = getJson(S.devices, deviceId)
       if device and hostOnline(S, device.host_id, now) and labelsMatch(task.labels, device.labels) then
+        rcall('ZREM', S.free, member)
         return deviceId, device
       end
     end
