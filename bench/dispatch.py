@@ -26,7 +26,7 @@ from redis import Redis as SyncRedis
 from bench.context import Bench
 from bench.drivers import BenchError, expect
 from bench.floor_lifecycle import LifecycleFloor
-from bench.loadgen import build, connect
+from bench.loadgen import Connection, build, connect
 from bench.peers import PROBE_SPACING_S, REDIS_URL, Figures, Peer, make, measure_alone, session
 from bench.procs import server_pair
 from bench.requests import claim_req, create_req, result_req
@@ -41,32 +41,57 @@ async def probe(poll_port: int, create_port: int, poll_raw: bytes, create_raw: b
     """(send time, latency) of ``create_raw`` sent to one process -> the waiting ``poll_raw`` on
     another answered; ``settle(answer)`` is a request sent after each, on the poll's process, to
     put things back as they were."""
-    poll, creator, side = await connect(poll_port), await connect(create_port), await connect(poll_port)
+    prober = await Prober.open(poll_port, create_port, poll_raw, create_raw, settle)
     samples: list[tuple[float, float]] = []
-    warmup = WARMUP
     try:
-        for _ in range(count):
+        for n in range(count):
             if not keep_going():
                 break
-            answer = poll.request(poll_raw, 15)
-            await asyncio.sleep(PROBE_SPACING_S)  # the poll parks; every process goes idle
-            if answer.done():
-                raise BenchError(f"probe poll answered before any work: {answer.result()}")
-            t0 = time.perf_counter()
-            await expect(creator, create_raw, 201)
-            status, body = await answer
-            if status != 200:
-                raise BenchError(f"probe poll answered {status}")
-            if warmup > 0:
-                warmup -= 1
-            else:
-                samples.append((t0, poll.answered_at - t0))
-            if settle is not None:
-                await expect(side, settle(body), 200)
+            sample = await prober.once()
+            if n >= WARMUP:
+                samples.append(sample)
     finally:
-        for c in (poll, creator, side):
-            c.close()
+        prober.close()
     return samples
+
+
+@dataclass
+class Prober:
+    """One dispatch probe at a time on three kept connections: the waiting poll's, the create's,
+    and the settling request's (on the poll's process)."""
+
+    poll: Connection
+    creator: Connection
+    side: Connection
+    poll_raw: bytes
+    create_raw: bytes
+    settle: Callable[[bytes], bytes] | None
+
+    @classmethod
+    async def open(cls, poll_port: int, create_port: int, poll_raw: bytes, create_raw: bytes,
+                   settle: Callable[[bytes], bytes] | None = None) -> Prober:
+        return cls(await connect(poll_port), await connect(create_port), await connect(poll_port),
+                   poll_raw, create_raw, settle)
+
+    async def once(self) -> tuple[float, float]:
+        """(send time, latency) of one probe."""
+        answer = self.poll.request(self.poll_raw, 15)
+        await asyncio.sleep(PROBE_SPACING_S)  # the poll parks; every process goes idle
+        if answer.done():
+            raise BenchError(f"probe poll answered before any work: {answer.result()}")
+        t0 = time.perf_counter()
+        await expect(self.creator, self.create_raw, 201)
+        status, body = await answer
+        if status != 200:
+            raise BenchError(f"probe poll answered {status}")
+        sample = (t0, self.poll.answered_at - t0)
+        if self.settle is not None:
+            await expect(self.side, self.settle(body), 200)
+        return sample
+
+    def close(self) -> None:
+        for c in (self.poll, self.creator, self.side):
+            c.close()
 
 
 def _dispatch_reqs(b: Bench, host: str, token: str) -> tuple[bytes, bytes]:

@@ -80,18 +80,22 @@ class Server:
         self.log.close()
 
 
-async def start_server(kind: str, env: dict[str, str], hosts: dict[str, str] | None = None) -> Server:
-    """Start ``python -m bench.server KIND`` and wait until it answers. Static hosts go through
-    a file because Linux caps one environment string at 128 KiB, less than 10,000 hosts' JSON."""
+async def start_server(kind: str, env: dict[str, str], hosts: dict[str, str] | None = None,
+                       tree: Path = REPO) -> Server:
+    """Start ``python -m bench.server KIND`` and wait until it answers; from another checkout
+    of the repository with ``tree``. Static hosts go through a file because Linux caps one
+    environment string at 128 KiB, less than 10,000 hosts' JSON."""
     port = free_port()
     args = [sys.executable, "-m", "bench.server", kind, "--port", str(port)]
+    if tree != REPO:
+        env = {**env, "PYTHONPATH": str(tree)}
     log = tempfile.TemporaryFile()
     if hosts is not None:
         hosts_file = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
         json.dump(hosts, hosts_file)
         hosts_file.close()
         args += ["--hosts-file", hosts_file.name]
-    process = subprocess.Popen(args, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(args, env=env, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
     server = Server(process, port, log)
     path = "/readyz" if kind == "coordinator" else "/healthz"
     deadline = time.monotonic() + 60
