@@ -131,15 +131,17 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    requests' bodies in a hash, on the same Redis; a queued task is in three sorted sets (its
    queue, the queue deadlines, the status listing), so the floor is three entries and the task
    as submitted. 8e is Redis CPU per lifecycle under the load of (3) (Redis's cores over the
-   lifecycles/s), against saq's Redis CPU per job measured in the same run (4s).
+   lifecycles/s), against saq's Redis CPU per job measured in the same run (4s); its floor is the
+   lifecycle floor's Redis CPU per lifecycle under the same HTTP load (3f), since how many calls
+   share a write, and so what each costs Redis, depends on the load.
    8f is the lifecycle floor (`bench/floor_lifecycle.py`): four scripts, one per call, that
    change only the state the contract asks of each call, one command per structure touched, with
    every merge of structures we could find (its docstring lists each obligation and its command).
    It is driven straight at Redis through the coordinator's auto-pipelining: 500 lifecycles one
    at a time (commands, and Redis CPU as in 8b), then 2,000 with 64 at once (Redis CPU batched,
    as under load). 8g drives Tether's own scripts the same way, through `coordinator.store`, so
-   its ratio to 8f is the scripts' alone. 8a and 8e are out of reach when the floor is above
-   their target.
+   its ratio to 8f is the scripts' alone. 8a is out of reach when 8f is above its target, 8e
+   when 3f's Redis CPU per lifecycle is.
 
 CPU is in cores (1.00 = one core busy for the whole window); this machine has the cores listed
 above for everything: Redis, every server process and the generator.
