@@ -57,13 +57,17 @@ async def _pair(kind: str, env: dict[str, str], tree: Path) -> AsyncIterator[tup
             server.stop()
 
 
+def _settle(answer: bytes) -> bytes:
+    """The result that frees the device of a probe's assignment for the next probe."""
+    return result_req(HOST, TOKEN, orjson.loads(answer))
+
+
 async def compare(trees: list[Path], pairs: int) -> None:
     redis = Redis.from_url(REDIS_URL)
     admin = "compare-admin-" + uuid.uuid4().hex
     run = uuid.uuid4().hex[:8]
     names = [f"{n}:{tree}" for n, tree in enumerate(trees)] + ["4g"]
     prefixes = [f"compare-{run}-{n}:{{b}}" for n in range(len(names))]
-    settle = lambda body: result_req(HOST, TOKEN, orjson.loads(body))  # noqa: E731
     poll_raw, create_raw = claim_req(HOST, TOKEN, 10), create_req(admin, DEVICE)
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -75,7 +79,7 @@ async def compare(trees: list[Path], pairs: int) -> None:
                     await LifecycleFloor(redis, prefix).add_free([DEVICE])
                 else:
                     await fan_out(creator.port, [heartbeat_req(HOST, TOKEN, [DEVICE])])
-                probers[name] = await Prober.open(poller.port, creator.port, poll_raw, create_raw, settle)
+                probers[name] = await Prober.open(poller.port, creator.port, poll_raw, create_raw, _settle)
                 stack.callback(probers[name].close)
             latency: dict[str, list[float]] = {name: [] for name in names}
             for n in range(WARMUP + pairs):
