@@ -26,6 +26,7 @@ import orjson
 import uvloop
 from redis.asyncio import Redis
 
+from bench.context import server_env
 from bench.dispatch import WARMUP, Prober
 from bench.drivers import fan_out
 from bench.floor_lifecycle import LifecycleFloor
@@ -35,13 +36,6 @@ from bench.requests import claim_req, create_req, fleet, heartbeat_req, result_r
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 HOST, TOKEN = next(iter(fleet(1, "compare").items()))
 DEVICE = f"{HOST}-d0"
-
-
-def _env(prefix: str, admin: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
-    env.update({"REDIS_URL": REDIS_URL, "COORDINATOR_KEY_PREFIX": prefix,
-                "COORDINATOR_ADMIN_TOKEN": admin, "COORDINATOR_HOST_OFFLINE_AFTER_S": "3600"})
-    return env
 
 
 @contextlib.asynccontextmanager
@@ -74,7 +68,8 @@ async def compare(trees: list[Path], pairs: int) -> None:
             probers: dict[str, Prober] = {}
             for name, tree, prefix in zip(names, [*trees, REPO], prefixes, strict=True):
                 kind = "floor" if name == "4g" else "coordinator"
-                creator, poller = await stack.enter_async_context(_pair(kind, _env(prefix, admin), tree))
+                env = server_env(REDIS_URL, prefix, admin)
+                creator, poller = await stack.enter_async_context(_pair(kind, env, tree))
                 if kind == "floor":
                     await LifecycleFloor(redis, prefix).add_free([DEVICE])
                 else:

@@ -45,6 +45,22 @@ PRESETS = {
 }
 
 
+def server_env(redis_url: str, prefix: str, admin: str, **settings: str) -> dict[str, str]:
+    """The environment of a bench server process: this one's, less any coordinator setting, plus
+    the run's Redis, key prefix and admin token, and ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
+    env.update({
+        "REDIS_URL": redis_url,
+        "COORDINATOR_KEY_PREFIX": prefix,
+        "COORDINATOR_ADMIN_TOKEN": admin,
+        # Hosts stay online without background heartbeats, so only the scenario's own load
+        # runs; the heartbeat scenario uses the default threshold.
+        "COORDINATOR_HOST_OFFLINE_AFTER_S": "3600",
+    })
+    env.update(settings)
+    return env
+
+
 @dataclass
 class Bench:
     """What every scenario shares: the preset, Redis, and the prefixes to clean up."""
@@ -68,17 +84,7 @@ class Bench:
         return f"bench-{self.run_id}-{name}:{{b}}"
 
     def env(self, prefix: str, **settings: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
-        env.update({
-            "REDIS_URL": self.redis_url,
-            "COORDINATOR_KEY_PREFIX": prefix,
-            "COORDINATOR_ADMIN_TOKEN": self.admin,
-            # Hosts stay online without background heartbeats, so only the scenario's own load
-            # runs; the heartbeat scenario uses the default threshold.
-            "COORDINATOR_HOST_OFFLINE_AFTER_S": "3600",
-        })
-        env.update(settings)
-        return env
+        return server_env(self.redis_url, prefix, self.admin, **settings)
 
     async def cleanup(self, prefix: str) -> None:
         await delete_prefix(self.redis, prefix)
