@@ -48,19 +48,27 @@ def encode_args(args: Any) -> bytes:
     """The RESP bulk strings of ``args`` (no array header), encoded as redis-py encodes them:
     bytes as they are, text as UTF-8, numbers by their repr. Done here, in one pass, because
     redis-py's per-argument packing is a large share of a script call's CPU (a scheduling
-    script takes some twenty keys)."""
+    script takes some twenty keys). The exact types come first: they are nearly every argument,
+    and one identity test each is cheaper than the isinstance chain."""
     out = []
     for arg in args:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
+        kind = type(arg)
+        if kind is str:
             data = arg.encode()
+        elif kind is bytes:
+            data = arg
+        elif kind is int or kind is float:
+            data = repr(arg).encode()
+        elif isinstance(arg, bytes):
+            data = bytes(arg)
+        elif isinstance(arg, str):
+            data = str(arg).encode()
         elif isinstance(arg, (int, float)) and not isinstance(arg, bool):
             data = repr(arg).encode()
         elif isinstance(arg, memoryview):
             data = arg.tobytes()
         else:
-            raise DataError(f"invalid input of type {type(arg).__name__}: convert to bytes, str or a number first")
+            raise DataError(f"invalid input of type {kind.__name__}: convert to bytes, str or a number first")
         out.append(b"$%d\r\n%b\r\n" % (len(data), data))
     return b"".join(out)
 

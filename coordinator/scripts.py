@@ -116,31 +116,35 @@ class Script:
         self.num_keys = num_keys
         self.function = function
         self.library = library
-        # "FCALL function numkeys key..." in RESP, per list of keys: a store passes the same
-        # keys to a script on every call, so only its arguments are encoded each time.
-        self._heads: dict[tuple[str, ...], bytes] = {}
+        # "FCALL function numkeys key... arg..." in RESP, per list of keys and leading arguments
+        # that do not change (``fixed``): a store passes the same keys to a script on every call,
+        # and the scheduling scripts the same settings first, so only the rest is encoded each time.
+        self._heads: dict[tuple[Any, ...], bytes] = {}
 
     async def __call__(self, redis: Redis, keys: list[str], args: list[Any],
-                       durability: Durability = NO_WAIT, pipeline: AutoPipeline | None = None) -> Any:
+                       durability: Durability = NO_WAIT, pipeline: AutoPipeline | None = None,
+                       fixed: int = 0) -> Any:
+        """FCALL the script. ``fixed``: how many of the leading ``args`` are the same on every call
+        with these keys (their encoding is kept)."""
         if len(keys) != self.num_keys:
             raise ValueError(f"{self.name} takes {self.num_keys} keys, got {len(keys)}")
         if not self.library.loaded:
             await self.library.load(redis)
         try:
-            return await self._fcall(redis, keys, args, durability, pipeline)
+            return await self._fcall(redis, keys, args, durability, pipeline, fixed)
         except ResponseError as exc:
             if not _function_missing(exc):
                 raise
             # Redis restarted without its data, was flushed, or a node without the library
             # took over: load it again and retry once.
             await self.library.load(redis)
-            return await self._fcall(redis, keys, args, durability, pipeline)
+            return await self._fcall(redis, keys, args, durability, pipeline, fixed)
 
     async def _fcall(self, redis: Redis, keys: list[str], args: list[Any], durability: Durability,
-                     pipeline: AutoPipeline | None) -> Any:
+                     pipeline: AutoPipeline | None, fixed: int) -> Any:
         if not durability.replicas:
             if pipeline is not None:
-                return await pipeline.execute_encoded(self._encoded(keys, args))
+                return await pipeline.execute_encoded(self._encoded(keys, args, fixed))
             return await redis.fcall(self.function, self.num_keys, *keys, *args)
         command = ("FCALL", self.function, self.num_keys, *keys, *args)
         wait = ("WAIT", durability.replicas, durability.timeout_ms)
@@ -158,11 +162,12 @@ class Script:
             raise NotReplicated(f"the change reached {acked} of {durability.replicas} Redis replicas in time; retry")
         return reply
 
-    def _encoded(self, keys: list[str], args: list[Any]) -> bytes:
-        head = self._heads.get(key_tuple := tuple(keys))
+    def _encoded(self, keys: list[str], args: list[Any], fixed: int) -> bytes:
+        # The number of keys is the script's, so keys plus leading arguments name one head.
+        head = self._heads.get(known := (*keys, *args[:fixed]))
         if head is None:
-            head = self._heads[key_tuple] = encode_args(("FCALL", self.function, self.num_keys, *keys))
-        return b"*%d\r\n" % (3 + len(keys) + len(args)) + head + encode_args(args)
+            head = self._heads[known] = encode_args(("FCALL", self.function, self.num_keys, *known))
+        return b"*%d\r\n" % (3 + len(keys) + len(args)) + head + encode_args(args[fixed:])
 
 
 async def _on_slot_master(redis: RedisCluster, key: str, command: tuple[Any, ...],

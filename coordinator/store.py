@@ -91,8 +91,8 @@ class Store:
     async def scripts_loaded(self) -> bool:
         return self._library.loaded and await self._library.present(self.redis)
 
-    async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        reply = await self._scripts[name](self.redis, keys, args, self.durability, self._pipeline)
+    async def _run(self, name: str, keys: list[str], args: list[Any], fixed: int = 0) -> list[Any]:
+        reply = await self._scripts[name](self.redis, keys, args, self.durability, self._pipeline, fixed)
         if reply[0] != 0:
             detail = reply[1] if len(reply) > 1 else None
             if isinstance(detail, bytes):
@@ -102,7 +102,8 @@ class Store:
 
     async def _schedule(self, name: str, extra_keys: list[str], extra_args: list[Any]) -> list[Any]:
         """Run a script that includes the scheduler: its keys and arguments come first."""
-        return await self._run(name, [*self.keys.scheduling, *extra_keys], [*self._sched_args, *extra_args])
+        return await self._run(name, [*self.keys.scheduling, *extra_keys], [*self._sched_args, *extra_args],
+                               len(self._sched_args))
 
     # -- hosts' protocol -------------------------------------------------------------------
 

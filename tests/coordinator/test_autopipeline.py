@@ -5,6 +5,7 @@ failing every caller still waiting without harming the next turn."""
 from __future__ import annotations
 
 import asyncio
+import http
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -211,7 +212,15 @@ def test_commands_are_encoded_as_redis_py_encodes_them() -> None:
 
     from coordinator.autopipeline import encode_command
 
-    args = ("EVALSHA", "a" * 40, 2, "tether:{t}:tasks", b"\x00raw", "héllo", -17, 2.5, 1e-7, memoryview(b"mv"))
+    class Text(str):
+        pass
+
+    class Raw(bytes):
+        pass
+
+    # Subclasses (an IntEnum among them) take the slow path the exact types skip: encoded alike.
+    args = ("EVALSHA", "a" * 40, 2, "tether:{t}:tasks", b"\x00raw", "héllo", -17, 2.5, 1e-7, memoryview(b"mv"),
+            Text("sub"), Raw(b"sub"), http.HTTPStatus.OK)
     assert encode_command(args) == b"".join(Connection().pack_command(*args))
     for bad in (None, True, object()):
         with pytest.raises(DataError):
