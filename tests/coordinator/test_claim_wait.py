@@ -8,7 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from starlette.datastructures import QueryParams
 
+from coordinator.host_api import _query_value
 from coordinator.server import CONNECTION
 from coordinator.waiter import Wakeup
 from tests.conftest import Api
@@ -27,6 +29,14 @@ async def test_a_wakeup_set_before_its_wait_is_kept_and_a_wait_ends_at_its_timeo
     await asyncio.sleep(0)
     wakeup.set()
     assert await asyncio.wait_for(waiting, 1) is True
+
+
+@pytest.mark.parametrize("query", [
+    b"", b"wait_s=5", b"wait_s=5&wait_s=7", b"a=1&wait_s=", b"wait_s", b"&&wait_s=1.5&", b"wait_s=1=2",
+    b"x=wait_s", b"wait_s=%35", b"wait%5Fs=3", b"wait_s=+4", b"wait_s=\xff", b";wait_s=3", b"wait_s=3;x=1",
+])
+def test_wait_s_is_read_from_the_query_as_starlette_reads_it(query: bytes) -> None:
+    assert _query_value(query, "wait_s") == QueryParams(query).get("wait_s")
 
 
 class _Connection:
