@@ -85,14 +85,18 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
 3. **Lifecycles**: two coordinator processes; every simulated host runs create (operator API) ->
    claim -> renew -> result back to back, alternating the processes. The generator is one process;
    its CPU is shown, and the row says when it is the limit (>= 0.9 core). Target (issue 12):
-   >= 0.25 x the floor's requests/s of row 1w, measured in the same run. (Rows 1 and 2 are the
-   earlier floor and renew figures from the Python generator, kept for comparison with older runs.)
+   >= 0.25 x the floor's requests/s of row 1w. (Rows 1 and 2 are the earlier floor and renew
+   figures from the Python generator, kept for comparison with older runs.)
    Row 3w drives the same lifecycles from wrk (`bench/wrk.py`), the issue's method: one host per
    wrk thread and connection, half the hosts on each process, the claim's answer parsed in Lua;
    both drivers should agree, which shows neither is the limit. Row 3f is the lifecycle floor:
    the same wrk script against two bare processes (`bench/floor_app.py`) that serve the four
    calls on their contract paths, each request one script of the lifecycle floor (8f). When it is
    itself below 0.25 x the floor, the verdict of 3 and 3w says the target is out of reach.
+   Rows 3w and 3f and row 1w's floor are measured again for these rows, in windows alternating
+   round by round (each round on hosts of its own, since wrk stops mid-lifecycle), and rows 3
+   and 3w are judged against that floor: the rows are compared by their ratios, and this VM's
+   speed drifts by tens of percent between rows measured minutes apart.
 4. **Dispatch latency** (`bench/dispatch.py`): a host's poll waits on process B; the clock starts
    when the create request is sent to process A and stops when the poll's answer is complete (so
    it includes the create request itself and the cross-process wake-up). Idle, then during the

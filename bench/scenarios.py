@@ -12,6 +12,7 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import orjson
 from redis.asyncio import Redis
@@ -57,7 +58,7 @@ from bench.requests import (
     result_req,
 )
 from bench.system import CpuWindow, rss_mb
-from bench.wrk import wrk_lifecycles
+from bench.wrk import wrk_lifecycles, wrk_load
 from coordinator.keys import Keys
 from coordinator.store import Store
 from coordinator.task_api import parse_task
@@ -107,58 +108,96 @@ async def floor_and_renew(b: Bench) -> list[Row]:
 LIFECYCLE_FLOOR_SHARE = 0.25  # issue 12: lifecycles/s on two processes >= 0.25 x the floor's req/s
 
 
-def _lifecycle_row(b: Bench, life: LoadResult, limit: str, floor: LoadResult, item: str = "3") -> Row:
-    """Row 3, against the floor measured in this run (the calls scenario) when there is one, and
-    the lifecycle floor (3f)."""
+@dataclass
+class LifecycleTurns:
+    """Rows 3w and 3f and the HTTP floor (1w's), each merged over its windows."""
+
+    tether: LoadResult
+    floor: LoadResult
+    http_floor: LoadResult
+
+
+def _lifecycle_row(b: Bench, life: LoadResult, limit: str, turns: LifecycleTurns, item: str = "3") -> Row:
+    """Row 3 or 3w, against the HTTP floor and the lifecycle floor (3f) measured in turns with 3w."""
     driver = ", wrk" if item == "3w" else ""
     measure = f"lifecycles (create, claim, renew, result), 2 processes, {b.preset.lifecycle_hosts} hosts{driver}"
     result = f"{life.rate:,.0f} lifecycles/s ({4 * life.rate:,.0f} req/s)"
     if life.latencies:
         result += f", p50 {fmt_ms(life.p(50))}"
     cpu = cpu_note(life.cpu, life.errors) + f"; {limit}"
-    if not b.floor_rate:
-        return Row(item, measure, result, "", f">= {LIFECYCLE_FLOOR_SHARE} x floor (run calls too)", "", cpu)
-    share = life.rate / b.floor_rate
+    floor_rate = turns.http_floor.rate
+    share = life.rate / floor_rate
     if share >= LIFECYCLE_FLOOR_SHARE:
         verdict = "met"
-    elif floor.rate / b.floor_rate < LIFECYCLE_FLOOR_SHARE:
+    elif turns.floor.rate / floor_rate < LIFECYCLE_FLOOR_SHARE:
         verdict = "out of reach: the lifecycle floor (3f) is below it"
     else:
         verdict = "MISSED"
-    return Row(item, measure, result, f"{share:.2f} x floor ({b.floor_rate:,.0f} req/s); "
-               f"{life.rate / floor.rate:.2f} x the lifecycle floor (3f)", f">= {LIFECYCLE_FLOOR_SHARE} x floor",
+    return Row(item, measure, result, f"{share:.2f} x floor ({floor_rate:,.0f} req/s, 1w in turns with 3w); "
+               f"{life.rate / turns.floor.rate:.2f} x the lifecycle floor (3f)", f">= {LIFECYCLE_FLOOR_SHARE} x floor",
                verdict, cpu)
 
 
-async def _floor_lifecycles(b: Bench, hosts: list[tuple[str, str]]) -> LoadResult:
-    """Row 3w's wrk lifecycles on two floor processes (bench/floor_app.py), each call one script
-    of the lifecycle floor (8f)."""
-    prefix = b.prefix("life-floor")
+async def _lifecycles_in_turns(b: Bench, ports: tuple[int, int], tether_watch: dict[str, int],
+                               rounds_hosts: list[list[tuple[str, str]]]) -> LifecycleTurns:
+    """Row 3w's wrk lifecycles on Tether's processes (at ``ports``), the same on two floor
+    processes (bench/floor_app.py, each call one script of the lifecycle floor, 8f: row 3f), and
+    the HTTP floor of row 1w, in windows alternating round by round: the rows are judged by their
+    ratios, and this VM's speed drifts by tens of percent within minutes. wrk stops mid-lifecycle,
+    leaving tasks on its hosts' devices until their leases lapse, so each round has hosts of its
+    own (``rounds_hosts``)."""
+    p = b.preset
+    window_s = p.lifecycle_s / len(rounds_hosts)
+    prefix, http_prefix = b.prefix("life-floor"), b.prefix("life-http-floor")
+    runs: dict[str, list[LoadResult]] = {"tether": [], "floor": [], "http_floor": []}
     try:
-        async with server_pair("floor", b.env(prefix)) as (a, c2):
-            await LifecycleFloor(b.redis, prefix).add_free([f"{host}-d0" for host, _ in hosts])
-            watch = {"floor A": a.pid, "floor B": c2.pid, "redis": b.redis_pid}
-            return await wrk_lifecycles((a.port, c2.port), hosts, b.admin, GOAL, b.preset.lifecycle_s, watch)
+        async with server_pair("floor", b.env(prefix)) as (fa, fb):
+            await LifecycleFloor(b.redis, prefix).add_free([f"{h}-d0" for hosts in rounds_hosts for h, _ in hosts])
+            http_floor = await start_server("floor", b.env(http_prefix))
+            try:
+                # The HTTP floor's requests carry a renewal's headers and body, as row 1w's.
+                floor_raws = floor_requests(dict(rounds_hosts[0]), [
+                    {"task_id": f"t_{i:024x}", "attempt": 1, "lease_id": f"l_{i:032x}"}
+                    for i in range(len(rounds_hosts[0]))])
+                floor_watch = {"floor A": fa.pid, "floor B": fb.pid, "redis": b.redis_pid}
+                for r, hosts in enumerate(rounds_hosts):
+                    turns: list[tuple[str, Callable[[], Awaitable[LoadResult]]]] = [
+                        ("tether", lambda: wrk_lifecycles(ports, hosts, b.admin, GOAL, window_s, tether_watch)),
+                        ("floor", lambda: wrk_lifecycles((fa.port, fb.port), hosts, b.admin, GOAL, window_s,
+                                                         floor_watch)),
+                        ("http_floor", lambda: wrk_load(http_floor.port, floor_raws, window_s, p.concurrency,
+                                                        {"floor": http_floor.pid, "redis": b.redis_pid},
+                                                        warmup_s=p.warmup_s)),
+                    ]
+                    for name, run in (turns if r % 2 == 0 else turns[::-1]):
+                        runs[name].append(await run())
+            finally:
+                http_floor.stop()
     finally:
         await b.cleanup(prefix)
+        await b.cleanup(http_prefix)
+    return LifecycleTurns(merge(runs["tether"]), merge(runs["floor"]), merge(runs["http_floor"]))
 
 
-def _floor_lifecycle_row(b: Bench, floor: LoadResult) -> Row:
-    ratio = f"{floor.rate / b.floor_rate:.2f} x floor ({b.floor_rate:,.0f} req/s)" if b.floor_rate else ""
+def _floor_lifecycle_row(turns: LifecycleTurns) -> Row:
+    floor_rate = turns.http_floor.rate
     return Row("3f", "lifecycle floor: row 3w's wrk lifecycles on 2 bare processes, each call one script of the "
-               "floor (8f)", f"{floor.rate:,.0f} lifecycles/s ({4 * floor.rate:,.0f} req/s)", ratio, "—", "",
-               cpu_note(floor.cpu, floor.errors))
+               "floor (8f)", f"{turns.floor.rate:,.0f} lifecycles/s ({4 * turns.floor.rate:,.0f} req/s)",
+               f"{turns.floor.rate / floor_rate:.2f} x floor ({floor_rate:,.0f} req/s, 1w in turns with it)", "—", "",
+               cpu_note(turns.floor.cpu, turns.floor.errors))
 
 
 async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
     """(3) lifecycles/s on two processes and (4) dispatch latency, idle then under that load."""
     p = b.preset
-    hosts = fleet(2 * p.lifecycle_hosts + 1, "life")
+    n = p.lifecycle_hosts
+    hosts = fleet((p.rounds + 2) * n + 1, "life")
     probe_host, probe_token = hosts.popitem()
-    # wrk stops mid-lifecycle, leaving tasks on its hosts' devices until their leases lapse: the
-    # load under the dispatch probe runs on hosts of its own.
-    measured = list(hosts.items())[:p.lifecycle_hosts]
-    probed = list(hosts.items())[p.lifecycle_hosts:]
+    # wrk stops mid-lifecycle, leaving tasks on its hosts' devices until their leases lapse: each
+    # round of rows 3w and 3f, and the load under the dispatch probe, runs on hosts of its own.
+    fleet_list = list(hosts.items())
+    measured, probed = fleet_list[:n], fleet_list[n:2 * n]
+    rounds_hosts = [fleet_list[(2 + r) * n:(3 + r) * n] for r in range(p.rounds)]
     prefix = b.prefix("life")
     env = b.env(prefix)
     all_hosts = {**hosts, probe_host: probe_token}
@@ -175,8 +214,9 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
         watch = {"coordinator A": a.pid, "coordinator B": c2.pid, "redis": b.redis_pid}
         life: LoadResult = await in_child(lifecycles, ports, measured, b.admin, p.warmup_s,
                                           p.lifecycle_s, watch)
-        # The same lifecycles from wrk: one host per wrk thread, half the hosts on each process.
-        life_wrk = await wrk_lifecycles(ports, measured, b.admin, GOAL, p.lifecycle_s, watch)
+        # The same lifecycles from wrk (one host per wrk thread, half the hosts on each process),
+        # in turns with the floors they are judged against.
+        turns = await _lifecycles_in_turns(b, ports, watch, rounds_hosts)
         # Dispatch under load: half the throughput just measured, so the probe sees a busy
         # coordinator rather than the queue of a saturated closed loop.
         half = max(life.rate / 2, 1.0)
@@ -189,9 +229,7 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
         a.stop()
         c2.stop()
         await b.cleanup(prefix)
-    # Once Tether's processes have stopped: wrk's lifecycles through bare processes, and saq's
-    # figures for the rows that compare with them.
-    life_floor = await _floor_lifecycles(b, measured)
+    # Once Tether's processes have stopped: saq's figures for the rows that compare with them.
     if saq_installed():
         b.saq = await saq_figures()
     b.lifecycle_scripts = await lifecycle_scripts(b)
@@ -205,16 +243,16 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
     else:
         limit = "the servers are the limit"
     return [
-        _lifecycle_row(b, life, limit, life_floor),
-        _lifecycle_row(b, life_wrk, "wrk drives it", life_floor, item="3w"),
-        _floor_lifecycle_row(b, life_floor),
+        _lifecycle_row(b, life, limit, turns),
+        _lifecycle_row(b, turns.tether, "wrk drives it", turns, item="3w"),
+        _floor_lifecycle_row(turns),
         *_idle_dispatch_rows(idle),
         Row("4b", f"dispatch latency under load: {busy.rate:,.0f} lifecycles/s (half of (3))",
             f"p50 {fmt_ms(percentile(under, 50) * 1000)}, p99 {fmt_ms(percentile(under, 99) * 1000)} "
             f"(n={len(under)})",
             f"{percentile(under, 99) / percentile(idle.tether, 99):.1f} x idle p99" if under else "",
             "—", "", cpu_note(busy.cpu, busy.errors)),
-        _redis_cpu_row(b, life, life_wrk, life_floor),
+        _redis_cpu_row(b, life, turns.tether, turns.floor),
     ]
 
 
