@@ -7,7 +7,8 @@ default) serves lifecycles in-process through ASGI, with no HTTP server: create,
 and result, 64 hosts at once as row 3's load, so the auto-pipeline batches as it does there. The
 count covers the handlers, Starlette, the auto-pipeline and redis-py; not uvicorn, the kernel or
 Redis. The floor's app (bench/floor_app.py, this checkout) serves the same four calls doing one
-script each. Each is run under valgrind twice, with 10 and 30 lifecycles per host: the difference
+script each. The driver imports nothing of this repository but the app it drives, so any
+commit's checkout can be measured. Each is run under valgrind twice, with 10 and 30 lifecycles per host: the difference
 over the extra lifecycles leaves out start-up and imports. It needs valgrind (Debian's package);
 each run takes about a minute.
 """
@@ -30,9 +31,7 @@ import uvloop
 from redis.asyncio import Redis
 from starlette.types import ASGIApp, Message
 
-from bench.procs import REPO, delete_prefix
-from bench.requests import create_body, fleet, heartbeat_body, renew_body
-
+REPO = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 HOSTS = 64
 RUNS = (10, 30)  # lifecycles per host of the two runs whose difference is counted
@@ -78,7 +77,7 @@ async def drive(kind: str, per_host: int) -> None:
 
     prefix = f"bench-instructions-{uuid.uuid4().hex[:8]}:{{b}}"
     admin = "bench-admin-" + uuid.uuid4().hex
-    hosts = list(fleet(HOSTS, "instructions").items())
+    hosts = [(f"h{i:05d}", f"bench-instructions-token-{i:05d}") for i in range(HOSTS)]
     settings = Settings(redis_url=REDIS_URL, key_prefix=prefix, admin_token=admin, host_offline_after_s=3600,
                         static_hosts=dict(hosts))
     redis = Redis.from_url(REDIS_URL)
@@ -98,27 +97,31 @@ async def drive(kind: str, per_host: int) -> None:
     try:
         if kind == "tether":
             for host, token in hosts:
+                device = {"device_id": f"{host}-d0", "driver": "adb", "status": "available",
+                          "attributes": {"model": "Pixel 7", "os_version": "14"}, "labels": {"tier": "a"}}
                 await _call(app, "PUT", f"/internal/v1/hosts/{host}/heartbeat", token,
-                            heartbeat_body(host, [f"{host}-d0"]))
+                            {"devices": [device], "agent": {"version": "bench", "hostname": host}})
 
         async def lifecycles(host: str, token: str, count: int) -> None:
             for _ in range(count):
-                await _call(app, "POST", "/api/v1/tasks", admin, create_body(f"{host}-d0"))
+                await _call(app, "POST", "/api/v1/tasks", admin,
+                            {"kind": "goal", "goal": "Turn on airplane mode", "device_id": f"{host}-d0"})
                 claimed = await _call(app, "POST", f"/internal/v1/hosts/{host}/claim", token, query=b"wait_s=5")
-                assignment = orjson.loads(claimed)
-                await _call(app, "POST", f"/internal/v1/hosts/{host}/leases/{assignment['lease_id']}/renew",
-                            token, renew_body(assignment))
+                a = orjson.loads(claimed)
+                await _call(app, "POST", f"/internal/v1/hosts/{host}/leases/{a['lease_id']}/renew", token, {
+                    "task_id": a["task_id"], "attempt": a["attempt"],
+                    "progress": {"step_index": 1, "status": "running", "summary": "Opened Settings"}})
                 await _call(app, "POST", f"/internal/v1/hosts/{host}/results", token, {
-                    "task_id": assignment["task_id"], "attempt": assignment["attempt"],
-                    "lease_id": assignment["lease_id"], "status": "succeeded", "failure_reason": None,
-                    "metadata": {"steps": 3}})
+                    "task_id": a["task_id"], "attempt": a["attempt"], "lease_id": a["lease_id"],
+                    "status": "succeeded", "failure_reason": None, "metadata": {"steps": 3}})
 
         await asyncio.gather(*(lifecycles(h, t, per_host) for h, t in hosts[:WARM]))
         await asyncio.gather(*(lifecycles(h, t, per_host) for h, t in hosts))
     finally:
         await _lifespan(app, "shutdown", inbox, outbox)
         await serving
-        await delete_prefix(redis, prefix)
+        async for key in redis.scan_iter(match=prefix.replace("{", "[{]").replace("}", "[}]") + "*", count=1000):
+            await redis.unlink(key)
         await redis.aclose()
 
 
@@ -127,7 +130,7 @@ def instructions(tree: Path, kind: str, per_host: int) -> int:
     with tempfile.NamedTemporaryFile(suffix=".callgrind") as out:
         done = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out.name}",
-             sys.executable, "-m", "bench.instructions", "--drive", kind, str(per_host)],
+             sys.executable, __file__, "--drive", kind, str(per_host)],
             cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
     collected = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0 or collected is None:
@@ -147,6 +150,10 @@ def main() -> int:
     parser.add_argument("--drive", nargs=2, metavar=("KIND", "PER_HOST"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.drive:
+        # Run as a script: its own folder (bench/) is first on sys.path, where its modules would
+        # shadow installed ones (requests, profile); the app comes from PYTHONPATH, the tree.
+        here = Path(__file__).resolve().parent
+        sys.path[:] = [entry for entry in sys.path if not entry or Path(entry).resolve() != here]
         uvloop.run(drive(args.drive[0], int(args.drive[1])))
         return 0
     floor = per_lifecycle(REPO, "floor")

@@ -15,17 +15,13 @@ def fleet(count: int, tag: str) -> dict[str, str]:
     return {f"h{i:05d}": f"bench-{tag}-token-{i:05d}" for i in range(count)}
 
 
-def heartbeat_body(host: str, devices: list[str]) -> dict[str, Any]:
-    return {
+def heartbeat_req(host: str, token: str, devices: list[str]) -> bytes:
+    return build("PUT", f"/internal/v1/hosts/{host}/heartbeat", token, {
         "devices": [{"device_id": d, "driver": "adb", "status": "available",
                      "attributes": {"model": "Pixel 7", "os_version": "14"}, "labels": {"tier": "a"}}
                     for d in devices],
         "agent": {"version": "bench", "hostname": host},
-    }
-
-
-def heartbeat_req(host: str, token: str, devices: list[str]) -> bytes:
-    return build("PUT", f"/internal/v1/hosts/{host}/heartbeat", token, heartbeat_body(host, devices))
+    })
 
 
 def claim_req(host: str, token: str, wait_s: float) -> bytes:
