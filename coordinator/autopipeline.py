@@ -57,7 +57,9 @@ def encode_args(args: Any) -> bytes:
             data = arg.encode()
         elif kind is bytes:
             data = arg
-        elif kind is int or kind is float:
+        elif kind is int:
+            data = b"%d" % arg
+        elif kind is float:
             data = repr(arg).encode()
         elif isinstance(arg, bytes):
             data = bytes(arg)

@@ -80,7 +80,8 @@ class Store:
         # shared with the queries.
         self._scripts: dict[str, Script] = scripts if scripts is not None else load_scripts()
         self._library = next(iter(self._scripts.values())).library
-        # ARGV[1..5] of every scheduling script (lua/includes/schedule.lua).
+        # KEYS[1..16] and ARGV[1..5] of every scheduling script (lua/includes/schedule.lua).
+        self._sched_keys = keys.scheduling
         self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
 
     # -- scripts -------------------------------------------------------------------------
@@ -102,7 +103,7 @@ class Store:
 
     async def _schedule(self, name: str, extra_keys: list[str], extra_args: list[Any]) -> list[Any]:
         """Run a script that includes the scheduler: its keys and arguments come first."""
-        return await self._run(name, [*self.keys.scheduling, *extra_keys], [*self._sched_args, *extra_args],
+        return await self._run(name, [*self._sched_keys, *extra_keys], [*self._sched_args, *extra_args],
                                len(self._sched_args))
 
     # -- hosts' protocol -------------------------------------------------------------------

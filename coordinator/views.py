@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from functools import lru_cache
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -15,6 +16,19 @@ from coordinator.records import DeviceState, EnrollmentToken, HostRecord, TaskRe
 from coordinator.waiting import waiting_reason
 
 
+class EncodedJSONResponse(Response):
+    """A JSON body already encoded. Its two headers are built as they are, where Response's
+    generic header code (checks, lookups, encodings) ran on every answer."""
+
+    media_type = "application/json"
+
+    def init_headers(self, headers: Mapping[str, str] | None = None) -> None:
+        if headers is not None:
+            super().init_headers(headers)
+            return
+        self.raw_headers = [(b"content-length", b"%d" % len(self.body)), (b"content-type", b"application/json")]
+
+
 def json_response(content: Any, status_code: int = 200) -> Response:
     try:
         body = orjson.dumps(content)
@@ -22,7 +36,7 @@ def json_response(content: Any, status_code: int = 200) -> Response:
         # orjson stops at 255 levels. Input deeper than 32 is refused today, but a host may have
         # stored deeper data before that: the views must still answer whatever is stored.
         body = json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode()
-    return Response(body, status_code=status_code, media_type="application/json")
+    return EncodedJSONResponse(body, status_code)
 
 
 def iso_ms(ms: int | None) -> str | None:
