@@ -62,9 +62,9 @@ def encode_args(args: Any) -> bytes:
         elif kind is float:
             data = repr(arg).encode()
         elif isinstance(arg, bytes):
-            data = bytes(arg)
+            data = arg
         elif isinstance(arg, str):
-            data = str(arg).encode()
+            data = arg.encode()
         elif isinstance(arg, (int, float)) and not isinstance(arg, bool):
             data = repr(arg).encode()
         elif isinstance(arg, memoryview):

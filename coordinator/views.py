@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
-from collections.abc import Mapping
 from typing import Any
 
 import orjson

@@ -5,6 +5,7 @@ failing every caller still waiting without harming the next turn."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import http
 from collections.abc import AsyncIterator
 from typing import Any
@@ -215,12 +216,15 @@ def test_commands_are_encoded_as_redis_py_encodes_them() -> None:
     class Text(str):
         pass
 
+    class Status(str, enum.Enum):  # str() of it is "Status.READY", its text "ready"
+        READY = "ready"
+
     class Raw(bytes):
         pass
 
     # Subclasses (an IntEnum among them) take the slow path the exact types skip: encoded alike.
     args = ("EVALSHA", "a" * 40, 2, "tether:{t}:tasks", b"\x00raw", "héllo", -17, 2.5, 1e-7, memoryview(b"mv"),
-            Text("sub"), Raw(b"sub"), http.HTTPStatus.OK)
+            Text("sub"), Raw(b"sub"), http.HTTPStatus.OK, Status.READY)
     assert encode_command(args) == b"".join(Connection().pack_command(*args))
     for bad in (None, True, object()):
         with pytest.raises(DataError):
