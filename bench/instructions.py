@@ -8,9 +8,9 @@ and result, 64 hosts at once as row 3's load, so the auto-pipeline batches as it
 count covers the handlers, Starlette, the auto-pipeline and redis-py; not uvicorn, the kernel or
 Redis. The floor's app (bench/floor_app.py, this checkout) serves the same four calls doing one
 script each. The driver imports nothing of this repository but the app it drives, so any
-commit's checkout can be measured. Each is run under valgrind twice, with 10 and 30 lifecycles per host: the difference
-over the extra lifecycles leaves out start-up and imports. It needs valgrind (Debian's package);
-each run takes about a minute.
+commit's checkout can be measured. Each is run under valgrind twice, with 10 and 30 lifecycles
+per host: the difference over the extra lifecycles leaves out start-up and imports. It needs
+valgrind (Debian's package); each run takes about a minute.
 """
 
 from __future__ import annotations
