@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import orjson
 from redis.asyncio import Redis
@@ -161,15 +162,15 @@ async def _lifecycles_in_turns(b: Bench, ports: tuple[int, int], tether_watch: d
                     for i in range(len(rounds_hosts[0]))])
                 floor_watch = {"floor A": fa.pid, "floor B": fb.pid, "redis": b.redis_pid}
                 for r, hosts in enumerate(rounds_hosts):
-                    turns: list[tuple[str, Callable[[], Awaitable[LoadResult]]]] = [
-                        ("tether", lambda: wrk_lifecycles(ports, hosts, b.admin, GOAL, window_s, tether_watch)),
-                        ("floor", lambda: wrk_lifecycles((fa.port, fb.port), hosts, b.admin, GOAL, window_s,
-                                                         floor_watch)),
-                        ("http_floor", lambda: wrk_load(http_floor.port, floor_raws, window_s, p.concurrency,
-                                                        {"floor": http_floor.pid, "redis": b.redis_pid},
-                                                        warmup_s=p.warmup_s)),
+                    windows: list[tuple[str, Callable[[], Awaitable[LoadResult]]]] = [
+                        ("tether", partial(wrk_lifecycles, ports, hosts, b.admin, GOAL, window_s, tether_watch)),
+                        ("floor", partial(wrk_lifecycles, (fa.port, fb.port), hosts, b.admin, GOAL, window_s,
+                                          floor_watch)),
+                        ("http_floor", partial(wrk_load, http_floor.port, floor_raws, window_s, p.concurrency,
+                                               {"floor": http_floor.pid, "redis": b.redis_pid},
+                                               warmup_s=p.warmup_s)),
                     ]
-                    for name, run in (turns if r % 2 == 0 else turns[::-1]):
+                    for name, run in (windows if r % 2 == 0 else windows[::-1]):
                         runs[name].append(await run())
             finally:
                 http_floor.stop()
