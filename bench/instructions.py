@@ -71,11 +71,11 @@ async def _lifespan(app: ASGIApp, event: str, queue: asyncio.Queue[Message], ans
         raise RuntimeError(f"lifespan {event} failed: {answer}")
 
 
-async def drive(kind: str, per_host: int) -> None:
-    """``per_host`` lifecycles on each host, all hosts at once, through ``kind``'s app in-process."""
+async def drive(kind: str, per_host: int, prefix: str) -> None:
+    """``per_host`` lifecycles on each host, all hosts at once, through ``kind``'s app in-process,
+    on the key prefix ``prefix`` (the caller deletes its keys)."""
     from coordinator.settings import Settings
 
-    prefix = f"bench-instructions-{uuid.uuid4().hex[:8]}:{{b}}"
     admin = "bench-admin-" + uuid.uuid4().hex
     hosts = [(f"h{i:05d}", f"bench-instructions-token-{i:05d}") for i in range(HOSTS)]
     settings = Settings(redis_url=REDIS_URL, key_prefix=prefix, admin_token=admin, host_offline_after_s=3600,
@@ -120,22 +120,34 @@ async def drive(kind: str, per_host: int) -> None:
     finally:
         await _lifespan(app, "shutdown", inbox, outbox)
         await serving
-        async for key in redis.scan_iter(match=prefix.replace("{", "[{]").replace("}", "[}]") + "*", count=1000):
-            await redis.unlink(key)
         await redis.aclose()
 
 
 def instructions(tree: Path, kind: str, per_host: int) -> int:
     """The instructions valgrind counted in one run of ``drive`` from ``tree``."""
-    with tempfile.NamedTemporaryFile(suffix=".callgrind") as out:
-        done = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out.name}",
-             sys.executable, __file__, "--drive", kind, str(per_host)],
-            cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
+    prefix = f"bench-instructions-{uuid.uuid4().hex[:8]}:{{b}}"
+    try:
+        with tempfile.NamedTemporaryFile(suffix=".callgrind") as out:
+            done = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out.name}",
+                 sys.executable, __file__, "--drive", kind, str(per_host), prefix],
+                cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
+    finally:
+        asyncio.run(_delete_keys(prefix))
     collected = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0 or collected is None:
         raise RuntimeError(f"{kind} in {tree} failed: {done.stderr[-800:]}")
     return int(collected[1])
+
+
+async def _delete_keys(prefix: str) -> None:
+    from bench.procs import delete_prefix  # here, not at the top: the driver imports none of bench
+
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        await delete_prefix(redis, prefix)
+    finally:
+        await redis.aclose()
 
 
 def per_lifecycle(tree: Path, kind: str) -> float:
@@ -147,14 +159,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions",
                                      description=(__doc__ or "").splitlines()[0])
     parser.add_argument("trees", nargs="*", type=Path, default=[REPO])
-    parser.add_argument("--drive", nargs=2, metavar=("KIND", "PER_HOST"), help=argparse.SUPPRESS)
+    parser.add_argument("--drive", nargs=3, metavar=("KIND", "PER_HOST", "PREFIX"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.drive:
         # Run as a script: its own folder (bench/) is first on sys.path, where its modules would
         # shadow installed ones (requests, profile); the app comes from PYTHONPATH, the tree.
         here = Path(__file__).resolve().parent
         sys.path[:] = [entry for entry in sys.path if not entry or Path(entry).resolve() != here]
-        uvloop.run(drive(args.drive[0], int(args.drive[1])))
+        uvloop.run(drive(args.drive[0], int(args.drive[1]), args.drive[2]))
         return 0
     floor = per_lifecycle(REPO, "floor")
     print(f"{'build':50s} {'instructions per lifecycle':>28s} {'x floor':>8s}")
