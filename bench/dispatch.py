@@ -119,7 +119,7 @@ class IdleDispatch:
 
 async def idle_dispatch(b: Bench, ports: tuple[int, int], host: str, token: str, count: int) -> IdleDispatch:
     """Tether's dispatch (``tether_dispatch`` on ``ports``); the dispatch floor's, its hops alone
-    (``bench/floor_app.py``: a push on one bare process wakes a BLPOP on another, which runs one
+    (``bench/floor_app.py``: a push on one bare process wakes a BLMPOP on another, which runs one
     script and answers); the same hops doing the contract's work (4g: the lifecycle floor's create
     on one bare process wakes its waiting claim on the other, as Tether's are, each one script of
     bench/floor_lifecycle.py); and saq's (enqueue -> the job function starts in a worker).

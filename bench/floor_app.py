@@ -7,7 +7,7 @@ request body and answers JSON, so the ratio to it isolates the coordinator's own
 
 The dispatch floor is the least a dispatch through HTTP can cost: ``POST /push`` runs one script
 that pushes onto a list, as a create queues work; ``POST /pop``, on another process, waits in
-BLPOP on that list, then runs one script, as a woken poll claims, and answers. Every hop Tether's
+BLMPOP on that list, then runs one script, as a woken poll claims, and answers. Every hop Tether's
 create -> wake-up -> claim -> answer makes is there, and none of its work.
 
 The lifecycle floor serves the contract's four lifecycle calls on their own paths (create, claim,
@@ -36,7 +36,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bench.floor_lifecycle import LifecycleFloor
-from coordinator.redis_client import open_redis
+from coordinator.redis_client import HeldConnection, open_redis
 from coordinator.settings import Settings
 
 TRIVIAL_SCRIPT = "return 1"
@@ -70,10 +70,20 @@ def create_floor_app(settings: Settings) -> Starlette:
         value = await redis.evalsha(sha[1], 1, queue, "work")
         return Response(orjson.dumps({"value": value}), status_code=201, media_type="application/json")
 
+    spare: list[HeldConnection] = []
+
+    async def blocking_pop(key: str, timeout: float) -> bool:
+        """Whether a value came to ``key`` within ``timeout``: BLMPOP on a connection kept for
+        blocking reads, written and read directly, as the coordinator's wake-up reader does."""
+        held = spare.pop() if spare else HeldConnection(await redis.connection_pool.get_connection())
+        try:
+            return await held.blmpop(timeout, 1, key, direction="LEFT", count=1) is not None
+        finally:
+            spare.append(held)
+
     async def pop(request: Request) -> Response:
         await request.body()
-        popped = await redis.blpop([queue], timeout=POP_WAIT_S)
-        if popped is None:
+        if not await blocking_pop(queue, POP_WAIT_S):
             return Response(status_code=204)
         value = await redis.evalsha(sha[0], 0)
         return Response(orjson.dumps({"value": value}), media_type="application/json")
@@ -89,12 +99,12 @@ def create_floor_app(settings: Settings) -> Starlette:
 
     async def claim(request: Request) -> Response:
         """The lifecycle floor's claim; with ``wait_s``, a poll that finds nothing waits for a
-        create to push onto this process's inbox (its own BLPOP: the floor serves one such poll
+        create to push onto this process's inbox (its own BLMPOP: the floor serves one such poll
         at a time), then claims again."""
         await request.body()
         host, wait_s = request.path_params["host"], float(request.query_params.get("wait_s", "0"))
         assignment = await lifecycle.claim(host, inbox if wait_s else "", int(wait_s * 1000))
-        if assignment is None and wait_s and await redis.blpop([inbox], timeout=wait_s) is not None:
+        if assignment is None and wait_s and await blocking_pop(inbox, wait_s):
             assignment = await lifecycle.claim(host)
         return Response(status_code=204) if assignment is None else json(assignment)
 
@@ -154,4 +164,5 @@ def serve(port: int) -> None:
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=5,
+        proxy_headers=False,
     )

@@ -105,7 +105,7 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    at 10 ms, seen here). With the same spacing, and in turns with Tether's probes (six rounds,
    every process up throughout, since the machine's speed drifts over a run): 4f, the dispatch
    floor, two bare Starlette processes (`bench/floor_app.py`) where a POST to one runs one script
-   that pushes onto a list and a waiting POST to the other is woken by its BLPOP, runs one script
+   that pushes onto a list and a waiting POST to the other is woken by its BLMPOP, runs one script
    and answers: every hop of Tether's path and none of its work; 4g, the same two processes doing
    the contract's work, the lifecycle floor's create (8f) on one waking its waiting claim on the
    other through the process's inbox, as Tether's do; and 4s, saq's two stock workers as

@@ -34,7 +34,7 @@ import secrets
 from redis.asyncio import Redis
 
 from coordinator.cancellation import cancelling
-from coordinator.redis_client import dedicated
+from coordinator.redis_client import HeldConnection, RedisClient, dedicated
 
 log = logging.getLogger("coordinator.waiter")
 
@@ -182,7 +182,7 @@ class ClaimWaiter:
         async with dedicated(self._redis) as redis:
             await self._pop_forever(redis)
 
-    async def _pop_forever(self, redis: Redis) -> None:
+    async def _pop_forever(self, redis: RedisClient | HeldConnection) -> None:
         delay = 0.1
         failed = False
         while True:

@@ -14,10 +14,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from coordinator import waiter as waiter_module
 from coordinator.keys import STATUS_CODES, STATUS_SPAN
+from coordinator.redis_client import HeldConnection, dedicated
 from coordinator.waiter import ClaimWaiter
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
-from tests.support import wait_until_async
+from tests.support import REAL_REDIS_URL, wait_until_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -180,6 +181,39 @@ async def test_the_inbox_loop_wakes_every_poll_after_a_failure_and_reads_on(
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
         await redis_client.delete(inbox)
+
+
+async def test_a_held_connection_pops_directly_and_reopens_after_it_is_killed(prefix: str) -> None:
+    """On a single node the inbox is read on a held connection, BLMPOP written and read directly
+    (``HeldConnection``): None when the wait passes, the key and the values popped, and a
+    connection killed mid-pop (a Redis restart) fails that pop and is reopened by the next."""
+    name = "held-" + prefix[-12:]
+    client = aioredis.Redis.from_url(REAL_REDIS_URL, client_name=name)
+    killer = aioredis.Redis.from_url(REAL_REDIS_URL)
+    inbox = f"{prefix}:inbox:p_held"
+
+    async def blocked_pop() -> str | None:
+        for entry in await killer.client_list():
+            if entry.get("name") == name and entry.get("cmd") == "blmpop":
+                return entry["id"]
+        return None
+
+    try:
+        async with dedicated(client) as held:
+            assert isinstance(held, HeldConnection)
+            assert await held.blmpop(0.05, 1, inbox, direction="LEFT", count=10) is None
+            await killer.rpush(inbox, "h1", "h2")
+            assert await held.blmpop(1, 1, inbox, direction="LEFT", count=10) == [inbox.encode(), [b"h1", b"h2"]]
+            pop = asyncio.create_task(held.blmpop(5, 1, inbox, direction="LEFT", count=10))
+            await killer.client_kill_filter(_id=await wait_until_async(blocked_pop))
+            with pytest.raises(RedisConnectionError):
+                await pop
+            await killer.rpush(inbox, "h3")
+            assert await held.blmpop(1, 1, inbox, direction="LEFT", count=10) == [inbox.encode(), [b"h3"]]
+    finally:
+        await killer.delete(inbox)
+        await killer.aclose()
+        await client.aclose()
 
 
 async def test_the_inbox_loop_takes_every_waiting_wake_up_in_one_pop(
