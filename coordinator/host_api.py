@@ -182,6 +182,9 @@ async def claim(ctx: Context, request: Request) -> Response:
     # claims nothing.
     wakeup = waiter.register(host_id)
     hangup = _Hangup(request, wakeup)
+    # Minted now, not after a wake-up: an attempt that claims nothing binds no lease, so the id
+    # stays unused for the next.
+    lease_id = "l_" + secrets.token_hex(16)
     answering = False
     try:
         while True:
@@ -192,7 +195,6 @@ async def claim(ctx: Context, request: Request) -> Response:
                 metrics.claims.inc("shutdown")
                 return Response(status_code=204)
             wakeup.clear()
-            lease_id = "l_" + secrets.token_hex(16)
             wait_ms = int((deadline - loop.time()) * 1000)
             claimed = await store.claim(principal, claim_id, lease_id, ctx.settings.lease_ttl_ms,
                                         waiter.process_id, max(wait_ms, 0))
