@@ -331,6 +331,9 @@ def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
+        # The app never reads the client's address, so uvicorn's rewriting of it from
+        # X-Forwarded-* would be one more layer around every request for nothing.
+        proxy_headers=False,
     )
     server = Server(config, on_exit=on_exit)
     server.run(sockets=None if sock is None else [sock])
