@@ -312,7 +312,7 @@ def _idle_dispatch_rows(idle: IdleDispatch) -> list[Row]:
     rows = [
         Row("4a", "dispatch latency, idle (create on A -> poll on B answered), in turns with 4f, 4g and 4s",
             spread(idle.tether), ratios(idle.tether), target, verdict, ""),
-        Row("4f", "dispatch floor, its hops alone, idle: bare POST on A pushes (1 script) -> BLPOP on B "
+        Row("4f", "dispatch floor, its hops alone, idle: bare POST on A pushes (1 script) -> BLMPOP on B "
             "wakes, 1 script, answers", spread(idle.floor), "1.00", "—", "", ""),
         Row("4g", "dispatch floor doing the contract's work, idle: the lifecycle floor's create (8f) on A "
             "wakes its waiting claim on B", spread(idle.floor_work), ratios(idle.floor_work), "—", "", ""),
