@@ -20,6 +20,7 @@ import statistics
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -56,7 +57,17 @@ def _settle(answer: bytes) -> bytes:
     return result_req(HOST, TOKEN, orjson.loads(answer))
 
 
-async def compare(trees: list[Path], pairs: int) -> None:
+@dataclass
+class Probed:
+    """Each build's latencies (ms, round by round), and its two processes' ports."""
+
+    latency: dict[str, list[float]]
+    ports: dict[str, tuple[int, int]]  # (creator, poller)
+
+
+async def probe_builds(trees: list[Path], pairs: int) -> Probed:
+    """``pairs`` probes of each tree's build and of 4g, in rounds, all up throughout. The builds
+    are named ``"<n>:<tree>"`` and ``"4g"``."""
     redis = Redis.from_url(REDIS_URL)
     admin = "compare-admin-" + uuid.uuid4().hex
     run = uuid.uuid4().hex[:8]
@@ -66,6 +77,7 @@ async def compare(trees: list[Path], pairs: int) -> None:
     try:
         async with contextlib.AsyncExitStack() as stack:
             probers: dict[str, Prober] = {}
+            ports: dict[str, tuple[int, int]] = {}
             for name, tree, prefix in zip(names, [*trees, REPO], prefixes, strict=True):
                 kind = "floor" if name == "4g" else "coordinator"
                 env = server_env(REDIS_URL, prefix, admin)
@@ -75,6 +87,7 @@ async def compare(trees: list[Path], pairs: int) -> None:
                 else:
                     await fan_out(creator.port, [heartbeat_req(HOST, TOKEN, [DEVICE])])
                 probers[name] = await Prober.open(poller.port, creator.port, poll_raw, create_raw, _settle)
+                ports[name] = (creator.port, poller.port)
                 stack.callback(probers[name].close)
             latency: dict[str, list[float]] = {name: [] for name in names}
             for n in range(WARMUP + pairs):
@@ -86,6 +99,12 @@ async def compare(trees: list[Path], pairs: int) -> None:
         for prefix in prefixes:
             await delete_prefix(redis, prefix)
         await redis.aclose()
+    return Probed(latency, ports)
+
+
+async def compare(trees: list[Path], pairs: int) -> None:
+    latency = (await probe_builds(trees, pairs)).latency
+    names = list(latency)
     first = latency[names[0]]
     print(f"{'build':48s} {'p50 ms':>7s}  difference from build 0, paired: median, mean ± 2 SE (ms)")
     for name in names:
