@@ -95,6 +95,20 @@ def _disconnected(api: Api) -> float:
     return api.ctx.metrics.registry.get_sample_value("tether_claims_total", {"outcome": "disconnected"}) or 0
 
 
+async def test_a_poll_read_after_its_client_hung_up_claims_nothing(api: Api) -> None:
+    """A request that waited in the kernel behind its client's hang-up is read before the event
+    loop has seen the hang-up: its first attempt asks the socket, and claims nothing."""
+    await api.heartbeat("host-a", ["a1"])
+    task = (await api.create_task(device_id="a1")).json()
+    connection = _Connection()
+    connection.closed = True  # the socket says so; the loop has not told the connection yet
+    sent = await asyncio.wait_for(_poll(api, {CONNECTION: connection}, asyncio.Event()), 5)
+    assert sent[0]["status"] == 204
+    assert _disconnected(api) == 1
+    assignment = (await api.claim("host-a")).json()  # the work waited for the next poll
+    assert assignment["task_id"] == task["task_id"]
+
+
 @pytest.mark.parametrize("told_by", ["connection", "asgi messages"])
 async def test_a_waiting_poll_is_released_as_soon_as_its_client_hangs_up(api: Api, told_by: str) -> None:
     await api.heartbeat("host-a", ["a1"])
