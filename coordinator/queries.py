@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 import wire
 from coordinator.autopipeline import AutoPipeline, pipeline_for
+from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.keys import Keys
 from coordinator.records import (
     DeviceRecord,
@@ -64,9 +65,10 @@ class HostEntry:
 
 class Queries:
     def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int, read_waiting: Script,
-                 pipeline: AutoPipeline | None = None) -> None:
+                 pipeline: AutoPipeline | None = None, clock: ShiftedClock | None = None) -> None:
         self.redis = redis
         self.keys = keys
+        self.clock = clock  # tests only (coordinator/clock.py)
         self._offline_after_ms = host_offline_after_ms
         self._auto = pipeline
         self._read_waiting = read_waiting
@@ -76,7 +78,7 @@ class Queries:
         return pipeline_for(self.redis, self._auto)
 
     async def redis_time_ms(self) -> int:
-        return clock_ms(await self.redis.eval(_CLOCK_SCRIPT, 1, self.keys.tasks))
+        return clock_ms(await self.redis.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)) + offset_ms(self.clock)
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -164,7 +166,7 @@ class Queries:
             [k.devices, k.reservations, k.disabled_devices, k.hosts_online, k.hosts_draining, k.hosts_stalled,
              k.devices_by_driver],
             [self._offline_after_ms, task.target_device or "", task.driver or "", CANDIDATES_SCANNED],
-            pipeline=self._auto,
+            pipeline=self._auto, clock_offset_ms=offset_ms(self.clock),
         )
         return candidates_from_reply(task, reply)
 

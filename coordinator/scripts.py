@@ -123,11 +123,13 @@ class Script:
 
     async def __call__(self, redis: Redis, keys: list[str], args: list[Any],
                        durability: Durability = NO_WAIT, pipeline: AutoPipeline | None = None,
-                       fixed: int = 0) -> Any:
+                       fixed: int = 0, clock_offset_ms: int = 0) -> Any:
         """FCALL the script. ``fixed``: how many of the leading ``args`` are the same on every call
-        with these keys (their encoding is kept)."""
+        with these keys (their encoding is kept). ``clock_offset_ms``: how far a test moved the
+        clock the script reads (coordinator/clock.py); always 0 in service."""
         if len(keys) != self.num_keys:
             raise ValueError(f"{self.name} takes {self.num_keys} keys, got {len(keys)}")
+        args = [*args, clock_offset_ms]
         if not self.library.loaded:
             await self.library.load(redis)
         try:
@@ -205,10 +207,13 @@ async def _on_slot_master(redis: RedisCluster, key: str, command: tuple[Any, ...
 
 def _function(name: str, flags: list[str], body: str) -> str:
     """One script as a function of the library: its file's text, with ``KEYS`` and ``ARGV`` as its
-    parameters, and ``rcall`` (includes/common.lua) bound to ``redis.call`` as it starts."""
+    parameters, ``rcall`` (includes/common.lua) bound to ``redis.call`` as it starts, and the
+    clock's offset taken off the end of ``ARGV`` (``Script.__call__`` always sends it), so the
+    script sees exactly the arguments its header names."""
     listed = ", ".join(f"'{flag}'" for flag in flags)
     return (f"redis.register_function{{function_name = '{name}', flags = {{{listed}}},\n"
-            f"callback = function(KEYS, ARGV)\nrcall = redis.call\n{body}\nend}}\n")
+            f"callback = function(KEYS, ARGV)\nrcall = redis.call\n"
+            f"clockOffsetMs = tonumber(table.remove(ARGV))\n{body}\nend}}\n")
 
 
 def load_scripts(root: Path | None = None) -> dict[str, Script]:

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from coordinator.auth import HostPrincipal
 from coordinator.autopipeline import AutoPipeline
+from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.errors import error_for
 from coordinator.keys import Keys
 from coordinator.records import EnrollmentToken, TaskRecord
@@ -70,10 +71,12 @@ class Store:
     def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int,
                  claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000,
                  inbox_ttl_ms: int = INBOX_TTL_MS, durability: Durability = NO_WAIT,
-                 pipeline: AutoPipeline | None = None, scripts: dict[str, Script] | None = None) -> None:
+                 pipeline: AutoPipeline | None = None, scripts: dict[str, Script] | None = None,
+                 clock: ShiftedClock | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.durability = durability
+        self.clock = clock  # tests only (coordinator/clock.py)
         # Script calls of one event-loop turn share a write, on a single node (autopipeline.py).
         self._pipeline = pipeline
         # Every script of lua/, loaded into Redis by load_scripts(); the read-only ones are
@@ -93,7 +96,8 @@ class Store:
         return self._library.loaded and await self._library.present(self.redis)
 
     async def _run(self, name: str, keys: list[str], args: list[Any], fixed: int = 0) -> list[Any]:
-        reply = await self._scripts[name](self.redis, keys, args, self.durability, self._pipeline, fixed)
+        reply = await self._scripts[name](self.redis, keys, args, self.durability, self._pipeline, fixed,
+                                          offset_ms(self.clock))
         if reply[0] != 0:
             detail = reply[1] if len(reply) > 1 else None
             if isinstance(detail, bytes):

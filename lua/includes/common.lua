@@ -34,10 +34,15 @@ local TASK_EVENTS_KEPT = 200
 local DEVICE_RUNS_KEPT = 1000
 local FEED_EVENTS_KEPT = 10000
 
--- Milliseconds from the Redis clock, so every coordinator process agrees on lease expiry.
+-- How far a test has moved the clock (ms): the last argument of every call, which the function
+-- takes off ARGV as it starts (coordinator/scripts.py). Always 0 outside tests (coordinator/clock.py).
+local clockOffsetMs = 0
+
+-- Milliseconds from the Redis clock, so every coordinator process agrees on lease expiry. The one
+-- place any script reads the time.
 local function nowMs()
   local t = rcall('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + clockOffsetMs
 end
 
 -- An index member: fields joined by NUL ("driver\0device id"); ids never contain NUL.

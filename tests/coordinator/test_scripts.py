@@ -42,6 +42,7 @@ async def test_a_script_call_is_written_as_redis_py_packs_it_whatever_it_kept_be
     ]
     for keys, args, fixed in calls:
         assert await script(None, keys, args, pipeline=pipeline, fixed=fixed) == [0]  # type: ignore[arg-type]
-    expected = [b"".join(Connection().pack_command("FCALL", "renewLease_test", 2, *keys, *args))
+    # Every call ends with the clock's offset, 0 without a test clock (coordinator/clock.py).
+    expected = [b"".join(Connection().pack_command("FCALL", "renewLease_test", 2, *keys, *args, 0))
                 for keys, args, _ in calls]
     assert pipeline.written == expected
