@@ -26,7 +26,9 @@
   Invariants: a rejected snapshot changes nothing (not last-seen, not the pool); other hosts'
   devices and enrollment records are never touched, except that a static device id whose owner
   is offline passes to the new reporter; a device that disappears takes its unclaimed
-  assignment back to the queue; a host coming back online publishes `host_online`.
+  assignment back to the queue; a host coming back online publishes `host_online`, and each of
+  its free devices takes the oldest waiting task it matches, whether or not a sweep had taken the
+  host offline (no task waits beside a device it could run on).
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
@@ -135,7 +137,10 @@ if not wasOnline then
   publish(S, {type = 'host_online', host_id = hostId, at = now})
 end
 
+-- A host that was not online (its deadline passed, swept or not) had no free device in the eyes
+-- of placement, so tasks may have queued beside devices the sweep had yet to take out of `free`:
+-- each of its devices becomes free anew, and so takes the oldest matching waiting task.
 for _, reported in ipairs(snapshot.devices) do
-  refreshDevice(S, reported.device_id, now)
+  refreshDevice(S, reported.device_id, now, nil, false, not wasOnline)
 end
 return {0, rcall('SISMEMBER', S.draining, hostId)}

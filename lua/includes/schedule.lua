@@ -349,8 +349,10 @@ end
 
 -- Recompute a device's membership of `free`; a device that becomes free is fed at once.
 -- `device` is its record when the caller has just read it; `released` says its reservation was
--- dropped in this step, so it is neither reserved nor (a reserved device never is) in `free`.
-local function refreshDevice(S, deviceId, now, device, released)
+-- dropped in this step, so it is neither reserved nor (a reserved device never is) in `free`;
+-- `hostReturned` says its host was not online before this step, so being in `free` meant
+-- nothing to placement (hostOnline is what every reader checks) and the device is fed anew.
+local function refreshDevice(S, deviceId, now, device, released, hostReturned)
   device = device or getJson(S.devices, deviceId)
   if not device then
     return
@@ -366,8 +368,11 @@ local function refreshDevice(S, deviceId, now, device, released)
     end
     return
   end
-  if not released and rcall('ZSCORE', S.free, freeKey) ~= false then
-    return  -- free already
+  if not released and not hostReturned and rcall('ZSCORE', S.free, freeKey) ~= false then
+    return  -- free already, and seen as free: no matching task waits
+  end
+  if hostReturned then
+    rcall('ZREM', S.free, freeKey)  -- a device that takes a task is not free
   end
   if not feedDevice(S, deviceId, device, now) then
     rcall('ZADD', S.free, 0, freeKey)
