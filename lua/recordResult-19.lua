@@ -28,7 +28,8 @@
                        or cancelled), so there is nothing to record
     {REVOKED}
 
-  Invariants: one result per attempt; a stale or conflicting report changes nothing; the task
+  Invariants: one result per attempt; a replay of any attempt's report gets the answer it first
+  got, even after later attempts reported; a stale or conflicting report changes nothing; the task
   leaves running, its lease and progress stop being current, and its device takes the next
   waiting task, all in one step. A result that arrives after the lease deadline but before the
   reaper has requeued the attempt is still the current attempt's, and is recorded. A task whose
@@ -52,11 +53,23 @@ local lease, failure = presentedLease(revokedKey, credential, leaseId, hostId, t
 if not lease then
   return {failure}
 end
--- The replay first: a retried attempt's identical report, repeated after its response was
--- lost, is answered as it was even though the next attempt exists.
-if task.result and task.result_lease == leaseId then
-  if task.result_report == resultJson then
-    return {0, task.result.recorded_at, 1, task.result.task_status or task.status}
+-- The replay first: an attempt's identical report, repeated after its response was lost, is
+-- answered as it was, even though later attempts exist and have reported since (a retryable
+-- failure's report stays with its lease in `leases`; the last report is `result`).
+local function recordedReport()
+  if task.result and task.result_lease == leaseId then
+    return task.result_report, task.result.recorded_at, task.result.task_status or task.status
+  end
+  for _, held in ipairs(task.leases or {}) do
+    if type(held) == 'table' and held.id == leaseId and held.report then
+      return held.report, held.recorded_at, 'queued'
+    end
+  end
+end
+local earlierReport, earlierAt, earlierStatus = recordedReport()
+if earlierReport then
+  if earlierReport == resultJson then
+    return {0, earlierAt, 1, earlierStatus}
   end
   return {E.RESULT_CONFLICT}
 end
@@ -81,6 +94,12 @@ taskEvent(S, task, 'result', now, report.failure_reason, report.status)
 
 if retry then
   task.result = {recorded_at = now, attempt = attempt, task_status = 'queued'}
+  for _, held in ipairs(task.leases or {}) do
+    if type(held) == 'table' and held.id == leaseId then
+      held.report = resultJson
+      held.recorded_at = now
+    end
+  end
   count(S, 'retries')
   nextAttempt(task, now)
   requeueTask(S, task, now, 'requeued', 'retryable_failure')

@@ -58,3 +58,25 @@ async def test_a_host_back_before_the_sweep_feeds_its_devices_oldest_task_first(
     assert waiting["waiting_reason"] == "matching_devices_busy"
     pooled = (await api.admin("GET", "/api/v1/devices")).json()["devices"]
     assert {d["device_id"]: d["reserved_by"] is not None for d in pooled} == {"a1": True, "a2": True}
+
+
+# -- found by the model-based test -----------------------------------------------------------
+
+
+async def test_a_retried_attempts_report_replayed_after_the_next_attempt_reported_gets_its_first_answer(
+        api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    await api.create_task(device_id="a1", max_attempts=3)
+    first = await claim_one(api, "host-a")
+    retry = {"status": "failed", "failure_reason": "device lost", "retryable": True}
+    answered = await api.result("host-a", first, **retry)
+    assert answered.status_code == 200 and answered.json()["task_status"] == "queued"
+    second = await claim_one(api, "host-a")
+    assert second["attempt"] == 2
+    assert (await api.result("host-a", second, **retry)).json()["task_status"] == "queued"
+
+    replayed = await api.result("host-a", first, **retry)
+    assert replayed.status_code == 200, replayed.text
+    assert replayed.json() == {**answered.json(), "replayed": True}
+    other = await api.result("host-a", first, status="succeeded")
+    assert other.status_code == 409 and other.json()["error"]["code"] == "result_conflict"
