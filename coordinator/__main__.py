@@ -20,12 +20,18 @@ def _settings() -> Settings | None:
     try:
         return Settings()
     except ValidationError as exc:
-        # One clear line, naming the settings at fault and never their values.
-        fields = ", ".join(str(e["loc"][0]) for e in exc.errors())
-        print(f"coordinator: invalid configuration: {fields}", file=sys.stderr)
+        # One clear line, naming the variables at fault and what is wrong, never their values.
+        problems = "; ".join(f"{Settings.variable(str(e['loc'][0]))}: {_reason(e['msg'])}"
+                             for e in exc.errors())
+        print(f"coordinator: invalid configuration: {problems}", file=sys.stderr)
     except SettingsError as exc:  # a value that is not even parseable (bad JSON)
         print(f"coordinator: invalid configuration: {exc}", file=sys.stderr)
     return None
+
+
+def _reason(message: str) -> str:
+    """pydantic's message for a validator's ValueError, without its "Value error, " head."""
+    return message.removeprefix("Value error, ")
 
 
 def _worker_count(settings: Settings) -> int:
@@ -44,10 +50,17 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     from coordinator.app import create_app
     from coordinator.logs import configure_logging
+    from coordinator.preflight import Refused, check_redis
     from coordinator.server import STARTUP_FAILURE, raise_nofile, run
     from coordinator.workers import run_workers
 
     configure_logging(settings.log_format)
+    try:
+        # Once, before any worker: a refusal is one line, not one traceback per worker.
+        check_redis(settings)
+    except Refused as refused:
+        log.error("%s", refused)
+        return refused.exit_code
     raise_nofile()
     port = args.port if args.port is not None else settings.port
 
@@ -65,7 +78,8 @@ def _serve(args: argparse.Namespace) -> int:
     workers = _worker_count(settings)
     if workers == 1:
         return serve()
-    # Nothing before this line opened a connection, a loop or a thread: safe to fork.
+    # Nothing before this line left a connection open (check_redis closed its own), nor started
+    # a loop or a thread: safe to fork.
     return run_workers(workers, serve, host=args.host, port=port)
 
 

@@ -22,6 +22,7 @@ from coordinator.context import Context
 from coordinator.feed import EventFeed
 from coordinator.keys import Keys
 from coordinator.metrics import Metrics
+from coordinator.outage import OutageLog
 from coordinator.queries import Queries
 from coordinator.reaper import run_reaper
 from coordinator.redis_client import open_redis
@@ -46,15 +47,16 @@ class _Coordinator(Starlette):
     Request and an exception wrapper of its own for as long as a request runs, 2 KB of every
     waiting long-poll."""
 
-    def __init__(self, metrics: Metrics, **kwargs: Any) -> None:
+    def __init__(self, metrics: Metrics, outage: OutageLog, **kwargs: Any) -> None:
         self._metrics = metrics
+        self._outage = outage
         super().__init__(**kwargs)
 
     def build_middleware_stack(self) -> ASGIApp:
         app: ASGIApp = self.router
         for cls, args, kwargs in reversed(self.user_middleware):
             app = cls(app, *args, **kwargs)
-        return RequestBoundary(app, self._metrics)
+        return RequestBoundary(app, self._metrics, self._outage)
 
 
 class _Endpoint:
@@ -106,6 +108,9 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
     ctx = build_context(settings, redis)
     ctx.metrics.waiting_polls.set_function(lambda: ctx.waiter.waiting)
     ctx.metrics.feed_watchers.set_function(lambda: ctx.feed.watchers)
+    # Requests that answer 503 and the reaper's sweeps report to one outage: its first failure is
+    # a line, and the first sweep that works ends it (requests cannot tell when Redis is back).
+    outage = OutageLog(logging.getLogger("coordinator.outage"), "requests and reaper")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -118,7 +123,8 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
         await ctx.store.load_scripts()
         loops = [asyncio.create_task(ctx.waiter.run(), name="waiter"),
                  asyncio.create_task(ctx.feed.run(), name="feed"),
-                 asyncio.create_task(run_reaper(ctx.store, settings.reaper_interval_s), name="reaper")]
+                 asyncio.create_task(run_reaper(ctx.store, settings.reaper_interval_s, outage),
+                                     name="reaper")]
         try:
             yield
         finally:
@@ -131,7 +137,7 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
               for e in ENDPOINTS]
     # Every exception, routing's 404 and 405 included, reaches RequestBoundary, the one place
     # errors become responses.
-    app = _Coordinator(ctx.metrics, routes=routes, lifespan=lifespan)
+    app = _Coordinator(ctx.metrics, outage, routes=routes, lifespan=lifespan)
     app.state.ctx = ctx  # for tests and the demo; routes get ctx explicitly
 
     def stopping() -> None:

@@ -8,7 +8,8 @@ mapping of ``errors.error_for_exception``:
 - ``ApiError`` and its subclasses: their status, code and headers;
 - Starlette's ``HTTPException`` (routing 404 and 405): ``not_found`` / ``method_not_allowed``,
   405 with the ``Allow`` header of every method the path takes;
-- Redis unreachable, loading, read-only or failing over: ``503 unavailable`` with ``Retry-After``;
+- Redis unreachable, loading, read-only or failing over: ``503 unavailable`` with ``Retry-After``,
+  logged through the process's ``OutageLog``: one line as the outage begins, none per request;
 - anything else: ``500 internal``, logged once with a request id that the body names, and never
   the exception's text.
 
@@ -28,6 +29,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.errors import (
+    REDIS_UNAVAILABLE,
     ApiError,
     Internal,
     MethodNotAllowed,
@@ -36,6 +38,7 @@ from coordinator.errors import (
 )
 from coordinator.logs import REQUESTS_LOGGER
 from coordinator.metrics import Metrics
+from coordinator.outage import OutageLog
 from coordinator.views import json_response
 from wire import is_valid_id
 
@@ -73,10 +76,13 @@ def _allowed_methods(scope: Scope) -> str:
     return ", ".join(sorted(methods))
 
 
-def _log(exc: BaseException, error: ApiError, rid: str) -> None:
+def _log(exc: BaseException, error: ApiError, rid: str, outage: OutageLog) -> None:
     if isinstance(error, Unavailable):
-        log.warning("request %s: Redis unavailable (%s)", rid, type(exc).__name__,
-                    extra={"request_id": rid})
+        if isinstance(exc, REDIS_UNAVAILABLE):
+            outage.failed(exc)
+        else:  # a 503 of ours (too few replicas confirmed a write), logged as it always was
+            log.warning("request %s: Redis unavailable (%s)", rid, type(exc).__name__,
+                        extra={"request_id": rid})
     elif isinstance(error, Internal):
         log.error("request %s: unexpected %s", rid, type(exc).__name__, exc_info=exc,
                   extra={"request_id": rid})
@@ -95,11 +101,11 @@ def _log_request(scope: Scope, route: str, method: str, status: int, started_at:
     })
 
 
-def response_for(exc: BaseException, scope: Scope) -> Response:
+def response_for(exc: BaseException, scope: Scope, outage: OutageLog) -> Response:
     """The contract's answer to ``exc`` (errors.py maps it), logged once if it was unexpected."""
     rid = "" if isinstance(exc, ApiError) else request_id(scope)  # the common case needs none
     error = error_for_exception(exc, rid)
-    _log(exc, error, rid)
+    _log(exc, error, rid, outage)
     response = json_response(error.body(), error.status_code)
     if error.headers:
         response.headers.update(error.headers)
@@ -110,11 +116,13 @@ def response_for(exc: BaseException, scope: Scope) -> Response:
 
 class RequestBoundary:
     """Counts requests by route template, method and status, answers every exception, and logs
-    each request when ``REQUESTS_LOGGER`` is enabled."""
+    each request when ``REQUESTS_LOGGER`` is enabled. Redis being unavailable is told to
+    ``outage``."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, outage: OutageLog) -> None:
         self.app = app
         self.metrics = metrics
+        self.outage = outage
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -141,7 +149,7 @@ class RequestBoundary:
                 log.error("request %s: %s after the response started", rid, type(exc).__name__,
                           exc_info=exc, extra={"request_id": rid})
             else:
-                await response_for(exc, scope)(scope, receive, send_and_record)
+                await response_for(exc, scope, self.outage)(scope, receive, send_and_record)
         finally:
             route = scope.get("route")
             path = getattr(route, "path", "unmatched")

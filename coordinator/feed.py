@@ -42,6 +42,7 @@ import orjson
 from redis.asyncio import Redis
 
 from coordinator.cancellation import cancelling
+from coordinator.outage import OutageLog
 
 log = logging.getLogger("coordinator.feed")
 
@@ -153,6 +154,7 @@ class EventFeed:
         Redis, while nobody watches; after a Redis failure, again from the last id read, with
         jittered backoff."""
         delay = _BACKOFF_START_S
+        outage = OutageLog(log, "event feed reader")
         while True:
             if cancelling():  # a Redis call below may have swallowed the cancellation
                 raise asyncio.CancelledError
@@ -160,12 +162,13 @@ class EventFeed:
             try:
                 await self._read()
                 delay = _BACKOFF_START_S
+                outage.succeeded()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any Redis failure: read again later
                 if cancelling():
                     raise asyncio.CancelledError from None
-                log.warning("reading the event feed failed (%s); retrying", type(exc).__name__)
+                outage.failed(exc)
                 await asyncio.sleep(random.uniform(0, delay))
                 delay = min(delay * 2, _BACKOFF_MAX_S)
 

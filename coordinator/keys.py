@@ -19,6 +19,15 @@ STATUS_CODES = {"queued": 1, "assigned": 2, "running": 3, "succeeded": 4, "faile
 STATUS_SPAN = 2**48
 
 
+def hash_tag(key: str) -> str | None:
+    """The part of ``key`` that Redis Cluster hashes to pick its slot, when it is not the whole
+    key: between the first ``{`` and the first ``}`` after it, if that is not empty. Every key of
+    a deployment starts with its prefix, so a prefix with a tag puts them all in one slot."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return key[start + 1:end] if end > start + 1 else None
+
+
 class Keys:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix

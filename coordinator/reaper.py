@@ -23,6 +23,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 from coordinator.cancellation import cancelling
+from coordinator.outage import OutageLog
 from coordinator.store import Store, Sweep
 
 log = logging.getLogger("coordinator.reaper")
@@ -53,16 +54,20 @@ async def sweep(store: Store) -> dict[str, int]:
     }
 
 
-async def run_reaper(store: Store, interval_s: float) -> None:
+async def run_reaper(store: Store, interval_s: float, outage: OutageLog | None = None) -> None:
+    """Sweep every ``interval_s`` (jittered) until cancelled. Failures go to ``outage`` (the
+    process's, shared with its requests: a sweep that works ends an outage they noticed)."""
+    outage = outage if outage is not None else OutageLog(log, "reaper")
     while True:
         try:
             await sweep(store)
+            outage.succeeded()
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - keep sweeping through Redis hiccups
+        except Exception as exc:  # noqa: BLE001 - keep sweeping through Redis hiccups
             if cancelling():
                 raise asyncio.CancelledError from None
-            log.exception("reaper sweep failed")
+            outage.failed(exc)
         if cancelling():
             raise asyncio.CancelledError
         # Jitter keeps several processes from sweeping in lock-step.

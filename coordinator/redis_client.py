@@ -40,25 +40,31 @@ def describe_url(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}"
 
 
-def _tls_options(url: str, settings: Settings) -> dict[str, Any]:
+def tls_options(url: str, settings: Settings) -> dict[str, Any]:
     if url.startswith("rediss://") and settings.redis_tls_insecure:
         return {"ssl_cert_reqs": "none", "ssl_check_hostname": False}
     return {}
 
 
-def is_cluster(url: str, tls: dict[str, Any]) -> bool:
+def cluster_enabled(url: str, tls: dict[str, Any]) -> bool:
     """Whether the node at ``url`` runs in cluster mode (``INFO cluster``, answered by every
-    Redis; ``CLUSTER INFO`` is an error on a single node). Asked once, at start. A node that
-    cannot be asked (down, wrong password) counts as a single node: the start-up's first
-    command then fails with the real reason."""
+    Redis; ``CLUSTER INFO`` is an error on a single node). Raises what redis-py raises when the
+    node cannot be asked (down, wrong password)."""
     client = redis.Redis.from_url(url, socket_timeout=CONNECT_TIMEOUT_S,
                                   socket_connect_timeout=CONNECT_TIMEOUT_S, **tls)
     try:
         return client.info("cluster").get("cluster_enabled") == 1
-    except (redis.RedisError, OSError):
-        return False
     finally:
         client.close()
+
+
+def is_cluster(url: str, tls: dict[str, Any]) -> bool:
+    """``cluster_enabled``, asked once per process at start. A node that cannot be asked counts
+    as a single node: the start-up's first command then fails with the real reason."""
+    try:
+        return cluster_enabled(url, tls)
+    except (redis.RedisError, OSError):
+        return False
 
 
 # Set while a call holds a permit: redis-py retries a pipeline's redirected commands through the
@@ -171,7 +177,7 @@ def open_redis(settings: Settings) -> tuple[RedisClient, str]:
 
         return fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()), "embedded in-memory Redis (fakeredis)"
     url = settings.redis_url.get_secret_value()
-    tls = _tls_options(url, settings)
+    tls = tls_options(url, settings)
     if is_cluster(url, tls):
         return open_cluster(url, settings.redis_max_connections, tls), "Redis Cluster via " + describe_url(url)
     # A fixed, small pool: long-polls never hold a connection while they wait, and a burst of

@@ -10,6 +10,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 import wire
 
+# What redis-py's from_url accepts.
+REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="COORDINATOR_", extra="ignore")
@@ -49,6 +52,16 @@ class Settings(BaseSettings):
     web_concurrency: int = Field(default=1, ge=1, le=64, validation_alias=AliasChoices("WEB_CONCURRENCY"))
     log_format: Literal["text", "json"] = "text"
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_has_scheme(cls, value: SecretStr | None) -> SecretStr | None:
+        # redis-py refuses any other URL only when it first connects, with a traceback; and a
+        # bare host:port is an easy mistake. The message never repeats the value (a password).
+        if value is not None and not value.get_secret_value().startswith(REDIS_URL_SCHEMES):
+            raise ValueError("must start with redis://, rediss:// or unix:// "
+                             "(for example redis://127.0.0.1:6379/0)")
+        return value
+
     @field_validator("static_hosts")
     @classmethod
     def _host_ids_valid(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
@@ -56,6 +69,17 @@ class Settings(BaseSettings):
             if not wire.is_valid_id(host_id):
                 raise ValueError(f"static host id {host_id!r} is not a valid id")
         return value
+
+    @classmethod
+    def variable(cls, field: str) -> str:
+        """The environment variable that sets ``field``: what an operator must be told to fix.
+        (pydantic names a field set through an alias by that alias: it is its own answer.)"""
+        if field not in cls.model_fields:
+            return field
+        alias = cls.model_fields[field].validation_alias
+        if isinstance(alias, AliasChoices):
+            return str(alias.choices[0])
+        return (cls.model_config.get("env_prefix") or "") + field.upper()
 
     @property
     def heartbeat_interval_whole_s(self) -> int:

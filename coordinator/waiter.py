@@ -34,6 +34,7 @@ import secrets
 from redis.asyncio import Redis
 
 from coordinator.cancellation import cancelling
+from coordinator.outage import OutageLog
 from coordinator.redis_client import HeldConnection, RedisClient, dedicated
 
 log = logging.getLogger("coordinator.waiter")
@@ -185,6 +186,7 @@ class ClaimWaiter:
     async def _pop_forever(self, redis: RedisClient | HeldConnection) -> None:
         delay = 0.1
         failed = False
+        outage = OutageLog(log, "wake-up inbox")
         while True:
             try:
                 if cancelling():
@@ -193,6 +195,7 @@ class ClaimWaiter:
                 if failed:
                     failed = False
                     delay = 0.1
+                    outage.succeeded()
                     self.wake_all()
                 if popped is None:
                     continue
@@ -203,7 +206,7 @@ class ClaimWaiter:
             except Exception as exc:  # noqa: BLE001 - any Redis failure: pop again
                 if cancelling():
                     raise asyncio.CancelledError from None
-                log.warning("wake-up inbox unreadable (%s); retrying", type(exc).__name__)
+                outage.failed(exc)
                 failed = True
                 self.wake_all()
                 await asyncio.sleep(random.uniform(0, delay))

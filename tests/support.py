@@ -203,6 +203,33 @@ class Process:
         return self.popen.returncode
 
 
+def redis_answers(port: int) -> bool:
+    """Whether a Redis on ``port`` of loopback answers PING."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@contextmanager
+def redis_server(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A throwaway ``redis-server`` of the test's own on ``port`` (no persistence), so the test
+    may kill it; killed at the end of the block."""
+    process = subprocess.Popen(
+        [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+         "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: redis_answers(port), 10, 0.02, what=f"redis-server on port {port}")
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
 # Agent settings that keep tests quick: short polls and heartbeats, a short backoff cap.
 FAST_AGENT = {"POLL_WAIT_S": "2", "HEARTBEAT_INTERVAL_S": "0.3", "BACKOFF_CAP_S": "0.5"}
 

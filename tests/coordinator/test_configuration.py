@@ -1,5 +1,5 @@
-"""Small promises of configuration: whole-second intervals, warnings for weak settings, and no
-secret in what is logged."""
+"""Small promises of configuration: whole-second intervals, warnings for weak settings, no
+secret in what is logged, what is refused at start, and how an outage is logged."""
 
 from __future__ import annotations
 
@@ -7,9 +7,15 @@ import logging
 from typing import Any
 
 import pytest
+from redis import exceptions as redis_errors
 
+from coordinator.keys import Keys, hash_tag
+from coordinator.outage import OutageLog
+from coordinator.preflight import Refused, check_redis
 from coordinator.redis_client import describe_url, open_redis
+from tests.cluster import LocalCluster
 from tests.conftest import ADMIN, make_settings, unique_prefix
+from tests.support import REAL_REDIS_URL, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -47,3 +53,75 @@ async def test_the_redis_url_is_described_without_its_secret(url: str) -> None:
     assert "hunter2" not in description and "127.0.0.1" in description
     assert "hunter2" not in repr(make_settings(unique_prefix(), redis_url=url, admin_token=ADMIN))
     await client.aclose()
+
+
+# -- refused at start --------------------------------------------------------------------------
+
+PREFIXES = ["tether:{default}", "{t}", "a{b}c", "tether", "tether:{}", "tether:{open", "tether:}x{",
+            "x}{y}"]
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_a_prefix_has_a_hash_tag_exactly_when_the_cluster_puts_its_keys_in_one_slot(
+        prefix: str, local_cluster: LocalCluster) -> None:
+    slots = {local_cluster.slot_of(key) for key in Keys(prefix).fixed()}
+    assert (hash_tag(prefix) is not None) == (len(slots) == 1), (hash_tag(prefix), slots)
+
+
+def test_an_untagged_prefix_is_refused_on_a_cluster_only(local_cluster: LocalCluster) -> None:
+    with pytest.raises(Refused) as refused:
+        check_redis(make_settings("tether-untagged", redis_url=local_cluster.url))
+    assert "COORDINATOR_KEY_PREFIX" in str(refused.value) and refused.value.exit_code == 2
+    check_redis(make_settings("tether:{tagged}", redis_url=local_cluster.url))
+    check_redis(make_settings("tether-untagged", redis_url=REAL_REDIS_URL))  # one node: one slot
+    check_redis(make_settings("tether-untagged"))  # the embedded Redis
+
+
+def test_an_unreachable_redis_is_refused_naming_its_url_without_the_password() -> None:
+    port = free_port()
+    with pytest.raises(Refused) as refused:
+        check_redis(make_settings(unique_prefix(), redis_url=f"redis://u:hunter2-secret@127.0.0.1:{port}/0"))
+    line = str(refused.value)
+    assert "REDIS_URL" in line and f"127.0.0.1:{port}" in line and "hunter2" not in line
+    assert refused.value.exit_code == 3 and "\n" not in line
+
+
+# -- outages -----------------------------------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_outage_is_one_line_as_it_begins_and_one_with_its_length_as_it_ends(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = _Clock()
+    outage = OutageLog(logging.getLogger("tests.outage"), "sweeper", clock)
+    with caplog.at_level(logging.INFO, logger="tests.outage"):
+        outage.succeeded()  # no outage: nothing to say
+        for _ in range(50):
+            outage.failed(redis_errors.ConnectionError("Error 111 connecting to 127.0.0.1:1."))
+            clock.now += 0.1
+        outage.failed(redis_errors.TimeoutError("Timeout reading from socket"))
+        assert outage.ongoing
+        outage.succeeded()
+        outage.succeeded()
+    lines = [(r.levelno, r.getMessage(), r.exc_info) for r in caplog.records]
+    assert len(lines) == 2 and not any(exc_info for _, _, exc_info in lines)
+    assert lines[0][0] == logging.WARNING and lines[0][1].startswith("sweeper: Redis unreachable (ConnectionError")
+    assert lines[1][1] == "sweeper: Redis reachable again after 5.0 s (51 failed calls meanwhile)"
+    assert not outage.ongoing
+
+
+def test_an_unexpected_error_is_logged_with_its_traceback_every_time(caplog: pytest.LogCaptureFixture) -> None:
+    outage = OutageLog(logging.getLogger("tests.outage"), "sweeper")
+    with caplog.at_level(logging.INFO, logger="tests.outage"):
+        for _ in range(2):
+            outage.failed(redis_errors.ResponseError("ERR unknown command"))
+    assert [r.levelno for r in caplog.records] == [logging.ERROR, logging.ERROR]
+    assert all(r.exc_info and r.exc_info[0] is redis_errors.ResponseError for r in caplog.records)
+    assert not outage.ongoing

@@ -120,8 +120,9 @@ async def test_poll_whose_client_disconnected_claims_nothing(two_coordinators: t
 
 
 def test_coordinator_refuses_bad_configuration() -> None:
-    for bad, field in (({"COORDINATOR_LEASE_TTL_S": "-1"}, "lease_ttl_s"),
-                       ({"COORDINATOR_STATIC_HOSTS": '{"bad id!": "t"}'}, "static_hosts"),
+    # The line names the environment variable at fault, as the operator wrote it.
+    for bad, field in (({"COORDINATOR_LEASE_TTL_S": "-1"}, "COORDINATOR_LEASE_TTL_S"),
+                       ({"COORDINATOR_STATIC_HOSTS": '{"bad id!": "t"}'}, "COORDINATOR_STATIC_HOSTS"),
                        ({"COORDINATOR_STATIC_HOSTS": "{nope"}, "static_hosts")):
         env = coordinator_env(unique_prefix(), **bad)
         result = subprocess.run(
