@@ -22,7 +22,7 @@ from coordinator.errors import (
     Unauthorized,
     device_limit,
 )
-from coordinator.validation import Query, canonical_json, read_json, require_id
+from coordinator.validation import Query, canonical_json, has_control, read_json, require_id
 from coordinator.views import json_response, token_view
 
 MAX_TOKEN_TTL_S = 30 * 24 * 3600
@@ -73,8 +73,10 @@ async def _parse_enroll(ctx: Context, request: Request) -> tuple[str, str, str, 
     enrollment_id = body.id("enrollment_id")
     host_token = body.get("host_token")
     low, high = wire.HOST_TOKEN_MIN_CHARS, wire.HOST_TOKEN_MAX_CHARS
-    if not isinstance(host_token, str) or not low <= len(host_token) <= high:
-        raise InvalidRequest(f"host_token must be a string of {low}..{high} characters")
+    # A secret, kept as sent: stripped, two tokens would share a digest, and the one stored would
+    # not be the one the agent holds (a control character cannot travel in its bearer header).
+    if not isinstance(host_token, str) or not low <= len(host_token) <= high or has_control(host_token):
+        raise InvalidRequest(f"host_token must be a string of {low}..{high} characters, with no control character")
     hostname = body.text("hostname", max_len=255) or ""
     return enrollment_id, host_token, hostname, canonical_json(body.labels("labels"))
 
@@ -106,7 +108,7 @@ async def _parse_devices(ctx: Context, request: Request) -> list[dict[str, str]]
         {
             "local_id": local_id,
             "driver": entry.id("driver"),
-            "attributes": canonical_json(entry.object("attributes")),
+            "attributes": canonical_json(entry.free_object("attributes")),
             "new_id": "d_" + secrets.token_hex(10),
         }
         for local_id, entry in body.entries("devices", "local_id", low=1, high=limit)

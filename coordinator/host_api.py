@@ -57,7 +57,7 @@ def parse_snapshot(body: Body, max_devices: int) -> list[dict[str, str]]:
             "device_id": device_id,
             "driver": entry.id("driver"),
             "status": status,
-            "attributes": canonical_json(entry.object("attributes")),
+            "attributes": canonical_json(entry.free_object("attributes")),
             "labels": canonical_json(entry.labels("labels")),
         })
     parsed.sort(key=lambda d: d["device_id"])
@@ -68,7 +68,7 @@ async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[str, int]:
     """The canonical snapshot JSON and its device count."""
     body = await read_json(request, ctx.settings.max_body_bytes)
     devices = parse_snapshot(body, ctx.settings.max_devices_per_host)
-    agent = body.object("agent")
+    agent = body.free_object("agent")
     return canonical_json({"agent": agent, "devices": devices}), len(devices)
 
 
@@ -320,7 +320,7 @@ async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, 
     if status not in _RESULT_STATUSES:
         raise InvalidRequest(f"status must be one of {', '.join(_RESULT_STATUSES)}")
     failure_reason = body.text("failure_reason", max_len=wire.FAILURE_REASON_MAX_CHARS)
-    metadata = body.object("metadata")
+    metadata = body.free_object("metadata")
     retryable = body.get("retryable")
     if retryable is not None and not isinstance(retryable, bool):
         raise InvalidRequest("retryable must be true or false")

@@ -30,7 +30,7 @@ def parse_task(body: Body, default_queue_timeout_ms: int) -> dict[str, Any]:
         task["max_steps"] = body.integer("max_steps", default=30, low=1, high=10_000)
     elif kind == "workflow":
         workflow = body.object("workflow", required=True)
-        task["workflow"] = canonical_json({"name": workflow.id("name"), "params": workflow.object("params")})
+        task["workflow"] = canonical_json({"name": workflow.id("name"), "params": workflow.free_object("params")})
         task["max_steps"] = body.integer("max_steps", low=1, high=10_000)
     else:
         raise InvalidRequest("kind must be goal or workflow")

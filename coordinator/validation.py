@@ -15,6 +15,8 @@ import wire
 from coordinator.errors import InvalidRequest, PayloadTooLarge
 
 # C0 control characters, tab and newline aside: never stored (they corrupt terminals and logs).
+# Free text loses them; an id, a key or a secret that holds one is refused, since stripping would
+# make two different ones the same.
 _C0 = re.compile("[\x00-\x08\x0b-\x1f]")
 _C0_TABLE = dict.fromkeys([*range(0, 9), *range(11, 32)])
 
@@ -62,28 +64,42 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def clean_text(value: str) -> str:
+    """Free text without its C0 controls (tab and newline aside)."""
     return value.translate(_C0_TABLE) if _C0.search(value) else value
 
 
-def _clean(value: Any, depth: int) -> Any:
-    """``value`` with C0 controls stripped from every string; 400 for a container nested past
-    ``wire.MAX_JSON_DEPTH`` (the body object itself is level 1)."""
+def has_control(value: str) -> bool:
+    """Whether ``value`` holds a C0 control that free text would lose."""
+    return _C0.search(value) is not None
+
+
+def _clean(value: Any) -> Any:
+    """A free-form JSON value (attributes, metadata, params) with C0 controls stripped from every
+    string in it, object keys included: all of it is free text, matched by nothing."""
     if isinstance(value, str):
         return clean_text(value)
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    if isinstance(value, dict):
+        return {clean_text(k): _clean(v) for k, v in value.items()}
+    return value
+
+
+def _check_depth(value: Any, depth: int) -> None:
+    """400 for a container nested past ``wire.MAX_JSON_DEPTH`` (the body object is level 1)."""
     if isinstance(value, dict | list):
         if depth > wire.MAX_JSON_DEPTH:
             raise InvalidRequest(f"JSON is nested deeper than {wire.MAX_JSON_DEPTH} levels")
-        if isinstance(value, list):
-            return [_clean(item, depth + 1) for item in value]
-        return {clean_text(k): _clean(v, depth + 1) for k, v in value.items()}
-    return value
+        for item in value.values() if isinstance(value, dict) else value:
+            _check_depth(item, depth + 1)
 
 
 async def read_json(request: Request, limit: int, *, required: bool = True,
                     unchecked: tuple[str, ...] = ()) -> Body:
-    """The body as a JSON object, at most ``wire.MAX_JSON_DEPTH`` deep and with C0 controls stripped
-    from its text; an empty body is ``{}`` when not ``required``. Top-level fields named in
-    ``unchecked`` are passed on as sent, for a caller that judges them itself."""
+    """The body as a JSON object, at most ``wire.MAX_JSON_DEPTH`` deep, its strings as sent: each
+    field's reader judges it (an id exactly, free text without C0 controls). An empty body is
+    ``{}`` when not ``required``. Top-level fields named in ``unchecked`` skip the depth check,
+    for a caller that judges them itself."""
     raw = await read_body(request, limit)
     if not raw.strip():
         if required:
@@ -95,21 +111,24 @@ async def read_json(request: Request, limit: int, *, required: bool = True,
         raise InvalidRequest("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
-    # JSON text holds a control character only as an escape, and nests no deeper than it has
-    # brackets: a body with no backslash and few brackets has nothing to clean or refuse, and
-    # most bodies are such (walking them was a tenth of a renewal's Python).
-    if b"\\" not in raw and raw.count(b"{") + raw.count(b"[") <= wire.MAX_JSON_DEPTH:
-        return Body(body)
-    return Body({clean_text(k): v if k in unchecked else _clean(v, 2) for k, v in body.items()})
+    # JSON nests no deeper than it has brackets, and holds a control character only as an escape:
+    # most bodies have few brackets and no backslash, and walking them was a tenth of a renewal's
+    # Python.
+    if raw.count(b"{") + raw.count(b"[") > wire.MAX_JSON_DEPTH:
+        for key, value in body.items():
+            if key not in unchecked:
+                _check_depth(value, 2)
+    return Body(body, escaped=b"\\" in raw)
 
 
 class Body(dict[str, Any]):
     """A JSON object from a request, read field by field: each reader returns the field's value
     or raises ``InvalidRequest`` naming it (with the path of the object it sits in)."""
 
-    def __init__(self, data: dict[str, Any], path: str = "") -> None:
+    def __init__(self, data: dict[str, Any], path: str = "", *, escaped: bool = True) -> None:
         super().__init__(data)
         self._path = path
+        self._escaped = escaped  # False: the JSON text had no escape, so no control character
 
     def _name(self, field: str) -> str:
         return f"{self._path}.{field}" if self._path else field
@@ -134,21 +153,29 @@ class Body(dict[str, Any]):
             if required:
                 raise InvalidRequest(f"{self._name(field)} is required")
             return None
+        if isinstance(value, str):
+            value = clean_text(value)
         if not isinstance(value, str) or not value or len(value) > max_len:
             raise InvalidRequest(f"{self._name(field)} must be a non-empty string of at most {max_len} characters")
         return value
 
     def object(self, field: str, *, required: bool = False) -> Body:
-        """A nested object ({} when absent and not ``required``)."""
+        """A nested object ({} when absent and not ``required``), its fields to be read in turn."""
         value = self.get(field)
         if value is None and not required:
-            return Body({}, self._name(field))
+            return Body({}, self._name(field), escaped=False)
         if not isinstance(value, dict):
             raise InvalidRequest(f"{self._name(field)} must be an object")
-        return Body(value, self._name(field))
+        return Body(value, self._name(field), escaped=self._escaped)
+
+    def free_object(self, field: str) -> dict[str, Any]:
+        """A free-form object ({} when absent): all its text, keys included, is free text."""
+        value = dict(self.object(field))
+        return _clean(value) if self._escaped else value
 
     def labels(self, field: str, *, max_items: int = 64, max_len: int = 256) -> dict[str, str]:
-        """A flat object of short strings."""
+        """A flat object of short strings. Selectors match labels by equality, so names and
+        values are keys, taken as sent: one holding a C0 control is refused, not stripped."""
         value = self.get(field)
         if value is None:
             return {}
@@ -158,6 +185,8 @@ class Body(dict[str, Any]):
         for key, item in value.items():
             if not key or len(key) > max_len or not isinstance(item, str) or len(item) > max_len:
                 raise InvalidRequest(f"{name} must map short strings to short strings")
+            if has_control(key) or has_control(item):
+                raise InvalidRequest(f"{name} must not hold control characters")
         return value
 
     def entries(self, field: str, id_field: str, *, low: int, high: int) -> list[tuple[str, Body]]:
@@ -171,7 +200,7 @@ class Body(dict[str, Any]):
         for index, entry in enumerate(entries):
             if not isinstance(entry, dict):
                 raise InvalidRequest(f"each of {name} must be an object")
-            item = Body(entry, f"{name}[{index}]")
+            item = Body(entry, f"{name}[{index}]", escaped=self._escaped)
             entry_id = item.id(id_field)
             if entry_id in seen:
                 raise InvalidRequest(f"{id_field} {entry_id} appears twice")
