@@ -17,8 +17,9 @@ error path.
 
 The cache mirrors ``host_tokens`` and must not outlive it: before it is read, the deployment's
 epoch is confirmed (``coordinator/epoch.py``, at most one ``GET`` a second per process), and a
-Redis that lost its data drops it. Within that second the scripts refuse an enrolled host whose
-record is gone, whichever process the request reached.
+Redis that lost its data drops it. Within that second the heartbeat and device-enrollment
+scripts refuse an enrolled host whose record is gone (and ``run_for`` drops the refused
+credential at once), so no process recreates it; a claim may still wait on it, finding nothing.
 """
 
 from __future__ import annotations

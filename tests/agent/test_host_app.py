@@ -355,3 +355,31 @@ async def test_a_managed_host_the_coordinator_lost_stops_in_one_line_without_a_v
     assert line.startswith("stopped:") and "enrolling again" in line and "failed" in line
     assert StateStore(state).load_identity()["host_id"] == "host-m"  # nothing replaced
     assert len(coordinator.of("enroll")) == 2
+
+
+async def test_a_restart_after_redis_lost_its_data_enrolls_again_with_a_new_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent")
+    state = tmp_path / "state"
+    coordinator = FakeCoordinator(host_id="host-m", token="unused")
+    coordinator.enrollment_token = ENROLL_SECRET
+    shutdown, agent = await start(managed_settings(state), coordinator)
+    await wait_until(lambda: coordinator.of("heartbeat"), what="first heartbeat")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+
+    # The operator mints a new token after the loss and restarts the agent with it: the state
+    # folder need not be deleted.
+    lose_identity(coordinator, "host-n")
+    coordinator.enrollment_token = "tet_minted-after-the-loss-0123456789"
+    shutdown, agent = await start(managed_settings(state, enrollment_token=coordinator.enrollment_token),
+                                  coordinator)
+    await wait_until(lambda: any("/hosts/host-n/heartbeat" in c.path for c in coordinator.calls),
+                     what="a heartbeat as the new host")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+    first, again = coordinator.of("enroll")
+    assert again.body == first.body
+    assert StateStore(state).load_identity()["host_id"] == "host-n"
+    assert len(refusal_lines(caplog)) == 1
