@@ -5,6 +5,11 @@ them (managed) and bind the ``DeviceManager`` to cloud ids → heartbeat, claim 
 (devices found later, and a managed host's devices again after the coordinator forgot one, are
 enrolled through the same ``DeviceEnroller``). A shutdown signal during start-up abandons it and
 the agent exits 0.
+
+When the coordinator refuses the host's credential (401: revoked, or its Redis lost this host),
+the agent says so in one line and exits 1; a managed host with ``HOST_AGENT_ENROLLMENT_TOKEN`` set
+first replays its enrollment (``identity.reenroll``) and, if that makes a new host, starts again
+as it. At most once per process: a second refusal, or a refused replay, exits.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ import httpx
 
 from agent.client import CoordinatorClient
 from agent.executor import RuntimeExecutor
-from agent.host import EXIT_OK, HostAgent
+from agent.host import EXIT_FATAL, EXIT_OK, HostAgent
 from agent.identity import (
+    CredentialRefused,
     DeviceEnroller,
+    HostIdentity,
     StartupError,
     enroll_devices,
+    reenroll,
     resolve_identity,
 )
 from agent.retry import RetryPolicy
@@ -34,9 +42,11 @@ from agent.runtime import (
     WorkflowRunner,
     make_planner,
 )
-from agent.settings import AgentSettings
+from agent.settings import ENV_PREFIX, AgentSettings
 
 log = logging.getLogger("agent")
+
+_REFUSED = "the coordinator rejected this host's credential (401): revoked, or unknown to it (its Redis lost its data?)"
 
 
 def plain_http_remote_host(url: str) -> str | None:
@@ -97,8 +107,19 @@ async def run_agent(
             )
         retry_policy = retry_policy or RetryPolicy(cap_s=settings.backoff_cap_s)
 
-        async def start() -> tuple[HostAgent, object]:
-            identity = await resolve_identity(settings, client, retry_policy)
+        async def start(refused: HostIdentity | None) -> tuple[HostIdentity, HostAgent, object]:
+            """Build the agent; ``refused``: an identity the coordinator refused, to enroll again."""
+            if refused is None:
+                identity = await resolve_identity(settings, client, retry_policy)
+            else:
+                try:
+                    identity = await reenroll(settings, client, retry_policy, refused)
+                except StartupError as exc:
+                    raise StartupError(
+                        f"{_REFUSED}; enrolling again with {ENV_PREFIX}ENROLLMENT_TOKEN failed: {exc}"
+                    ) from None
+                log.warning("%s (host %s); enrolled again with %sENROLLMENT_TOKEN as host %s",
+                            _REFUSED, refused.host_id, ENV_PREFIX, identity.host_id)
             host = client.host(identity.host_id, identity.token)
             try:
                 manager = await DeviceManager.discover(settings.device_specs, adb_path=settings.adb_path)
@@ -136,20 +157,58 @@ async def run_agent(
                 len(id_map),
                 ", ".join(sorted(id_map.values())) or "none",
             )
-            return agent, planner
+            return identity, agent, planner
 
-        starting = asyncio.create_task(start())
-        stopping = asyncio.create_task(shutdown.wait())
-        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if not starting.done():
-            starting.cancel()
-            await asyncio.gather(starting, return_exceptions=True)
-            log.info("shutdown requested during start-up; exiting")
-            return EXIT_OK
-        stopping.cancel()
-        await asyncio.gather(stopping, return_exceptions=True)
-        agent, planner = starting.result()
-        try:
-            return await agent.run(shutdown)
-        finally:
-            await planner.aclose()  # type: ignore[attr-defined]
+        refused: HostIdentity | None = None
+        may_reenroll = settings.enrollment_token is not None  # once per process: then it is final
+        while True:
+            starting = asyncio.create_task(start(refused))
+            stopping = asyncio.create_task(shutdown.wait())
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+                log.info("shutdown requested during start-up; exiting")
+                return EXIT_OK
+            stopping.cancel()
+            await asyncio.gather(stopping, return_exceptions=True)
+            try:
+                identity, agent, planner = starting.result()
+            except CredentialRefused as exc:  # the stored identity, refused at start-up
+                if not may_reenroll:
+                    raise
+                may_reenroll, refused = False, exc.identity
+                continue
+            except StartupError as exc:
+                if refused is None:
+                    raise
+                log.error("stopped: %s", exc)  # enrolling again failed: the one line that says so
+                return EXIT_FATAL
+            # The agent's own stop (a 401, a crashed loop) must not stop the next start.
+            stop = asyncio.Event()
+            follow = asyncio.create_task(_follow(shutdown, stop))
+            try:
+                code = await agent.run(stop)
+            finally:
+                follow.cancel()
+                await planner.aclose()  # type: ignore[attr-defined]
+            if not agent.credential_refused:
+                return code
+            if not may_reenroll or not identity.managed or shutdown.is_set():
+                log.error("stopped: %s%s", _REFUSED, _hint(settings, identity, refused is not None))
+                return EXIT_FATAL
+            may_reenroll, refused = False, identity
+
+
+async def _follow(outer: asyncio.Event, inner: asyncio.Event) -> None:
+    await outer.wait()
+    inner.set()
+
+
+def _hint(settings: AgentSettings, identity: HostIdentity, reenrolled: bool) -> str:
+    """What the operator can do about a refused credential, for the one line that says so."""
+    if not identity.managed:
+        return f"; check {ENV_PREFIX}HOST_ID and {ENV_PREFIX}TOKEN"
+    if reenrolled:
+        return "; this host was enrolled again once since it started, and is not enrolled twice"
+    return f"; set {ENV_PREFIX}ENROLLMENT_TOKEN to a valid enrollment token to enroll this host again"

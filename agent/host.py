@@ -22,7 +22,9 @@ Every "same request again" goes through ``agent/retry.py`` under the one ``Retry
 
 Shutdown (``run``'s ``shutdown`` event): stop claiming, give running work ``shutdown_grace_s``
 to finish, then stop it through its ``RunControl``, report what it returns, and return 0. A
-``401`` (host credential revoked) or a crashed loop ends the agent the same way but returns 1.
+``401`` (host credential revoked, or unknown: the coordinator's Redis lost its data) or a crashed
+loop ends the agent the same way but returns 1. A 401 is not logged here but left to the caller
+(``credential_refused``), which stops or enrolls the host again (``agent/app.py``).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from wire import DeviceStatus, ErrorCode
 
 log = logging.getLogger("agent.host")
 
-_REVOKED = "the coordinator rejected this host's credential (401): revoked or unknown"
+_REVOKED = "the coordinator rejected this host's credential (401): revoked, or unknown to it"
 EXIT_OK = 0
 EXIT_FATAL = 1
 # The coordinator's heartbeat interval is followed within these bounds, so a misconfigured
@@ -128,6 +130,7 @@ class HostAgent:
         self._fatal: str | None = None
         self.heartbeats_sent = 0  # successful heartbeats, for tests and logs
         self.draining = False  # the coordinator's last word; public for logs and tests
+        self.credential_refused = False  # a 401 ended the run: the caller says so, once
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -160,6 +163,8 @@ class HostAgent:
         heartbeat.cancel()
         devices.cancel()
         await asyncio.gather(heartbeat, devices, return_exceptions=True)
+        if self.credential_refused:
+            return EXIT_FATAL
         if self._fatal is not None:
             log.error("stopped: %s", self._fatal)
             return EXIT_FATAL
@@ -173,6 +178,8 @@ class HostAgent:
             self._shutdown.set()
 
     def _revoked(self) -> None:
+        if self._fatal is None:
+            self.credential_refused = True
         self._die(_REVOKED)
 
     async def _guard(

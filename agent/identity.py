@@ -12,6 +12,15 @@ written anywhere. Local devices are enrolled on every start (idempotent), and de
 (a phone plugged in under ``adb:*``) when they are found, before they are reported; each answer
 is merged into the local → cloud id map in ``STATE_DIR/devices.json`` before it is used.
 
+An identity the coordinator no longer knows (a ``401`` on the host token: revoked, or its Redis
+lost its data) is enrolled again only when ``HOST_AGENT_ENROLLMENT_TOKEN`` is set, and only by
+replaying the stored enrollment (``reenroll``): the same enrollment id and host token. A revoked
+host's replay is refused (the coordinator still holds that enrollment and its revocation), so an
+operator's revocation stays final; a coordinator that lost the enrollment, and still accepts the
+enrollment token, makes a new host of it. The device map (cloud ids of the identity that is gone)
+is emptied before the new host id is written, each file atomically: a crash between the two
+leaves the old host id, whose next start replays the same enrollment and gets the same answer.
+
 Files are written atomically (temporary file, fsync, ``os.replace``, fsync of the folder) with
 mode 0600 in a 0700 folder.
 """
@@ -50,6 +59,14 @@ HOST_TOKEN_PREFIX = "tht_"  # recognisable, so secret scanners can find a leaked
 
 class StartupError(Exception):
     """Start-up cannot continue (rejected enrollment, conflicting device, unreadable state)."""
+
+
+class CredentialRefused(StartupError):
+    """The coordinator refused the stored identity's host token (401) at start-up."""
+
+    def __init__(self, message: str, identity: HostIdentity) -> None:
+        super().__init__(message)
+        self.identity = identity
 
 
 @dataclass(frozen=True)
@@ -170,9 +187,20 @@ async def resolve_identity(
             raise ConfigError(
                 f"enrollment in {settings.state_dir} is unfinished and {ENV_PREFIX}ENROLLMENT_TOKEN is not set"
             )
+    answer = await _enroll(settings, client, retry_policy, store, enrollment_id, host_token)
+    host_id = answer["host_id"]
+    store.save_identity(enrollment_id, host_token, host_id)
+    log.info("enrolled as host %s (%s)", host_id, "created" if answer.get("created") else "existing")
+    return HostIdentity(host_id, host_token, managed=True)
+
+
+async def _enroll(settings: AgentSettings, client: CoordinatorClient, retry_policy: RetryPolicy,
+                  store: StateStore, enrollment_id: str, host_token: SecretStr) -> dict[str, Any]:
+    """``POST /internal/v1/enroll`` with the configured token, retried while unanswered."""
     enrollment_token = settings.enrollment_token
+    assert enrollment_token is not None
     try:
-        answer = await retry(
+        return await retry(
             lambda: client.enroll(
                 enrollment_token,
                 enrollment_id=enrollment_id,
@@ -185,7 +213,8 @@ async def resolve_identity(
         )
     except Unauthorized:
         raise StartupError(
-            "the coordinator rejected the enrollment token (unknown, expired, revoked or used up)"
+            "the coordinator rejected the enrollment token (unknown, expired, revoked or used up) "
+            "or this host was revoked"
         ) from None
     except Conflict as exc:
         raise StartupError(
@@ -194,10 +223,25 @@ async def resolve_identity(
         ) from None
     except (Rejected, MalformedAnswer) as exc:
         raise StartupError(f"enrollment failed: {exc}") from None
+
+
+async def reenroll(settings: AgentSettings, client: CoordinatorClient, retry_policy: RetryPolicy,
+                   refused: HostIdentity) -> HostIdentity:
+    """Enroll again a managed identity whose host token the coordinator refused, by replaying its
+    stored enrollment with ``HOST_AGENT_ENROLLMENT_TOKEN``. ``StartupError`` when it cannot."""
+    assert settings.state_dir is not None and settings.enrollment_token is not None
+    store = StateStore(settings.state_dir)
+    stored = store.load_identity()
+    if stored is None or stored["host_token"] != refused.token.get_secret_value():
+        raise StartupError(f"{store.identity_path} no longer holds this host's identity")
+    enrollment_id = stored["enrollment_id"]
+    answer = await _enroll(settings, client, retry_policy, store, enrollment_id, refused.token)
     host_id = answer["host_id"]
-    store.save_identity(enrollment_id, host_token, host_id)
-    log.info("enrolled as host %s (%s)", host_id, "created" if answer.get("created") else "existing")
-    return HostIdentity(host_id, host_token, managed=True)
+    if host_id == refused.host_id:
+        raise StartupError(f"the coordinator still holds host {host_id} yet refuses its credential")
+    store.save_device_map({})  # cloud ids of the host that is gone; before the new id is kept
+    store.save_identity(enrollment_id, refused.token, host_id)
+    return HostIdentity(host_id, refused.token, managed=True)
 
 
 class DeviceEnroller:
@@ -254,9 +298,10 @@ async def enroll_devices(
         mapping = await retry(lambda: enroller.enroll(devices), retry_policy.backoff(), what="device enrollment")
     except Unauthorized:  # only managed hosts call the coordinator here
         assert state_dir is not None
-        raise StartupError(
+        raise CredentialRefused(
             f"the coordinator rejected this host's credential (revoked?); remove "
-            f"{StateStore(state_dir).identity_path} and enroll again with a new {ENV_PREFIX}ENROLLMENT_TOKEN"
+            f"{StateStore(state_dir).identity_path} and enroll again with a new {ENV_PREFIX}ENROLLMENT_TOKEN",
+            identity,
         ) from None
     except (Rejected, MalformedAnswer) as exc:
         raise StartupError(f"device enrollment failed: {exc}") from None

@@ -19,6 +19,7 @@ from coordinator.auth import Authenticator
 from coordinator.autopipeline import auto_pipeline
 from coordinator.boundary import RequestBoundary
 from coordinator.context import Context
+from coordinator.epoch import Epoch
 from coordinator.feed import EventFeed
 from coordinator.keys import Keys
 from coordinator.metrics import Metrics
@@ -82,6 +83,9 @@ def build_context(settings: Settings, redis: Redis) -> Context:
     # One per process: the script calls and reads of every request share its writes.
     pipeline = auto_pipeline(redis)
     scripts = load_scripts()
+    # What this process keeps from Redis is dropped when Redis lost its data.
+    epoch = Epoch(redis, keys.epoch)
+    epoch.on_change(next(iter(scripts.values())).library.forget)
     return Context(
         settings=settings,
         store=Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
@@ -90,10 +94,11 @@ def build_context(settings: Settings, redis: Redis) -> Context:
                     pipeline=pipeline, scripts=scripts),
         queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
                         read_waiting=scripts["readWaiting"], pipeline=pipeline),
-        auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts),
+        auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts, epoch),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=Metrics(),
         feed=EventFeed(redis, keys.feed),
+        epoch=epoch,
     )
 
 
@@ -121,6 +126,7 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
             log.warning("COORDINATOR_ADMIN_TOKEN is shorter than %d characters: easy to guess",
                         ADMIN_TOKEN_MIN_CHARS)
         await ctx.store.load_scripts()
+        await ctx.epoch.check()  # the epoch this process's caches belong to (written if missing)
         loops = [asyncio.create_task(ctx.waiter.run(), name="waiter"),
                  asyncio.create_task(ctx.feed.run(), name="feed"),
                  asyncio.create_task(run_reaper(ctx.store, settings.reaper_interval_s, outage),

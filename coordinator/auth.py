@@ -14,6 +14,12 @@ contract's order, credential, then path, then body: a request that would be refu
 or its body first asks Redis whether its credential is still live (``ensure_live``), so a revoked
 credential gets 401 whatever else is wrong with the request. That costs a round trip only on the
 error path.
+
+The cache mirrors ``host_tokens`` and must not outlive it: before it is read, the deployment's
+epoch is confirmed (``coordinator/epoch.py``, at most one ``GET`` a second per process), and a
+Redis that lost its data drops it. Within that second the heartbeat and device-enrollment
+scripts refuse an enrolled host whose record is gone (and ``run_for`` drops the refused
+credential at once), so no process recreates it; a claim may still wait on it, finding nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pydantic import SecretStr
 from redis.asyncio import Redis
 from starlette.requests import Request
 
+from coordinator.epoch import Epoch
 from coordinator.errors import ApiError, Forbidden, Unauthorized
 from coordinator.keys import Keys
 from coordinator.validation import header
@@ -60,7 +67,9 @@ def bearer_secret(request: Request) -> str:
 
 class Authenticator:
     def __init__(self, redis: Redis, keys: Keys, admin_token: SecretStr | None,
-                 static_hosts: dict[str, SecretStr]) -> None:
+                 static_hosts: dict[str, SecretStr], epoch: Epoch | None = None) -> None:
+        """``epoch``: confirmed before cached credentials are used, and drops them when Redis
+        lost its data (None: the cache is trusted as long as the process lives)."""
         self._redis = redis
         self._keys = keys
         self._admin_digest = (
@@ -75,6 +84,11 @@ class Authenticator:
         self._static_digests = {host_id: digest for digest, host_id in self._static.items()}
         self.static_host_ids = frozenset(static_hosts)
         self._enrolled_cache: dict[str, str] = {}
+        # Bumped whenever the cache is dropped: a lookup that began before does not fill it.
+        self._generation = 0
+        self._epoch = epoch
+        if epoch is not None:
+            epoch.on_change(self.drop_cache)
 
     def require_admin(self, request: Request) -> None:
         digest = token_digest(bearer_secret(request)).encode()
@@ -86,15 +100,19 @@ class Authenticator:
         static = self._static.get(digest)
         if static is not None:
             return HostPrincipal(static, "static", digest)
+        if self._epoch is not None:
+            await self._epoch.confirm()
         host_id = self._enrolled_cache.get(digest)
         if host_id is None:
+            generation = self._generation
             raw = await self._redis.hget(self._keys.host_tokens, digest)
             if raw is None:
                 raise Unauthorized()
             host_id = raw.decode()
-            if len(self._enrolled_cache) >= _CACHE_LIMIT:
-                self._enrolled_cache.clear()
-            self._enrolled_cache[digest] = host_id
+            if generation == self._generation:
+                if len(self._enrolled_cache) >= _CACHE_LIMIT:
+                    self._enrolled_cache.clear()
+                self._enrolled_cache[digest] = host_id
         return HostPrincipal(host_id, "enrolled", digest)
 
     async def host_for_path(self, request: Request, path_host_id: str) -> HostPrincipal:
@@ -119,9 +137,23 @@ class Authenticator:
             await self.ensure_live(principal)
             raise
 
+    async def run_for(self, principal: HostPrincipal, call: Awaitable[T]) -> T:
+        """``call``'s value; if its script refused the credential (revoked, or a host Redis no
+        longer knows), this process stops trusting its cached copy at once."""
+        try:
+            return await call
+        except Unauthorized:
+            self._enrolled_cache.pop(principal.digest, None)
+            raise
+
     def static_digest(self, host_id: str) -> str | None:
         """The configured credential's digest of a static host, None for any other host id."""
         return self._static_digests.get(host_id)
+
+    def drop_cache(self) -> None:
+        """Forget every cached credential (Redis lost the data they were read from)."""
+        self._enrolled_cache.clear()
+        self._generation += 1
 
     def forget(self, host_id: str) -> None:
         """Drop cached credentials of a revoked host (the scripts refuse it regardless)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.auth import Authenticator
+from coordinator.epoch import Epoch
 from coordinator.feed import EventFeed
 from coordinator.metrics import Metrics
 from coordinator.queries import Queries
@@ -22,3 +23,4 @@ class Context:
     waiter: ClaimWaiter
     metrics: Metrics
     feed: EventFeed
+    epoch: Epoch

@@ -121,5 +121,6 @@ async def enroll_devices(ctx: Context, request: Request) -> Response:
         await ctx.auth.ensure_live(principal)
         raise Forbidden("static hosts keep their local device ids and do not enroll devices")
     batch = await ctx.auth.parse_for(principal, _parse_devices(ctx, request))
-    enrolled = await ctx.store.enroll_devices(principal, batch, ctx.settings.max_devices_per_host)
+    enrolled = await ctx.auth.run_for(
+        principal, ctx.store.enroll_devices(principal, batch, ctx.settings.max_devices_per_host))
     return json_response({"devices": enrolled})

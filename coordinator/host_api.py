@@ -75,7 +75,7 @@ async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[str, int]:
 async def heartbeat(ctx: Context, request: Request) -> Response:
     principal = await _authorize(ctx, request)
     snapshot, count = await ctx.auth.parse_for(principal, _parse_heartbeat(ctx, request))
-    draining = await ctx.store.heartbeat(principal, snapshot)
+    draining = await ctx.auth.run_for(principal, ctx.store.heartbeat(principal, snapshot))
     return json_response({
         "host_id": principal.host_id,
         "devices": count,

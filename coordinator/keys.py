@@ -70,6 +70,9 @@ class Keys:
         self.enrollments = p + "enrollments"
         self.local_devices = p + "local_devices"
         self.enrolled_devices = p + "enrolled_devices"
+        # a random value written once: a process that finds another (or none) knows Redis lost
+        # the data its caches mirror (coordinator/epoch.py)
+        self.epoch = p + "epoch"
         # Keys of one host, driver, device or process are this base plus a kind and
         # the id (the methods below): the scripts derive them, and they carry the hash tag too.
         self.base = p

@@ -98,6 +98,11 @@ class Library:
         await redis.function_load(self.source, replace=True)
         self.loaded = True
 
+    def forget(self) -> None:
+        """Redis lost its data (``coordinator/epoch.py``): load the library before the next call
+        rather than trust that Redis still holds it."""
+        self.loaded = False
+
     async def present(self, redis: Redis) -> bool:
         """Whether Redis holds the library (on a cluster: every master does)."""
         listed = await redis.function_list(library=self.name)

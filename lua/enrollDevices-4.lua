@@ -17,7 +17,8 @@
     {DRIVER_CONFLICT, local id}  already enrolled on this host with another driver
     {DEVICE_LIMIT}               the batch would take the host past ARGV[4] enrolled devices
     {NOT_ENROLLED_HOST}          not an enrolled host
-    {REVOKED}
+    {REVOKED}                    the credential is revoked, or no record of the host holds it
+                                 (Redis lost it, whatever a cache said)
 
   Invariants: a rejected batch enrolls nothing; an enrolled device id never changes host or driver;
   the host record's `devices_enrolled` counts its enrolled devices and never exceeds ARGV[4].
@@ -35,9 +36,17 @@ local maxDevices = tonumber(ARGV[4])
 if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
 end
+-- Only enrolled hosts' credentials reach this script (the service answers a static host's 403
+-- itself), so a missing record is a host Redis no longer knows: an unknown credential.
 local host = getJson(hostsKey, hostId)
-if not host or host.kind ~= 'enrolled' then
+if not host then
+  return {E.REVOKED}
+end
+if host.kind ~= 'enrolled' then
   return {E.NOT_ENROLLED_HOST}
+end
+if host.token_digest ~= credential then
+  return {E.REVOKED}
 end
 
 local existing = {}

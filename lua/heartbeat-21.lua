@@ -21,14 +21,16 @@
     {DEVICE_CONFLICT, device id}  static host: the id belongs to an online host or is enrolled
     {UNKNOWN_DEVICE, device id}   enrolled host: the id is not enrolled to this host
     {DRIVER_CONFLICT, device id}  enrolled host: the driver differs from the enrollment
-    {REVOKED}
+    {REVOKED}                     the credential is revoked, or (enrolled host) no record of
+                                  the host holds it: Redis lost it, whatever a cache said
 
   Invariants: a rejected snapshot changes nothing (not last-seen, not the pool); other hosts'
   devices and enrollment records are never touched, except that a static device id whose owner
   is offline passes to the new reporter; a device that disappears takes its unclaimed
   assignment back to the queue; a host coming back online publishes `host_online`, and each of
   its free devices takes the oldest waiting task it matches, whether or not a sweep had taken the
-  host offline (no task waits beside a device it could run on).
+  host offline (no task waits beside a device it could run on). Only enrollment creates an
+  enrolled host's record; a static host's is created by its first accepted heartbeat.
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
@@ -55,6 +57,15 @@ if wasOnline and previousJson == snapshotJson then
   return {0, rcall('SISMEMBER', S.draining, hostId)}
 end
 
+-- Read before the snapshot is judged: an enrolled host whose record is gone (Redis lost its
+-- data; a process's cached credential may not know yet) is an unknown credential, not a host
+-- with unknown devices, and must not come back as an empty host. The unchanged-snapshot path
+-- above needs no look: the snapshot it compares with is gone with the record.
+local hostRecord = getJson(hostsKey, hostId)
+if kind == 'enrolled' and (not hostRecord or hostRecord.token_digest ~= credential) then
+  return {E.REVOKED}
+end
+
 local snapshot = cjson.decode(snapshotJson)
 for _, reported in ipairs(snapshot.devices) do
   local id = reported.device_id
@@ -79,7 +90,6 @@ end
 
 -- An enrolled host's labels (set by the operator through its enrollment token) apply to every
 -- device it reports, and win over the agent's own.
-local hostRecord = getJson(hostsKey, hostId)
 local hostLabels = {}
 if hostRecord and hostRecord.labels then
   hostLabels = cjson.decode(hostRecord.labels)

@@ -291,3 +291,95 @@ async def test_plain_http_to_a_remote_coordinator_is_warned_about_once(
     else:
         assert len(warnings) == 1 and warned_host in warnings[0]
     assert "s3cret" not in caplog.text
+
+
+def lose_identity(coordinator: FakeCoordinator, new_host_id: str) -> None:
+    """The coordinator's Redis lost this host: its token, enrollment and devices are unknown; an
+    enrollment made now creates ``new_host_id``."""
+    coordinator.token = "lost"
+    coordinator.enrolled = None
+    coordinator.device_ids = {}
+    coordinator.host_id = new_host_id
+
+
+def refusal_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "rejected this host's credential" in r.getMessage()]
+
+
+async def test_a_managed_host_the_coordinator_lost_enrolls_again_once_with_its_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent")
+    state = tmp_path / "state"
+    coordinator = FakeCoordinator(host_id="host-m", token="unused")
+    coordinator.enrollment_token = ENROLL_SECRET
+    shutdown, agent = await start(managed_settings(state), coordinator)
+    await wait_until(lambda: coordinator.of("heartbeat"), what="first heartbeat")
+    first_enroll = coordinator.of("enroll")[0].body
+
+    lose_identity(coordinator, "host-n")
+    await wait_until(lambda: any("/hosts/host-n/heartbeat" in c.path for c in coordinator.calls),
+                     what="a heartbeat as the new host")
+    # The stored enrollment was replayed, not a new one minted; the state names the new host only.
+    assert [c.body for c in coordinator.of("enroll")] == [first_enroll, first_enroll]
+    assert StateStore(state).load_identity()["host_id"] == "host-n"
+    assert {d["device_id"] for d in StateStore(state).load_device_map().values()} == {
+        "host-n.phone-1", "host-n.phone-2"}
+    task = coordinator.assign("host-n.phone-1", goal="Turn on airplane mode")
+    await wait_until(lambda: result(coordinator, task), what="a result as the new host")
+    [line] = refusal_lines(caplog)
+    assert "enrolled again" in line and "host-m" in line and "host-n" in line
+
+    # Lost again: enrolled once per process, so it stops, in one line, rather than loop.
+    lose_identity(coordinator, "host-o")
+    assert await asyncio.wait_for(agent, 10) == 1
+    assert len(coordinator.of("enroll")) == 2
+    assert len(refusal_lines(caplog)) == 2 and "stopped" in refusal_lines(caplog)[1]
+    assert not shutdown.is_set()
+
+
+async def test_a_managed_host_the_coordinator_lost_stops_in_one_line_without_a_valid_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent")
+    state = tmp_path / "state"
+    coordinator = FakeCoordinator(host_id="host-m", token="unused")
+    coordinator.enrollment_token = ENROLL_SECRET
+    _, agent = await start(managed_settings(state), coordinator)
+    await wait_until(lambda: coordinator.of("heartbeat"), what="first heartbeat")
+
+    lose_identity(coordinator, "host-n")
+    coordinator.enrollment_token = "tet_another-deployments-token"  # the agent's is unknown now
+    assert await asyncio.wait_for(agent, 10) == 1
+    [line] = refusal_lines(caplog)
+    assert line.startswith("stopped:") and "enrolling again" in line and "failed" in line
+    assert StateStore(state).load_identity()["host_id"] == "host-m"  # nothing replaced
+    assert len(coordinator.of("enroll")) == 2
+
+
+async def test_a_restart_after_redis_lost_its_data_enrolls_again_with_a_new_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent")
+    state = tmp_path / "state"
+    coordinator = FakeCoordinator(host_id="host-m", token="unused")
+    coordinator.enrollment_token = ENROLL_SECRET
+    shutdown, agent = await start(managed_settings(state), coordinator)
+    await wait_until(lambda: coordinator.of("heartbeat"), what="first heartbeat")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+
+    # The operator mints a new token after the loss and restarts the agent with it: the state
+    # folder need not be deleted.
+    lose_identity(coordinator, "host-n")
+    coordinator.enrollment_token = "tet_minted-after-the-loss-0123456789"
+    shutdown, agent = await start(managed_settings(state, enrollment_token=coordinator.enrollment_token),
+                                  coordinator)
+    await wait_until(lambda: any("/hosts/host-n/heartbeat" in c.path for c in coordinator.calls),
+                     what="a heartbeat as the new host")
+    shutdown.set()
+    assert await asyncio.wait_for(agent, 10) == 0
+    first, again = coordinator.of("enroll")
+    assert again.body == first.body
+    assert StateStore(state).load_identity()["host_id"] == "host-n"
+    assert len(refusal_lines(caplog)) == 1

@@ -22,6 +22,7 @@ from tests.support import (
     Process,
     agent_process,
     coordinator_env,
+    delete_prefix,
     fresh_prefix,
     wait_until,
 )
@@ -327,6 +328,26 @@ def test_revoked_managed_host_exits_nonzero(
     assert revoked.status_code == 200, revoked.text
     assert agent.wait() == 1
     assert "rejected this host's credential" in agent.log()
+
+
+def test_a_managed_host_whose_redis_lost_its_data_stops_in_one_line(
+    coordinator: Coordinator, start_agent: Callable[..., Process], tmp_path: Path
+) -> None:
+    token = coordinator.api.post("/api/v1/enrollment-tokens", json={"ttl_s": 600, "max_uses": 1}).json()["token"]
+    agent = start_agent("managed", ENROLLMENT_TOKEN=token, STATE_DIR=str(tmp_path / "state"), DEVICES="sim:phone-1")
+    [device] = wait_pooled(coordinator)
+    # Redis restarted empty: every key of the deployment is gone (its enrollment token with it).
+    delete_prefix(coordinator.env["COORDINATOR_KEY_PREFIX"])
+
+    # Seen: the coordinator kept the cached token, recreated an empty host, and the agent looped
+    # on 409 unknown_device and 403. Now: one line, exit 1, and no ghost host.
+    assert agent.wait(timeout=20) == 1
+    log = agent.log()
+    [line] = [entry for entry in log.splitlines() if "rejected this host's credential" in entry]
+    assert "stopped" in line and "enrolling again" in line, line
+    assert "unknown_device" not in log and "403" not in log
+    assert coordinator.api.get(f"/api/v1/hosts/{device['host_id']}").status_code == 404
+    assert [h for h in coordinator.api.get("/api/v1/hosts").json()["hosts"] if h["kind"] != "static"] == []
 
 
 def test_a_drained_host_finishes_its_run_keeps_heartbeating_and_takes_work_once_undrained(
