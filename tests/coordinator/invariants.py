@@ -1,0 +1,226 @@
+"""The contract's invariants over what Redis stores, by the layout's own rules (docs/redis-keys.md).
+
+``read_stored`` reads every key of a deployment; ``check_stored`` asserts, of one reading and the
+one before it:
+- each index agrees with the records (statuses, waiting queues, assignments, leases, deadlines,
+  reservations, the free set, a host's devices, the driver index);
+- no queued task waits beside a device it could run on (a free, available, enabled device of an
+  online host, by the offline deadline itself, that is neither draining nor stalled);
+- first in, first out within a target: a task assigned in this step had no older task of the
+  same target still queued after it;
+- a device holds at most one task, a task at most one live lease;
+- every acknowledged create is stored, or was terminal and purged after its retention, and then
+  nothing of it is left behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from coordinator.keys import STATUS_CODES, STATUS_SPAN, Keys
+from coordinator.queries import Queries
+from tests.support import glob_escape
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+def _text(value: bytes) -> str:
+    return value.decode()
+
+
+@dataclass
+class Stored:
+    now_ms: int
+    tasks: dict[str, dict[str, Any]]
+    by_status: dict[str, float]
+    devices: dict[str, dict[str, Any]]
+    reservations: dict[str, str]
+    free: set[str]
+    by_driver: set[str]
+    disabled: set[str]
+    draining: set[str]
+    stalled: set[str]
+    online: dict[str, float]
+    host_devices: dict[str, set[str]]
+    waiting: dict[str, dict[str, float]]  # key kind:id -> task id -> seq
+    assigned: dict[str, list[str]]
+    lease_deadlines: dict[str, float]
+    claim_deadlines: dict[str, float]
+    queue_deadlines: dict[str, float]
+    retention: dict[str, float]
+    idempotency: dict[str, str]
+    claims: dict[str, dict[str, Any]]
+    progress: set[str]
+
+
+async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
+    async def zset(key: str) -> dict[str, float]:
+        return {_text(m): s for m, s in await redis.zrange(key, 0, -1, withscores=True)}
+
+    async def members(key: str) -> set[str]:
+        return {_text(m) for m in await redis.smembers(key)}
+
+    host_devices: dict[str, set[str]] = {}
+    waiting: dict[str, dict[str, float]] = {}
+    assigned: dict[str, list[str]] = {}
+    async for raw in redis.scan_iter(match=glob_escape(keys.base) + "*", count=1000):
+        name = _text(raw)[len(keys.base):]
+        kind, _, ident = name.partition(":")
+        if kind == "host_devices":
+            host_devices[ident] = await members(_text(raw))
+        elif kind in ("waiting", "waiting_device"):
+            waiting[name] = await zset(_text(raw))
+        elif kind == "assigned":
+            assigned[ident] = [_text(t) for t in await redis.lrange(_text(raw), 0, -1)]
+    return Stored(
+        now_ms=await queries.redis_time_ms(),
+        tasks={_text(k): orjson.loads(v) for k, v in (await redis.hgetall(keys.tasks)).items()},
+        by_status=await zset(keys.tasks_by_status),
+        devices={_text(k): orjson.loads(v) for k, v in (await redis.hgetall(keys.devices)).items()},
+        reservations={_text(k): _text(v) for k, v in (await redis.hgetall(keys.reservations)).items()},
+        free=set(await zset(keys.free)),
+        by_driver=set(await zset(keys.devices_by_driver)),
+        disabled={_text(k) for k in await redis.hkeys(keys.disabled_devices)},
+        draining=await members(keys.hosts_draining),
+        stalled=await members(keys.hosts_stalled),
+        online=await zset(keys.hosts_online),
+        host_devices=host_devices,
+        waiting=waiting,
+        assigned=assigned,
+        lease_deadlines=await zset(keys.lease_deadlines),
+        claim_deadlines=await zset(keys.claim_deadlines),
+        queue_deadlines=await zset(keys.queue_deadlines),
+        retention=await zset(keys.retention),
+        idempotency={_text(k): _text(v) for k, v in (await redis.hgetall(keys.idempotency)).items()},
+        claims={_text(k): orjson.loads(v) for k, v in (await redis.hgetall(keys.claims)).items()},
+        progress={_text(k) for k in await redis.hkeys(keys.progress)},
+    )
+
+
+def member(driver: str, device_id: str) -> str:
+    return f"{driver}\0{device_id}"
+
+
+def waiting_key(task: dict[str, Any]) -> str:
+    return f"waiting_device:{task['target_device']}" if task.get("target_device") else f"waiting:{task['driver']}"
+
+
+def fits(task: dict[str, Any], device_id: str, device: dict[str, Any]) -> bool:
+    """Whether the device is one the task's target names."""
+    if task.get("target_device"):
+        return task["target_device"] == device_id
+    wanted = orjson.loads(task.get("labels") or "{}")
+    have = orjson.loads(device.get("labels") or "{}")
+    return task["driver"] == device["driver"] and all(have.get(k) == v for k, v in wanted.items())
+
+
+def same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return (a.get("target_device"), a.get("driver"), a.get("labels")) == \
+        (b.get("target_device"), b.get("driver"), b.get("labels"))
+
+
+def host_online(s: Stored, host_id: str, offline_after_ms: int) -> bool:
+    """The one predicate of "online": a heartbeat within the offline threshold."""
+    seen = s.online.get(host_id)
+    return seen is not None and seen > s.now_ms - offline_after_ms
+
+
+def could_run_now(s: Stored, device_id: str, offline_after_ms: int) -> bool:
+    device = s.devices[device_id]
+    host = device["host_id"]
+    return (device["status"] == "available" and device_id not in s.reservations and device_id not in s.disabled
+            and host_online(s, host, offline_after_ms) and host not in s.draining and host not in s.stalled)
+
+
+def check_indexes(s: Stored) -> None:
+    assert set(s.by_status) == set(s.tasks), "tasks_by_status holds every task, once"
+    for task_id, task in s.tasks.items():
+        status = task["status"]
+        assert s.by_status[task_id] == STATUS_CODES[status] * STATUS_SPAN + task["seq"], (task_id, status)
+        in_waiting = [key for key, queued in s.waiting.items() if task_id in queued]
+        in_assigned = [h for h, ids in s.assigned.items() for t in ids if t == task_id]
+        holds = [d for d, t in s.reservations.items() if t == task_id]
+        assert (task_id in s.lease_deadlines) == (status == "running"), (task_id, status, "lease deadline")
+        assert (task_id in s.claim_deadlines) == (status == "assigned"), (task_id, status, "claim deadline")
+        assert (task_id in s.retention) == (status in TERMINAL), (task_id, status, "retention")
+        if status == "queued":
+            assert in_waiting == [waiting_key(task)] and s.waiting[in_waiting[0]][task_id] == task["seq"], \
+                (task_id, in_waiting)
+            assert not in_assigned and not holds, task_id
+            assert (task_id in s.queue_deadlines) == bool(task.get("queue_deadline")), task_id
+        else:
+            assert not in_waiting and task_id not in s.queue_deadlines, (task_id, status, in_waiting)
+        if status == "assigned":
+            assert in_assigned == [task["host_id"]], (task_id, in_assigned)
+        else:
+            assert not in_assigned, (task_id, status, in_assigned)
+        if status in ("assigned", "running"):
+            assert holds == [task["device_id"]], (task_id, status, holds)
+        else:
+            assert not holds and task_id not in s.progress, (task_id, status, holds)
+    for device_id, task_id in s.reservations.items():
+        assert task_id in s.tasks and s.tasks[task_id]["device_id"] == device_id, (device_id, task_id)
+    by_host: dict[str, set[str]] = {}
+    for device_id, device in s.devices.items():
+        by_host.setdefault(device["host_id"], set()).add(device_id)
+    assert {h: d for h, d in s.host_devices.items() if d} == by_host, "host_devices mirror the pool"
+    assert s.by_driver == {member(d["driver"], i) for i, d in s.devices.items()}, "devices_by_driver"
+    for entry in s.free:
+        driver, _, device_id = entry.partition("\0")
+        device = s.devices.get(device_id)
+        assert device is not None and device["driver"] == driver, entry
+        host = device["host_id"]
+        # The sweep's record of online (hosts_online), not the deadline: a host past its deadline
+        # keeps its devices in `free` until the sweep, and placement skips them meanwhile.
+        assert (device["status"] == "available" and device_id not in s.reservations and device_id not in s.disabled
+                and host in s.online and host not in s.draining and host not in s.stalled), (entry, device)
+
+
+def check_nothing_stranded(s: Stored, offline_after_ms: int) -> None:
+    for task_id, task in s.tasks.items():
+        if task["status"] != "queued":
+            continue
+        beside = [d for d in s.devices if fits(task, d, s.devices[d]) and could_run_now(s, d, offline_after_ms)]
+        assert not beside, f"queued task {task_id} waits beside {beside} it could run on"
+
+
+def check_first_in_first_out(s: Stored, before: Stored | None) -> None:
+    if before is None:
+        return
+    for task_id, task in s.tasks.items():
+        was = before.tasks.get(task_id)
+        if task["status"] != "assigned" or (was is not None and was["status"] == "assigned"):
+            continue
+        older = [other_id for other_id, other in s.tasks.items()
+                 if other["status"] == "queued" and other["seq"] < task["seq"] and same_target(other, task)]
+        assert not older, f"{task_id} was assigned while older tasks of its target wait: {older}"
+
+
+def check_accounted(s: Stored, before: Stored | None, created: dict[str, Any]) -> None:
+    for task_id in created:
+        if task_id in s.tasks:
+            continue
+        last = before.tasks.get(task_id) if before is not None else None
+        assert last is not None or before is None or task_id not in before.tasks, task_id
+        if last is None:
+            continue  # gone before the last reading: checked then
+        assert last["status"] in TERMINAL, f"{task_id} vanished while {last['status']}"
+        assert s.now_ms >= last["finished_at"] + before.retention.get(task_id, 0) - last["finished_at"], task_id
+        # nothing of a purged task is left behind
+        assert task_id not in s.by_status and task_id not in s.retention and task_id not in s.progress
+        assert task_id not in s.idempotency.values(), task_id
+        assert all(c.get("task_id") != task_id for c in s.claims.values()), task_id
+        assert all(task_id not in q for q in s.waiting.values()) and task_id not in s.reservations.values()
+
+
+def check_stored(s: Stored, before: Stored | None, offline_after_ms: int, created: dict[str, Any]) -> None:
+    check_indexes(s)
+    check_nothing_stranded(s, offline_after_ms)
+    check_first_in_first_out(s, before)
+    check_accounted(s, before, created)
+    running_devices = [t["device_id"] for t in s.tasks.values() if t["status"] in ("assigned", "running")]
+    assert len(running_devices) == len(set(running_devices)), "a device holds at most one task"

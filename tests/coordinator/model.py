@@ -1,0 +1,324 @@
+"""The scheduler and the lease protocol as a state machine that hypothesis drives at random.
+
+``ProtocolMachine`` calls the ``Store`` (every script of lua/, as the service does) with random
+sequences of heartbeats, creates, claims, renewals, results, cancels and operators' steering, and
+moves the clock the scripts read (``coordinator.clock.ShiftedClock``) across every deadline, so a
+step may land between a deadline and the sweep that acts on it, with the sweep run or not. After
+every step it reads everything stored under its prefix and checks the contract's invariants
+(``invariants.py``) against Redis and against what the machine itself was told (``Told``): what
+was acknowledged, which attempts were handed out, which answers were given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from redis.asyncio import Redis
+
+from coordinator.auth import HostPrincipal, token_digest
+from coordinator.clock import ShiftedClock
+from coordinator.errors import ApiError
+from coordinator.host_api import parse_snapshot
+from coordinator.keys import Keys
+from coordinator.queries import Queries
+from coordinator.scripts import Script, load_scripts
+from coordinator.store import Store
+from coordinator.task_api import parse_task
+from coordinator.validation import Body, canonical_json
+from tests.coordinator.invariants import Stored, check_stored, read_stored
+from tests.support import HOSTS, delete_prefix_async, unique_prefix
+
+T = TypeVar("T")
+_SCRIPTS: dict[str, Script] = {}
+
+
+def scripts() -> dict[str, Script]:
+    """lua/, read once per test session."""
+    if not _SCRIPTS:
+        _SCRIPTS.update(load_scripts())
+    return _SCRIPTS
+
+# Deadlines short enough to cross in a step, apart enough to land between them.
+LEASE_TTL_MS = 1_000
+OFFLINE_AFTER_MS = 3_000
+CLAIM_TIMEOUT_MS = 2_000
+RETENTION_MS = 10_000
+QUEUE_TIMEOUTS_S = [None, 4, 20]  # None: the default, far beyond any run
+DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000
+# A clock step: a little, or just past one of the deadlines.
+STEPS_MS = [1, 200, LEASE_TTL_MS + 1, CLAIM_TIMEOUT_MS + 1, OFFLINE_AFTER_MS + 1, 4_001, RETENTION_MS + 1]
+
+# The fleet the machine can report: host -> device -> (driver, labels). Small, so that random
+# sequences often aim several calls at the same device.
+FLEET: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
+    "host-a": {"a1": ("sim", {"rack": "1"}), "a2": ("sim", {})},
+    "host-b": {"b1": ("sim", {"rack": "2"}), "b2": ("adb", {})},
+}
+DEVICE_IDS = sorted(d for devices in FLEET.values() for d in devices)
+TARGETS: list[dict[str, Any]] = [
+    *({"device_id": d} for d in DEVICE_IDS),
+    {"selector": {"driver": "sim"}},
+    {"selector": {"driver": "sim", "labels": {"rack": "1"}}},
+    {"selector": {"driver": "adb"}},
+    {"selector": {"driver": "ios"}},  # nothing will ever match it
+]
+
+
+def principal(host_id: str) -> HostPrincipal:
+    return HostPrincipal(host_id, "static", token_digest(HOSTS[host_id]))
+
+
+@dataclass(frozen=True)
+class Handed:
+    """An assignment a claim handed out."""
+
+    host_id: str
+    task_id: str
+    attempt: int
+    lease_id: str
+    device_id: str
+
+
+@dataclass
+class Told:
+    """What the service told the machine, to hold its later answers to."""
+
+    created: dict[str, dict[str, Any]] = field(default_factory=dict)  # task id -> its create body
+    keys: dict[str, tuple[str, str]] = field(default_factory=dict)  # idempotency key -> (body, task id)
+    handed: list[Handed] = field(default_factory=list)
+    newest_attempt: dict[str, int] = field(default_factory=dict)  # task id -> newest attempt handed out
+    claims: dict[tuple[str, str], Handed] = field(default_factory=dict)  # (host, claim id) -> first answer
+    results: dict[tuple[str, str], tuple[str, Any]] = field(default_factory=dict)  # (task, lease) -> (report, answer)
+    revoked: set[str] = field(default_factory=set)
+
+
+class ProtocolMachine(RuleBasedStateMachine):
+    """Set ``redis_factory`` (a callable giving a fresh client) before running."""
+
+    redis_factory: Any = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.redis: Redis = self.redis_factory()
+        self.keys = Keys(unique_prefix())
+        self.clock = ShiftedClock()
+        self.store = Store(self.redis, self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
+                           claim_timeout_ms=CLAIM_TIMEOUT_MS, retention_ms=RETENTION_MS, scripts=scripts(),
+                           clock=self.clock)
+        self.queries = Queries(self.redis, self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
+                               read_waiting=scripts()["readWaiting"], clock=self.clock)
+        self.told = Told()
+        self.snapshots: dict[str, str] = {}  # host -> the last snapshot it sent
+        self.counter = itertools.count()
+        self.before: Stored | None = None
+        self.run(self.store.load_scripts())
+
+    def run(self, call: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(call)
+
+    def attempt(self, call: Awaitable[T]) -> T | ApiError:
+        """The call's answer, or the contract's error it raised."""
+        try:
+            return self.run(call)
+        except ApiError as exc:
+            return exc
+
+    def teardown(self) -> None:
+        try:
+            self.run(delete_prefix_async(self.redis, self.keys.prefix))
+            self.run(self.redis.aclose())
+        finally:
+            self.loop.close()
+
+    def fresh(self, kind: str) -> str:
+        return f"{kind}-{next(self.counter)}"
+
+    # -- hosts ---------------------------------------------------------------------------
+
+    # (Few rules, each with its variants as an argument: hypothesis turns whole rules off at
+    # random in each sequence, so a variant of its own would often never run.)
+    @rule(host=st.sampled_from(sorted(FLEET)), how=st.sampled_from(["all available", "any", "unchanged"]),
+          data=st.data())
+    def heartbeat(self, host: str, how: str, data: st.DataObject) -> None:
+        """A snapshot: every device available; any subset of the devices (none, some missing),
+        each in any status; or the same snapshot as last time."""
+        if how == "unchanged" and host in self.snapshots:
+            self._heartbeat(host, self.snapshots[host])
+            return
+        if how == "any":
+            chosen = data.draw(st.lists(st.sampled_from(sorted(FLEET[host])), unique=True), label="devices")
+            statuses = st.sampled_from(["available", "busy", "unavailable"])
+            devices = [self._device(host, d, data.draw(statuses, label=d)) for d in chosen]
+        else:
+            devices = [self._device(host, d, "available") for d in sorted(FLEET[host])]
+        self._send_snapshot(host, devices)
+
+    @staticmethod
+    def _device(host: str, device_id: str, status: str) -> dict[str, Any]:
+        driver, labels = FLEET[host][device_id]
+        return {"device_id": device_id, "driver": driver, "status": status, "labels": labels}
+
+    def _send_snapshot(self, host: str, devices: list[dict[str, Any]]) -> None:
+        parsed = parse_snapshot(Body({"devices": devices}), 100)
+        self._heartbeat(host, canonical_json({"agent": None, "devices": parsed}))
+
+    def _heartbeat(self, host: str, snapshot: str) -> None:
+        answer = self.attempt(self.store.heartbeat(principal(host), snapshot))
+        if host in self.told.revoked:
+            assert isinstance(answer, ApiError) and answer.status_code == 401, answer
+            return
+        assert not isinstance(answer, ApiError) or answer.status_code == 409, answer
+        if not isinstance(answer, ApiError):
+            self.snapshots[host] = snapshot
+
+    # -- operators -----------------------------------------------------------------------
+
+    @rule(aim=st.sampled_from(TARGETS), key=st.sampled_from([None, "k1", "k2"]),
+          queue_timeout_s=st.sampled_from(QUEUE_TIMEOUTS_S), max_attempts=st.sampled_from([1, 2, 3]))
+    def create(self, aim: dict[str, Any], key: str | None, queue_timeout_s: int | None, max_attempts: int) -> None:
+        body = {"kind": "goal", "goal": "Turn on airplane mode", "max_attempts": max_attempts, **aim}
+        if queue_timeout_s is not None:
+            body["queue_timeout_s"] = queue_timeout_s
+        if key is not None:
+            body["idempotency_key"] = key
+        task = parse_task(Body(body), DEFAULT_QUEUE_TIMEOUT_MS)
+        task["id"] = "t_" + self.fresh("task")
+        answer = self.attempt(self.store.create_task(task))
+        earlier = self.told.keys.get(key) if key is not None else None
+        live = earlier is not None and earlier[1] in self.stored().tasks
+        if isinstance(answer, ApiError):
+            # only a key already used for another request that still lives may refuse a create
+            assert live and earlier is not None and earlier[0] != canonical_json(body), answer
+            assert answer.code == "idempotency_conflict"
+            return
+        if live and earlier is not None and earlier[0] == canonical_json(body):
+            assert not answer.created and answer.task.id == earlier[1], "an idempotent replay is the first task"
+            return
+        assert answer.created and answer.task.id == task["id"]
+        self.told.created[task["id"]] = body
+        if key is not None:
+            self.told.keys[key] = (canonical_json(body), task["id"])
+
+    @rule(action=st.sampled_from(["cancel", "drain", "undrain", "disable", "enable", "revoke"]),
+          host=st.sampled_from(sorted(FLEET)), device=st.sampled_from(DEVICE_IDS), data=st.data())
+    def steer(self, action: str, host: str, device: str, data: st.DataObject) -> None:
+        """An operator: cancel a task, drain or undrain a host, disable or enable a device, or
+        (rarely: a revoked host never comes back) revoke a host."""
+        if action == "cancel" and self.told.created:
+            task_id = data.draw(st.sampled_from(sorted(self.told.created)), label="task")
+            self.attempt(self.store.cancel_task(task_id))
+        elif action in ("drain", "undrain"):
+            self.run(self.store.set_host_draining(host, action == "drain"))
+        elif action in ("disable", "enable"):
+            self.attempt(self.store.set_device_disabled(device, action == "disable", "cracked"))
+        elif action == "revoke" and not self.told.revoked and data.draw(st.integers(0, 4), label="roll") == 0:
+            self.run(self.store.revoke_host(host, principal(host).digest))
+            self.told.revoked.add(host)
+
+    # -- the lease protocol ---------------------------------------------------------------
+
+    @rule(host=st.sampled_from(sorted(FLEET)), replay=st.booleans(), data=st.data())
+    def claim(self, host: str, replay: bool, data: st.DataObject) -> None:
+        earlier = sorted(claim_id for h, claim_id in self.told.claims if h == host)
+        claim_id = data.draw(st.sampled_from(earlier), label="claim id") if replay and earlier else self.fresh("c")
+        answer = self.attempt(self.store.claim(principal(host), claim_id, self.fresh("lease"), LEASE_TTL_MS))
+        if isinstance(answer, ApiError):
+            assert host in self.told.revoked and answer.status_code == 401, answer
+            return
+        first = self.told.claims.get((host, claim_id))
+        if answer is None:
+            return
+        got = answer.assignment
+        handed = Handed(host, got["task_id"], got["attempt"], got["lease_id"], got["device_id"])
+        if first is not None:
+            assert handed == first, "a replayed claim id answers what it first did"
+            assert answer.waited_ms is None
+            return
+        assert got["attempt"] >= self.told.newest_attempt.get(got["task_id"], 0) + 1, "attempts only grow"
+        self.told.newest_attempt[got["task_id"]] = got["attempt"]
+        self.told.claims[(host, claim_id)] = handed
+        self.told.handed.append(handed)
+
+    @precondition(lambda self: bool(self.told.handed))
+    @rule(data=st.data(), progress=st.booleans())
+    def renew(self, data: st.DataObject, progress: bool) -> None:
+        handed = data.draw(st.sampled_from(self.told.handed), label="lease")
+        report = canonical_json({"step_index": 1, "status": "ok", "summary": "tapped"}) if progress else ""
+        answer = self.attempt(self.store.renew(principal(handed.host_id), handed.lease_id, handed.task_id,
+                                               handed.attempt, LEASE_TTL_MS, report))
+        if not isinstance(answer, ApiError):
+            assert handed.attempt == self.told.newest_attempt[handed.task_id], \
+                "no renewal is accepted for an attempt after a newer one was handed out"
+            task = self.stored().tasks[handed.task_id]
+            assert task["status"] == "running" and task["lease_id"] == handed.lease_id
+
+    @precondition(lambda self: bool(self.told.handed))
+    @rule(data=st.data(), outcome=st.sampled_from(["succeeded", "failed", "retryable", "replay", "conflict"]))
+    def result(self, data: st.DataObject, outcome: str) -> None:
+        reported = [h for h in self.told.handed if (h.task_id, h.lease_id) in self.told.results]
+        if outcome in ("replay", "conflict") and reported:  # again, for a lease that reported
+            handed = data.draw(st.sampled_from(reported), label="lease")
+        else:
+            handed = data.draw(st.sampled_from(self.told.handed), label="lease")
+        recorded = self.told.results.get((handed.task_id, handed.lease_id))
+        if outcome in ("replay", "conflict") and recorded is None:
+            outcome = "succeeded"
+        if outcome == "replay" and recorded is not None:
+            report = recorded[0]
+        elif outcome == "conflict" and recorded is not None:
+            report = canonical_json({"status": "failed", "failure_reason": f"other {self.fresh('r')}", "metadata": None})
+        else:
+            status = "succeeded" if outcome == "succeeded" else "failed"
+            value: dict[str, Any] = {"status": status, "failure_reason": None if status == "succeeded" else "crashed",
+                                     "metadata": {"steps": 3}}
+            if outcome == "retryable":
+                value["retryable"] = True
+            report = canonical_json(value)
+        answer = self.attempt(self.store.record_result(principal(handed.host_id), handed.task_id, handed.attempt,
+                                                       handed.lease_id, report))
+        if recorded is not None:
+            if report == recorded[0]:
+                assert not isinstance(answer, ApiError) or answer.code == "lease_not_owned", answer
+                if not isinstance(answer, ApiError):  # (unless retention deleted the task)
+                    assert answer.replayed and (answer.recorded_at_ms, answer.task_status) == recorded[1], \
+                        "an identical replay gets the recorded answer"
+            else:
+                assert isinstance(answer, ApiError) and answer.code in ("result_conflict", "lease_not_owned"), answer
+            return
+        if isinstance(answer, ApiError):
+            return
+        assert not answer.replayed
+        assert handed.attempt == self.told.newest_attempt[handed.task_id], \
+            "no result is accepted for an attempt after a newer one was handed out"
+        self.told.results[(handed.task_id, handed.lease_id)] = (report, (answer.recorded_at_ms, answer.task_status))
+
+    # -- time and the reaper ------------------------------------------------------------
+
+    @rule(ms=st.sampled_from(STEPS_MS))
+    def advance(self, ms: int) -> None:
+        self.clock.advance(ms)
+
+    @rule(sweep=st.sampled_from(["expire_leases", "expire_hosts", "expire_assignments", "expire_queued",
+                                 "purge_tasks"]))
+    def sweep(self, sweep: str) -> None:
+        self.run(getattr(self.store, sweep)(100))
+
+    # -- after every step -----------------------------------------------------------------
+
+    def stored(self) -> Stored:
+        return self.run(read_stored(self.redis, self.keys, self.queries))
+
+    @invariant()
+    def the_contract_holds(self) -> None:
+        now = self.stored()
+        check_stored(now, self.before, OFFLINE_AFTER_MS, self.told.created)
+        for task_id, task in now.tasks.items():
+            assert task["attempt"] >= self.told.newest_attempt.get(task_id, 0), "attempts only grow"
+        self.before = now
