@@ -1,0 +1,636 @@
+"""Histories of client operations, and a checker of the protocol's promises over them.
+
+Jepsen's approach (Knossos, Elle) applied to Tether: the fault tests record every operation a
+client made (what it sent, when, what came back and when, or that nothing came back) and, once
+the run is over, ``check`` decides from that record alone whether the coordinator kept its word.
+
+Recording:
+
+- ``RecordingProxy`` sits on a loopback port between the agent processes and the coordinator
+  (or several coordinator processes, taken in turn like a load balancer would). It records every
+  request and the coordinator's answer, and can lose answers on purpose: the request is
+  forwarded and served, then the connection is closed without the answer ("lost response").
+  A client that hangs up while its request is upstream makes the proxy hang up upstream too, so
+  the coordinator sees the hang-up as it would without the proxy.
+- ``RecordingTransport`` records the test's own operator client (``httpx.Client(transport=...)``).
+
+Times are ``time.monotonic()`` of this test process, so every side shares one clock. An
+operation's ``invoked_at`` is taken before the request reaches the coordinator and its
+``responded_at`` after the coordinator's answer left it: whatever the coordinator did for the
+request, it did in between. That is all the checker assumes about time.
+
+What the checker verifies, and how each is decided:
+
+(a) ``unfinished``: every acknowledged create (a 2xx with a ``task_id``) has a final read
+    (``GET /api/v1/tasks/{id}``, the latest answered one) and that read is terminal. A task read
+    terminal is never read non-terminal by a read invoked after that answer.
+(b) ``two_results``: results recorded (``200`` with ``replayed: false``) of one task are for
+    distinct attempts, and every one but the latest attempt's requeued the task (``task_status:
+    queued``, a retryable failure); a terminal one agrees with the task's final read.
+(c) ``stale_accepted``: no renewal, result (first recording) or claim replay of attempt ``a`` is
+    accepted when it was invoked after an answer handing out a newer attempt of the task had
+    left the coordinator. Overlapping operations are undecided and not flagged. An attempt is
+    handed out under one lease only (``attempt_reissued`` otherwise).
+(d) ``device_overlap``: for each lease, the interval during which the coordinator certainly
+    held it live: from the time its claim answer was received (the lease existed by then) to
+    the latest invocation of an operation accepted on it (renewal, first result recording,
+    claim replay: the lease was still live at some moment after that invocation). Leases of one
+    device must have disjoint intervals. A lease that expired and whose agent stopped has no
+    accepted operation after its last renewal, so its interval ends there and never reaches a
+    later lease's claim; nothing legitimate is flagged.
+(e) ``replay_mismatch``: the answers to one ``claim_id`` that hand out an assignment hand out the
+    same one (task, attempt, lease, device); the answers to an identical result report, and to
+    creates with one idempotency key, equal the first answer that left the coordinator before
+    they were sent (status code, and the fields that must not change: ids, attempt, status,
+    ``recorded_at``, error code).
+
+Answers the proxy lost on purpose still count: the coordinator gave them, the proxy saw them.
+An answer of 5xx is "try again" and is compared with nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import httpx
+
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+OPERATOR = "operator"
+# Keys whose values are secrets: never kept in a record (a history may be written to a file).
+_SECRET_KEYS = frozenset({"token", "host_token"})
+_HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length", "content-encoding",
+})
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Op:
+    """One client operation. ``status`` is None when no answer came from the coordinator (the
+    connection failed, or the coordinator died or hung up); ``delivered`` is False when an
+    answer came but the client never saw it (the proxy lost it on purpose)."""
+
+    index: int
+    side: str  # "operator", or the host id of /internal/v1/hosts/{host_id}/...
+    method: str
+    path: str
+    query: dict[str, str]
+    request: Any
+    invoked_at: float
+    responded_at: float | None = None
+    status: int | None = None
+    body: Any = None
+    delivered: bool = False
+    error: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        """The coordinator gave a definite answer (not a 5xx "try again")."""
+        return self.status is not None and self.status < 500
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+    def short(self) -> str:
+        answer = "no answer" if self.status is None else f"{self.status} {_brief(self.body)}"
+        if self.status is not None and not self.delivered:
+            answer += " (lost)"
+        when = f"{self.invoked_at:.3f}..{self.responded_at:.3f}" if self.responded_at else f"{self.invoked_at:.3f}.."
+        return f"#{self.index} [{self.side}] {self.method} {self.path} {_brief(self.request)} @{when} -> {answer}"
+
+
+def _brief(value: Any, limit: int = 160) -> str:
+    text = "" if value is None else json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: "<redacted>" if k in _SECRET_KEYS else _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
+
+
+def _parse_json(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return _redacted(json.loads(raw))
+    except ValueError:
+        return {"_raw": raw[:200].decode(errors="replace")}
+
+
+def side_of(path: str) -> str:
+    parts = path.split("/")
+    if path.startswith("/internal/v1/hosts/") and len(parts) > 4:
+        return parts[4]
+    return OPERATOR if path.startswith("/api/") else "host"
+
+
+class History:
+    """The operations of one test, in the order they were invoked; safe to append from threads.
+    ``jsonl`` (optional) also receives each finished operation as a JSON line, for debugging."""
+
+    def __init__(self, jsonl: Path | None = None) -> None:
+        self._lock = threading.Lock()
+        self._ops: list[Op] = []
+        self._jsonl = jsonl
+
+    def invoke(self, method: str, url: str, body: bytes | None) -> Op:
+        parts = urlsplit(url)
+        with self._lock:
+            op = Op(index=len(self._ops), side=side_of(parts.path), method=method.upper(), path=parts.path,
+                    query=dict(parse_qsl(parts.query)), request=_parse_json(body or b""),
+                    invoked_at=time.monotonic())
+            self._ops.append(op)
+        return op
+
+    def respond(self, op: Op, status: int, content: bytes, *, delivered: bool = True,
+                at: float | None = None) -> None:
+        op.responded_at = time.monotonic() if at is None else at
+        op.status, op.body, op.delivered = status, _parse_json(content), delivered
+        self._write(op)
+
+    def fail(self, op: Op, error: str) -> None:
+        op.error = error
+        self._write(op)
+
+    def _write(self, op: Op) -> None:
+        if self._jsonl is not None:
+            with self._lock, self._jsonl.open("a") as out:
+                out.write(json.dumps(asdict(op), sort_keys=True) + "\n")
+
+    @property
+    def ops(self) -> list[Op]:
+        with self._lock:
+            return list(self._ops)
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+
+class RecordingTransport(httpx.BaseTransport):
+    """An httpx transport that records each request of a (blocking) client into ``history``."""
+
+    def __init__(self, history: History, inner: httpx.BaseTransport | None = None) -> None:
+        self.history = history
+        self._inner = inner or httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        op = self.history.invoke(request.method, str(request.url), request.read())
+        try:
+            response = self._inner.handle_request(request)
+            content = response.read()
+        except Exception as exc:
+            self.history.fail(op, type(exc).__name__)
+            raise
+        self.history.respond(op, response.status_code, content)
+        return response  # read: the client gets the content kept in it
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+# -- the proxy ---------------------------------------------------------------------------------
+
+
+def lose_nothing(op: Op) -> bool:
+    return False
+
+
+def seeded_losses(rate: float, seed: int, only: Callable[[Op], bool] = lambda op: True) -> Callable[[Op], bool]:
+    """A loss policy: lose the answer of a share ``rate`` of the operations ``only`` selects,
+    decided by a random generator seeded with ``seed``."""
+    rng = random.Random(seed)
+    lock = threading.Lock()
+
+    def lose(op: Op) -> bool:
+        with lock:
+            return only(op) and rng.random() < rate
+
+    return lose
+
+
+class RecordingProxy:
+    """An HTTP/1.1 proxy on a loopback port, in a thread of its own, recording into ``history``.
+
+    Requests go to ``upstreams`` in turn (replace the list at any time). When an upstream does
+    not answer (refused, reset, died mid-request) the client's connection is closed without an
+    answer, as if it had talked to that process itself. ``lose(op)`` is asked once the answer is
+    in: True closes the client's connection instead of passing the answer on."""
+
+    def __init__(self, history: History, upstreams: Sequence[str], *, lose: Callable[[Op], bool] = lose_nothing,
+                 timeout_s: float = 60.0) -> None:
+        self.history = history
+        self.upstreams = list(upstreams)
+        self.lose = lose
+        self.lost = 0
+        self._timeout_s = timeout_s
+        self._turn = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="recording-proxy", daemon=True)
+        self._server: asyncio.Server | None = None
+        self._client: httpx.AsyncClient | None = None
+        self.url = ""
+
+    def __enter__(self) -> RecordingProxy:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    async def _start(self) -> None:
+        self._client = httpx.AsyncClient(timeout=self._timeout_s,
+                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def _stop(self) -> None:
+        assert self._server is not None and self._client is not None
+        self._server.close()
+        open_connections = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in open_connections:  # connections still open (a long poll): end them
+            task.cancel()
+        await asyncio.gather(*open_connections, return_exceptions=True)
+        await self._server.wait_closed()
+        await asyncio.sleep(0)  # the closed transports' last callbacks
+        await self._client.aclose()
+
+    def _next_upstream(self) -> str:
+        upstreams = list(self.upstreams)
+        self._turn += 1
+        return upstreams[self._turn % len(upstreams)]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await self._exchange(reader, writer):
+                pass
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Serve one request; False when the client connection is to be closed."""
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+        request_line, *header_lines = head.rstrip("\r\n").split("\r\n")
+        method, target, _version = request_line.split(" ", 2)
+        headers = [tuple(part.strip() for part in line.split(":", 1)) for line in header_lines if ":" in line]
+        lowered = {k.lower(): v for k, v in headers}
+        if "chunked" in lowered.get("transfer-encoding", "").lower():
+            return False  # not needed by any client here
+        body = await reader.readexactly(int(lowered.get("content-length", "0")))
+        keep_alive = lowered.get("connection", "").lower() != "close"
+        op = self.history.invoke(method, target, body)
+        assert self._client is not None
+        upstream = self._next_upstream()
+        forwarded = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP]
+        call = asyncio.ensure_future(self._client.request(method, upstream + target, headers=forwarded, content=body))
+        hangup = asyncio.ensure_future(reader.read(1))
+        await asyncio.wait({call, hangup}, return_when=asyncio.FIRST_COMPLETED)
+        if hangup.done() and not call.done():
+            # The client left while its request was upstream: leave too, so the coordinator sees it.
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+            self.history.fail(op, "client hung up")
+            return False
+        hangup.cancel()
+        await asyncio.gather(hangup, return_exceptions=True)
+        try:
+            response = call.result()
+        except httpx.TransportError as exc:
+            self.history.fail(op, f"upstream: {type(exc).__name__}")
+            return False
+        answered_at = time.monotonic()
+        if self.lose(op):
+            self.lost += 1
+            self.history.respond(op, response.status_code, response.content, delivered=False, at=answered_at)
+            return False
+        lines = [f"HTTP/1.1 {response.status_code} {response.reason_phrase}"]
+        lines += [f"{k}: {v}" for k, v in response.headers.multi_items() if k.lower() not in _HOP_BY_HOP]
+        lines += [f"content-length: {len(response.content)}", f"connection: {'keep-alive' if keep_alive else 'close'}"]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.content)
+        await writer.drain()
+        self.history.respond(op, response.status_code, response.content, at=answered_at)
+        # A byte read early (a pipelining client) cannot be put back: close, the client retries.
+        return keep_alive and not (hangup.done() and not hangup.cancelled())
+
+
+# -- the checker -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str  # unfinished, two_results, stale_accepted, attempt_reissued, device_overlap, replay_mismatch
+    message: str
+    ops: tuple[int, ...] = ()
+
+
+@dataclass
+class Report:
+    operations: int
+    answered: int
+    violations: list[Violation] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # what was checked: creates, leases, replays...
+
+    def kinds(self) -> set[str]:
+        return {v.kind for v in self.violations}
+
+    def describe(self, ops: Sequence[Op], limit: int = 20) -> str:
+        by_index = {op.index: op for op in ops}
+        lines = [f"{len(self.violations)} violation(s) in {self.operations} operations ({self.counts}):"]
+        for violation in self.violations[:limit]:
+            lines.append(f"- {violation.kind}: {violation.message}")
+            lines += [f"    {by_index[i].short()}" for i in violation.ops if i in by_index]
+        return "\n".join(lines)
+
+
+def _segments(op: Op) -> list[str]:
+    return op.path.strip("/").split("/")
+
+
+def _is_create(op: Op) -> bool:
+    return op.method == "POST" and op.path.rstrip("/") == "/api/v1/tasks"
+
+
+def _read_task_id(op: Op) -> str | None:
+    parts = _segments(op)
+    if op.method == "GET" and len(parts) == 4 and parts[:3] == ["api", "v1", "tasks"]:
+        return parts[3]
+    return None
+
+
+def _host_call(op: Op, *tail: str) -> bool:
+    parts = _segments(op)
+    return (op.method == "POST" and len(parts) == 4 + len(tail) and parts[:3] == ["internal", "v1", "hosts"]
+            and all(want in ("*", got) for want, got in zip(tail, parts[4:], strict=True)))
+
+
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else None
+
+
+def _error_code(op: Op) -> Any:
+    return _field(_field(op.body, "error"), "code")
+
+
+@dataclass
+class _Lease:
+    lease_id: str
+    task_id: str
+    attempt: int
+    device_id: Any
+    granted: float  # its first claim answer left the coordinator by then
+    live_until: float  # accepted on it after an invocation at this time
+    ops: list[int]
+
+
+def check(ops: Iterable[Op]) -> Report:
+    """Check ``ops`` (one test's history, finished) against the promises (a)-(e) above."""
+    ops = sorted(ops, key=lambda op: op.index)
+    by_index = {op.index: op for op in ops}
+    report = Report(operations=len(ops), answered=sum(op.answered for op in ops))
+    violations = report.violations
+    creates = [op for op in ops if _is_create(op)]
+    claims = [op for op in ops if _host_call(op, "claim")]
+    renewals = [op for op in ops if _host_call(op, "leases", "*", "renew")]
+    results = [op for op in ops if _host_call(op, "results")]
+    reads = [op for op in ops if _read_task_id(op) is not None and op.status == 200]
+
+    # -- (e) replays, gathered first: the claims that hand out assignments feed (c) and (d) ----
+    handed = [op for op in claims if op.status == 200 and isinstance(op.body, dict) and "lease_id" in op.body]
+    by_claim_id: dict[tuple[str, Any], list[Op]] = defaultdict(list)
+    for op in handed:
+        by_claim_id[(op.side, _field(op.request, "claim_id"))].append(op)
+    for (side, claim_id), answers in by_claim_id.items():
+        if claim_id is None:
+            continue
+        first = min(answers, key=lambda op: op.responded_at or 0)
+        for op in answers:
+            if _assignment(op.body) != _assignment(first.body):
+                violations.append(Violation("replay_mismatch", f"claim_id {claim_id} of {side} handed out "
+                                            f"{_assignment(op.body)} after {_assignment(first.body)}",
+                                            (first.index, op.index)))
+    report.counts["claim_replays"] = sum(len(a) - 1 for k, a in by_claim_id.items() if k[1] is not None)
+
+    by_report: dict[tuple[str, str], list[Op]] = defaultdict(list)
+    for op in results:
+        by_report[(op.side, json.dumps(op.request, sort_keys=True))].append(op)
+    report.counts["result_replays"] = _check_replays(by_report.values(), _result_answer, "identical result report",
+                                                     violations)
+    by_key: dict[Any, list[Op]] = defaultdict(list)
+    for op in creates:
+        key = _field(op.request, "idempotency_key")
+        if key is not None:
+            by_key[key].append(op)
+    report.counts["create_replays"] = _check_replays(by_key.values(), _create_answer, "idempotency key",
+                                                     violations)
+    for key, answers in by_key.items():
+        created = [op for op in answers if op.status == 201]
+        if len(created) > 1:
+            violations.append(Violation("replay_mismatch", f"idempotency key {key} created {len(created)} tasks",
+                                        tuple(op.index for op in created)))
+
+    # -- leases: one per handed-out attempt ----------------------------------------------------
+    leases: dict[str, _Lease] = {}
+    attempts: dict[tuple[str, int], str] = {}
+    for op in sorted(handed, key=lambda op: op.responded_at or 0):
+        body = op.body
+        lease = leases.get(body["lease_id"])
+        if lease is None:
+            lease = leases[body["lease_id"]] = _Lease(body["lease_id"], body["task_id"], body["attempt"],
+                                                     body.get("device_id"), op.responded_at or 0,
+                                                     op.responded_at or 0, [op.index])
+            other = attempts.setdefault((lease.task_id, lease.attempt), lease.lease_id)
+            if other != lease.lease_id:
+                violations.append(Violation("attempt_reissued", f"task {lease.task_id} attempt {lease.attempt} "
+                                            f"handed out under leases {other} and {lease.lease_id}",
+                                            (leases[other].ops[0], op.index)))
+        else:  # a claim_id replay: the lease was live when it was served
+            first = by_index[lease.ops[0]]
+            if (first.side, _field(first.request, "claim_id")) != (op.side, _field(op.request, "claim_id")):
+                violations.append(Violation("attempt_reissued", f"lease {lease.lease_id} handed out to two claims",
+                                            (first.index, op.index)))
+            lease.live_until = max(lease.live_until, op.invoked_at)
+            lease.ops.append(op.index)
+    report.counts["leases"] = len(leases)
+
+    # Accepted on a lease: renewals answered 200, results recorded now (not replays).
+    recorded = [op for op in results if op.status == 200 and _field(op.body, "replayed") is False]
+    accepted: list[tuple[Op, str, Any, Any]] = []  # (op, lease id, task id, attempt)
+    for op in renewals:
+        if op.status == 200:
+            accepted.append((op, _segments(op)[5], _field(op.request, "task_id"), _field(op.request, "attempt")))
+    for op in recorded:
+        accepted.append((op, _field(op.request, "lease_id"), _field(op.request, "task_id"),
+                         _field(op.request, "attempt")))
+    for op, lease_id, _task, _attempt in accepted:
+        if lease_id in leases:
+            lease = leases[lease_id]
+            lease.live_until = max(lease.live_until, op.invoked_at)
+            lease.ops.append(op.index)
+
+    # -- (c) nothing accepted for an attempt once a newer one was handed out -------------------
+    newer: dict[str, list[_Lease]] = defaultdict(list)
+    for lease in leases.values():
+        newer[lease.task_id].append(lease)
+    replays = [(op, op.body["lease_id"], op.body["task_id"], op.body["attempt"]) for op in handed
+               if leases[op.body["lease_id"]].ops[0] != op.index]
+    for op, lease_id, task_id, attempt in accepted + replays:
+        if not isinstance(attempt, int):
+            continue
+        for later in newer.get(task_id, []):
+            if later.attempt > attempt and later.granted < op.invoked_at:
+                violations.append(Violation(
+                    "stale_accepted",
+                    f"task {task_id} attempt {attempt} (lease {lease_id}) accepted {op.path.rsplit('/', 1)[-1]} "
+                    f"invoked after attempt {later.attempt} (lease {later.lease_id}) was handed out",
+                    (later.ops[0], op.index)))
+                break
+
+    # -- (d) one live lease per device at a time -----------------------------------------------
+    by_device: dict[Any, list[_Lease]] = defaultdict(list)
+    for lease in leases.values():
+        by_device[lease.device_id].append(lease)
+    for device_id, held in by_device.items():
+        held.sort(key=lambda lease: lease.granted)
+        for i, first in enumerate(held):
+            for second in held[i + 1:]:
+                if second.granted >= first.live_until:
+                    break  # sorted by start: the later ones start later still
+                violations.append(Violation(
+                    "device_overlap",
+                    f"device {device_id}: lease {second.lease_id} (task {second.task_id} attempt "
+                    f"{second.attempt}) granted by {second.granted:.3f} while lease {first.lease_id} (task "
+                    f"{first.task_id} attempt {first.attempt}) was live until at least {first.live_until:.3f}",
+                    (first.ops[0], max(first.ops, key=lambda i: by_index[i].invoked_at),
+                     second.ops[0])))
+
+    # -- (b) one recorded result per attempt, and only the last attempt's is terminal -----------
+    final = _final_reads(reads)
+    per_task: dict[Any, list[Op]] = defaultdict(list)
+    for op in recorded:
+        per_task[_field(op.request, "task_id")].append(op)
+    for task_id, recorded_ops in per_task.items():
+        recorded_ops.sort(key=lambda op: (_field(op.request, "attempt") or 0, op.invoked_at))
+        attempts_seen = [_field(op.request, "attempt") for op in recorded_ops]
+        if len(set(attempts_seen)) != len(attempts_seen):
+            violations.append(Violation("two_results", f"task {task_id}: one attempt recorded twice {attempts_seen}",
+                                        tuple(op.index for op in recorded_ops)))
+        for op in recorded_ops[:-1]:
+            if _field(op.body, "task_status") != "queued":
+                violations.append(Violation(
+                    "two_results", f"task {task_id}: attempt {_field(op.request, 'attempt')} was recorded as "
+                    f"{_field(op.body, 'task_status')}, yet a later attempt's result was recorded too",
+                    tuple(o.index for o in recorded_ops)))
+        last = recorded_ops[-1]
+        status = _field(last.body, "task_status")
+        read = final.get(task_id)
+        if status in TERMINAL and read is not None:
+            result = _field(read.body, "result") or {}
+            if (_field(read.body, "status"), _field(result, "attempt")) != (status, _field(last.request, "attempt")):
+                violations.append(Violation(
+                    "two_results", f"task {task_id}: attempt {_field(last.request, 'attempt')} recorded {status}, "
+                    f"the task ends {_field(read.body, 'status')} with attempt {_field(result, 'attempt')}'s result",
+                    (last.index, read.index)))
+
+    # -- (a) every acknowledged create ends, and stays ended -----------------------------------
+    acknowledged: dict[str, Op] = {}
+    for op in creates:
+        task_id = _field(op.body, "task_id") if op.ok else None
+        if isinstance(task_id, str):
+            acknowledged.setdefault(task_id, op)
+    report.counts["creates_acknowledged"] = len(acknowledged)
+    for task_id, op in acknowledged.items():
+        read = final.get(task_id)
+        if read is None:
+            violations.append(Violation("unfinished", f"task {task_id} was created but never read", (op.index,)))
+        elif _field(read.body, "status") not in TERMINAL:
+            violations.append(Violation("unfinished", f"task {task_id} ends {_field(read.body, 'status')}",
+                                        (op.index, read.index)))
+    by_task: dict[str, list[Op]] = defaultdict(list)
+    for op in reads:
+        by_task[_read_task_id(op) or ""].append(op)
+    for task_id, task_reads in by_task.items():
+        ended = [op for op in task_reads if _field(op.body, "status") in TERMINAL]
+        if not ended:
+            continue
+        first_end = min(ended, key=lambda op: op.responded_at or 0)
+        for op in task_reads:
+            if op.invoked_at > (first_end.responded_at or 0) and _field(op.body, "status") not in TERMINAL:
+                violations.append(Violation("unfinished", f"task {task_id} read {_field(first_end.body, 'status')}, "
+                                            f"then {_field(op.body, 'status')}", (first_end.index, op.index)))
+    return report
+
+
+def _final_reads(reads: list[Op]) -> dict[str, Op]:
+    final: dict[str, Op] = {}
+    for op in sorted(reads, key=lambda op: op.responded_at or 0):
+        final[_read_task_id(op) or ""] = op
+    return final
+
+
+def _assignment(body: Any) -> tuple[Any, ...]:
+    return tuple(_field(body, name) for name in ("task_id", "attempt", "lease_id", "device_id"))
+
+
+def _result_answer(op: Op) -> tuple[Any, ...]:
+    if op.ok:
+        return (op.status,) + tuple(_field(op.body, name) for name in
+                                    ("task_id", "attempt", "status", "recorded_at", "task_status"))
+    return (op.status, _error_code(op))
+
+
+def _create_answer(op: Op) -> tuple[Any, ...]:
+    if op.ok:  # 201 first, 200 for a replay: the task is the same, its status may have moved on
+        return ("2xx",) + tuple(_field(op.body, name) for name in
+                                ("task_id", "kind", "max_attempts", "created_at", "idempotency_key"))
+    return (op.status, _error_code(op))
+
+
+def _check_replays(groups: Iterable[list[Op]], answer: Callable[[Op], tuple[Any, ...]], what: str,
+                   violations: list[Violation]) -> int:
+    """Each answer of a group equals the group's first answer if it was sent after that answer
+    came back (a concurrent one is undecided). Returns how many replays were compared."""
+    compared = 0
+    for group in groups:
+        answered = sorted((op for op in group if op.answered), key=lambda op: op.responded_at or 0)
+        if not answered:
+            continue
+        first = answered[0]
+        for op in answered[1:]:
+            if op.invoked_at <= (first.responded_at or 0):
+                continue
+            compared += 1
+            if answer(op) != answer(first):
+                violations.append(Violation("replay_mismatch", f"{what}: answered {answer(op)} after "
+                                            f"{answer(first)}", (first.index, op.index)))
+    return compared
+
+
+def iter_ops(path: Path) -> Iterator[Op]:
+    """Read back a history written as JSON lines (``History(jsonl=...)``)."""
+    with path.open() as lines:
+        for line in lines:
+            yield Op(**json.loads(line))
