@@ -51,6 +51,7 @@ An answer of 5xx is "try again" and is compared with nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import threading
@@ -209,43 +210,99 @@ class RecordingTransport(httpx.BaseTransport):
 # -- the proxy ---------------------------------------------------------------------------------
 
 
-def lose_nothing(op: Op) -> bool:
+LossPolicy = Callable[[Op, int, Any], bool]  # (operation, status, parsed body) -> lose the answer?
+
+
+def lose_nothing(op: Op, status: int, body: Any) -> bool:
     return False
 
 
-def seeded_losses(rate: float, seed: int, only: Callable[[Op], bool] = lambda op: True) -> Callable[[Op], bool]:
-    """A loss policy: lose the answer of a share ``rate`` of the operations ``only`` selects,
-    decided by a random generator seeded with ``seed``."""
+def seeded_losses(rate: float, seed: int, only: Callable[[Op], bool] = lambda op: True) -> LossPolicy:
+    """Lose the answer of a share ``rate`` of the operations ``only`` selects, decided by a
+    random generator seeded with ``seed``."""
     rng = random.Random(seed)
     lock = threading.Lock()
 
-    def lose(op: Op) -> bool:
+    def lose(op: Op, status: int, body: Any) -> bool:
         with lock:
             return only(op) and rng.random() < rate
 
     return lose
 
 
+class _Upstream:
+    """One connection to one coordinator process, owned by one client connection."""
+
+    def __init__(self, base: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.base, self.reader, self.writer = base, reader, writer
+
+    @classmethod
+    async def open(cls, base: str) -> _Upstream:
+        parts = urlsplit(base)
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        return cls(base, reader, writer)
+
+    @property
+    def usable(self) -> bool:
+        return not (self.reader.at_eof() or self.writer.is_closing())
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+
+    async def exchange(self, method: str, target: str, headers: list[tuple[str, str]],
+                       body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        lines = [f"{method} {target} HTTP/1.1", f"host: {urlsplit(self.base).netloc}"]
+        lines += [f"{k}: {v}" for k, v in headers] + [f"content-length: {len(body)}"]
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        await self.writer.drain()
+        status, reason, answer = _read_head(await self.reader.readuntil(b"\r\n\r\n"))
+        lowered = {k.lower(): v for k, v in answer}
+        if "chunked" in lowered.get("transfer-encoding", "").lower():
+            content = b""
+            while size := int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                content += await self.reader.readexactly(size + 2)
+                content = content[:-2]
+            await self.reader.readuntil(b"\r\n")  # the empty trailer
+        elif "content-length" in lowered:
+            content = await self.reader.readexactly(int(lowered["content-length"]))
+        elif status in (204, 304) or status < 200:
+            content = b""
+        else:
+            content = await self.reader.read()  # until the server closes
+        if lowered.get("connection", "").lower() == "close":
+            self.writer.close()
+        return status, reason, answer, content
+
+
+def _read_head(head: bytes) -> tuple[int, str, list[tuple[str, str]]]:
+    """A response head: status, reason and headers."""
+    first, *lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+    _version, status, *reason = first.split(" ", 2)
+    headers = [(k.strip(), v.strip()) for k, v in (line.split(":", 1) for line in lines if ":" in line)]
+    return int(status), reason[0] if reason else "", headers
+
+
 class RecordingProxy:
     """An HTTP/1.1 proxy on a loopback port, in a thread of its own, recording into ``history``.
 
-    Requests go to ``upstreams`` in turn (replace the list at any time). When an upstream does
-    not answer (refused, reset, died mid-request) the client's connection is closed without an
-    answer, as if it had talked to that process itself. ``lose(op)`` is asked once the answer is
-    in: True closes the client's connection instead of passing the answer on."""
+    Each client connection gets its own connection upstream, to the next of ``upstreams`` in
+    turn (replace the list at any time), like a TCP load balancer: a client that hangs up, ends
+    its upstream connection too, so the coordinator sees the hang-up. When an upstream does not
+    answer (refused, reset, died mid-request) the client's connection is closed without an
+    answer, as if it had talked to that process itself. ``lose(op, status, body)`` is asked once
+    the answer is in: True closes the client's connection instead of passing the answer on."""
 
-    def __init__(self, history: History, upstreams: Sequence[str], *, lose: Callable[[Op], bool] = lose_nothing,
-                 timeout_s: float = 60.0) -> None:
+    def __init__(self, history: History, upstreams: Sequence[str], *, lose: LossPolicy = lose_nothing) -> None:
         self.history = history
         self.upstreams = list(upstreams)
         self.lose = lose
         self.lost = 0
-        self._timeout_s = timeout_s
         self._turn = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="recording-proxy", daemon=True)
         self._server: asyncio.Server | None = None
-        self._client: httpx.AsyncClient | None = None
         self.url = ""
 
     def __enter__(self) -> RecordingProxy:
@@ -260,22 +317,18 @@ class RecordingProxy:
         self._loop.close()
 
     async def _start(self) -> None:
-        self._client = httpx.AsyncClient(timeout=self._timeout_s,
-                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
 
     async def _stop(self) -> None:
-        assert self._server is not None and self._client is not None
+        assert self._server is not None
         self._server.close()
         open_connections = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
         for task in open_connections:  # connections still open (a long poll): end them
             task.cancel()
         await asyncio.gather(*open_connections, return_exceptions=True)
         await self._server.wait_closed()
-        await asyncio.sleep(0)  # the closed transports' last callbacks
-        await self._client.aclose()
 
     def _next_upstream(self) -> str:
         upstreams = list(self.upstreams)
@@ -283,30 +336,38 @@ class RecordingProxy:
         return upstreams[self._turn % len(upstreams)]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream: list[_Upstream] = []  # at most one, replaced when it can no longer be used
         try:
-            while await self._exchange(reader, writer):
+            while await self._exchange(reader, writer, upstream):
                 pass
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
             pass
+        except asyncio.CancelledError:
+            pass  # the proxy is stopping; ending quietly keeps asyncio from logging the cancellation
         finally:
+            for connection in upstream:
+                await connection.close()
             writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        upstream: list[_Upstream]) -> bool:
         """Serve one request; False when the client connection is to be closed."""
         head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
         request_line, *header_lines = head.rstrip("\r\n").split("\r\n")
         method, target, _version = request_line.split(" ", 2)
-        headers = [tuple(part.strip() for part in line.split(":", 1)) for line in header_lines if ":" in line]
+        headers = [(k.strip(), v.strip()) for k, v in (line.split(":", 1) for line in header_lines if ":" in line)]
         lowered = {k.lower(): v for k, v in headers}
         if "chunked" in lowered.get("transfer-encoding", "").lower():
             return False  # not needed by any client here
         body = await reader.readexactly(int(lowered.get("content-length", "0")))
         keep_alive = lowered.get("connection", "").lower() != "close"
         op = self.history.invoke(method, target, body)
-        assert self._client is not None
-        upstream = self._next_upstream()
+        if upstream and not upstream[0].usable:
+            await upstream.pop().close()
         forwarded = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP]
-        call = asyncio.ensure_future(self._client.request(method, upstream + target, headers=forwarded, content=body))
+        call = asyncio.ensure_future(self._forward(upstream, method, target, forwarded, body))
         hangup = asyncio.ensure_future(reader.read(1))
         await asyncio.wait({call, hangup}, return_when=asyncio.FIRST_COMPLETED)
         if hangup.done() and not call.done():
@@ -318,23 +379,33 @@ class RecordingProxy:
         hangup.cancel()
         await asyncio.gather(hangup, return_exceptions=True)
         try:
-            response = call.result()
-        except httpx.TransportError as exc:
+            status, reason, answer, content = call.result()
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
             self.history.fail(op, f"upstream: {type(exc).__name__}")
             return False
         answered_at = time.monotonic()
-        if self.lose(op):
+        if self.lose(op, status, _parse_json(content)):
             self.lost += 1
-            self.history.respond(op, response.status_code, response.content, delivered=False, at=answered_at)
+            self.history.respond(op, status, content, delivered=False, at=answered_at)
             return False
-        lines = [f"HTTP/1.1 {response.status_code} {response.reason_phrase}"]
-        lines += [f"{k}: {v}" for k, v in response.headers.multi_items() if k.lower() not in _HOP_BY_HOP]
-        lines += [f"content-length: {len(response.content)}", f"connection: {'keep-alive' if keep_alive else 'close'}"]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.content)
+        lines = [f"HTTP/1.1 {status} {reason}"]
+        lines += [f"{k}: {v}" for k, v in answer if k.lower() not in _HOP_BY_HOP]
+        lines += [f"content-length: {len(content)}", f"connection: {'keep-alive' if keep_alive else 'close'}"]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + content)
         await writer.drain()
-        self.history.respond(op, response.status_code, response.content, at=answered_at)
+        self.history.respond(op, status, content, at=answered_at)
         # A byte read early (a pipelining client) cannot be put back: close, the client retries.
         return keep_alive and not (hangup.done() and not hangup.cancelled())
+
+    async def _forward(self, upstream: list[_Upstream], method: str, target: str, headers: list[tuple[str, str]],
+                       body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        if not upstream:
+            upstream.append(await _Upstream.open(self._next_upstream()))
+        try:
+            return await upstream[0].exchange(method, target, headers, body)
+        except BaseException:
+            await upstream.pop().close()  # in an unknown state: never used again
+            raise
 
 
 # -- the checker -------------------------------------------------------------------------------
@@ -634,3 +705,15 @@ def iter_ops(path: Path) -> Iterator[Op]:
     with path.open() as lines:
         for line in lines:
             yield Op(**json.loads(line))
+
+
+def verify(history: History, *, at_least: int, name: str = "") -> Report:
+    """Check a finished test's history; print what was checked (``-rP`` shows it) and fail the
+    test, describing each violation, if a promise was broken or too little was checked."""
+    ops = history.ops
+    report = check(ops)
+    print(f"history {name}: {report.operations} operations checked ({report.answered} answered), "
+          f"{len(report.violations)} violation(s), {report.counts}")
+    assert not report.violations, report.describe(ops)
+    assert report.operations >= at_least, f"only {report.operations} operations recorded (expected {at_least}+)"
+    return report
