@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import threading
 import time
@@ -712,6 +713,7 @@ def verify(history: History, *, at_least: int, name: str = "") -> Report:
     test, describing each violation, if a promise was broken or too little was checked."""
     ops = history.ops
     report = check(ops)
+    name = name or os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
     print(f"history {name}: {report.operations} operations checked ({report.answered} answered), "
           f"{len(report.violations)} violation(s), {report.counts}")
     assert not report.violations, report.describe(ops)

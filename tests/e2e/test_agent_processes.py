@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.history import History, RecordingProxy, RecordingTransport, verify
 from tests.support import (
     ADMIN,
     HOSTS,
@@ -35,12 +36,24 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 class Coordinator(CoordinatorProcess):
-    """The coordinator process, and the operator API calls these tests make."""
+    """The coordinator process, and the operator API calls these tests make. Every call, the
+    operator's and (through ``proxy``) the agents', is recorded in ``history``."""
 
     def __init__(self, workdir: Path, prefix: str) -> None:
         super().__init__(coordinator_env(prefix, COORDINATOR_LEASE_TTL_S="1.5", COORDINATOR_REAPER_INTERVAL_S="0.1",
                                          COORDINATOR_HEARTBEAT_INTERVAL_S="0.5"), workdir)
-        self.api = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10)
+        self.history = History()
+        self.proxy = RecordingProxy(self.history, [self.url])
+        self.api = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10,
+                                transport=RecordingTransport(self.history))
+
+    def verify_history(self, at_least: int) -> None:
+        """Read every task created (the final reads), then check the run's history."""
+        created = {op.body["task_id"] for op in self.history.ops
+                   if op.method == "POST" and op.path == "/api/v1/tasks" and op.ok}
+        for task_id in sorted(created):
+            self.task(task_id)
+        verify(self.history, at_least=at_least)
 
     def create_task(self, **body: Any) -> dict[str, Any]:
         response = self.api.post("/api/v1/tasks", json=body)
@@ -73,8 +86,9 @@ def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
     with fresh_prefix() as prefix:
         coord = Coordinator(tmp_path, prefix)
         try:
-            coord.start()
-            yield coord
+            with coord.proxy:
+                coord.start()
+                yield coord
         finally:
             coord.stop()
             coord.api.close()
@@ -85,7 +99,8 @@ def start_agent(tmp_path: Path, coordinator: Coordinator) -> Iterator[Callable[.
     agents: list[Process] = []
 
     def start(name: str = "agent", **settings: str) -> Process:
-        proc = agent_process(coordinator.url, tmp_path / name, name, **{"SHUTDOWN_GRACE_S": "10", **settings})
+        # through the recording proxy: the fault tests check the history of the run
+        proc = agent_process(coordinator.proxy.url, tmp_path / name, name, **{"SHUTDOWN_GRACE_S": "10", **settings})
         agents.append(proc)
         return proc
 
@@ -189,6 +204,7 @@ def test_progress_is_visible_and_cancel_stops_the_run(
     assert done["result"]["status"] == "cancelled"  # reported by the agent, not a lease expiry
     assert done["attempt"] == 1
     assert "cancel requested" in agent.log()
+    coordinator.verify_history(at_least=10)
 
 
 def test_killed_agent_mid_task_finishes_on_another_host_as_attempt_2(
@@ -208,6 +224,7 @@ def test_killed_agent_mid_task_finishes_on_another_host_as_attempt_2(
     assert done["status"] == "succeeded", rescuer.log()
     assert (done["attempt"], done["host_id"], done["device_id"]) == (2, "host-b", "phone-9")
     assert done["result"]["attempt"] == 2
+    coordinator.verify_history(at_least=20)
 
 
 def test_sigterm_lets_running_work_finish_then_exits_zero(
@@ -223,6 +240,7 @@ def test_sigterm_lets_running_work_finish_then_exits_zero(
     done = coordinator.task(task["task_id"])
     assert done["status"] == "succeeded", agent.log()
     assert done["attempt"] == 1
+    coordinator.verify_history(at_least=10)
 
 
 def test_sigterm_past_the_grace_period_stops_the_run_and_reports_it(
@@ -244,6 +262,9 @@ def test_sigterm_past_the_grace_period_stops_the_run_and_reports_it(
     result, again = coordinator.events(task["task_id"])[-2:]
     assert (result["type"], result["status"], result["reason"]) == ("result", "failed", "shutdown")
     assert (again["type"], again["reason"], again["attempt"]) == ("requeued", "retryable_failure", 2)
+    # No device is left to run attempt 2: the operator cancels it, so the run's history ends.
+    assert coordinator.api.post(f"/api/v1/tasks/{task['task_id']}/cancel").status_code == 200
+    coordinator.verify_history(at_least=10)
 
 
 def test_agent_rides_out_a_coordinator_restart(
@@ -258,6 +279,7 @@ def test_agent_rides_out_a_coordinator_restart(
     done = coordinator.wait_task(task["task_id"])
     assert done["status"] == "succeeded", agent.log()
     assert agent.popen.poll() is None
+    coordinator.verify_history(at_least=10)
 
 
 def test_stalled_agent_loses_its_lease_reports_nothing_and_runs_the_retry(
@@ -282,6 +304,7 @@ def test_stalled_agent_loses_its_lease_reports_nothing_and_runs_the_retry(
     log = agent.log()
     assert "attempt 1: lease lost" in log
     assert f"reported task {task['task_id']} attempt 1" not in log
+    coordinator.verify_history(at_least=20)
 
 
 def test_managed_agent_enrolls_once_and_restarts_without_the_token(
@@ -372,3 +395,4 @@ def test_a_drained_host_finishes_its_run_keeps_heartbeating_and_takes_work_once_
 
     coordinator.api.post("/api/v1/hosts/host-a/undrain")
     assert coordinator.wait_task(later["task_id"])["status"] == "succeeded", agent.log()
+    coordinator.verify_history(at_least=20)

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
+from tests.history import History, RecordingTransport, verify
 from tests.support import (
     ADMIN,
     HOSTS,
@@ -61,10 +62,12 @@ def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns
     redis_port = free_port()
     # The prefix is on the throwaway server: nothing to clean up on the shared one.
     env = coordinator_env(unique_prefix(), REDIS_URL=f"redis://127.0.0.1:{redis_port}/0")
-    with _redis_server(redis_port) as redis, coordinator_process(env) as coordinator:
+    history = History()  # every call is recorded and the run's history checked at the end
+    with (_redis_server(redis_port) as redis, coordinator_process(env) as coordinator,
+          httpx.Client(transport=RecordingTransport(history), timeout=15) as client):
         url = coordinator.url
         heartbeat = {"devices": [{"device_id": "a1", "driver": "sim", "status": "available"}]}
-        assert httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A).status_code == 200
+        assert client.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A).status_code == 200
         redis.kill()
         redis.wait()
         for method, path, headers, body in [
@@ -73,7 +76,7 @@ def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns
             ("GET", "/api/v1/tasks", ADMIN_HEADERS, None),
             ("POST", "/api/v1/tasks", ADMIN_HEADERS, {"kind": "goal", "goal": "g", "device_id": "a1"}),
         ]:
-            response = httpx.request(method, f"{url}{path}", headers=headers, json=body, timeout=15)
+            response = client.request(method, f"{url}{path}", headers=headers, json=body)
             assert response.status_code == 503, (path, response.text)
             assert response.headers["content-type"] == "application/json"
             assert response.json()["error"]["code"] == "unavailable"
@@ -83,12 +86,13 @@ def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns
             # A request racing the pool's reconnection may still get the 503 it is told to retry
             # (Retry-After); what must hold is that service resumes, without a restart.
             def heartbeat_accepted() -> bool:
-                put = httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A)
+                put = client.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A)
                 assert put.status_code in (200, 503), put.text
                 return put.status_code == 200
 
             wait_until(heartbeat_accepted, 10, 0.05, what="heartbeats accepted again")
             wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200, 10, 0.02, what="ready again")
+    verify(history, at_least=6)
 
 
 def test_a_poll_whose_client_left_before_it_was_served_claims_nothing() -> None:
