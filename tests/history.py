@@ -54,7 +54,6 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import threading
 import time
 from collections import defaultdict
@@ -182,9 +181,6 @@ class History:
         with self._lock:
             return list(self._ops)
 
-    def __len__(self) -> int:
-        return len(self.ops)
-
 
 class RecordingTransport(httpx.BaseTransport):
     """An httpx transport that records each request of a (blocking) client into ``history``."""
@@ -216,19 +212,6 @@ LossPolicy = Callable[[Op, int, Any], bool]  # (operation, status, parsed body) 
 
 def lose_nothing(op: Op, status: int, body: Any) -> bool:
     return False
-
-
-def seeded_losses(rate: float, seed: int, only: Callable[[Op], bool] = lambda op: True) -> LossPolicy:
-    """Lose the answer of a share ``rate`` of the operations ``only`` selects, decided by a
-    random generator seeded with ``seed``."""
-    rng = random.Random(seed)
-    lock = threading.Lock()
-
-    def lose(op: Op, status: int, body: Any) -> bool:
-        with lock:
-            return only(op) and rng.random() < rate
-
-    return lose
 
 
 class _Upstream:

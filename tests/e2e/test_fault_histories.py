@@ -25,7 +25,7 @@ import httpx
 import pytest
 import redis
 
-from tests.history import TERMINAL, History, Op, RecordingProxy, verify
+from tests.history import TERMINAL, History, Op, RecordingProxy, RecordingTransport, verify
 from tests.support import (
     ADMIN,
     HOSTS,
@@ -33,6 +33,7 @@ from tests.support import (
     Process,
     agent_process,
     coordinator_env,
+    coordinator_process,
     free_port,
     fresh_prefix,
     unique_prefix,
@@ -236,3 +237,35 @@ def test_redis_killed_and_restarted_under_load_loses_nothing_and_runs_nothing_tw
         tasks += work(operator, range(8, 12))
         operator.wait_terminal(tasks)
     verify(history, at_least=100, name="redis killed")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug: recordResult keeps only the latest attempt's report (result_lease), so once attempt 2's "
+    "result is in, the identical replay of attempt 1's retryable failure is answered 409 "
+    "stale_attempt instead of its recorded 200 (replayed: true); see the report of issue 26"))
+def test_a_late_replay_of_a_retried_attempts_result_gets_its_first_answer() -> None:
+    """Attempt 1 reports a retryable failure and the answer is lost; the host repeats the
+    identical report only after attempt 2 has run and reported (a long outage on its side). The
+    contract: the identical report again gets the recorded result, ``replayed: true``."""
+    history = History()
+    host = {"authorization": f"Bearer {HOSTS['host-a']}"}
+    admin = {"authorization": f"Bearer {ADMIN}"}
+    with (fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix, **COORDINATOR)) as coordinator,
+          httpx.Client(base_url=coordinator.url, transport=RecordingTransport(history), timeout=10) as http):
+        snapshot = {"devices": [{"device_id": "a1", "driver": "sim", "status": "available"}]}
+        assert http.put("/internal/v1/hosts/host-a/heartbeat", json=snapshot, headers=host).status_code == 200
+        created = http.post("/api/v1/tasks", headers=admin,
+                            json={"kind": "goal", "goal": "g", "device_id": "a1", "max_attempts": 2})
+        task_id = created.json()["task_id"]
+        reports = []
+        for claim_id, outcome in (("c1", {"status": "failed", "failure_reason": "shutdown", "retryable": True}),
+                                  ("c2", {"status": "succeeded", "failure_reason": None})):
+            lease = http.post("/internal/v1/hosts/host-a/claim", params={"wait_s": 0}, headers=host,
+                              json={"claim_id": claim_id}).json()
+            report = {"task_id": task_id, "attempt": lease["attempt"], "lease_id": lease["lease_id"],
+                      "metadata": {}, **outcome}
+            assert http.post("/internal/v1/hosts/host-a/results", json=report, headers=host).status_code == 200
+            reports.append(report)
+        http.post("/internal/v1/hosts/host-a/results", json=reports[0], headers=host)  # the late replay
+        assert http.get(f"/api/v1/tasks/{task_id}", headers=admin).json()["status"] == "succeeded"
+    verify(history, at_least=7)
