@@ -239,14 +239,11 @@ def test_redis_killed_and_restarted_under_load_loses_nothing_and_runs_nothing_tw
     verify(history, at_least=100, name="redis killed")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: recordResult keeps only the latest attempt's report (result_lease), so once attempt 2's "
-    "result is in, the identical replay of attempt 1's retryable failure is answered 409 "
-    "stale_attempt instead of its recorded 200 (replayed: true); see the report of issue 26"))
 def test_a_late_replay_of_a_retried_attempts_result_gets_its_first_answer() -> None:
     """Attempt 1 reports a retryable failure and the answer is lost; the host repeats the
     identical report only after attempt 2 has run and reported (a long outage on its side). The
-    contract: the identical report again gets the recorded result, ``replayed: true``."""
+    contract: the identical report again gets the recorded result, ``replayed: true``. (Found by
+    this checker: the coordinator used to answer 409 stale_attempt once attempt 2 had reported.)"""
     history = History()
     host = {"authorization": f"Bearer {HOSTS['host-a']}"}
     admin = {"authorization": f"Bearer {ADMIN}"}
