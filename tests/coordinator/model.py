@@ -253,6 +253,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         report = canonical_json({"step_index": 1, "status": "ok", "summary": "tapped"}) if progress else ""
         answer = self.attempt(self.store.renew(principal(handed.host_id), handed.lease_id, handed.task_id,
                                                handed.attempt, LEASE_TTL_MS, report))
+        if handed.host_id in self.told.revoked:
+            assert isinstance(answer, ApiError) and answer.status_code == 401, answer
+            return
         if not isinstance(answer, ApiError):
             assert handed.attempt == self.told.newest_attempt[handed.task_id], \
                 "no renewal is accepted for an attempt after a newer one was handed out"
@@ -283,6 +286,9 @@ class ProtocolMachine(RuleBasedStateMachine):
             report = canonical_json(value)
         answer = self.attempt(self.store.record_result(principal(handed.host_id), handed.task_id, handed.attempt,
                                                        handed.lease_id, report))
+        if handed.host_id in self.told.revoked:  # a revoked credential is refused before anything else
+            assert isinstance(answer, ApiError) and answer.status_code == 401, answer
+            return
         if recorded is not None:
             if report == recorded[0]:
                 assert not isinstance(answer, ApiError) or answer.code == "lease_not_owned", answer
