@@ -56,22 +56,26 @@ STEPS_MS = [1, 200, LEASE_TTL_MS + 1, CLAIM_TIMEOUT_MS + 1, OFFLINE_AFTER_MS + 1
 
 # The fleet the machine can report: host -> device -> (driver, labels). Small, so that random
 # sequences often aim several calls at the same device.
+# "managed" is an enrolled host: its devices are local ids, pooled under the cloud ids that
+# enrolling them gives (a forgotten device enrolls again under a new one).
 FLEET: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
     "host-a": {"a1": ("sim", {"rack": "1"}), "a2": ("sim", {})},
     "host-b": {"b1": ("sim", {"rack": "2"}), "b2": ("adb", {})},
+    "managed": {"m1": ("sim", {"rack": "1"}), "m2": ("adb", {})},
 }
-DEVICE_IDS = sorted(d for devices in FLEET.values() for d in devices)
+MANAGED = "managed"
+DEVICE_IDS = sorted(d for host, devices in FLEET.items() if host != MANAGED for d in devices)
 TARGETS: list[dict[str, Any]] = [
     *({"device_id": d} for d in DEVICE_IDS),
     {"selector": {"driver": "sim"}},
     {"selector": {"driver": "sim", "labels": {"rack": "1"}}},
     {"selector": {"driver": "adb"}},
     {"selector": {"driver": "ios"}},  # nothing will ever match it
+    {"managed device": "m1"},  # the managed host's m1, by the cloud id it has now
 ]
 
 
-def principal(host_id: str) -> HostPrincipal:
-    return HostPrincipal(host_id, "static", token_digest(HOSTS[host_id]))
+MANAGED_TOKEN = "tht_" + "m" * 40
 
 
 @dataclass(frozen=True)
@@ -115,10 +119,20 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.queries = Queries(self.redis, self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
                                read_waiting=scripts()["readWaiting"], clock=self.clock)
         self.told = Told()
+        self.cloud: dict[str, str] = {}  # the managed host's local device id -> its cloud id
         self.snapshots: dict[str, str] = {}  # host -> the last snapshot it sent
         self.counter = itertools.count()
         self.before: Stored | None = None
         self.run(self.store.load_scripts())
+        token = "tet_" + self.fresh("enrollment")
+        self.run(self.store.create_enrollment_token("et_1", token_digest(token), 3_600_000, 1, "{}"))
+        self.managed_id, _ = self.run(self.store.enroll_host(
+            token_digest(token), "e-1", token_digest(MANAGED_TOKEN), "h_managed", "lab-pc", "{}"))
+
+    def principal(self, host: str) -> HostPrincipal:
+        if host == MANAGED:
+            return HostPrincipal(self.managed_id, "enrolled", token_digest(MANAGED_TOKEN))
+        return HostPrincipal(host, "static", token_digest(HOSTS[host]))
 
     def run(self, call: Awaitable[T]) -> T:
         return self.loop.run_until_complete(call)
@@ -160,9 +174,12 @@ class ProtocolMachine(RuleBasedStateMachine):
             devices = [self._device(host, d, "available") for d in sorted(FLEET[host])]
         self._send_snapshot(host, devices)
 
-    @staticmethod
-    def _device(host: str, device_id: str, status: str) -> dict[str, Any]:
+    def _device(self, host: str, device_id: str, status: str) -> dict[str, Any]:
+        """A device as its host reports it: the managed host by cloud id (one it never got, for a
+        device it has not enrolled: the coordinator must refuse the whole snapshot)."""
         driver, labels = FLEET[host][device_id]
+        if host == MANAGED:
+            device_id = self.cloud.get(device_id, f"d_never_enrolled_{device_id}")
         return {"device_id": device_id, "driver": driver, "status": status, "labels": labels}
 
     def _send_snapshot(self, host: str, devices: list[dict[str, Any]]) -> None:
@@ -170,7 +187,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self._heartbeat(host, canonical_json({"agent": None, "devices": parsed}))
 
     def _heartbeat(self, host: str, snapshot: str) -> None:
-        answer = self.attempt(self.store.heartbeat(principal(host), snapshot))
+        answer = self.attempt(self.store.heartbeat(self.principal(host), snapshot))
         if host in self.told.revoked:
             assert isinstance(answer, ApiError) and answer.status_code == 401, answer
             return
@@ -183,6 +200,8 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(aim=st.sampled_from(TARGETS), key=st.sampled_from([None, "k1", "k2"]),
           queue_timeout_s=st.sampled_from(QUEUE_TIMEOUTS_S), max_attempts=st.sampled_from([1, 2, 3]))
     def create(self, aim: dict[str, Any], key: str | None, queue_timeout_s: int | None, max_attempts: int) -> None:
+        if "managed device" in aim:
+            aim = {"device_id": self.cloud.get(aim["managed device"], "d_never_enrolled")}
         body = {"kind": "goal", "goal": "Turn on airplane mode", "max_attempts": max_attempts, **aim}
         if queue_timeout_s is not None:
             body["queue_timeout_s"] = queue_timeout_s
@@ -206,21 +225,48 @@ class ProtocolMachine(RuleBasedStateMachine):
         if key is not None:
             self.told.keys[key] = (canonical_json(body), task["id"])
 
-    @rule(action=st.sampled_from(["cancel", "drain", "undrain", "disable", "enable", "revoke"]),
-          host=st.sampled_from(sorted(FLEET)), device=st.sampled_from(DEVICE_IDS), data=st.data())
-    def steer(self, action: str, host: str, device: str, data: st.DataObject) -> None:
-        """An operator: cancel a task, drain or undrain a host, disable or enable a device, or
-        (rarely: a revoked host never comes back) revoke a host."""
+    @rule(action=st.sampled_from(["cancel", "drain", "undrain", "disable", "enable", "forget", "revoke"]),
+          host=st.sampled_from(sorted(FLEET)), data=st.data())
+    def steer(self, action: str, host: str, data: st.DataObject) -> None:
+        """An operator: cancel a task, drain or undrain a host, disable, enable or forget a device,
+        or (rarely: a revoked host never comes back) revoke a host."""
+        device = data.draw(st.sampled_from(DEVICE_IDS + sorted(self.cloud.values())), label="device")
         if action == "cancel" and self.told.created:
             task_id = data.draw(st.sampled_from(sorted(self.told.created)), label="task")
             self.attempt(self.store.cancel_task(task_id))
         elif action in ("drain", "undrain"):
-            self.run(self.store.set_host_draining(host, action == "drain"))
+            self.run(self.store.set_host_draining(self.principal(host).host_id, action == "drain"))
         elif action in ("disable", "enable"):
             self.attempt(self.store.set_device_disabled(device, action == "disable", "cracked"))
+        elif action == "forget":
+            answer = self.attempt(self.store.forget_device(device))
+            enrolled = device in self.cloud.values()
+            if not isinstance(answer, ApiError):
+                assert enrolled, "only an enrolled device can be forgotten"
+                self.cloud = {local: cloud for local, cloud in self.cloud.items() if cloud != device}
+            else:
+                holder = self.stored().reservations.get(device)
+                expected = "device_busy" if enrolled and holder else "not_found"
+                assert answer.code == expected, (answer.code, expected)
         elif action == "revoke" and not self.told.revoked and data.draw(st.integers(0, 4), label="roll") == 0:
-            self.run(self.store.revoke_host(host, principal(host).digest))
+            static = None if host == MANAGED else self.principal(host).digest
+            self.run(self.store.revoke_host(self.principal(host).host_id, static))
             self.told.revoked.add(host)
+
+    @rule(locals_=st.lists(st.sampled_from(sorted(FLEET[MANAGED])), min_size=1, unique=True))
+    def enroll_devices(self, locals_: list[str]) -> None:
+        """The managed host enrolls local devices: one it enrolled before keeps its cloud id."""
+        batch = [{"local_id": local, "driver": FLEET[MANAGED][local][0], "attributes": "{}",
+                  "new_id": "d_" + self.fresh("cloud")} for local in locals_]
+        answer = self.attempt(self.store.enroll_devices(self.principal(MANAGED), batch, 10))
+        if MANAGED in self.told.revoked:
+            assert isinstance(answer, ApiError) and answer.status_code == 401, answer
+            return
+        assert not isinstance(answer, ApiError), answer
+        for entry in answer:
+            known = self.cloud.get(entry["local_id"])
+            assert known is None or known == entry["device_id"], "an enrolled device keeps its id"
+            self.cloud[entry["local_id"]] = entry["device_id"]
 
     # -- the lease protocol ---------------------------------------------------------------
 
@@ -228,7 +274,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def claim(self, host: str, replay: bool, data: st.DataObject) -> None:
         earlier = sorted(claim_id for h, claim_id in self.told.claims if h == host)
         claim_id = data.draw(st.sampled_from(earlier), label="claim id") if replay and earlier else self.fresh("c")
-        answer = self.attempt(self.store.claim(principal(host), claim_id, self.fresh("lease"), LEASE_TTL_MS))
+        answer = self.attempt(self.store.claim(self.principal(host), claim_id, self.fresh("lease"), LEASE_TTL_MS))
         if isinstance(answer, ApiError):
             assert host in self.told.revoked and answer.status_code == 401, answer
             return
@@ -251,7 +297,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def renew(self, data: st.DataObject, progress: bool) -> None:
         handed = data.draw(st.sampled_from(self.told.handed), label="lease")
         report = canonical_json({"step_index": 1, "status": "ok", "summary": "tapped"}) if progress else ""
-        answer = self.attempt(self.store.renew(principal(handed.host_id), handed.lease_id, handed.task_id,
+        answer = self.attempt(self.store.renew(self.principal(handed.host_id), handed.lease_id, handed.task_id,
                                                handed.attempt, LEASE_TTL_MS, report))
         if handed.host_id in self.told.revoked:
             assert isinstance(answer, ApiError) and answer.status_code == 401, answer
@@ -284,7 +330,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             if outcome == "retryable":
                 value["retryable"] = True
             report = canonical_json(value)
-        answer = self.attempt(self.store.record_result(principal(handed.host_id), handed.task_id, handed.attempt,
+        answer = self.attempt(self.store.record_result(self.principal(handed.host_id), handed.task_id, handed.attempt,
                                                        handed.lease_id, report))
         if handed.host_id in self.told.revoked:  # a revoked credential is refused before anything else
             assert isinstance(answer, ApiError) and answer.status_code == 401, answer
