@@ -32,10 +32,14 @@ What the checker verifies, and how each is decided:
     left the coordinator. Overlapping operations are undecided and not flagged. An attempt is
     handed out under one lease only (``attempt_reissued`` otherwise).
 (d) ``device_overlap``: for each lease, the interval during which the coordinator certainly
-    held it live: from the time its claim answer was received (the lease existed by then) to
-    the latest invocation of an operation accepted on it (renewal, first result recording,
-    claim replay: the lease was still live at some moment after that invocation). Leases of one
-    device must have disjoint intervals. A lease that expired and whose agent stopped has no
+    held it live: from the time its claim answer was received (the lease was granted by then)
+    to the latest invocation of an operation accepted on it (renewal, first result recording,
+    claim replay: the lease was still live at some moment after that invocation), and leases
+    never revive, so it was live throughout. A lease with no operation accepted after its
+    claim's answer has no such interval (it may have expired before that answer arrived), but
+    it was live at the moment it was granted, somewhere between its claim's invocation and
+    answer. Two leases of one device are flagged when their intervals meet, or when one was
+    granted within the other's interval. A lease that expired and whose agent stopped has no
     accepted operation after its last renewal, so its interval ends there and never reaches a
     later lease's claim; nothing legitimate is flagged.
 (e) ``replay_mismatch``: the answers to one ``claim_id`` that hand out an assignment hand out the
@@ -459,6 +463,22 @@ class _Lease:
     granted: float  # its first claim answer left the coordinator by then
     live_until: float  # accepted on it after an invocation at this time
     ops: list[int]
+    asked: float = 0.0  # its first claim was invoked then: it was granted, so live, after this
+
+    def certainly_live(self) -> tuple[float, float] | None:
+        """From its claim's answer to the latest call accepted on it; leases never revive. None when
+        no call was accepted after that answer: it may have ended before the answer arrived."""
+        return (self.granted, self.live_until) if self.live_until > self.granted else None
+
+    def overlaps(self, other: _Lease) -> bool:
+        """Whether both were certainly live at one moment: their certain intervals meet, or the
+        other was granted (and so live) at a moment within this one's certain interval."""
+        mine, theirs = self.certainly_live(), other.certainly_live()
+        if mine is None:
+            return False
+        if mine[0] <= other.asked and other.granted <= mine[1]:
+            return True
+        return theirs is not None and max(mine[0], theirs[0]) < min(mine[1], theirs[1])
 
 
 def check(ops: Iterable[Op]) -> Report:
@@ -516,7 +536,7 @@ def check(ops: Iterable[Op]) -> Report:
         if lease is None:
             lease = leases[body["lease_id"]] = _Lease(body["lease_id"], body["task_id"], body["attempt"],
                                                      body.get("device_id"), op.responded_at or 0,
-                                                     op.responded_at or 0, [op.index])
+                                                     op.responded_at or 0, [op.index], op.invoked_at)
             other = attempts.setdefault((lease.task_id, lease.attempt), lease.lease_id)
             if other != lease.lease_id:
                 violations.append(Violation("attempt_reissued", f"task {lease.task_id} attempt {lease.attempt} "
@@ -569,11 +589,12 @@ def check(ops: Iterable[Op]) -> Report:
     for lease in leases.values():
         by_device[lease.device_id].append(lease)
     for device_id, held in by_device.items():
-        held.sort(key=lambda lease: lease.granted)
-        for i, first in enumerate(held):
-            for second in held[i + 1:]:
-                if second.granted >= first.live_until:
-                    break  # sorted by start: the later ones start later still
+        for first in held:
+            for second in held:
+                if second is first or not first.overlaps(second):
+                    continue
+                if second.overlaps(first) and second.granted < first.granted:
+                    continue  # the pair is reported once, from the earlier grant
                 violations.append(Violation(
                     "device_overlap",
                     f"device {device_id}: lease {second.lease_id} (task {second.task_id} attempt "

@@ -414,3 +414,25 @@ def test_a_claim_replay_after_its_lease_ended_may_answer_204_and_a_lost_first_an
     # the same replay handing out another lease is flagged, even though the first answer was lost
     claim(b, "host-a", "c1", "t1", 2, "L9", "d1")
     assert "replay_mismatch" in check(b.ops).kinds()
+
+
+def test_a_lease_whose_claim_answer_arrived_late_is_not_taken_for_live_beside_its_successor() -> None:
+    """Found by the valid-history property: attempt 1's claim was answered slowly (invoked at 3,
+    answered at 5), its lease expired unseen, and attempt 2 was handed the device at 4 and renewed
+    at 13. Attempt 1 was certainly live only at its grant, somewhere in [3, 5]: no overlap."""
+    claim = "/internal/v1/hosts/host-a/claim"
+    first = {"task_id": "t0", "attempt": 1, "lease_id": "L0", "device_id": "d1"}
+    second = {"task_id": "t0", "attempt": 2, "lease_id": "L1", "device_id": "d1"}
+    ops = [
+        Op(index=0, side="host-a", method="POST", path=claim, query={}, request={"claim_id": "c1"},
+           invoked_at=3.0, responded_at=5.0, status=200, body=first, delivered=True),
+        Op(index=1, side="host-a", method="POST", path=claim, query={}, request={"claim_id": "c2"},
+           invoked_at=4.0, responded_at=4.0, status=200, body=second, delivered=True),
+        Op(index=2, side="host-a", method="POST", path="/internal/v1/hosts/host-a/leases/L1/renew", query={},
+           request={"task_id": "t0", "attempt": 2}, invoked_at=13.0, responded_at=13.0, status=200, body={},
+           delivered=True),
+    ]
+    assert "device_overlap" not in check(ops).kinds()
+    # ... while a grant that certainly fell inside the live lease's interval is flagged
+    inside = replace(ops[0], invoked_at=6.0, responded_at=7.0)
+    assert "device_overlap" in check([inside, ops[1], ops[2]]).kinds()
