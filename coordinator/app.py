@@ -31,6 +31,7 @@ from coordinator.routes import ENDPOINTS, Handler
 from coordinator.scripts import Durability, load_scripts
 from coordinator.settings import Settings
 from coordinator.store import Store
+from coordinator.throttle import FailureThrottle
 from coordinator.waiter import ClaimWaiter, new_process_id
 
 log = logging.getLogger("coordinator")
@@ -48,16 +49,18 @@ class _Coordinator(Starlette):
     Request and an exception wrapper of its own for as long as a request runs, 2 KB of every
     waiting long-poll."""
 
-    def __init__(self, metrics: Metrics, outage: OutageLog, **kwargs: Any) -> None:
+    def __init__(self, metrics: Metrics, outage: OutageLog, throttle: FailureThrottle | None,
+                 **kwargs: Any) -> None:
         self._metrics = metrics
         self._outage = outage
+        self._throttle = throttle
         super().__init__(**kwargs)
 
     def build_middleware_stack(self) -> ASGIApp:
         app: ASGIApp = self.router
         for cls, args, kwargs in reversed(self.user_middleware):
             app = cls(app, *args, **kwargs)
-        return RequestBoundary(app, self._metrics, self._outage)
+        return RequestBoundary(app, self._metrics, self._outage, self._throttle)
 
 
 class _Endpoint:
@@ -143,7 +146,11 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
               for e in ENDPOINTS]
     # Every exception, routing's 404 and 405 included, reaches RequestBoundary, the one place
     # errors become responses.
-    app = _Coordinator(ctx.metrics, outage, routes=routes, lifespan=lifespan)
+    throttle = FailureThrottle(
+        ctx.store, allowed=settings.auth_failures_max, window_ms=settings.auth_failures_window_ms,
+        throttle_ms=settings.auth_throttle_ms, trust_forwarded_for=settings.trust_forwarded_for,
+    ) if settings.auth_failures_max else None
+    app = _Coordinator(ctx.metrics, outage, throttle, routes=routes, lifespan=lifespan)
     app.state.ctx = ctx  # for tests and the demo; routes get ctx explicitly
 
     def stopping() -> None:

@@ -5,7 +5,8 @@ Starlette's own exception middlewares, which would never act). It counts each re
 ``/metrics`` and turns whatever escaped the route into a response with ``response_for``, using the
 mapping of ``errors.error_for_exception``:
 
-- ``ApiError`` and its subclasses: their status, code and headers;
+- ``ApiError`` and its subclasses: their status, code and headers; an ``Unauthorized`` is first
+  handed to the failure throttle (``throttle.py``), which may answer ``429 rate_limited`` instead;
 - Starlette's ``HTTPException`` (routing 404 and 405): ``not_found`` / ``method_not_allowed``,
   405 with the ``Allow`` header of every method the path takes;
 - Redis unreachable, loading, read-only or failing over: ``503 unavailable`` with ``Retry-After``,
@@ -33,12 +34,14 @@ from coordinator.errors import (
     ApiError,
     Internal,
     MethodNotAllowed,
+    Unauthorized,
     Unavailable,
     error_for_exception,
 )
 from coordinator.logs import REQUESTS_LOGGER
 from coordinator.metrics import Metrics
 from coordinator.outage import OutageLog
+from coordinator.throttle import FailureThrottle
 from coordinator.views import json_response
 from wire import is_valid_id
 
@@ -117,12 +120,14 @@ def response_for(exc: BaseException, scope: Scope, outage: OutageLog) -> Respons
 class RequestBoundary:
     """Counts requests by route template, method and status, answers every exception, and logs
     each request when ``REQUESTS_LOGGER`` is enabled. Redis being unavailable is told to
-    ``outage``."""
+    ``outage``. Refused credentials are counted by ``throttle`` (None: never throttled)."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, outage: OutageLog) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, outage: OutageLog,
+                 throttle: FailureThrottle | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.outage = outage
+        self.throttle = throttle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -149,6 +154,9 @@ class RequestBoundary:
                 log.error("request %s: %s after the response started", rid, type(exc).__name__,
                           exc_info=exc, extra={"request_id": rid})
             else:
+                if isinstance(exc, Unauthorized) and self.throttle is not None:
+                    # Only a refused credential is counted: a valid one never gets here.
+                    exc = await self.throttle.refusal(exc, scope, self.outage)
                 await response_for(exc, scope, self.outage)(scope, receive, send_and_record)
         finally:
             route = scope.get("route")

@@ -8,6 +8,8 @@
      ├── MethodNotAllowed  405    method_not_allowed (with Allow)
      ├── Conflict          409    the contract's conflict codes (lease_expired, result_conflict, ...)
      ├── PayloadTooLarge   413    payload_too_large
+     ├── RateLimited       429    rate_limited (a failed credential from a throttled client
+     │                            address, coordinator/throttle.py), with Retry-After
      ├── Unavailable       503    unavailable (Redis unreachable), with Retry-After
      └── Internal          500    internal (anything unexpected; logged, never echoed)
 
@@ -68,6 +70,13 @@ class Unauthorized(ApiError, status=401, code=ErrorCode.UNAUTHORIZED):
     def __init__(self) -> None:
         # Deliberately one message for every case, so a caller learns nothing from it.
         super().__init__("missing, malformed or unknown credential")
+
+
+class RateLimited(ApiError, status=429, code=ErrorCode.RATE_LIMITED):
+    def __init__(self, retry_after_s: int) -> None:
+        # One message for every case too: it says no more than the 401 it stands for.
+        super().__init__("too many failed credentials from this client address; retry later")
+        self.headers = {"Retry-After": str(retry_after_s)}
 
 
 class Unavailable(ApiError, status=503, code=ErrorCode.UNAVAILABLE):

@@ -105,6 +105,16 @@ class Keys:
         """Host ids with new work, pushed for one process's waiting polls: a list."""
         return f"{self.base}inbox:{process_id}"
 
+    def auth_failures(self, address: str) -> str:
+        """Failed credentials from one client address in its current window: a counter whose
+        TTL is what is left of the window (coordinator/throttle.py)."""
+        return f"{self.base}auth_failures:{address}"
+
+    def auth_throttled(self, address: str) -> str:
+        """Present while a client address's failed credentials are answered 429; its TTL is
+        what is left of the throttle."""
+        return f"{self.base}auth_throttled:{address}"
+
     # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
     # joined by NUL.
 

@@ -30,8 +30,9 @@ from coordinator.views import json_response
 Handler = Callable[[Context, Request], Awaitable[Response]]
 
 HOST = "/internal/v1/hosts/{host_id}"
-_HOST_ERRORS: dict[int, str | None] = {400: "Error", 401: "Error", 403: "Error", 413: "Error"}
-_ADMIN_ERRORS: dict[int, str | None] = {401: "Error"}
+# 429: a refused credential from a client address that refused too many (coordinator/throttle.py).
+_HOST_ERRORS: dict[int, str | None] = {400: "Error", 401: "Error", 403: "Error", 413: "Error", 429: "Error"}
+_ADMIN_ERRORS: dict[int, str | None] = {401: "Error", 429: "Error"}
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ ENDPOINTS: list[Endpoint] = [
     Endpoint("POST", f"{HOST}/results", host_api.results, "Report a terminal result (idempotent)", "host",
              "Result", {200: "Recorded", 409: "Error", **_HOST_ERRORS}),
     Endpoint("POST", "/internal/v1/enroll", enrollment_api.enroll, "Enroll a managed host", "enrollment",
-             "Enroll", {200: "Enrolled", 201: "Enrolled", 400: "Error", 401: "Error", 409: "Error", 413: "Error"}),
+             "Enroll", {200: "Enrolled", 201: "Enrolled", 400: "Error", 401: "Error", 409: "Error", 413: "Error",
+                        429: "Error"}),
     Endpoint("POST", f"{HOST}/devices/enroll", enrollment_api.enroll_devices, "Enroll local devices", "host",
              "DeviceEnroll", {200: "DeviceEnroll", 409: "Error", **_HOST_ERRORS}),
     Endpoint("PUT", f"{HOST}/heartbeat", host_api.heartbeat, "Heartbeat with the complete device snapshot",

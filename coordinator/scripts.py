@@ -42,6 +42,8 @@ from coordinator.errors import Unavailable
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
 _FLAGS = re.compile(r"^--- @flags ([\w -]+?)\s*$", re.MULTILINE)
 _NAME = re.compile(r"^(?P<name>[a-zA-Z]+)-(?P<keys>\d+)\.lua$")
+# The most encoded call heads one script keeps (``Script._encoded``).
+_HEADS_KEPT = 256
 
 
 def lua_dir() -> Path:
@@ -173,7 +175,11 @@ class Script:
         # The number of keys is the script's, so keys plus leading arguments name one head.
         head = self._heads.get(known := (*keys, *args[:fixed]))
         if head is None:
-            head = self._heads[known] = encode_args(("FCALL", self.function, self.num_keys, *known))
+            head = encode_args(("FCALL", self.function, self.num_keys, *known))
+            # Keys of one client address (the failure throttle) are as many as its callers: a
+            # bounded number of heads is kept, the rest encoded afresh each time.
+            if len(self._heads) < _HEADS_KEPT:
+                self._heads[known] = head
         return b"*%d\r\n" % (3 + len(keys) + len(args)) + head + encode_args(args[fixed:])
 
 

@@ -48,6 +48,15 @@ class Settings(BaseSettings):
     queue_timeout_s: float = Field(default=86400.0, gt=0)
     claim_timeout_s: float = Field(default=60.0, gt=0)
     task_retention_s: float = Field(default=604800.0, gt=0)
+    # Failed credentials (coordinator/throttle.py): more than auth_failures_max from one client
+    # address within auth_failures_window_s, and its further failures are answered 429 for
+    # auth_throttle_s. 0 turns the throttle off. Valid credentials are never counted nor slowed.
+    auth_failures_max: int = Field(default=20, ge=0)
+    auth_failures_window_s: float = Field(default=60.0, gt=0)
+    auth_throttle_s: float = Field(default=60.0, gt=0)
+    # Behind a proxy, the client address is the rightmost X-Forwarded-For entry (the one that
+    # proxy appended); otherwise the connection's peer. Only a proxy that appends it may be trusted.
+    trust_forwarded_for: bool = False
     # Worker processes of `serve` (Heroku's name), and the log format: "text" or "json".
     web_concurrency: int = Field(default=1, ge=1, le=64, validation_alias=AliasChoices("WEB_CONCURRENCY"))
     log_format: Literal["text", "json"] = "text"
@@ -102,6 +111,14 @@ class Settings(BaseSettings):
     @property
     def claim_timeout_ms(self) -> int:
         return int(self.claim_timeout_s * 1000)
+
+    @property
+    def auth_failures_window_ms(self) -> int:
+        return max(1, int(self.auth_failures_window_s * 1000))
+
+    @property
+    def auth_throttle_ms(self) -> int:
+        return max(1, int(self.auth_throttle_s * 1000))
 
     @property
     def task_retention_ms(self) -> int:

@@ -60,6 +60,15 @@ class Recorded:
 
 
 @dataclass(frozen=True)
+class AuthFailure:
+    """A failed credential counted: how long its address stays throttled (ms; 0: it is not),
+    and whether this failure began the throttle."""
+
+    throttled_ms: int
+    began: bool
+
+
+@dataclass(frozen=True)
 class Sweep:
     """What one reaper call did: deadlines it took, and how many of them moved a task."""
 
@@ -247,6 +256,15 @@ class Store:
     async def revoke_enrollment_token(self, token_id: str) -> EnrollmentToken:
         reply = await self._run("revokeEnrollmentToken", [self.keys.enrollment_tokens], [token_id])
         return EnrollmentToken.from_json(reply[1])
+
+    async def record_auth_failure(self, address: str, allowed: int, window_ms: int,
+                                  throttle_ms: int) -> AuthFailure:
+        """Count a failed credential from ``address`` (coordinator/throttle.py). Never waits for
+        replicas: a count a failover loses only lets a few more failures through."""
+        reply = await self._scripts["recordAuthFailure"](
+            self.redis, [self.keys.auth_failures(address), self.keys.auth_throttled(address)],
+            [allowed, window_ms, throttle_ms], NO_WAIT, self._pipeline)
+        return AuthFailure(throttled_ms=int(reply[1]), began=reply[2] == 1)
 
     async def enroll_host(self, token_digest: str, enrollment_id: str, host_token_digest: str,
                           new_host_id: str, hostname: str, labels_json: str) -> tuple[str, bool]:

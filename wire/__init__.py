@@ -129,6 +129,7 @@ class ErrorCode(str, Enum):
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     PAYLOAD_TOO_LARGE = "payload_too_large"
+    RATE_LIMITED = "rate_limited"
     REQUEST_HEADER_TOO_LARGE = "request_header_too_large"
     INTERNAL = "internal"
     UNAVAILABLE = "unavailable"

@@ -53,11 +53,16 @@ async def enrolled_host(api: Any) -> tuple[str, dict[str, str]]:
 
 async def redis_state(api: Any) -> dict[str, Any]:
     """Everything the service stores under the test's prefix: its fixed keys and every key
-    derived from an id (a host's assignments, a lease, a task's history...)."""
+    derived from an id (a host's assignments, a lease, a task's history...). Not the failure
+    throttle's counters (coordinator/throttle.py): counting a refused credential is what they
+    are for, and no request's outcome but a later refusal's depends on them."""
     redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    throttle_keys = (keys.auth_failures(""), keys.auth_throttled(""))
     snapshot: dict[str, Any] = {}
     async for raw in redis.scan_iter(match=glob_escape(keys.base) + "*", count=1000):
         key = raw.decode()
+        if key.startswith(throttle_keys):
+            continue
         name = key[len(keys.base):]
         kind = (await redis.type(key)).decode()
         if kind == "hash":
