@@ -171,7 +171,7 @@ def operator_tokens_create(client: Client, args: Namespace, out: Output) -> int:
 
 def operator_tokens_revoke(client: Client, args: Namespace, out: Output) -> int:
     return out.show(client.revoke_operator_token(args.id),
-                    lambda t: f"operator token {t.get('id', args.id)}: revoked")
+                    lambda t: f"operator token {t['id']} ({t.get('name')}): {render.operator_token_state(t)}")
 
 
 # -- paging ----------------------------------------------------------------------------------

@@ -236,13 +236,21 @@ def scopes(token: Json) -> str:
 
 def me_fields(me: Json) -> str:
     return fields([("name", me.get("name")), ("scopes", scopes(me)),
-                   ("expires", short_time(me.get("expires_at")) if me.get("expires_at") else "never")])
+                   ("expires", short_time(me.get("expires_at")) if me.get("expires_at") else "never"),
+                   ("id", me.get("token_id") or "none (the bootstrap admin token)")])
+
+
+def operator_token_state(token: Json) -> str:
+    if token.get("revoked"):
+        return "revoked"
+    return "expired" if token.get("expired") else "active"
 
 
 def operator_tokens_table(tokens: Iterable[Json]) -> str:
-    return table(["ID", "NAME", "SCOPES", "EXPIRES", "CREATED", "LAST USED"],
-                 ([t["id"], t.get("name"), scopes(t), short_time(t.get("expires_at")),
-                   short_time(t.get("created_at")), short_time(t.get("last_used_at"))] for t in tokens))
+    return table(["ID", "NAME", "SCOPES", "STATE", "EXPIRES", "LAST USED", "CREATED", "CREATED BY"],
+                 ([t["id"], t.get("name"), scopes(t), operator_token_state(t), short_time(t.get("expires_at")),
+                   short_time(t.get("last_used_at")), short_time(t.get("created_at")), t.get("created_by")]
+                  for t in tokens))
 
 
 def created_operator_token(token: Json) -> str:

@@ -170,7 +170,7 @@ export const finishedNewestFirst = (a, b) =>
 
 // -- the event log -----------------------------------------------------------------------------
 
-const EVENT_IDS = ["task_id", "host_id", "device_id"];
+const EVENT_IDS = ["task_id", "host_id", "device_id", "token_id"];
 
 export function eventLine(event) {
   const ids = EVENT_IDS.filter((name) => event[name]).map((name) => event[name]);

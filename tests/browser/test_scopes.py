@@ -35,10 +35,10 @@ def test_a_read_token_watches_and_finds_no_control(coordinator: Coordinator, das
     page = dashboard.page
     dashboard.wait_cell("queue", waiting["task_id"], "Status", lambda s: s == "queued")
     dashboard.wait_cell("devices", "phone-1", "Task", lambda s: s == assigned["task_id"])
-    assert page.text("#who") == "wall-screen · read"
-    assert page.js("sessionStorage.getItem('tether.token')") == token
     # Not one button, nor an empty column where buttons would be.
     assert page.js(NO_CONTROL) == 0
+    assert page.text("#who") == "wall-screen · read"
+    assert page.js("sessionStorage.getItem('tether.token')") == token
 
     # The fleet changes under it, by someone else's hand: the feed says whose.
     coordinator.call("POST", "/api/v1/hosts/host-a/drain")
@@ -60,8 +60,8 @@ def test_a_control_token_drains_and_disables_but_may_not_revoke(coordinator: Coo
     page = dashboard.page
     dashboard.wait_cell("devices", "phone-1", "Task", lambda s: s == assigned["task_id"])
     dashboard.wait_cell("queue", waiting["task_id"], "Status", lambda s: s == "queued")
-    assert page.text("#who") == "on-call · read, control"
     assert dashboard.buttons("hosts", "host-a") == ["Drain"]  # no Revoke: that is admin's
+    assert page.text("#who") == "on-call · read, control"
     assert dashboard.buttons("devices", "phone-1") == ["Cancel task", "Disable"]
     assert dashboard.buttons("devices", "phone-2") == ["Disable"]
     assert dashboard.buttons("queue", waiting["task_id"]) == ["Cancel"]  # any task, not only its own

@@ -62,38 +62,40 @@ def test_create_list_me_and_revoke(coordinator: Coordinator, capsys: pytest.Capt
     fields = fields_of(created)
     secret, token_id = fields["token"], fields["id"]
     assert secret.startswith("tto_") and created.out.count(secret) == 1
-    assert fields["name"] == name and set(fields["scopes"].split(",")) == {"submit", "read"}
+    assert fields["name"] == name and fields["scopes"] == "read,submit"
     assert "shown only now" in created.out
 
     listed = coordinator.tether("operator-tokens")
     assert listed.code == 0 and secret not in listed.out
     lines = listed.out.splitlines()
-    assert lines[0].split() == ["ID", "NAME", "SCOPES", "EXPIRES", "CREATED", "LAST", "USED"]
+    assert lines[0].split() == ["ID", "NAME", "SCOPES", "STATE", "EXPIRES", "LAST", "USED", "CREATED", "CREATED",
+                                "BY"]
     row = next(line.split() for line in lines if line.startswith(token_id + " "))
-    assert row[1] == name and set(row[2].split(",")) == {"submit", "read"}
+    assert row[1:4] == [name, "read,submit", "active"] and row[-1] == "admin"
     as_json = coordinator.tether_here(capsys, "operator-tokens", "--json").json()
     assert token_id in {t["id"] for t in as_json["operator_tokens"]} and secret not in json.dumps(as_json)
 
     me = coordinator.tether("me", TETHER_TOKEN=secret)
     assert me.code == 0, me
     about = fields_of(me)
-    assert about["name"] == name and set(about["scopes"].split(",")) == {"submit", "read"}
+    assert about["name"] == name and about["scopes"] == "read,submit" and about["id"] == token_id
     assert about["expires"] != "never" and secret not in me.out
     assert coordinator.tether("me", "--json", TETHER_TOKEN=secret).json()["name"] == name
     bootstrap = fields_of(coordinator.tether_here(capsys, "me"))
-    assert bootstrap["name"] == "admin" and "admin" in bootstrap["scopes"].split(",")
+    assert (bootstrap["name"], bootstrap["scopes"], bootstrap["expires"]) == ("admin", "admin", "never")
 
     # Used once, it shows when (kept at most once a minute; the first use is always kept).
     used = coordinator.tether_here(capsys, "operator-tokens", "--json").json()["operator_tokens"]
     assert next(t for t in used if t["id"] == token_id)["last_used_at"] is not None
 
     revoked = coordinator.tether("operator-tokens", "revoke", token_id)
-    assert (revoked.code, revoked.out) == (0, f"operator token {token_id}: revoked\n")
+    assert (revoked.code, revoked.out) == (0, f"operator token {token_id} ({name}): revoked\n")
     refused = coordinator.tether("me", TETHER_TOKEN=secret)
     assert refused.code == 1 and one_line(refused.err).endswith("(unauthorized)")
     assert secret not in refused.err
-    remaining = coordinator.tether_here(capsys, "operator-tokens", "--json").json()["operator_tokens"]
-    assert token_id not in {t["id"] for t in remaining}
+    row = next(line.split() for line in coordinator.tether_here(capsys, "operator-tokens").out.splitlines()
+               if line.startswith(token_id + " "))
+    assert row[3] == "revoked"  # kept in the listing, for the audit
 
 
 def test_created_with_json_the_secret_is_in_the_answer(coordinator: Coordinator) -> None:
@@ -159,8 +161,8 @@ def test_the_client_pages_through_operator_tokens(coordinator: Coordinator, admi
     assert ids <= {t["id"] for t in admin.iter_operator_tokens(page_size=1)}
 
     token_id = ids.pop()
-    admin.revoke_operator_token(token_id)
-    assert token_id not in {t["id"] for t in admin.iter_operator_tokens(page_size=2)}
+    assert admin.revoke_operator_token(token_id)["revoked"] is True
+    assert next(t for t in admin.iter_operator_tokens(page_size=2) if t["id"] == token_id)["revoked"] is True
     with pytest.raises(TetherError) as raised:
         admin.create_operator_token("not a name", ["read"])
     assert (raised.value.status, raised.value.code) == (400, "invalid_request")
