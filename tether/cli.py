@@ -20,7 +20,7 @@ from tether.errors import TetherError
 
 _TASK_STATUSES = wire.values(wire.TaskStatus)
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
-_OPERATOR_SCOPES = ("read", "submit", "control", "admin")  # PROTOCOL.md, "Principals"
+_OPERATOR_SCOPES = wire.values(wire.OperatorScope)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
