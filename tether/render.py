@@ -89,7 +89,8 @@ def task_fields(task: Json) -> str:
         pairs.append(("progress", progress(task.get("progress"))))
     if task.get("result"):
         pairs.append(("result", result(task)))
-    pairs += [("created", short_time(task.get("created_at"))), ("updated", short_time(task.get("updated_at")))]
+    pairs += [("creator", task.get("created_by")),
+              ("created", short_time(task.get("created_at"))), ("updated", short_time(task.get("updated_at")))]
     if task.get("finished_at"):
         pairs.append(("finished", short_time(task.get("finished_at"))))
     return fields(pairs)

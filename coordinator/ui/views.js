@@ -137,6 +137,7 @@ const queueFields = [
   { title: "Candidates", value: (t) => candidates(t.candidates), wide: true },
   { title: "Attempt", value: (t) => `${t.attempt}/${t.max_attempts}` },
   { title: "Created", value: (t) => clock(t.created_at) },
+  { title: "By", value: (t) => t.created_by ?? "" },
 ];
 
 export function queueColumns(may) {
@@ -163,6 +164,7 @@ export const resultColumns = [
   { title: "Device", value: (t) => t.device_id ?? "", id: true },
   { title: "Host", value: (t) => t.host_id ?? "", id: true },
   { title: "Attempt", value: (t) => `${t.attempt}/${t.max_attempts}` },
+  { title: "By", value: (t) => t.created_by ?? "" },
 ];
 
 export const finishedNewestFirst = (a, b) =>

@@ -102,6 +102,8 @@ def test_a_submit_token_is_offered_its_own_tasks_and_a_refusal_shows_the_server_
     page = dashboard.page
     dashboard.wait_cell("queue", admins["task_id"], "Status", lambda s: s == "queued")
     assert page.text("#who") == "ci · read, submit"
+    assert dashboard.cell("queue", mine["task_id"], "By") == "ci"
+    assert dashboard.cell("queue", admins["task_id"], "By") == "admin"
     assert dashboard.buttons("queue", mine["task_id"]) == ["Cancel"]
     assert dashboard.buttons("queue", admins["task_id"]) == []
     assert dashboard.buttons("queue", theirs["task_id"]) == ["Cancel"]  # the page goes by name

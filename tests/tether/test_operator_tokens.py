@@ -139,6 +139,7 @@ def test_events_name_the_actor_of_each_operator_action(coordinator: Coordinator,
     assert actors["created"] == ci_name and actors["cancelled"] == on_call_name
     events = coordinator.tether_here(capsys, "events", task_id, "--json").json()["events"]
     assert {e["type"]: e.get("actor") for e in events}["created"] == ci_name
+    assert fields_of(coordinator.tether("task", task_id))["creator"] == ci_name
 
 
 def test_a_submit_token_cannot_cancel_another_token_s_task(coordinator: Coordinator, admin: Client) -> None:
