@@ -124,7 +124,7 @@ def load_times(page: Page, url: str, devices: int) -> tuple[list[float], list[fl
     loads, renders = [], []
     for _ in range(LOADS):
         page.goto(f"{url}/ui")  # the token is in the tab's sessionStorage after the first sign-in
-        if page.js("!sessionStorage.getItem('tether.adminToken')"):
+        if page.js("!sessionStorage.getItem('tether.token')"):
             page.type_into("#token", ADMIN)
             page.press_enter()
         page.wait_for("performance.getEntriesByName('tether:ready').length > 0", 60, "the dashboard ready")

@@ -15,7 +15,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from coordinator.auth import Authenticator
+from coordinator.auth import ACCESS, Authenticator
+from coordinator.clock import ShiftedClock
 from coordinator.autopipeline import auto_pipeline
 from coordinator.boundary import RequestBoundary
 from coordinator.context import Context
@@ -27,7 +28,7 @@ from coordinator.outage import OutageLog
 from coordinator.queries import Queries
 from coordinator.reaper import run_reaper
 from coordinator.redis_client import open_redis
-from coordinator.routes import ENDPOINTS, Handler
+from coordinator.routes import ENDPOINTS, Endpoint
 from coordinator.scripts import Durability, load_scripts
 from coordinator.settings import Settings
 from coordinator.store import Store
@@ -67,20 +68,27 @@ class _Endpoint:
     """A route's ASGI app: its handler, called with the context and the request, and the response
     sent. Starlette's ``request_response`` does the same through two nested functions and an
     exception wrapper (exceptions are the boundary's): three more frames held by every request
-    while it lasts."""
+    while it lasts.
 
-    __slots__ = ("_ctx", "_handler")
+    An operator route's credential and scope are checked here, the one place, before its handler
+    reads the path or the body; the handler finds the operator with ``auth.access_of``."""
 
-    def __init__(self, handler: Handler, ctx: Context) -> None:
-        self._handler = handler
+    __slots__ = ("_ctx", "_endpoint")
+
+    def __init__(self, endpoint: Endpoint, ctx: Context) -> None:
+        self._endpoint = endpoint
         self._ctx = ctx
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await self._handler(self._ctx, Request(scope, receive, send))
+        request = Request(scope, receive, send)
+        endpoint = self._endpoint
+        if endpoint.scope is not None:
+            scope[ACCESS] = await self._ctx.auth.authorize(request, endpoint.scope, endpoint.own_scope)
+        response = await endpoint.handler(self._ctx, request)
         await response(scope, receive, send)
 
 
-def build_context(settings: Settings, redis: Redis) -> Context:
+def build_context(settings: Settings, redis: Redis, clock: ShiftedClock | None = None) -> Context:
     keys = Keys(settings.key_prefix)
     process_id = new_process_id()
     # One per process: the script calls and reads of every request share its writes.
@@ -89,15 +97,16 @@ def build_context(settings: Settings, redis: Redis) -> Context:
     # What this process keeps from Redis is dropped when Redis lost its data.
     epoch = Epoch(redis, keys.epoch)
     epoch.on_change(next(iter(scripts.values())).library.forget)
+    store = Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
+                  claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms,
+                  durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
+                  pipeline=pipeline, scripts=scripts, clock=clock)
     return Context(
         settings=settings,
-        store=Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
-                    claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms,
-                    durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
-                    pipeline=pipeline, scripts=scripts),
+        store=store,
         queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
-                        read_waiting=scripts["readWaiting"], pipeline=pipeline),
-        auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts, epoch),
+                        read_waiting=scripts["readWaiting"], pipeline=pipeline, clock=clock),
+        auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts, epoch, store),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=Metrics(),
         feed=EventFeed(redis, keys.feed),
@@ -105,15 +114,16 @@ def build_context(settings: Settings, redis: Redis) -> Context:
     )
 
 
-def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
-    """The coordinator app. ``redis`` overrides the client opened from ``settings``."""
+def create_app(settings: Settings, redis: Redis | None = None, clock: ShiftedClock | None = None) -> Starlette:
+    """The coordinator app. ``redis`` overrides the client opened from ``settings``; ``clock``
+    (tests only) moves the clock every script reads (coordinator/clock.py)."""
     description = "given client"
     if redis is None:
         if settings.redis_url is None and settings.redis_wait_replicas:
             log.warning("COORDINATOR_REDIS_WAIT_REPLICAS is ignored: the embedded Redis has no replicas")
             settings = settings.model_copy(update={"redis_wait_replicas": 0})
         redis, description = open_redis(settings)
-    ctx = build_context(settings, redis)
+    ctx = build_context(settings, redis, clock)
     ctx.metrics.waiting_polls.set_function(lambda: ctx.waiter.waiting)
     ctx.metrics.feed_watchers.set_function(lambda: ctx.feed.watchers)
     # Requests that answer 503 and the reaper's sweeps report to one outage: its first failure is
@@ -142,7 +152,7 @@ def create_app(settings: Settings, redis: Redis | None = None) -> Starlette:
             await asyncio.gather(*loops, return_exceptions=True)
             await redis.aclose()
 
-    routes = [Route(e.path, _Endpoint(e.handler, ctx), methods=[e.method], name=e.handler.__name__)
+    routes = [Route(e.path, _Endpoint(e, ctx), methods=[e.method], name=e.handler.__name__)
               for e in ENDPOINTS]
     # Every exception, routing's 404 and 405 included, reaches RequestBoundary, the one place
     # errors become responses.

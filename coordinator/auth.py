@@ -1,4 +1,4 @@
-"""Who is calling: the admin, a host, or nobody we know.
+"""Who is calling: an operator (the bootstrap admin or an operator token), a host, or nobody we know.
 
 Secrets are never kept or compared in plain text: the service holds SHA-256 digests and compares
 digests in constant time. Every unknown, missing or malformed credential gets the same
@@ -15,6 +15,15 @@ or its body first asks Redis whether its credential is still live (``ensure_live
 credential gets 401 whatever else is wrong with the request. That costs a round trip only on the
 error path.
 
+Operators: the configured ``COORDINATOR_ADMIN_TOKEN`` is the bootstrap admin (every scope, actor
+``admin``), checked in memory. An operator token (``tto_...``) is read on every request it comes
+with (one read-only script: its digest, its record, the Redis clock), not cached: that one read
+is what makes a revocation or an expiry hold on every process from its next request, reads
+included, which a check inside the writing scripts alone would not. Any other secret is refused
+without asking Redis. ``authorize`` is the one place a route's scope is enforced
+(``app.py`` calls it for every operator route before the handler runs: credential, then scope,
+then path, then body).
+
 The cache mirrors ``host_tokens`` and must not outlive it: before it is read, the deployment's
 epoch is confirmed (``coordinator/epoch.py``, at most one ``GET`` a second per process), and a
 Redis that lost its data drops it. Within that second the heartbeat and device-enrollment
@@ -28,15 +37,17 @@ import hashlib
 import hmac
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import SecretStr
 from redis.asyncio import Redis
 from starlette.requests import Request
 
+import wire
 from coordinator.epoch import Epoch
-from coordinator.errors import ApiError, Forbidden, Unauthorized
+from coordinator.errors import ApiError, Forbidden, InsufficientScope, Unauthorized
 from coordinator.keys import Keys
+from coordinator.records import OperatorToken
 from coordinator.validation import header
 
 _CACHE_LIMIT = 100_000
@@ -57,6 +68,55 @@ class HostPrincipal:
     digest: str = field(repr=False)
 
 
+# A route any valid operator credential may call, whatever its scopes (``GET /api/v1/me``).
+ANY_SCOPE = "any"
+# last_used_at is written at most once per this interval per token.
+TOUCH_INTERVAL_MS = 60_000
+ADMIN_SCOPES = frozenset({wire.OperatorScope.ADMIN.value})
+
+
+@dataclass(frozen=True)
+class Operator:
+    """An operator credential that is valid now: the bootstrap admin (``token_id`` None) or an
+    operator token. Its ``name`` is the ``actor`` of every event it causes."""
+
+    name: str
+    scopes: frozenset[str]
+    token_id: str | None = None
+    expires_at: int | None = None  # ms, Redis clock; None for the bootstrap admin
+
+    def may(self, scope: str) -> bool:
+        return scope == ANY_SCOPE or scope in self.scopes or wire.OperatorScope.ADMIN.value in self.scopes
+
+
+BOOTSTRAP_ADMIN = Operator(wire.BOOTSTRAP_ACTOR, ADMIN_SCOPES)
+
+
+@dataclass(frozen=True)
+class Access:
+    """What a route's scope check let an operator do. ``owner``: the token id its changes are
+    limited to (a token let in by a route's ``own_scope``, e.g. ``submit`` cancelling), else None."""
+
+    operator: Operator
+    owner: str | None = None
+
+
+# Where app.py leaves an operator route's Access in the request's ASGI scope for its handler.
+ACCESS = "tether.access"
+
+
+def access_of(request: Request) -> Access:
+    """The operator calling this route, as ``Authenticator.authorize`` let it in."""
+    return request.scope[ACCESS]
+
+
+class OperatorTokenReader(Protocol):
+    """What ``Authenticator`` needs to read operator tokens (``coordinator.store.Store`` is one)."""
+
+    async def read_operator_token(self, digest: str) -> tuple[OperatorToken, int]: ...
+    async def touch_operator_token(self, token_id: str, interval_ms: int) -> bool: ...
+
+
 def bearer_secret(request: Request) -> str:
     scheme, _, secret = (header(request, b"authorization") or "").partition(" ")
     secret = secret.strip()
@@ -67,10 +127,13 @@ def bearer_secret(request: Request) -> str:
 
 class Authenticator:
     def __init__(self, redis: Redis, keys: Keys, admin_token: SecretStr | None,
-                 static_hosts: dict[str, SecretStr], epoch: Epoch | None = None) -> None:
+                 static_hosts: dict[str, SecretStr], epoch: Epoch | None = None,
+                 operator_tokens: OperatorTokenReader | None = None) -> None:
         """``epoch``: confirmed before cached credentials are used, and drops them when Redis
-        lost its data (None: the cache is trusted as long as the process lives)."""
+        lost its data (None: the cache is trusted as long as the process lives).
+        ``operator_tokens``: where operator tokens are read (None: only the bootstrap admin)."""
         self._redis = redis
+        self._operator_tokens = operator_tokens
         self._keys = keys
         self._admin_digest = (
             token_digest(admin_token.get_secret_value()).encode() if admin_token is not None else None
@@ -90,10 +153,31 @@ class Authenticator:
         if epoch is not None:
             epoch.on_change(self.drop_cache)
 
-    def require_admin(self, request: Request) -> None:
-        digest = token_digest(bearer_secret(request)).encode()
-        if self._admin_digest is None or not hmac.compare_digest(digest, self._admin_digest):
+    async def operator(self, request: Request) -> Operator:
+        """The operator calling, or ``Unauthorized`` (unknown, expired, revoked, malformed)."""
+        secret = bearer_secret(request)
+        digest = token_digest(secret)
+        if self._admin_digest is not None and hmac.compare_digest(digest.encode(), self._admin_digest):
+            return BOOTSTRAP_ADMIN
+        if not secret.startswith(wire.OPERATOR_TOKEN_PREFIX) or self._operator_tokens is None:
             raise Unauthorized()
+        # Redis finds the token by the digest (a hash lookup): the secret itself is never compared
+        # or kept, so there is no comparison whose timing could leak it.
+        token, now_ms = await self._operator_tokens.read_operator_token(digest)
+        if token.last_used_at is None or now_ms - token.last_used_at >= TOUCH_INTERVAL_MS:
+            await self._operator_tokens.touch_operator_token(token.id, TOUCH_INTERVAL_MS)
+        return Operator(token.name, frozenset(token.scopes), token.id, token.expires_at)
+
+    async def authorize(self, request: Request, scope: str, own_scope: str | None = None) -> Access:
+        """The operator, if it may call a route that needs ``scope``: 401 for a bad credential,
+        then ``InsufficientScope`` (403). A token holding only ``own_scope`` is let in limited to
+        what it created (``Access.owner``), which the route's script enforces."""
+        operator = await self.operator(request)
+        if operator.may(scope):
+            return Access(operator)
+        if own_scope is not None and operator.may(own_scope) and operator.token_id is not None:
+            return Access(operator, owner=operator.token_id)
+        raise InsufficientScope(scope)
 
     async def host(self, request: Request) -> HostPrincipal:
         digest = token_digest(bearer_secret(request))

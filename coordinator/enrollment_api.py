@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.auth import bearer_secret, token_digest
+from coordinator.auth import access_of, bearer_secret, token_digest
 from coordinator.context import Context
 from coordinator.errors import (
     ApiError,
@@ -32,21 +32,20 @@ MAX_TOKEN_TTL_S = 30 * 24 * 3600
 
 
 async def create_token(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     body = await read_json(request, ctx.settings.max_body_bytes, required=False)
     ttl_s = body.integer("ttl_s", default=3600, low=1, high=MAX_TOKEN_TTL_S)
     max_uses = body.integer("max_uses", default=1, low=1, high=100_000)
     labels = body.labels("labels")
     secret = wire.ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = await ctx.store.create_enrollment_token(
-        "et_" + secrets.token_hex(8), token_digest(secret), ttl_s * 1000, max_uses, canonical_json(labels)
+        "et_" + secrets.token_hex(8), token_digest(secret), ttl_s * 1000, max_uses, canonical_json(labels),
+        actor=access_of(request).operator.name,
     )
     view = token_view(token, token.created_at)
     return json_response({**view, "token": secret}, 201)
 
 
 async def list_tokens(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     query = Query(request)
     limit = query.limit(default=100, high=1000)
     offset = query.integer("cursor", default=0, low=0, high=2**31 - 1)
@@ -58,9 +57,8 @@ async def list_tokens(ctx: Context, request: Request) -> Response:
 
 
 async def revoke_token(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     token_id = require_id(request.path_params["token_id"], "token_id")
-    token = await ctx.store.revoke_enrollment_token(token_id)
+    token = await ctx.store.revoke_enrollment_token(token_id, actor=access_of(request).operator.name)
     return json_response(token_view(token, await ctx.queries.redis_time_ms()))
 
 

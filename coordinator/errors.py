@@ -4,6 +4,7 @@
      ├── InvalidRequest    400    invalid_request
      ├── Unauthorized      401    unauthorized (one body for every bad credential)
      ├── Forbidden         403    forbidden
+     │    └── InsufficientScope 403 insufficient_scope (details.required: the scope it needs)
      ├── NotFound          404    not_found
      ├── MethodNotAllowed  405    method_not_allowed (with Allow)
      ├── Conflict          409    the contract's conflict codes (lease_expired, result_conflict, ...)
@@ -60,6 +61,15 @@ class ApiError(Exception):
 class InvalidRequest(ApiError, status=400, code=ErrorCode.INVALID_REQUEST): ...
 class Forbidden(ApiError, status=403, code=ErrorCode.FORBIDDEN): ...
 class NotFound(ApiError, status=404, code=ErrorCode.NOT_FOUND): ...
+
+
+class InsufficientScope(Forbidden, code=ErrorCode.INSUFFICIENT_SCOPE):
+    """A valid operator credential outside its scopes: ``details.required`` names the scope."""
+
+    def __init__(self, required: str, message: str | None = None) -> None:
+        super().__init__(message or f"this credential lacks the {required!r} scope", details={"required": required})
+
+
 class MethodNotAllowed(ApiError, status=405, code=ErrorCode.METHOD_NOT_ALLOWED): ...
 class Conflict(ApiError, status=409): ...  # its code is the conflict's, given when raised
 class PayloadTooLarge(ApiError, status=413, code=ErrorCode.PAYLOAD_TOO_LARGE): ...
@@ -136,6 +146,8 @@ class ScriptError(IntEnum):
     NOT_ENROLLED_HOST = -15
     DEVICE_LIMIT = -16
     DEVICE_BUSY = -17
+    TOKEN_LIMIT = -18
+    NOT_OWNER = -19
 
 
 _CONFLICT_MESSAGES = {
@@ -152,6 +164,8 @@ _CONFLICT_MESSAGES = {
     ScriptError.IDEMPOTENCY_CONFLICT: "this idempotency key was used for a different request",
     ScriptError.DEVICE_LIMIT: "the host would have more devices than COORDINATOR_MAX_DEVICES_PER_HOST",
     ScriptError.DEVICE_BUSY: "the device holds a task; cancel it or let it finish first",
+    ScriptError.TOKEN_LIMIT: "as many live operator tokens as COORDINATOR_MAX_OPERATOR_TOKENS allows exist; "
+                             "revoke one first",
 }
 
 
@@ -164,6 +178,8 @@ def error_for(code: int, detail: Any = None) -> ApiError:
         return NotFound("no such resource")
     if failure is ScriptError.NOT_ENROLLED_HOST:
         return Forbidden("static hosts do not enroll devices")
+    if failure is ScriptError.NOT_OWNER:
+        return InsufficientScope("control", "without the 'control' scope, a token may cancel only the tasks it created")
     details = {"device_id": detail} if isinstance(detail, str) and failure in (
         ScriptError.DEVICE_CONFLICT,
         ScriptError.UNKNOWN_DEVICE,

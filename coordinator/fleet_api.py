@@ -1,5 +1,5 @@
 """The operator API for the fleet: devices (/api/v1/devices) and hosts (/api/v1/hosts).
-Bearer = the admin token."""
+Bearer = an operator credential; its scope was checked before any handler here runs (app.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
+from coordinator.auth import access_of
 from coordinator.context import Context
 from coordinator.errors import NotFound
 from coordinator.queries import HostEntry
@@ -23,7 +24,6 @@ MAX_REASON_CHARS = 256
 
 
 async def list_devices(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     query = Query(request)
     page = await ctx.queries.list_devices(
         host_id=query.id("host_id"),
@@ -43,12 +43,10 @@ async def _device(ctx: Context, device_id: str) -> dict[str, Any]:
 
 
 async def get_device(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     return json_response(await _device(ctx, require_id(request.path_params["device_id"], "device_id")))
 
 
 async def device_history(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     device_id = require_id(request.path_params["device_id"], "device_id")
     limit = Query(request).limit(default=100, high=wire.DEVICE_RUNS_KEPT)
     runs = await ctx.queries.device_runs(device_id, limit)
@@ -58,25 +56,22 @@ async def device_history(ctx: Context, request: Request) -> Response:
 
 
 async def disable_device(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     device_id = require_id(request.path_params["device_id"], "device_id")
     body = await read_json(request, ctx.settings.max_body_bytes, required=False)
     reason = body.text("reason", max_len=MAX_REASON_CHARS) or ""
-    await ctx.store.set_device_disabled(device_id, True, reason)
+    await ctx.store.set_device_disabled(device_id, True, reason, actor=access_of(request).operator.name)
     return json_response(await _device(ctx, device_id))
 
 
 async def enable_device(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     device_id = require_id(request.path_params["device_id"], "device_id")
-    await ctx.store.set_device_disabled(device_id, False)
+    await ctx.store.set_device_disabled(device_id, False, actor=access_of(request).operator.name)
     return json_response(await _device(ctx, device_id))
 
 
 async def forget_device(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     device_id = require_id(request.path_params["device_id"], "device_id")
-    await ctx.store.forget_device(device_id)
+    await ctx.store.forget_device(device_id, actor=access_of(request).operator.name)
     return json_response({"device_id": device_id, "forgotten": True})
 
 
@@ -120,7 +115,6 @@ async def host_view_for(ctx: Context, host_id: str) -> dict[str, Any]:
 
 
 async def list_hosts(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     query = Query(request)
     page = await ctx.queries.host_ids_page(ctx.auth.static_host_ids, query.limit(default=100, high=1000),
                                            query.id("cursor"))
@@ -129,15 +123,13 @@ async def list_hosts(ctx: Context, request: Request) -> Response:
 
 
 async def get_host(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     return json_response(await host_view_for(ctx, require_id(request.path_params["host_id"], "host_id")))
 
 
 async def _set_draining(ctx: Context, request: Request, draining: bool) -> Response:
-    ctx.auth.require_admin(request)
     host_id = require_id(request.path_params["host_id"], "host_id")
     await _require_host(ctx, host_id)
-    await ctx.store.set_host_draining(host_id, draining)
+    await ctx.store.set_host_draining(host_id, draining, actor=access_of(request).operator.name)
     return json_response(await _read_host(ctx, host_id))
 
 
@@ -150,8 +142,7 @@ async def undrain_host(ctx: Context, request: Request) -> Response:
 
 
 async def revoke_host(ctx: Context, request: Request) -> Response:
-    ctx.auth.require_admin(request)
     host_id = require_id(request.path_params["host_id"], "host_id")
-    await ctx.store.revoke_host(host_id, ctx.auth.static_digest(host_id))
+    await ctx.store.revoke_host(host_id, ctx.auth.static_digest(host_id), actor=access_of(request).operator.name)
     ctx.auth.forget(host_id)
     return json_response(await host_view_for(ctx, host_id))

@@ -70,6 +70,11 @@ class Keys:
         self.enrollments = p + "enrollments"
         self.local_devices = p + "local_devices"
         self.enrolled_devices = p + "enrolled_devices"
+        # operator tokens (the bootstrap admin token is configuration, not a key)
+        self.operator_tokens = p + "operator_tokens"
+        self.operator_token_hashes = p + "operator_token_hashes"  # digests of unrevoked tokens
+        self.operator_tokens_by_age = p + "operator_tokens_by_age"
+        self.operator_tokens_live = p + "operator_tokens_live"  # unrevoked, by expiry
         # a random value written once: a process that finds another (or none) knows Redis lost
         # the data its caches mirror (coordinator/epoch.py)
         self.epoch = p + "epoch"

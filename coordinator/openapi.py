@@ -17,11 +17,14 @@ class Endpoint(Protocol):
     path: str
     summary: str
     security: str | None  # the bearer principal, or None for an open route
+    scope: str | None  # an operator route's required scope ("any": any operator credential)
     request: str | None  # the schema name of the JSON body
     responses: dict[int, str | None]  # status -> schema name
 
 _ID = {"type": "string", "pattern": f"^{wire.ID_PATTERN}$"}
 _LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+_SCOPES = {"type": "array", "uniqueItems": True, "minItems": 1,
+           "items": {"enum": list(wire.values(wire.OperatorScope))}}
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -127,6 +130,25 @@ SCHEMAS: dict[str, Any] = {
     "Tokens": {"type": "object", "properties": {
         "enrollment_tokens": {"type": "array", "items": {"type": "object"}},
         "next_cursor": {"type": ["string", "null"]}}},
+    "OperatorTokenCreate": {"type": "object", "required": ["name", "scopes"], "additionalProperties": False,
+                            "properties": {
+        "name": _ID, "scopes": _SCOPES,
+        "ttl_s": {"type": "integer", "minimum": wire.OPERATOR_TOKEN_TTL_MIN_S,
+                  "maximum": wire.OPERATOR_TOKEN_TTL_MAX_S, "default": wire.OPERATOR_TOKEN_TTL_DEFAULT_S}}},
+    "OperatorToken": {"type": "object", "properties": {
+        "id": _ID, "name": _ID, "scopes": _SCOPES, "created_at": {"type": "string"},
+        "expires_at": {"type": "string"}, "last_used_at": {"type": ["string", "null"]},
+        "created_by": {"type": ["string", "null"]}, "expired": {"type": "boolean"},
+        "revoked": {"type": "boolean"}}},
+    "OperatorTokenCreated": {"type": "object", "properties": {
+        "id": _ID, "name": _ID, "scopes": _SCOPES, "token": {"type": "string", "pattern": f"^{wire.OPERATOR_TOKEN_PREFIX}"},
+        "expires_at": {"type": "string"}}},
+    "OperatorTokens": {"type": "object", "properties": {
+        "operator_tokens": {"type": "array", "items": {"$ref": "#/components/schemas/OperatorToken"}},
+        "next_cursor": {"type": ["string", "null"]}}},
+    "Me": {"type": "object", "properties": {
+        "name": {"type": "string"}, "scopes": _SCOPES, "expires_at": {"type": ["string", "null"]},
+        "token_id": {"type": ["string", "null"]}}},
 }
 
 _LIMIT = {"type": "integer", "minimum": 1}
@@ -142,6 +164,7 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/devices/{device_id}/history"): {"limit": _LIMIT},
     ("get", "/api/v1/hosts"): {"limit": _LIMIT, "cursor": _CURSOR},
     ("get", "/api/v1/enrollment-tokens"): {"limit": _LIMIT, "cursor": _CURSOR},
+    ("get", "/api/v1/operator-tokens"): {"limit": _LIMIT, "cursor": _CURSOR},
     ("get", "/api/v1/events"): {"task_id": _ID, "host_id": _ID, "last_event_id": _CURSOR},
 }
 
@@ -158,7 +181,12 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     if params:
         op["parameters"] = params
     if security:
-        op["security"] = [{security: []}]
+        # OpenAPI 3.1 lets a bearer scheme list the roles an operation needs: an operator
+        # route's scope ("admin" holds them all; "any" needs none).
+        scope = endpoint.scope
+        op["security"] = [{security: [] if scope in (None, "any") else [scope]}]
+        if scope is not None:
+            op["x-required-scope"] = scope
     if request:
         op["requestBody"] = {"required": not path.endswith("/claim"), "content": {
             "application/json": {"schema": {"$ref": f"#/components/schemas/{request}"}}}}
@@ -183,6 +211,6 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
         "paths": paths,
         "components": {
             "schemas": SCHEMAS,
-            "securitySchemes": {"admin": bearer, "host": bearer, "enrollment": bearer},
+            "securitySchemes": {"operator": bearer, "host": bearer, "enrollment": bearer},
         },
     }

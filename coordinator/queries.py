@@ -24,6 +24,7 @@ from coordinator.records import (
     DeviceState,
     EnrollmentToken,
     HostRecord,
+    OperatorToken,
     TaskRecord,
 )
 from coordinator.scripts import Script
@@ -353,6 +354,22 @@ class Queries:
         raw = replies[0] if ids else []
         tokens = [EnrollmentToken.from_json(v) for v in raw if v is not None]
         return tokens, clock_ms(replies[-1]), more
+
+    async def operator_tokens(self, limit: int, offset: int) -> tuple[list[OperatorToken], int, bool]:
+        """Operator tokens oldest first from ``offset`` (never deleted, so offsets are stable),
+        the Redis clock, and whether more follow."""
+        k = self.keys
+        ids = await self.redis.zrange(k.operator_tokens_by_age, offset, offset + limit)
+        more = len(ids) > limit
+        ids = ids[:limit]
+        async with self._pipeline() as pipe:
+            if ids:
+                pipe.hmget(k.operator_tokens, ids)
+            pipe.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)
+            replies = await pipe.execute()
+        raw = replies[0] if ids else []
+        tokens = [OperatorToken.from_json(v) for v in raw if v is not None]
+        return tokens, clock_ms(replies[-1]) + offset_ms(self.clock), more
 
     async def enrollment_token_usable(self, digest: str) -> bool:
         """Whether an enrollment token could enroll a new host now (a read, for ordering errors)."""

@@ -52,6 +52,8 @@ class TaskRecord:
     finished_at: int | None = None
     queue_timeout_ms: int | None = None
     queue_deadline: int | None = None  # when it fails queue_timeout if still queued
+    created_by: str | None = None  # the operator's name (a token's, or "admin")
+    creator_token: str | None = None  # the id of the operator token that created it, if one did
     # The running attempt's latest progress {step_index, status, summary}, when read with it.
     progress: dict[str, Any] | None = None
 
@@ -125,4 +127,23 @@ class EnrollmentToken:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> EnrollmentToken:
+        return _from_dict(cls, orjson.loads(raw))
+
+
+@dataclass(frozen=True)
+class OperatorToken:
+    """An operator token as stored (its secret's digest is never read back into Python)."""
+
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: int
+    expires_at: int
+    revoked: bool = False
+    last_used_at: int | None = None
+    created_by: str | None = None
+    revoked_at: int | None = None
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> OperatorToken:
         return _from_dict(cls, orjson.loads(raw))

@@ -1,7 +1,9 @@
 """The route table: every endpoint of the contract once, with what the OpenAPI document says of it.
 
 ``app.py`` builds the Starlette routes from it and ``/openapi.json`` is generated from it, so a
-route cannot exist without being documented, nor be documented without existing.
+route cannot exist without being documented, nor be documented without existing. Every operator
+route names the scope it needs (PROTOCOL.md, "Operator scopes"): an ``Endpoint`` of the operator
+API without one cannot be built, and ``app.py`` enforces it before the handler runs.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+import wire
 from coordinator import (
     enrollment_api,
     feed_api,
     fleet_api,
     host_api,
+    operator_api,
     ops,
     task_api,
     ui_api,
 )
+from coordinator.auth import ANY_SCOPE
 from coordinator.context import Context
 from coordinator.openapi import openapi_document
 from coordinator.views import json_response
@@ -32,7 +37,9 @@ Handler = Callable[[Context, Request], Awaitable[Response]]
 HOST = "/internal/v1/hosts/{host_id}"
 # 429: a refused credential from a client address that refused too many (coordinator/throttle.py).
 _HOST_ERRORS: dict[int, str | None] = {400: "Error", 401: "Error", 403: "Error", 413: "Error", 429: "Error"}
-_ADMIN_ERRORS: dict[int, str | None] = {401: "Error", 429: "Error"}
+_ADMIN_ERRORS: dict[int, str | None] = {401: "Error", 403: "Error", 429: "Error"}
+_SCOPES = frozenset({*wire.values(wire.OperatorScope), ANY_SCOPE})
+READ, SUBMIT, CONTROL, ADMIN = (s.value for s in wire.OperatorScope)
 
 
 @dataclass(frozen=True)
@@ -41,9 +48,21 @@ class Endpoint:
     path: str
     handler: Handler
     summary: str
-    security: str | None  # the bearer principal: "host", "admin", "enrollment", or None
+    security: str | None  # the bearer principal: "host", "operator", "enrollment", or None
     request: str | None = None  # schema name of the JSON body
     responses: dict[int, str | None] = field(default_factory=dict)  # status -> schema name
+    # An operator route's required scope (a wire.OperatorScope value, or ANY_SCOPE: any valid
+    # operator credential), and the scope that lets a token in limited to what it created.
+    scope: str | None = None
+    own_scope: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.security == "operator") != (self.scope is not None):
+            raise ValueError(f"{self.method} {self.path}: an operator route, and only one, names its scope")
+        if self.scope is not None and self.scope not in _SCOPES:
+            raise ValueError(f"{self.method} {self.path}: unknown scope {self.scope!r}")
+        if self.own_scope is not None and (self.scope is None or self.own_scope not in _SCOPES):
+            raise ValueError(f"{self.method} {self.path}: own_scope needs a scope, and a known one")
 
 
 async def _openapi(ctx: Context, request: Request) -> Response:
@@ -52,8 +71,8 @@ async def _openapi(ctx: Context, request: Request) -> Response:
 
 ENDPOINTS: list[Endpoint] = [
     # Starlette tries routes in this order: the four calls of every task's lifecycle come first.
-    Endpoint("POST", "/api/v1/tasks", task_api.create_task, "Create a task", "admin", "TaskCreate",
-             {200: "Task", 201: "Task", 400: "Error", 409: "Error", 413: "Error", **_ADMIN_ERRORS}),
+    Endpoint("POST", "/api/v1/tasks", task_api.create_task, "Create a task", "operator", "TaskCreate",
+             {200: "Task", 201: "Task", 400: "Error", 409: "Error", 413: "Error", **_ADMIN_ERRORS}, scope=SUBMIT),
     Endpoint("POST", f"{HOST}/claim", host_api.claim, "Long-poll for one assignment", "host", "Claim",
              {200: "Assignment", 204: None, **_HOST_ERRORS}),
     Endpoint("POST", f"{HOST}/leases/{{lease_id}}/renew", host_api.renew, "Renew a lease, with progress",
@@ -67,46 +86,60 @@ ENDPOINTS: list[Endpoint] = [
              "DeviceEnroll", {200: "DeviceEnroll", 409: "Error", **_HOST_ERRORS}),
     Endpoint("PUT", f"{HOST}/heartbeat", host_api.heartbeat, "Heartbeat with the complete device snapshot",
              "host", "Heartbeat", {200: "Heartbeated", 409: "Error", **_HOST_ERRORS}),
-    Endpoint("GET", "/api/v1/tasks", task_api.list_tasks, "List tasks, newest first", "admin", None,
-             {200: "TaskPage", 400: "Error", **_ADMIN_ERRORS}),
-    Endpoint("GET", "/api/v1/tasks/{task_id}", task_api.get_task, "Get a task", "admin", None,
-             {200: "Task", 404: "Error", **_ADMIN_ERRORS}),
+    Endpoint("GET", "/api/v1/tasks", task_api.list_tasks, "List tasks, newest first", "operator", None,
+             {200: "TaskPage", 400: "Error", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("GET", "/api/v1/tasks/{task_id}", task_api.get_task, "Get a task", "operator", None,
+             {200: "Task", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("GET", "/api/v1/tasks/{task_id}/events", task_api.task_events, "A task's history, oldest first",
-             "admin", None, {200: "Events", 404: "Error", **_ADMIN_ERRORS}),
-    Endpoint("POST", "/api/v1/tasks/{task_id}/cancel", task_api.cancel_task, "Cancel a task", "admin",
-             None, {200: "Task", 404: "Error", 409: "Error", **_ADMIN_ERRORS}),
-    Endpoint("GET", "/api/v1/devices", fleet_api.list_devices, "The aggregated device pool", "admin",
-             None, {200: "Devices", 400: "Error", **_ADMIN_ERRORS}),
-    Endpoint("GET", "/api/v1/devices/{device_id}", fleet_api.get_device, "One pooled device", "admin",
-             None, {200: "Device", 404: "Error", **_ADMIN_ERRORS}),
+             "operator", None, {200: "Events", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("POST", "/api/v1/tasks/{task_id}/cancel", task_api.cancel_task, "Cancel a task", "operator",
+             None, {200: "Task", 404: "Error", 409: "Error", **_ADMIN_ERRORS}, scope=CONTROL, own_scope=SUBMIT),
+    Endpoint("GET", "/api/v1/devices", fleet_api.list_devices, "The aggregated device pool", "operator",
+             None, {200: "Devices", 400: "Error", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("GET", "/api/v1/devices/{device_id}", fleet_api.get_device, "One pooled device", "operator",
+             None, {200: "Device", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("DELETE", "/api/v1/devices/{device_id}", fleet_api.forget_device,
-             "Un-enroll a managed host's device", "admin", None,
-             {200: None, 404: "Error", 409: "Error", **_ADMIN_ERRORS}),
+             "Un-enroll a managed host's device", "operator", None,
+             {200: None, 404: "Error", 409: "Error", **_ADMIN_ERRORS}, scope=CONTROL),
     Endpoint("GET", "/api/v1/devices/{device_id}/history", fleet_api.device_history,
-             "A device's runs, newest first", "admin", None, {200: "Runs", 404: "Error", **_ADMIN_ERRORS}),
+             "A device's runs, newest first", "operator", None, {200: "Runs", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("POST", "/api/v1/devices/{device_id}/disable", fleet_api.disable_device, "Disable a device",
-             "admin", "DeviceDisable", {200: "Device", 400: "Error", 404: "Error", **_ADMIN_ERRORS}),
+             "operator", "DeviceDisable", {200: "Device", 400: "Error", 404: "Error", **_ADMIN_ERRORS}, scope=CONTROL),
     Endpoint("POST", "/api/v1/devices/{device_id}/enable", fleet_api.enable_device, "Enable a device",
-             "admin", None, {200: "Device", 404: "Error", **_ADMIN_ERRORS}),
-    Endpoint("GET", "/api/v1/hosts", fleet_api.list_hosts, "List hosts", "admin", None,
-             {200: "Hosts", 400: "Error", **_ADMIN_ERRORS}),
-    Endpoint("GET", "/api/v1/hosts/{host_id}", fleet_api.get_host, "Get a host", "admin", None,
-             {200: "Host", 404: "Error", **_ADMIN_ERRORS}),
-    Endpoint("POST", "/api/v1/hosts/{host_id}/drain", fleet_api.drain_host, "Drain a host", "admin", None,
-             {200: "Host", 404: "Error", **_ADMIN_ERRORS}),
-    Endpoint("POST", "/api/v1/hosts/{host_id}/undrain", fleet_api.undrain_host, "Undrain a host", "admin",
-             None, {200: "Host", 404: "Error", **_ADMIN_ERRORS}),
-    Endpoint("POST", "/api/v1/hosts/{host_id}/revoke", fleet_api.revoke_host, "Revoke a host", "admin",
-             None, {200: "Host", 404: "Error", **_ADMIN_ERRORS}),
+             "operator", None, {200: "Device", 404: "Error", **_ADMIN_ERRORS}, scope=CONTROL),
+    Endpoint("GET", "/api/v1/hosts", fleet_api.list_hosts, "List hosts", "operator", None,
+             {200: "Hosts", 400: "Error", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("GET", "/api/v1/hosts/{host_id}", fleet_api.get_host, "Get a host", "operator", None,
+             {200: "Host", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("POST", "/api/v1/hosts/{host_id}/drain", fleet_api.drain_host, "Drain a host", "operator", None,
+             {200: "Host", 404: "Error", **_ADMIN_ERRORS}, scope=CONTROL),
+    Endpoint("POST", "/api/v1/hosts/{host_id}/undrain", fleet_api.undrain_host, "Undrain a host", "operator",
+             None, {200: "Host", 404: "Error", **_ADMIN_ERRORS}, scope=CONTROL),
+    Endpoint("POST", "/api/v1/hosts/{host_id}/revoke", fleet_api.revoke_host, "Revoke a host", "operator",
+             None, {200: "Host", 404: "Error", **_ADMIN_ERRORS}, scope=ADMIN),
     Endpoint("POST", "/api/v1/enrollment-tokens", enrollment_api.create_token,
-             "Create an enrollment token (secret shown once)", "admin", "TokenCreate",
-             {201: "TokenCreated", 400: "Error", **_ADMIN_ERRORS}),
+             "Create an enrollment token (secret shown once)", "operator", "TokenCreate",
+             {201: "TokenCreated", 400: "Error", **_ADMIN_ERRORS}, scope=ADMIN),
     Endpoint("GET", "/api/v1/enrollment-tokens", enrollment_api.list_tokens,
-             "List enrollment tokens (never the secret)", "admin", None, {200: "Tokens", **_ADMIN_ERRORS}),
+             "List enrollment tokens (never the secret)", "operator", None, {200: "Tokens", **_ADMIN_ERRORS},
+             scope=ADMIN),  # "admin": enrollment tokens, as the contract's scope table says
     Endpoint("DELETE", "/api/v1/enrollment-tokens/{token_id}", enrollment_api.revoke_token,
-             "Revoke an enrollment token", "admin", None, {200: None, 404: "Error", **_ADMIN_ERRORS}),
-    Endpoint("GET", "/api/v1/events", feed_api.events, "The live event feed (server-sent events)", "admin",
-             None, {200: None, 400: "Error", **_ADMIN_ERRORS}),
+             "Revoke an enrollment token", "operator", None, {200: None, 404: "Error", **_ADMIN_ERRORS}, scope=ADMIN),
+    Endpoint("POST", "/api/v1/operator-tokens", operator_api.create_token,
+             "Create an operator token (secret shown once)", "operator", "OperatorTokenCreate",
+             {201: "OperatorTokenCreated", 400: "Error", 409: "Error", 413: "Error", **_ADMIN_ERRORS},
+             scope=ADMIN),
+    Endpoint("GET", "/api/v1/operator-tokens", operator_api.list_tokens,
+             "List operator tokens (never the secret)", "operator", None,
+             {200: "OperatorTokens", 400: "Error", **_ADMIN_ERRORS}, scope=ADMIN),
+    Endpoint("DELETE", "/api/v1/operator-tokens/{token_id}", operator_api.revoke_token,
+             "Revoke an operator token", "operator", None, {200: "OperatorToken", 404: "Error", **_ADMIN_ERRORS},
+             scope=ADMIN),
+    # An addition to the contract: who the caller is, for any valid operator credential.
+    Endpoint("GET", "/api/v1/me", operator_api.me, "The calling operator: name, scopes, expiry", "operator",
+             None, {200: "Me", **_ADMIN_ERRORS}, scope=ANY_SCOPE),
+    Endpoint("GET", "/api/v1/events", feed_api.events, "The live event feed (server-sent events)", "operator",
+             None, {200: None, 400: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("GET", "/ui", ui_api.page, "The live dashboard (HTML)", None, None, {200: None, 304: None}),
     *(Endpoint("GET", ui_api.PREFIX + name, ui_api.asset, "A file of the dashboard", None, None,
                {200: None, 304: None})

@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     max_renew_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     max_devices_per_host: int = Field(default=256, gt=0)
     max_body_bytes: int = Field(default=65536, gt=0)
+    # Live (unrevoked, unexpired) operator tokens at most: each is a credential someone holds.
+    max_operator_tokens: int = Field(default=1000, gt=0)
     header_timeout_s: float = Field(default=10.0, gt=0)
     # Managed Redis often presents a self-signed certificate on rediss://; this accepts it.
     redis_tls_insecure: bool = False

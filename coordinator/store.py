@@ -17,7 +17,7 @@ from coordinator.autopipeline import AutoPipeline
 from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.errors import error_for
 from coordinator.keys import Keys
-from coordinator.records import EnrollmentToken, TaskRecord
+from coordinator.records import EnrollmentToken, OperatorToken, TaskRecord
 from coordinator.scripts import NO_WAIT, Durability, Script, load_scripts
 from coordinator.waiting import CANDIDATES_SCANNED, candidates_from_reply
 
@@ -168,40 +168,45 @@ class Store:
 
     # -- operators -------------------------------------------------------------------------
 
-    async def create_task(self, task: dict[str, Any]) -> Created:
+    # ``actor``: the operator's name (a token's, or "admin" for the bootstrap token), named on
+    # every event the call writes.
+
+    async def create_task(self, task: dict[str, Any], *, actor: str = "admin") -> Created:
         k = self.keys
         reply = await self._schedule(
-            "createTask", [k.task_seq, k.idempotency], [orjson.dumps(task), CANDIDATES_SCANNED]
+            "createTask", [k.task_seq, k.idempotency], [orjson.dumps(task), CANDIDATES_SCANNED, actor]
         )
         stored = TaskRecord.from_json(reply[1])
         candidates = candidates_from_reply(stored, reply[3]) if len(reply) > 3 else None
         return Created(stored, reply[2] == 1, candidates)
 
-    async def cancel_task(self, task_id: str) -> TaskRecord:
-        reply = await self._schedule("cancelTask", [], [task_id])
+    async def cancel_task(self, task_id: str, *, actor: str = "admin", owner: str | None = None) -> TaskRecord:
+        """``owner``: cancel only if this operator token created the task (else ``InsufficientScope``)."""
+        reply = await self._schedule("cancelTask", [], [task_id, owner or "", actor])
         return TaskRecord.from_json(reply[1])
 
-    async def set_host_draining(self, host_id: str, draining: bool) -> bool:
+    async def set_host_draining(self, host_id: str, draining: bool, *, actor: str = "admin") -> bool:
         """Whether anything changed."""
-        reply = await self._schedule("setHostDraining", [], [host_id, 1 if draining else 0])
+        reply = await self._schedule("setHostDraining", [], [host_id, 1 if draining else 0, actor])
         return reply[1] == 1
 
-    async def set_device_disabled(self, device_id: str, disabled: bool, reason: str = "") -> bool:
+    async def set_device_disabled(self, device_id: str, disabled: bool, reason: str = "", *,
+                                  actor: str = "admin") -> bool:
         """Whether anything changed (disabling again still updates the reason)."""
         reply = await self._schedule(
-            "setDeviceDisabled", [self.keys.enrolled_devices], [device_id, 1 if disabled else 0, reason]
+            "setDeviceDisabled", [self.keys.enrolled_devices], [device_id, 1 if disabled else 0, reason, actor]
         )
         return reply[1] == 1
 
-    async def forget_device(self, device_id: str) -> None:
+    async def forget_device(self, device_id: str, *, actor: str = "admin") -> None:
         k = self.keys
-        await self._schedule("forgetDevice", [k.enrolled_devices, k.local_devices, k.hosts], [device_id])
+        await self._schedule("forgetDevice", [k.enrolled_devices, k.local_devices, k.hosts], [device_id, actor])
 
-    async def revoke_host(self, host_id: str, static_digest: str | None) -> None:
+    async def revoke_host(self, host_id: str, static_digest: str | None, *, actor: str = "admin") -> None:
         """Revoke an enrolled host's credential, or the configured one (``static_digest``)."""
         k = self.keys
         await self._schedule(
-            "revokeHost", [k.hosts, k.revoked_tokens, k.host_tokens], [host_id, static_digest or ""]
+            "revokeHost", [k.hosts, k.revoked_tokens, k.host_tokens], [host_id, static_digest or "", actor]
         )
 
     # -- the reaper's sweeps ---------------------------------------------------------------
@@ -244,17 +249,18 @@ class Store:
     # -- managed hosts ---------------------------------------------------------------------
 
     async def create_enrollment_token(self, token_id: str, digest: str, ttl_ms: int, max_uses: int,
-                                      labels_json: str) -> EnrollmentToken:
+                                      labels_json: str, *, actor: str = "admin") -> EnrollmentToken:
         k = self.keys
         reply = await self._run(
             "createEnrollmentToken",
-            [k.enrollment_tokens, k.enrollment_token_hashes, k.enrollment_tokens_by_age],
-            [token_id, digest, ttl_ms, max_uses, labels_json],
+            [k.enrollment_tokens, k.enrollment_token_hashes, k.enrollment_tokens_by_age, k.feed],
+            [token_id, digest, ttl_ms, max_uses, labels_json, actor],
         )
         return EnrollmentToken.from_json(reply[1])
 
-    async def revoke_enrollment_token(self, token_id: str) -> EnrollmentToken:
-        reply = await self._run("revokeEnrollmentToken", [self.keys.enrollment_tokens], [token_id])
+    async def revoke_enrollment_token(self, token_id: str, *, actor: str = "admin") -> EnrollmentToken:
+        k = self.keys
+        reply = await self._run("revokeEnrollmentToken", [k.enrollment_tokens, k.feed], [token_id, actor])
         return EnrollmentToken.from_json(reply[1])
 
     async def record_auth_failure(self, address: str, allowed: int, window_ms: int,
@@ -265,6 +271,44 @@ class Store:
             self.redis, [self.keys.auth_failures(address), self.keys.auth_throttled(address)],
             [allowed, window_ms, throttle_ms], NO_WAIT, self._pipeline)
         return AuthFailure(throttled_ms=int(reply[1]), began=reply[2] == 1)
+
+    # -- operator tokens -------------------------------------------------------------------
+
+    async def create_operator_token(self, token_id: str, digest: str, name: str, scopes: list[str],
+                                    ttl_ms: int, max_live: int, *, actor: str = "admin") -> OperatorToken:
+        """``TokenLimit`` (409) when ``max_live`` unrevoked, unexpired tokens exist already."""
+        k = self.keys
+        reply = await self._run(
+            "createOperatorToken",
+            [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_by_age, k.operator_tokens_live,
+             k.feed],
+            [token_id, digest, name, orjson.dumps(scopes), ttl_ms, max_live, actor],
+        )
+        return OperatorToken.from_json(reply[1])
+
+    async def revoke_operator_token(self, token_id: str, *, actor: str = "admin") -> OperatorToken:
+        k = self.keys
+        reply = await self._run(
+            "revokeOperatorToken",
+            [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_live, k.feed], [token_id, actor],
+        )
+        return OperatorToken.from_json(reply[1])
+
+    async def read_operator_token(self, digest: str) -> tuple[OperatorToken, int]:
+        """The live token with this secret's digest and the Redis clock (ms); ``Unauthorized`` if
+        it is unknown, revoked or expired. A read: never waits for replicas."""
+        k = self.keys
+        reply = await self._scripts["readOperatorToken"](
+            self.redis, [k.operator_token_hashes, k.operator_tokens], [digest], NO_WAIT, self._pipeline,
+            0, offset_ms(self.clock))
+        if reply[0] != 0:
+            raise error_for(reply[0])
+        return OperatorToken.from_json(reply[1]), int(reply[2])
+
+    async def touch_operator_token(self, token_id: str, interval_ms: int) -> bool:
+        """Set ``last_used_at`` unless it was set less than ``interval_ms`` ago; whether it was."""
+        reply = await self._run("touchOperatorToken", [self.keys.operator_tokens], [token_id, interval_ms])
+        return reply[1] == 1
 
     async def enroll_host(self, token_digest: str, enrollment_id: str, host_token_digest: str,
                           new_host_id: str, hostname: str, labels_json: str) -> tuple[str, bool]:

@@ -12,7 +12,7 @@ import orjson
 from starlette.responses import Response
 
 import wire
-from coordinator.records import DeviceState, EnrollmentToken, HostRecord, TaskRecord
+from coordinator.records import DeviceState, EnrollmentToken, HostRecord, OperatorToken, TaskRecord
 from coordinator.waiting import waiting_reason
 
 
@@ -99,6 +99,8 @@ def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dic
         "created_at": iso_ms(task.created_at),
         "updated_at": iso_ms(task.updated_at),
         "finished_at": iso_ms(task.finished_at) if task.status in wire.TERMINAL_STATUSES else None,
+        # The operator who created it (a token's name, or "admin"); null for tasks of earlier versions.
+        "created_by": task.created_by,
     }
     if task.kind == wire.TaskKind.GOAL:
         view["goal"] = task.goal
@@ -158,6 +160,21 @@ def token_view(token: EnrollmentToken, now_ms: int) -> dict[str, Any]:
     }
 
 
+def operator_token_view(token: OperatorToken, now_ms: int) -> dict[str, Any]:
+    """An operator token, never its secret nor its digest."""
+    return {
+        "id": token.id,
+        "name": token.name,
+        "scopes": token.scopes,
+        "created_at": iso_ms(token.created_at),
+        "expires_at": iso_ms(token.expires_at),
+        "last_used_at": iso_ms(token.last_used_at),
+        "created_by": token.created_by,
+        "expired": now_ms >= token.expires_at,
+        "revoked": bool(token.revoked),
+    }
+
+
 def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
     """A claimed assignment, as the claim script stored and returned it."""
     view = {
@@ -177,7 +194,9 @@ def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-_EVENT_FIELDS = ("task_id", "attempt", "host_id", "device_id", "reason", "status")
+# `actor`: the operator whose request caused the event (a token's name, or "admin"); null for
+# what hosts and deadlines caused.
+_EVENT_FIELDS = ("task_id", "attempt", "host_id", "device_id", "reason", "status", "actor")
 
 
 def event_view(event: dict[str, Any]) -> dict[str, Any]:

@@ -5,9 +5,13 @@
     KEYS[1..16] the scheduling keys (includes/schedule.lua)
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     task id
+    ARGV[7]     owner: the token id the task must have been created by ("" for any task: a
+                caller allowed to cancel every task)
+    ARGV[8]     actor: the operator's name, on every event of this step
   Output:
     {0, task JSON}  cancelled, or cancel requested (running), or already cancelled
     {NOT_FOUND}
+    {NOT_OWNER}  an owner was given and the task was not created by it; nothing changed
     {TASK_TERMINAL, task JSON}  it already succeeded or failed
 
   Invariant: a cancelled task holds no device and sits in no queue; a running task keeps its
@@ -16,11 +20,16 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
+setActor(S, ARGV[8])
 local taskId = ARGV[6]
+local owner = ARGV[7]
 
 local task = getJson(S.tasks, taskId)
 if not task then
   return {E.NOT_FOUND}
+end
+if owner ~= '' and task.creator_token ~= owner then
+  return {E.NOT_OWNER}
 end
 local now = nowMs()
 local previous = task.status

@@ -8,8 +8,10 @@
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     task JSON built by the service: id, kind, goal | workflow, max_steps,
                 max_attempts, queue_timeout_ms, target_device | (driver, labels),
-                idempotency_key? with its request_hash
+                idempotency_key? with its request_hash, created_by (the operator's name)
+                and creator_token (its token id; absent for the bootstrap admin)
     ARGV[7]     at most this many of a selector's devices are read as a queued task's candidates
+    ARGV[8]     actor: the operator's name, on every event of this step
   Output:
     {0, task JSON, 1, candidates?}  created; when it was queued, why it waits: its candidates
                                     as includes/candidates.lua gives them (the answer needs
@@ -19,12 +21,13 @@
 
   Invariant: a task is stored, indexed, given its queue deadline and placed (assigned or
   waiting) in one step, so no observer ever sees a task that is neither; its history starts
-  with `created`.
+  with `created`, which names its actor.
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
 --- @include "includes/candidates"
 local S = scheduler(KEYS, ARGV)
+setActor(S, ARGV[8])
 local seqKey = KEYS[17]
 local idempotencyKey = KEYS[18]
 

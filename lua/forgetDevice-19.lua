@@ -10,6 +10,7 @@
     KEYS[19]    hosts             hash  host id -> host record JSON
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     device id
+    ARGV[7]     actor: the operator's name, on the `device_forgotten` event
   Output:
     {0}
     {NOT_FOUND}    not an enrolled device (static hosts' devices are not enrolled)
@@ -17,11 +18,12 @@
 
   Invariants: a device holding a task is never forgotten; once forgotten, no record names the
   id as pooled, enrolled or disabled, and the host's enrolled-device count drops by one. Its
-  runs stay readable for the retention window, then expire.
+  runs stay readable for the retention window, then expire. The feed hears `device_forgotten`.
 ]]
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
+setActor(S, ARGV[7])
 local enrolledKey = KEYS[17]
 local localKey = KEYS[18]
 local hostsKey = KEYS[19]
@@ -61,4 +63,5 @@ if raw then
   rcall('HSET', S.snapshots, enrolled.host_id, cjson.encode(snapshot))
 end
 rcall('PEXPIRE', derived(S, 'device_runs', deviceId), S.retentionMs)
+publish(S, {type = 'device_forgotten', device_id = deviceId, host_id = enrolled.host_id, at = nowMs()})
 return {0}

@@ -14,6 +14,7 @@
     ARGV[6]     host id
     ARGV[7]     a static host's configured token digest (it may have no record yet), "" for an
                 enrolled host (its record holds the digest)
+    ARGV[8]     actor: the operator's name, on every event of this step
   Output:
     {0, host record JSON}
     {NOT_FOUND}
@@ -24,6 +25,7 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
+setActor(S, ARGV[8])
 local hostsKey = KEYS[17]
 local revokedKey = KEYS[18]
 local hostTokensKey = KEYS[19]

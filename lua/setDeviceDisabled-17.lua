@@ -9,6 +9,7 @@
     ARGV[6]     device id
     ARGV[7]     "1" to disable, "0" to enable
     ARGV[8]     the operator's reason (disable)
+    ARGV[9]     actor: the operator's name, on every event of this step
   Output:
     {0, changed (0|1)}
     {NOT_FOUND}  neither pooled nor enrolled nor disabled
@@ -20,6 +21,7 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
+setActor(S, ARGV[9])
 local enrolledKey = KEYS[17]
 local deviceId = ARGV[6]
 local disable = ARGV[7] == '1'

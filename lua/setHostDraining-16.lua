@@ -7,6 +7,7 @@
     ARGV[1..5]  the scheduling arguments
     ARGV[6]     host id
     ARGV[7]     "1" to drain, "0" to undrain
+    ARGV[8]     actor: the operator's name, on every event of this step
   Output:
     {0, changed (0|1)}
 
@@ -17,6 +18,7 @@
 --- @include "includes/common"
 --- @include "includes/schedule"
 local S = scheduler(KEYS, ARGV)
+setActor(S, ARGV[8])
 local hostId = ARGV[6]
 local drain = ARGV[7] == '1'
 

@@ -195,11 +195,12 @@ def api_factory(redis_client: aioredis.Redis) -> Callable[..., Any]:
     @contextlib.asynccontextmanager
     async def factory(**overrides: Any) -> AsyncIterator[Api]:
         prefix = overrides.pop("prefix", None) or unique_prefix()
+        clock = overrides.pop("clock", None)  # a coordinator.clock.ShiftedClock the scripts read
         prefixes.append(prefix)
         # On real Redis the app gets a client of its own, as in production (and so auto-pipelines);
         # fakeredis and the cluster share the test's client, whose data they must see.
         own = aioredis.Redis.from_url(REAL_REDIS_URL) if type(redis_client) is aioredis.Redis else None
-        app = create_app(make_settings(prefix, **overrides), redis=own or _Unclosable(redis_client))
+        app = create_app(make_settings(prefix, **overrides), redis=own or _Unclosable(redis_client), clock=clock)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://coordinator") as client:

@@ -20,6 +20,7 @@ from tether.errors import TetherError
 
 _TASK_STATUSES = wire.values(wire.TaskStatus)
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
+_OPERATOR_SCOPES = wire.values(wire.OperatorScope)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     # share these action objects, so no set_defaults either), and main() reads them with getattr.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS, help="coordinator URL (default: $TETHER_URL)")
-    common.add_argument("--token", default=argparse.SUPPRESS, help="admin token (default: $TETHER_TOKEN)")
+    common.add_argument("--token", default=argparse.SUPPRESS, help="operator token (default: $TETHER_TOKEN)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print the API's JSON instead of tables")
 
@@ -122,6 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
     t = tokens.add_parser("revoke", parents=[common], help="revoke an enrollment token")
     t.set_defaults(run=commands.tokens_revoke)
     t.add_argument("id", metavar="ID")
+
+    p = command("operator-tokens", commands.operator_tokens,
+                "list operator tokens (admin only); create or revoke one")
+    tokens = p.add_subparsers(title="operator token commands", metavar="COMMAND")
+    t = tokens.add_parser("create", parents=[common], help="mint an operator token (its secret shown once)")
+    t.set_defaults(run=commands.operator_tokens_create)
+    t.add_argument("name", metavar="NAME", help="who or what holds it (wall-screen, ci, on-call-alice)")
+    t.add_argument("--scope", metavar="S", action="append", required=True, choices=_OPERATOR_SCOPES,
+                   help=f"what it may do (repeatable): {', '.join(_OPERATOR_SCOPES)}")
+    t.add_argument("--ttl", metavar="S", type=_positive, help="seconds it stays valid (default: the coordinator's)")
+    t = tokens.add_parser("revoke", parents=[common], help="revoke an operator token")
+    t.set_defaults(run=commands.operator_tokens_revoke)
+    t.add_argument("id", metavar="ID")
+    command("me", commands.me, "who this token is: its name, scopes and expiry")
     return parser
 
 

@@ -9,7 +9,7 @@ stream. Plain ``httpx``, synchronous: a script, the ``tether`` command, or a not
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
@@ -165,6 +165,31 @@ class Client:
 
     def revoke_enrollment_token(self, token_id: str) -> Json:
         return self._call("DELETE", f"/api/v1/enrollment-tokens/{_id(token_id, 'token id')}")
+
+    # -- operator tokens -----------------------------------------------------------------------
+
+    def me(self) -> Json:
+        """Who this client's token is: ``{"name", "scopes", "expires_at"}`` (any valid token)."""
+        return self._call("GET", "/api/v1/me")
+
+    def create_operator_token(self, name: str, scopes: Sequence[str], *, ttl_s: int | None = None) -> Json:
+        """``{"id", "name", "scopes", "token", "expires_at"}`` (admin only): the secret ``token``
+        is in this answer only."""
+        body: Json = {"name": name, "scopes": list(scopes)}
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
+        return self._call("POST", "/api/v1/operator-tokens", json=body)
+
+    def list_operator_tokens(self, *, limit: int | None = None, cursor: str | None = None) -> Json:
+        """``{"operator_tokens": [...], "next_cursor": ...}`` (admin only), never the secrets."""
+        return self._call("GET", "/api/v1/operator-tokens", params={"limit": limit, "cursor": cursor})
+
+    def iter_operator_tokens(self, *, page_size: int | None = None) -> Iterator[Json]:
+        return self._items(self.list_operator_tokens, "operator_tokens", limit=page_size)
+
+    def revoke_operator_token(self, token_id: str) -> Json:
+        """Revoke (admin only): the token is refused ``401`` on every process from the next request."""
+        return self._call("DELETE", f"/api/v1/operator-tokens/{_id(token_id, 'token id')}")
 
     # -- the live feed -------------------------------------------------------------------------
 

@@ -151,6 +151,29 @@ def tokens_revoke(client: Client, args: Namespace, out: Output) -> int:
     return out.show(client.revoke_enrollment_token(args.id), lambda t: f"token {t['id']}: {render.token_state(t)}")
 
 
+# -- operator tokens, and who the caller is ----------------------------------------------------
+
+
+def me(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.me(), render.me_fields)
+
+
+def operator_tokens(client: Client, args: Namespace, out: Output) -> int:
+    page = _collect(lambda limit, cursor: client.list_operator_tokens(limit=limit, cursor=cursor),
+                    "operator_tokens")
+    return out.show(page, lambda p: render.operator_tokens_table(p["operator_tokens"]))
+
+
+def operator_tokens_create(client: Client, args: Namespace, out: Output) -> int:
+    token = client.create_operator_token(args.name, list(dict.fromkeys(args.scope)), ttl_s=args.ttl)
+    return out.show(token, render.created_operator_token)
+
+
+def operator_tokens_revoke(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.revoke_operator_token(args.id),
+                    lambda t: f"operator token {t['id']} ({t.get('name')}): {render.operator_token_state(t)}")
+
+
 # -- paging ----------------------------------------------------------------------------------
 
 

@@ -89,16 +89,18 @@ def task_fields(task: Json) -> str:
         pairs.append(("progress", progress(task.get("progress"))))
     if task.get("result"):
         pairs.append(("result", result(task)))
-    pairs += [("created", short_time(task.get("created_at"))), ("updated", short_time(task.get("updated_at")))]
+    pairs += [("creator", task.get("created_by")),
+              ("created", short_time(task.get("created_at"))), ("updated", short_time(task.get("updated_at")))]
     if task.get("finished_at"):
         pairs.append(("finished", short_time(task.get("finished_at"))))
     return fields(pairs)
 
 
 def events_table(events: Iterable[Json]) -> str:
-    return table(["AT", "TYPE", "ATTEMPT", "HOST", "DEVICE", "STATUS", "REASON"],
+    # ACTOR: the operator token (by name) whose action caused the event; `-` for the fleet's own.
+    return table(["AT", "TYPE", "ATTEMPT", "HOST", "DEVICE", "STATUS", "REASON", "ACTOR"],
                  ([short_time(e.get("at")), e.get("type"), e.get("attempt"), e.get("host_id"),
-                   e.get("device_id"), e.get("status"), e.get("reason")] for e in events))
+                   e.get("device_id"), e.get("status"), e.get("reason"), e.get("actor")] for e in events))
 
 
 # -- a live watch: one line per event --------------------------------------------------------
@@ -136,7 +138,9 @@ def event_line(event: Json) -> str:
         text += f": {status}"
     if reason:
         text += f" ({reason})"
-    return _line(event.get("at"), kind, text)
+    if event.get("actor"):
+        text += f" by {event['actor']}"
+    return _line(event.get("at"), kind, text.strip())
 
 
 def _where(item: Json) -> str | None:
@@ -222,3 +226,36 @@ def created_token(token: Json) -> str:
         ("token", token["token"]), ("id", token["id"]), ("expires", short_time(token.get("expires_at"))),
         ("uses", token.get("max_uses")), ("labels", token.get("labels")),
     ]) + "\nThe token is shown only now: give it to the host (HOST_AGENT_ENROLLMENT_TOKEN)."
+
+
+# -- operator tokens, and who the caller is ----------------------------------------------------
+
+
+def scopes(token: Json) -> str:
+    return ",".join(str(s) for s in token.get("scopes") or [])
+
+
+def me_fields(me: Json) -> str:
+    return fields([("name", me.get("name")), ("scopes", scopes(me)),
+                   ("expires", short_time(me.get("expires_at")) if me.get("expires_at") else "never"),
+                   ("id", me.get("token_id") or "none (the bootstrap admin token)")])
+
+
+def operator_token_state(token: Json) -> str:
+    if token.get("revoked"):
+        return "revoked"
+    return "expired" if token.get("expired") else "active"
+
+
+def operator_tokens_table(tokens: Iterable[Json]) -> str:
+    return table(["ID", "NAME", "SCOPES", "STATE", "EXPIRES", "LAST USED", "CREATED", "CREATED BY"],
+                 ([t["id"], t.get("name"), scopes(t), operator_token_state(t), short_time(t.get("expires_at")),
+                   short_time(t.get("last_used_at")), short_time(t.get("created_at")), t.get("created_by")]
+                  for t in tokens))
+
+
+def created_operator_token(token: Json) -> str:
+    return fields([
+        ("token", token["token"]), ("id", token["id"]), ("name", token.get("name")), ("scopes", scopes(token)),
+        ("expires", short_time(token.get("expires_at"))),
+    ]) + "\nThe token is shown only now: give it to whoever it is for (TETHER_TOKEN, or the dashboard)."

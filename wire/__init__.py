@@ -76,6 +76,11 @@ class EventType(str, Enum):
     HOST_REVOKED = "host_revoked"
     DEVICE_DISABLED = "device_disabled"
     DEVICE_ENABLED = "device_enabled"
+    DEVICE_FORGOTTEN = "device_forgotten"
+    ENROLLMENT_TOKEN_CREATED = "enrollment_token_created"
+    ENROLLMENT_TOKEN_REVOKED = "enrollment_token_revoked"
+    OPERATOR_TOKEN_CREATED = "operator_token_created"
+    OPERATOR_TOKEN_REVOKED = "operator_token_revoked"
     PROGRESS = "progress"  # a running attempt's new progress (step_index, status, summary)
 
 
@@ -113,6 +118,26 @@ FAILURE_REASON_MAX_CHARS = 256
 HOST_TOKEN_MIN_CHARS = 32
 HOST_TOKEN_MAX_CHARS = 256
 ENROLLMENT_TOKEN_PREFIX = "tet_"
+OPERATOR_TOKEN_PREFIX = "tto_"
+# An operator token lives between a minute and a year: long enough to be handed over, short
+# enough that a forgotten one ends. Ninety days unless its creator says otherwise.
+OPERATOR_TOKEN_TTL_MIN_S = 60
+OPERATOR_TOKEN_TTL_MAX_S = 366 * 24 * 3600
+OPERATOR_TOKEN_TTL_DEFAULT_S = 90 * 24 * 3600
+
+
+class OperatorScope(str, Enum):
+    """What an operator token may do (PROTOCOL.md, "Operator scopes"); ``admin`` may do all."""
+
+    READ = "read"
+    SUBMIT = "submit"
+    CONTROL = "control"
+    ADMIN = "admin"
+
+
+# The actor of an event the bootstrap admin token (COORDINATOR_ADMIN_TOKEN) caused; no operator
+# token may take this name.
+BOOTSTRAP_ACTOR = "admin"
 
 # What the coordinator keeps: a task's history, a device's runs, the live feed.
 TASK_EVENTS_KEPT = 200
@@ -126,6 +151,7 @@ class ErrorCode(str, Enum):
     INVALID_REQUEST = "invalid_request"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
+    INSUFFICIENT_SCOPE = "insufficient_scope"
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     PAYLOAD_TOO_LARGE = "payload_too_large"
@@ -147,3 +173,4 @@ class ErrorCode(str, Enum):
     ENROLLMENT_CONFLICT = "enrollment_conflict"
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     DEVICE_BUSY = "device_busy"
+    TOKEN_LIMIT = "token_limit"

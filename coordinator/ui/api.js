@@ -1,4 +1,5 @@
-// The operator API, with the admin token held by this object only.
+// The operator API, with the operator token held by this object only; and what a token's scopes
+// let it do (`grants`), so the page offers only those actions.
 
 export class ApiError extends Error {
   constructor(status, code, message) {
@@ -10,6 +11,35 @@ export class ApiError extends Error {
   get unauthorized() {
     return this.status === 401;
   }
+}
+
+/**
+ * What the token described by `me` (GET /api/v1/me: {name, scopes, expires_at}) may do, as
+ * PROTOCOL.md's operator-scopes table says: `read` watches; `submit` creates tasks and cancels
+ * the ones it created; `control` cancels any task, drains and undrains hosts, disables and
+ * enables devices; `admin` does everything. The coordinator decides every call; this only keeps
+ * the buttons of forbidden actions off the page.
+ */
+export function grants(me) {
+  const scopes = new Set(me.scopes || []);
+  const admin = scopes.has("admin");
+  const control = admin || scopes.has("control");
+  const submit = admin || scopes.has("submit");
+  return {
+    name: me.name,
+    read: admin || scopes.has("read"),
+    drain: control,
+    disable: control,
+    revoke: admin,
+    cancelSome: control || submit, // whether any Cancel button can ever show
+    /** A task's Cancel: any task with `control`; with only `submit`, the tasks this token created. */
+    cancel: (task) => control || (submit && createdBy(task) === me.name),
+  };
+}
+
+/** Who created the task: the `actor` of its creation, as the task view carries it. */
+function createdBy(task) {
+  return task.created_by ?? null;
 }
 
 export class Api {

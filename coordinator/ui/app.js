@@ -1,35 +1,63 @@
-// The page: asks for the admin token, checks it, and runs the dashboard with it.
-// The token lives in this tab only: in memory and in sessionStorage (so a reload keeps the
-// session), never in a cookie, localStorage or a URL. Signing out forgets it.
+// The page: asks for an operator token, learns who it is (GET /api/v1/me), and runs the
+// dashboard with the actions that token may take. The token lives in this tab only: in memory and
+// in sessionStorage (so a reload keeps the session), never in a cookie, localStorage or a URL.
+// Signing out forgets it.
 
-import { Api } from "./api.js";
+import { Api, grants } from "./api.js";
 import { Dashboard } from "./dashboard.js";
 import { byId } from "./dom.js";
 
-const TOKEN_KEY = "tether.adminToken";
+const TOKEN_KEY = "tether.token";
 let dashboard = null;
 
 async function signIn(token) {
   const api = new Api(token);
   showLoginError(null);
+  let me;
   try {
-    await api.get("/api/v1/hosts", { limit: 1 }); // the token is checked before anything is shown
+    me = await api.get("/api/v1/me"); // the token is checked before anything is shown
   } catch (error) {
     sessionStorage.removeItem(TOKEN_KEY);
     showLoginError(error.unauthorized ? "The coordinator refused this token." : `Could not sign in: ${error.message}`);
     return;
   }
+  const may = grants(me);
+  if (!may.read) {
+    // The dashboard is a view of the fleet: without `read` every list would be refused.
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLoginError(`The token ${me.name} may not watch the fleet: it holds ${scopeList(me)}, and the dashboard needs read.`);
+    return;
+  }
   sessionStorage.setItem(TOKEN_KEY, token);
+  showWho(me);
   byId("login").hidden = true;
   byId("dashboard").hidden = false;
   byId("sign-out").hidden = false;
-  dashboard = new Dashboard(api, { ask, onUnauthorized: () => signOut("The coordinator no longer accepts this token.") });
+  dashboard = new Dashboard(api, { may, ask, onUnauthorized: () => signOut("The coordinator no longer accepts this token.") });
   try {
     await dashboard.start();
   } catch (error) {
     if (error.unauthorized) signOut("The coordinator no longer accepts this token.");
     else showBanner(`Could not load the dashboard: ${error.message}`);
   }
+}
+
+function scopeList(me) {
+  return (me.scopes || []).join(", ") || "no scope";
+}
+
+/** The header says who is signed in, with which scopes (and, on hover, until when). */
+function showWho(me) {
+  const who = byId("who");
+  if (me === null) {
+    who.hidden = true;
+    who.textContent = "";
+    who.title = "";
+    return;
+  }
+  who.hidden = false;
+  who.textContent = `${me.name} · ${scopeList(me)}`;
+  who.title = me.expires_at ? `expires ${new Date(me.expires_at).toLocaleString()}` : "does not expire";
 }
 
 function signOut(message = null) {
@@ -45,6 +73,8 @@ function signOut(message = null) {
   byId("sign-out").hidden = true;
   byId("login").hidden = false;
   byId("token").value = "";
+  byId("action-error").hidden = true;
+  showWho(null);
   showLoginError(message);
 }
 

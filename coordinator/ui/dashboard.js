@@ -24,11 +24,13 @@ const WAITING = new Set(["queued", "assigned"]);
 export class Dashboard {
   /**
    * @param api            an Api holding the token
+   * @param may            what the token may do (api.js `grants`): only those buttons are shown
    * @param ask            ({text, reason}) => Promise<{ok, reason}>: the confirmation dialog
    * @param onUnauthorized (error) => void: the token stopped working
    */
-  constructor(api, { ask, onUnauthorized }) {
+  constructor(api, { may, ask, onUnauthorized }) {
     this.api = api;
+    this.may = may;
     this.ask = ask;
     this.onUnauthorized = onUnauthorized;
     this.tasks = new Map(); // task id -> task, for every task a table shows
@@ -43,16 +45,16 @@ export class Dashboard {
     this.queueMore = false;
 
     this.hosts = new KeyedTable(byId("hosts"), {
-      key: (h) => h.host_id, columns: views.hostColumns, compare: views.byHostId, empty: "No hosts yet.",
+      key: (h) => h.host_id, columns: views.hostColumns(may), compare: views.byHostId, empty: "No hosts yet.",
       onAction: (action, key, button) => this.#act(button, () => this.#hostAction(action, key)),
     });
     this.devices = new KeyedTable(byId("devices"), {
-      key: (r) => r.device.device_id, columns: views.deviceColumns, compare: views.byHostThenDevice,
+      key: (r) => r.device.device_id, columns: views.deviceColumns(may), compare: views.byHostThenDevice,
       empty: "No devices in the pool.",
       onAction: (action, key, button) => this.#act(button, () => this.#deviceAction(action, key)),
     });
     this.queue = new KeyedTable(byId("queue"), {
-      key: (t) => t.task_id, columns: views.queueColumns, compare: views.newestFirst, empty: "Nothing waiting.",
+      key: (t) => t.task_id, columns: views.queueColumns(may), compare: views.newestFirst, empty: "Nothing waiting.",
       onAction: (action, key, button) => this.#act(button, () => this.#cancel(key)),
     });
     this.results = new KeyedTable(byId("results"), {
@@ -388,20 +390,26 @@ export class Dashboard {
 
   // -- operator actions ------------------------------------------------------------------------
 
+  /** Run one action of a button. A refusal shows the coordinator's own message (a scope the
+   *  token lacks: `insufficient_scope`), in a line of its own that the refreshes do not clear. */
   async #act(button, action) {
     button.disabled = true;
     try {
       await action();
-      this.#banner(null);
+      this.#actionError(null);
     } catch (error) {
       if (error.unauthorized) this.onUnauthorized(error);
-      else this.#banner(`That did not work: ${error.message}`);
+      else this.#actionError(`That did not work: ${error.message}`, error.code);
     } finally {
       button.disabled = false;
     }
   }
 
   async #hostAction(action, hostId) {
+    if (action === "revoke") {
+      const text = `Revoke ${hostId}? Its credential stops working at once and its devices leave the pool.`;
+      if (!(await this.ask({ text, reason: false })).ok) return;
+    }
     this.hosts.put(await this.api.post(`/api/v1/hosts/${enc(hostId)}/${action}`));
   }
 
@@ -435,6 +443,13 @@ export class Dashboard {
       stopped: "stopped",
     }[state];
     if (state === "stopped" && detail && detail.status === 401) this.onUnauthorized(detail);
+  }
+
+  #actionError(text, code = null) {
+    const line = byId("action-error");
+    line.hidden = text === null;
+    line.textContent = text ?? "";
+    line.dataset.code = code ?? "";
   }
 
   #banner(text) {

@@ -55,18 +55,24 @@ export function candidates(counts) {
 
 // -- hosts -----------------------------------------------------------------------------------
 
-export const hostColumns = [
-  { title: "Host", value: (h) => h.host_id, id: true },
-  { title: "State", value: hostState, tone: (h) => tone(hostState(h)) },
-  { title: "Kind", value: (h) => h.kind },
-  { title: "Devices", value: (h) => String(h.devices ?? "") },
-  { title: "Last seen", value: (h) => clock(h.last_seen) },
-  { title: "Agent", value: (h) => [h.hostname, h.agent_version].filter(Boolean).join(" · ") },
-  {
-    title: "",
-    actions: (h) => (h.revoked ? [] : [h.draining ? { label: "Undrain", action: "undrain" } : { label: "Drain", action: "drain" }]),
-  },
-];
+/** The hosts' columns, with buttons for what `may` (the token's grants, api.js) allows. */
+export function hostColumns(may) {
+  const actions = (h) => {
+    if (h.revoked) return [];
+    return [
+      ...(may.drain ? [h.draining ? { label: "Undrain", action: "undrain" } : { label: "Drain", action: "drain" }] : []),
+      ...(may.revoke ? [{ label: "Revoke", action: "revoke" }] : []),
+    ];
+  };
+  return withActions([
+    { title: "Host", value: (h) => h.host_id, id: true },
+    { title: "State", value: hostState, tone: (h) => tone(hostState(h)) },
+    { title: "Kind", value: (h) => h.kind },
+    { title: "Devices", value: (h) => String(h.devices ?? "") },
+    { title: "Last seen", value: (h) => clock(h.last_seen) },
+    { title: "Agent", value: (h) => [h.hostname, h.agent_version].filter(Boolean).join(" · ") },
+  ], may.drain || may.revoke, actions);
+}
 
 export const byHostId = (a, b) => compareText(a.host_id, b.host_id);
 
@@ -80,7 +86,7 @@ export function deviceState({ device }) {
 
 const progressOf = ({ task }) => (task && task.status === "running" ? task.progress : null);
 
-export const deviceColumns = [
+const deviceFields = [
   { title: "Device", value: (r) => r.device.device_id, id: true },
   { title: "Host", value: (r) => r.device.host_id, id: true },
   { title: "Driver", value: (r) => r.device.driver },
@@ -99,14 +105,15 @@ export const deviceColumns = [
     tone: (r) => (progressOf(r) ? tone(progressOf(r).status) : ""),
   },
   { title: "Summary", value: (r) => (progressOf(r) ? progressOf(r).summary ?? "" : ""), wide: true },
-  {
-    title: "",
-    actions: (r) => [
-      ...(r.task && !r.task.cancel_requested ? [{ label: "Cancel task", action: "cancel" }] : []),
-      r.device.disabled ? { label: "Enable", action: "enable" } : { label: "Disable", action: "disable" },
-    ],
-  },
 ];
+
+export function deviceColumns(may) {
+  const actions = (r) => [
+    ...(r.task && !r.task.cancel_requested && may.cancel(r.task) ? [{ label: "Cancel task", action: "cancel" }] : []),
+    ...(may.disable ? [r.device.disabled ? { label: "Enable", action: "enable" } : { label: "Disable", action: "disable" }] : []),
+  ];
+  return withActions(deviceFields, may.disable || may.cancelSome, actions);
+}
 
 export const byHostThenDevice = (a, b) =>
   compareText(a.device.host_id, b.device.host_id) || compareText(a.device.device_id, b.device.device_id);
@@ -117,7 +124,7 @@ export const deviceSearchText = (r) =>
 
 // -- the queue (queued and assigned tasks) ------------------------------------------------------
 
-export const queueColumns = [
+const queueFields = [
   { title: "Task", value: (t) => t.task_id, id: true },
   { title: "Work", value: work, wide: true },
   { title: "Target", value: target },
@@ -130,8 +137,18 @@ export const queueColumns = [
   { title: "Candidates", value: (t) => candidates(t.candidates), wide: true },
   { title: "Attempt", value: (t) => `${t.attempt}/${t.max_attempts}` },
   { title: "Created", value: (t) => clock(t.created_at) },
-  { title: "", actions: () => [{ label: "Cancel", action: "cancel" }] },
+  { title: "By", value: (t) => t.created_by ?? "" },
 ];
+
+export function queueColumns(may) {
+  return withActions(queueFields, may.cancelSome, (t) => (may.cancel(t) ? [{ label: "Cancel", action: "cancel" }] : []));
+}
+
+/** `columns`, and a last column of buttons only when the token may take some action there: a
+ *  token that may only watch sees no control at all, not even an empty column. */
+function withActions(columns, any, actions) {
+  return any ? [...columns, { title: "", actions }] : columns;
+}
 
 export const newestFirst = (a, b) =>
   compareText(b.created_at ?? "", a.created_at ?? "") || compareText(b.task_id, a.task_id);
@@ -147,6 +164,7 @@ export const resultColumns = [
   { title: "Device", value: (t) => t.device_id ?? "", id: true },
   { title: "Host", value: (t) => t.host_id ?? "", id: true },
   { title: "Attempt", value: (t) => `${t.attempt}/${t.max_attempts}` },
+  { title: "By", value: (t) => t.created_by ?? "" },
 ];
 
 export const finishedNewestFirst = (a, b) =>
@@ -154,7 +172,7 @@ export const finishedNewestFirst = (a, b) =>
 
 // -- the event log -----------------------------------------------------------------------------
 
-const EVENT_IDS = ["task_id", "host_id", "device_id"];
+const EVENT_IDS = ["task_id", "host_id", "device_id", "token_id"];
 
 export function eventLine(event) {
   const ids = EVENT_IDS.filter((name) => event[name]).map((name) => event[name]);
@@ -163,6 +181,7 @@ export function eventLine(event) {
   if (event.status) extra.push(event.status);
   if (event.reason) extra.push(`(${event.reason})`);
   if (event.type === "host_draining") extra.push(event.draining ? "on" : "off");
+  if (event.actor) extra.push(`by ${event.actor}`); // the operator token whose action caused it
   return [clock(event.at), event.type, ...ids, ...extra].filter(Boolean).join("  ");
 }
 

@@ -26,6 +26,8 @@ local E = {
   NOT_ENROLLED_HOST = -15,
   DEVICE_LIMIT = -16,
   DEVICE_BUSY = -17,
+  TOKEN_LIMIT = -18,
+  NOT_OWNER = -19,
 }
 
 -- What is kept (mirrors wire.TASK_EVENTS_KEPT, DEVICE_RUNS_KEPT, FEED_EVENTS_KEPT; a test keeps
@@ -79,6 +81,15 @@ local function splitMember(member)
     parts[#parts + 1] = string.sub(member, start, i - 1)
     start = i + 1
   end
+end
+
+-- An event of no task to the feed (a capped stream). `actor`, the operator who caused it (the
+-- token's name, or "admin"), is named on it when given: "" or nil names none.
+local function publishTo(feedKey, event, actor)
+  if actor and actor ~= '' then
+    event.actor = actor
+  end
+  rcall('XADD', feedKey, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode(event))
 end
 
 local function getJson(hashKey, field)

@@ -107,9 +107,19 @@ end
 
 -- -- events ----------------------------------------------------------------------------------
 
+-- The operator on whose request a script runs (a token's name, or "admin"): every event of
+-- that step names it as its `actor`, those of the transitions the request set off included
+-- (a drain's `unassigned`, a create's `assigned`). A script an operator calls sets it from its
+-- own ARGV before any event; the host protocol's and the reaper's scripts leave it nil.
+local function setActor(S, actor)
+  if actor ~= '' then
+    S.actor = actor
+  end
+end
+
 -- An event of no task (host_online, device_disabled, ...): to the feed only.
 local function publish(S, event)
-  rcall('XADD', S.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode(event))
+  publishTo(S.feed, event, S.actor)
 end
 
 -- A task's event: appended to its history, which its record carries (the last
@@ -125,6 +135,7 @@ local function taskEvent(S, task, kind, now, reason, status)
     device_id = task.device_id or task.target_device,
     reason = reason,
     status = status or task.status,
+    actor = S.actor,
   }
   local history = task.events or {}
   history[#history + 1] = event

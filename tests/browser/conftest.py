@@ -57,6 +57,13 @@ class Coordinator(CoordinatorProcess):
         assert response.status_code < 300, response.text
         return response.json()
 
+    def mint(self, name: str, scopes: list[str]) -> str:
+        """A new operator token's secret."""
+        return self.call("POST", "/api/v1/operator-tokens", json={"name": name, "scopes": scopes, "ttl_s": 3600})["token"]
+
+    def call_as(self, token: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return self.api.request(method, path, headers={"authorization": f"Bearer {token}"}, **kwargs)
+
     def heartbeat(self, host: str, devices: dict[str, str]) -> None:
         """A host's snapshot: ``{device_id: status}``, all simulated."""
         body = {"devices": [{"device_id": d, "driver": "sim", "status": s} for d, s in devices.items()]}
@@ -115,9 +122,9 @@ class Dashboard:
         self.page.type_into("#token", token)
         self.page.press_enter()
 
-    def open_signed_in(self) -> None:
+    def open_signed_in(self, token: str = ADMIN) -> None:
         self.open()
-        self.sign_in()
+        self.sign_in(token)
         self.page.wait_for("document.getElementById('feed-state').dataset.state === 'live'", what="the feed live")
         self.page.wait_for("!!document.querySelector('#hosts tbody tr[data-key]')", what="hosts shown")
 
@@ -145,6 +152,11 @@ class Dashboard:
             .findIndex(b => b.textContent === {json.dumps(label)})""")
         assert index >= 0, f"no {label!r} button in {table} row {key}"
         return f'#{table} tbody tr[data-key="{key}"] button:nth-of-type({index + 1})'
+
+    def buttons(self, table: str, key: str) -> list[str]:
+        """The labels of the buttons in the row of ``key``."""
+        return self.page.js(f"""[...document.querySelectorAll(
+            '#{table} tbody tr[data-key="' + CSS.escape({json.dumps(key)}) + '"] button')].map(b => b.textContent)""")
 
     def rows(self, table: str) -> list[str]:
         return self.page.js(f"[...document.querySelectorAll('#{table} tbody tr[data-key]')].map(r => r.dataset.key)")

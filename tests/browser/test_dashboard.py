@@ -38,7 +38,7 @@ def test_sign_in_shows_the_fleet_and_why_work_waits(coordinator: Coordinator, da
     assert page.js("document.cookie") == ""
     assert page.js("localStorage.length") == 0
     assert ADMIN not in page.js("location.href")
-    assert page.js("sessionStorage.getItem('tether.adminToken')") == ADMIN
+    assert page.js("sessionStorage.getItem('tether.token')") == ADMIN
     page.click("#sign-out")
     page.wait_for("!document.getElementById('login').hidden")
     assert page.js("sessionStorage.length") == 0
@@ -58,7 +58,7 @@ def test_a_wrong_token_shows_an_error_and_no_data(coordinator: Coordinator, dash
     assert dashboard.rows("hosts") == [] and dashboard.rows("devices") == []
     assert page.js("sessionStorage.length") == 0
     api_calls = [urlsplit(url).path for url in page.requests if "/api/" in url]
-    assert api_calls == ["/api/v1/hosts"]  # the check of the token, and nothing after it
+    assert api_calls == ["/api/v1/me"]  # the check of the token, and nothing after it
 
 
 def test_a_running_workflow_s_progress_updates_live(

@@ -290,6 +290,29 @@ def test_json_logs_every_line_of_every_process_and_no_secret(serve: Callable[...
         assert secret not in log
 
 
+def test_an_operator_token_revoked_through_one_worker_is_refused_by_the_other_and_never_logged(
+        serve: Callable[..., Served]) -> None:
+    served = serve(WEB_CONCURRENCY=2)
+    (first, *_), (second, *_) = served.clients_on_workers(per_worker=1).values()
+    minted = first.post("/api/v1/operator-tokens", headers=ADMIN_HEADERS,
+                        json={"name": "wall", "scopes": ["read"]})
+    assert minted.status_code == 201
+    token = minted.json()
+    headers = {"authorization": f"Bearer {token['token']}"}
+    assert second.get("/api/v1/tasks", headers=headers).status_code == 200
+    refused = second.post("/api/v1/hosts/host-a/drain", headers=headers)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "insufficient_scope"
+    assert first.delete(f"/api/v1/operator-tokens/{token['id']}", headers=ADMIN_HEADERS).status_code == 200
+    for method, path in [("GET", "/api/v1/tasks"), ("GET", "/api/v1/me"), ("POST", "/api/v1/hosts/host-a/drain")]:
+        answer = second.request(method, path, headers=headers)
+        assert answer.status_code == 401 and token["token"] not in answer.text
+    assert token["token"] not in second.get("/metrics").text
+    assert served.coordinator.stop() == 0
+    entries = served.entries()
+    assert {e["status"] for e in entries if e.get("route") == "/api/v1/tasks"} == {200, 401}
+    assert token["token"] not in served.log() and token["token"][4:] not in served.log()
+
+
 def test_text_logs_have_no_request_lines(serve: Callable[..., Served]) -> None:
     served = serve(COORDINATOR_LOG_FORMAT="text")
     for _ in range(3):

@@ -107,7 +107,8 @@ def test_submit_wait_shows_progress_and_exits_0_when_it_succeeds(coordinator: Co
 
     history = coordinator.tether("events", task_id)
     assert history.code == 0
-    assert history.out.splitlines()[0].split() == ["AT", "TYPE", "ATTEMPT", "HOST", "DEVICE", "STATUS", "REASON"]
+    assert history.out.splitlines()[0].split() == ["AT", "TYPE", "ATTEMPT", "HOST", "DEVICE", "STATUS", "REASON",
+                                                    "ACTOR"]
     types = [line.split()[2] for line in history.out.splitlines()[1:]]
     assert types == ["created", "assigned", "claimed", "result"]
     events = coordinator.tether_here(capsys, "events", task_id, "--json").json()["events"]

@@ -3,24 +3,29 @@
   their own credentials, and the identical retry of a completed enrollment still answers.
 
   Input:
-    KEYS[1] enrollment_tokens  hash  token id -> token JSON
+    KEYS[1] enrollment_tokens  hash   token id -> token JSON
+    KEYS[2] feed               stream the deployment's events
     ARGV[1] token id
+    ARGV[2] actor: the operator's name, on the `enrollment_token_revoked` event
   Output:
     {0, token JSON}
     {NOT_FOUND}
 
-  Invariant: revocation is final and idempotent.
+  Invariant: revocation is final and idempotent (a repeat publishes nothing).
 ]]
 --- @include "includes/common"
 local tokensKey = KEYS[1]
+local feedKey = KEYS[2]
 
 local token = getJson(tokensKey, ARGV[1])
 if not token then
   return {E.NOT_FOUND}
 end
 if not token.revoked then
+  local now = nowMs()
   token.revoked = true
-  token.revoked_at = nowMs()
+  token.revoked_at = now
   putJson(tokensKey, token.id, token)
+  publishTo(feedKey, {type = 'enrollment_token_revoked', token_id = token.id, at = now}, ARGV[2])
 end
 return {0, cjson.encode(token)}

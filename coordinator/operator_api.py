@@ -1,0 +1,83 @@
+"""Operator tokens (/api/v1/operator-tokens, admin only) and who is calling (/api/v1/me).
+
+An operator token's secret carries the prefix ``tto_`` (so secret scanners find a leaked one), is
+shown once, in the answer that creates it, and is stored only as its SHA-256. Its ``name`` is the
+``actor`` of every event it causes, so the bootstrap admin's name, ``admin``, is not a token's.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+import wire
+from coordinator.auth import Operator, access_of, token_digest
+from coordinator.context import Context
+from coordinator.errors import InvalidRequest
+from coordinator.records import OperatorToken
+from coordinator.validation import Body, Query, read_json, require_id
+from coordinator.views import iso_ms, json_response, operator_token_view
+
+_FIELDS = frozenset({"name", "scopes", "ttl_s"})
+_SCOPES = wire.values(wire.OperatorScope)
+
+
+def _parse(body: Body) -> tuple[str, list[str], int]:
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise InvalidRequest(f"unknown field {unknown[0]!r}")
+    name = body.id("name")
+    if name == wire.BOOTSTRAP_ACTOR:
+        raise InvalidRequest(f"name {wire.BOOTSTRAP_ACTOR!r} is the bootstrap admin's; choose another")
+    scopes = body.get("scopes")
+    if (not isinstance(scopes, list) or not scopes or len(scopes) > len(_SCOPES)
+            or any(s not in _SCOPES for s in scopes) or len(set(scopes)) != len(scopes)):
+        raise InvalidRequest(f"scopes must be a non-empty list of distinct scopes from {', '.join(_SCOPES)}")
+    ttl_s = body.integer("ttl_s", default=wire.OPERATOR_TOKEN_TTL_DEFAULT_S, low=wire.OPERATOR_TOKEN_TTL_MIN_S,
+                         high=wire.OPERATOR_TOKEN_TTL_MAX_S)
+    assert ttl_s is not None
+    return name, [s for s in _SCOPES if s in scopes], ttl_s
+
+
+async def create_token(ctx: Context, request: Request) -> Response:
+    name, scopes, ttl_s = _parse(await read_json(request, ctx.settings.max_body_bytes))
+    secret = wire.OPERATOR_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = await ctx.store.create_operator_token(
+        "ot_" + secrets.token_hex(8), token_digest(secret), name, scopes, ttl_s * 1000,
+        ctx.settings.max_operator_tokens, actor=access_of(request).operator.name,
+    )
+    view = operator_token_view(token, token.created_at)
+    return json_response({**view, "token": secret}, 201)
+
+
+async def list_tokens(ctx: Context, request: Request) -> Response:
+    query = Query(request)
+    limit = query.limit(default=100, high=1000)
+    offset = query.integer("cursor", default=0, low=0, high=2**31 - 1)
+    tokens, now_ms, more = await ctx.queries.operator_tokens(limit, offset)
+    return json_response({
+        "operator_tokens": [operator_token_view(t, now_ms) for t in tokens],
+        "next_cursor": str(offset + limit) if more else None,
+    })
+
+
+async def revoke_token(ctx: Context, request: Request) -> Response:
+    token_id = require_id(request.path_params["token_id"], "token_id")
+    token: OperatorToken = await ctx.store.revoke_operator_token(token_id, actor=access_of(request).operator.name)
+    return json_response(operator_token_view(token, await ctx.queries.redis_time_ms()))
+
+
+def me_view(operator: Operator) -> dict[str, Any]:
+    return {
+        "name": operator.name,
+        "scopes": [s for s in _SCOPES if s in operator.scopes],
+        "expires_at": iso_ms(operator.expires_at),
+        "token_id": operator.token_id,
+    }
+
+
+async def me(ctx: Context, request: Request) -> Response:
+    return json_response(me_view(access_of(request).operator))

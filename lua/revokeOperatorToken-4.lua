@@ -1,0 +1,39 @@
+--[[
+  Revoke an operator token: every process refuses it from its next request (each request reads
+  the token through readOperatorToken, which no longer finds it).
+
+  Input:
+    KEYS[1] operator_tokens        hash   token id -> token JSON
+    KEYS[2] operator_token_hashes  hash   SHA-256 of the secret -> token id (live tokens only)
+    KEYS[3] operator_tokens_live   zset   token id -> expires_at (ms), of tokens not revoked
+    KEYS[4] feed                   stream the deployment's events
+    ARGV[1] token id
+    ARGV[2] actor: the operator's name, on the `operator_token_revoked` event
+  Output:
+    {0, token JSON}
+    {NOT_FOUND}
+
+  Invariant: revocation is final and idempotent (a repeat publishes nothing); a revoked token's
+  digest no longer leads to it, and it no longer counts against the limit of live tokens.
+]]
+--- @include "includes/common"
+local tokensKey = KEYS[1]
+local hashesKey = KEYS[2]
+local liveKey = KEYS[3]
+local feedKey = KEYS[4]
+
+local token = getJson(tokensKey, ARGV[1])
+if not token then
+  return {E.NOT_FOUND}
+end
+if not token.revoked then
+  local now = nowMs()
+  token.revoked = true
+  token.revoked_at = now
+  putJson(tokensKey, token.id, token)
+  rcall('HDEL', hashesKey, token.digest)
+  rcall('ZREM', liveKey, token.id)
+  publishTo(feedKey, {type = 'operator_token_revoked', token_id = token.id, name = token.name, at = now},
+            ARGV[2])
+end
+return {0, cjson.encode(token)}
