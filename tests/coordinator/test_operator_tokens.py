@@ -21,7 +21,7 @@ from coordinator.routes import ENDPOINTS
 from tests.conftest import Api, unique_prefix
 from tests.coordinator.helpers import enrolled_host
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 SCOPES = wire.values(wire.OperatorScope)
 OPERATOR_ROUTES = [e for e in ENDPOINTS if e.path.startswith("/api/")]
