@@ -7,9 +7,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -22,6 +19,7 @@ from tests.support import (
     coordinator_process,
     free_port,
     fresh_prefix,
+    redis_server,
     unique_prefix,
     wait_until,
 )
@@ -32,38 +30,13 @@ ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN}"}
 HOST_A = {"authorization": f"Bearer {HOSTS['host-a']}"}
 
 
-@contextmanager
-def _redis_server(port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """A throwaway redis-server of our own, so the test may stop it."""
-    process = subprocess.Popen(
-        [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-         "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: _answers(port), 10, 0.02, what=f"redis-server on port {port}")
-        yield process
-    finally:
-        process.kill()
-        process.wait()
-
-
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to stop and start")
 def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns() -> None:
     redis_port = free_port()
     # The prefix is on the throwaway server: nothing to clean up on the shared one.
     env = coordinator_env(unique_prefix(), REDIS_URL=f"redis://127.0.0.1:{redis_port}/0")
     history = History()  # every call is recorded and the run's history checked at the end
-    with (_redis_server(redis_port) as redis, coordinator_process(env) as coordinator,
+    with (redis_server(redis_port) as redis, coordinator_process(env) as coordinator,
           httpx.Client(transport=RecordingTransport(history), timeout=15) as client):
         url = coordinator.url
         heartbeat = {"devices": [{"device_id": "a1", "driver": "sim", "status": "available"}]}
@@ -82,7 +55,7 @@ def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns
             assert response.json()["error"]["code"] == "unavailable"
             assert int(response.headers["retry-after"]) >= 1
         assert httpx.get(f"{url}/readyz").status_code == 503
-        with _redis_server(redis_port):  # an empty Redis: the scripts are loaded again on demand
+        with redis_server(redis_port):  # an empty Redis: the scripts are loaded again on demand
             # A request racing the pool's reconnection may still get the 503 it is told to retry
             # (Retry-After); what must hold is that service resumes, without a restart.
             def heartbeat_accepted() -> bool:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
+import sys
 
 import httpx
 import pytest
 
-from tests.support import ADMIN, Process, free_port
+from tests.support import ADMIN, Process, child_env, free_port
 from tests.tether.conftest import HOSTS, Coordinator
 from tether.cli import main
 
@@ -140,11 +142,21 @@ def test_watch_exits_1_when_the_task_fails(coordinator: Coordinator, runner: Pro
 
 
 def test_watch_follows_a_running_task_to_success(coordinator: Coordinator, runner: Process) -> None:
+    # The task waits (its device disabled) until the watch is following it, so a watch that starts
+    # late cannot miss the run: starting an interpreter can outlast the whole workflow.
+    assert coordinator.tether("disable", "run-watch", "--reason", "held for the watch").code == 0
     task_id = coordinator.tether("submit", "--workflow", "steps", "--device", "run-watch").out.strip()
-    result = coordinator.tether("watch", task_id)
-    assert result.code == 0, result
-    assert any(" progress " in line for line in result.out.splitlines()), result.out
-    assert " succeeded " in result.out.splitlines()[-1]
+    env = child_env(TETHER_URL=coordinator.url, TETHER_TOKEN=ADMIN)
+    with subprocess.Popen([sys.executable, "-m", "tether", "watch", task_id], env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as watch:
+        assert watch.stdout is not None
+        first = watch.stdout.readline()  # the watch has read the task: it follows the feed from here
+        assert coordinator.tether("enable", "run-watch").code == 0
+        rest, err = watch.communicate(timeout=30)
+    lines = [first, *rest.splitlines()]
+    assert watch.returncode == 0, (lines, err)
+    assert any(" progress " in line for line in lines), lines
+    assert " succeeded " in lines[-1]
 
 
 def test_watch_json_is_the_task_then_the_feed_then_the_task(coordinator: Coordinator, runner: Process) -> None:
