@@ -16,9 +16,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from coordinator.auth import ACCESS, Authenticator
-from coordinator.clock import ShiftedClock
 from coordinator.autopipeline import auto_pipeline
 from coordinator.boundary import RequestBoundary
+from coordinator.clock import ShiftedClock
 from coordinator.context import Context
 from coordinator.epoch import Epoch
 from coordinator.feed import EventFeed
