@@ -171,7 +171,8 @@ class HeadLimitedProtocol(HttpToolsProtocol):
                 raise _HeadTooLarge  # stops the parser; uvicorn then calls send_400_response
         earlier = self.cycle
         super().on_headers_complete()
-        if self.cycle is not None and self.cycle is not earlier:
+        # Not for HEAD: its answer has no body, so a head held for one would never leave.
+        if self.cycle is not None and self.cycle is not earlier and self.scope["method"] != "HEAD":
             self.cycle.transport = OneWriteResponses(self.transport)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
@@ -234,7 +235,7 @@ class OneWriteResponses:
     the body's first write, so head and body leave in one write.
 
     uvicorn writes a head and its body separately: two send() calls, and two segments for the
-    client to read, on every response. A head announcing a chunked body (a stream, whose first
+    client to read, on every response. Never used for a HEAD request, whose answer has no body. A head announcing a chunked body (a stream, whose first
     chunk may come much later) and an interim ``100 Continue`` go out at once; a cycle that
     closes the connection after its head flushes it first."""
 

@@ -169,3 +169,45 @@ def test_sigterm_answers_waiting_polls_at_once_and_exits_0(tmp_path: Path) -> No
     assert exit_code == 0 and exited_after < 4
     log = (tmp_path / "coordinator.log").read_text()
     assert "Exception in ASGI application" not in log and "Traceback" not in log
+
+
+def _read_answers(sock: socket.socket, methods: list[str], timeout: float) -> list[bytes]:
+    """The heads of the answers to requests of ``methods`` sent on a kept-alive connection, in
+    order: a HEAD's answer is its head alone, a GET's is followed by Content-Length bytes."""
+    deadline = time.monotonic() + timeout
+    received = b""
+
+    def more() -> None:
+        nonlocal received
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            raise TimeoutError(f"{len(heads)} of {len(methods)} answers after {timeout} s") from None
+        assert chunk, "the server closed the connection"
+        received += chunk
+
+    heads: list[bytes] = []
+    for method in methods:
+        while b"\r\n\r\n" not in received:
+            more()
+        head, _, received = received.partition(b"\r\n\r\n")
+        heads.append(head)
+        if method != "HEAD":
+            length = next(int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n")
+                          if line.startswith(b"content-length:"))
+            while len(received) < length:
+                more()
+            received = received[length:]
+    return heads
+
+
+def test_head_is_answered_on_a_kept_alive_connection_and_pipelined_before_a_get(coordinator: str) -> None:
+    with _connect(coordinator) as sock:
+        sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        (head,) = _read_answers(sock, ["HEAD"], timeout=2)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        # the connection is still usable, and a pipelined HEAD then GET get both their answers
+        sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answers = _read_answers(sock, ["HEAD", "GET"], timeout=2)
+        assert [a.split(b"\r\n", 1)[0] for a in answers] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"]
