@@ -102,6 +102,11 @@ class Keys:
         """The pooled device ids of a host: a set."""
         return f"{self.base}host_devices:{host_id}"
 
+    def lease(self, task_id: str) -> str:
+        """The task's live lease, for people: a string {lease_id, host_id, attempt} whose TTL is the
+        lease's time left (``redis-cli PTTL``); ``lease_deadlines`` is what the reaper acts on."""
+        return f"{self.base}lease:{task_id}"
+
     def polls(self, host_id: str) -> str:
         """The processes holding a waiting poll of the host: a zset process id -> until (ms)."""
         return f"{self.base}polls:{host_id}"

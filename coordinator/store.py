@@ -151,7 +151,7 @@ class Store:
         k = self.keys
         reply = await self._run(
             "renewLease",
-            [k.tasks, k.lease_deadlines, k.progress, k.revoked_tokens, k.feed],
+            [k.tasks, k.lease_deadlines, k.progress, k.revoked_tokens, k.feed, k.lease(task_id)],
             [host.host_id, lease_id, task_id, attempt, ttl_ms, progress_json, host.digest],
         )
         return int(reply[1]), reply[2] == 1

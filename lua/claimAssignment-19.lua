@@ -29,7 +29,8 @@
   step, so an assignment made after it always wakes it; a repeated claim id returns what the first call returned and claims nothing
   more, so a lost response orphans no work; the answer's lease_expires_at_ms is always a full TTL
   ahead, so an agent that counts the lease from the answer it finally got is never late; an ended
-  lease is never revived. A poll is what ends a host's stall (an assignment whose claim timed
+  lease is never revived. The live lease is also a key of its own, `lease:<task id>` (set with
+  its TTL here, extended by a replay), for people to read. A poll is what ends a host's stall (an assignment whose claim timed
   out): its devices take work again in this step.
 ]]
 --- @include "includes/common"
@@ -63,6 +64,7 @@ if claimId ~= '' then
       return {0, false}
     end
     rcall('ZADD', deadlinesKey, now + ttl, assignment.task_id)
+    rcall('PEXPIRE', derived(S, 'lease', assignment.task_id), ttl)
     assignment.lease_ttl_ms = ttl
     assignment.lease_expires_at_ms = now + ttl
     local encoded = cjson.encode(assignment)
@@ -108,6 +110,8 @@ taskEvent(S, task, 'claimed', now)
 saveTask(S, task, previous)
 
 rcall('ZADD', deadlinesKey, now + ttl, task.id)
+rcall('SET', derived(S, 'lease', task.id),
+      cjson.encode({lease_id = leaseId, host_id = hostId, attempt = task.attempt}), 'PX', ttl)
 
 local assignment = {
   task_id = task.id,

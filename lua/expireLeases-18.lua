@@ -31,6 +31,7 @@ local now = nowMs()
 local due = rcall('ZRANGEBYSCORE', deadlinesKey, '-inf', now, 'LIMIT', 0, limit)
 for _, taskId in ipairs(due) do
   rcall('ZREM', deadlinesKey, taskId)
+  rcall('DEL', derived(S, 'lease', taskId))  -- as a rule gone by its own TTL already
   local task = getJson(S.tasks, taskId)
   if task and task.status == 'running' then
     rcall('HDEL', progressKey, task.id)

@@ -85,6 +85,7 @@ local report = cjson.decode(resultJson)
 local retry = report.retryable == true and report.status == 'failed'
   and task.attempt < task.max_attempts and not task.cancel_requested
 rcall('ZREM', deadlinesKey, taskId)
+rcall('DEL', derived(S, 'lease', taskId))
 rcall('HDEL', progressKey, taskId)
 endRun(S, task, attempt, now, report.status)
 task.result_report = resultJson

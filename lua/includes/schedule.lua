@@ -37,8 +37,11 @@
     polls:<host>             zset   process id -> until when (ms) a poll of the host waits there
     inbox:<process>          list   host ids with new work, for that process's waiting polls
     device_runs:<device>     list   the device's ended runs, newest first
-  (A task's history and its leases are not keys of their own: its record carries them, as
-  `events` and `leases`.)
+    lease:<task>             string the task's live lease {lease_id, host_id, attempt}, for people:
+                                    its TTL is the lease's time left (PTTL); lease_deadlines, not
+                                    the key, is what the reaper acts on
+  (A task's history and every lease it had live in its record, as `events` and `leases`; the
+  live lease's key is for reading it with redis-cli.)
 
   Invariants kept:
     - a device is in `free` only if it is pooled, `available`, unreserved, not disabled, and its

@@ -55,6 +55,7 @@ class Stored:
     idempotency: dict[str, str]
     claims: dict[str, dict[str, Any]]
     progress: set[str]
+    lease_keys: dict[str, dict[str, Any]]  # task id -> its lease key's value
 
 
 async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
@@ -67,6 +68,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
     host_devices: dict[str, set[str]] = {}
     waiting: dict[str, dict[str, float]] = {}
     assigned: dict[str, list[str]] = {}
+    lease_keys: dict[str, dict[str, Any]] = {}
     async for raw in redis.scan_iter(match=glob_escape(keys.base) + "*", count=1000):
         name = _text(raw)[len(keys.base):]
         kind, _, ident = name.partition(":")
@@ -76,6 +78,10 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
             waiting[name] = await zset(_text(raw))
         elif kind == "assigned":
             assigned[ident] = [_text(t) for t in await redis.lrange(_text(raw), 0, -1)]
+        elif kind == "lease":
+            value = await redis.get(_text(raw))
+            if value is not None:  # (its TTL may run out between the scan and the read)
+                lease_keys[ident] = orjson.loads(value)
     return Stored(
         now_ms=await queries.redis_time_ms(),
         tasks={_text(k): orjson.loads(v) for k, v in (await redis.hgetall(keys.tasks)).items()},
@@ -98,6 +104,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         idempotency={_text(k): _text(v) for k, v in (await redis.hgetall(keys.idempotency)).items()},
         claims={_text(k): orjson.loads(v) for k, v in (await redis.hgetall(keys.claims)).items()},
         progress={_text(k) for k in await redis.hkeys(keys.progress)},
+        lease_keys=lease_keys,
     )
 
 
@@ -162,6 +169,13 @@ def check_indexes(s: Stored) -> None:
             assert holds == [task["device_id"]], (task_id, status, holds)
         else:
             assert not holds and task_id not in s.progress, (task_id, status, holds)
+    for task_id, held in s.lease_keys.items():
+        # A lease key names the running attempt's lease, or is gone (its TTL, on the real clock,
+        # may end before the deadline on the test's moved one: the key is for people only).
+        task = s.tasks.get(task_id)
+        assert task is not None and task["status"] == "running", (task_id, "lease key of no running task")
+        assert held == {"lease_id": task["lease_id"], "host_id": task["host_id"], "attempt": task["attempt"]}, \
+            (task_id, held)
     for device_id, task_id in s.reservations.items():
         assert task_id in s.tasks and s.tasks[task_id]["device_id"] == device_id, (device_id, task_id)
     by_host: dict[str, set[str]] = {}

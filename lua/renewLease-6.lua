@@ -7,6 +7,7 @@
     KEYS[3] progress         hash  task id -> latest progress JSON of its running attempt
     KEYS[4] revoked_tokens   set   SHA-256 digests of revoked host tokens
     KEYS[5] feed             stream the deployment's live feed
+    KEYS[6] lease:<task id>  string the live lease {lease_id, host_id, attempt}, its TTL the time left
     ARGV[1] host id
     ARGV[2] lease id
     ARGV[3] task id
@@ -21,7 +22,8 @@
     {LEASE_EXPIRED}   past its deadline, or ended by a result or by the reaper
     {REVOKED}
 
-  Invariant: only the current, unexpired lease is ever extended; a rejected renewal changes
+  Invariant: only the current, unexpired lease is ever extended (its deadline and its key's TTL
+  together); a rejected renewal changes
   nothing, so a stale lease can never revive or alter the current attempt. Progress that differs
   from the stored one is published on the feed (type `progress`; not in the task's history, which
   keeps transitions only).
@@ -32,6 +34,7 @@ local deadlinesKey = KEYS[2]
 local progressKey = KEYS[3]
 local revokedKey = KEYS[4]
 local feedKey = KEYS[5]
+local leaseKey = KEYS[6]
 local hostId = ARGV[1]
 local leaseId = ARGV[2]
 local taskId = ARGV[3]
@@ -54,6 +57,7 @@ if task.status ~= 'running' or task.lease_id ~= leaseId or not deadline or tonum
   return {E.LEASE_EXPIRED}
 end
 rcall('ZADD', deadlinesKey, now + ttl, taskId)
+rcall('SET', leaseKey, cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt}), 'PX', ttl)
 if progress ~= '' and rcall('HGET', progressKey, taskId) ~= progress then
   rcall('HSET', progressKey, taskId, progress)
   local step = cjson.decode(progress)
