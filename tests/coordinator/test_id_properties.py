@@ -20,13 +20,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import Api
 
-pytestmark = [
-    pytest.mark.anyio,
-    # Hypothesis draws in a worker thread while the app's event loop runs in this one; the app's
-    # jittered back-offs (random.uniform) may then move the global random state mid-draw, which
-    # hypothesis takes for a strategy using `random` and warns about. No strategy here does.
-    pytest.mark.filterwarnings("ignore:Do not use the `random` module inside strategies"),
-]
+pytestmark = pytest.mark.anyio
 
 # The contract's id grammar (PROTOCOL.md, Conventions), written out here as the oracle.
 CONTRACT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
