@@ -17,10 +17,10 @@ from bench.procs import delete_prefix
 @dataclass(frozen=True)
 class Preset:
     name: str
-    concurrency: int  # connections of the floor and renew generators (the same for both)
+    concurrency: int  # wrk connections of the floor and of each hot call (the same for both)
     warmup_s: float
-    rounds: int  # floor and renew windows, alternated: this VM's speed drifts by 10-20 %
-    throughput_s: float  # one measured window of floor or renew
+    rounds: int  # floor and call windows, alternated: this VM's speed drifts by 10-20 %
+    throughput_s: float  # one measured window of the floor or a call
     lifecycle_hosts: int
     lifecycle_s: float
     dispatch_probes: int  # idle dispatch samples

@@ -1,6 +1,7 @@
 """Load drivers: calls that must answer as the contract says, and the generators of the measured
-load. ``throughput``, ``lifecycles`` and ``heartbeats`` run in a spawned generator process
-(``loadgen.in_child``), so they are module-level and this module stays light to import.
+load. ``lifecycles`` and ``heartbeats`` (paced: wrk runs closed loops only) run in a spawned
+generator process (``loadgen.in_child``), so they are module-level and this module stays light
+to import.
 """
 
 from __future__ import annotations
@@ -112,27 +113,10 @@ async def quiet(pid: int, deadline: float, cores: float = 0.05) -> None:
 # -- generator processes (module-level so a spawned process can import them) ------------------
 
 
-async def throughput(port: int, raws: list[bytes], warmup_s: float, duration_s: float,
-                     watch: dict[str, int]) -> LoadResult:
-    """Closed loop: worker i sends raws[i] back to back on its own connection."""
-    conns = await connect_many(port, len(raws))
-
-    async def step(i: int, cs: list[Connection]) -> bool:
-        status, _ = await cs[0].request(raws[i])
-        return status == 200
-
-    try:
-        return await closed_loop([[c] for c in conns], step, warmup_s, duration_s, watch)
-    finally:
-        for c in conns:
-            c.close()
-
-
 async def lifecycles(ports: tuple[int, int], hosts: list[tuple[str, str]], admin: str, warmup_s: float,
-                     duration_s: float, watch: dict[str, int], rate: float | None = None) -> LoadResult:
+                     duration_s: float, watch: dict[str, int], rate: float) -> LoadResult:
     """Per simulated host: create (operator) -> claim -> renew -> result, each call alternating
-    between the two coordinator processes; back to back (closed loop), or started at ``rate``
-    lifecycles/s overall when given."""
+    between the two coordinator processes, started at ``rate`` lifecycles/s overall."""
     conns = [[await connect(ports[0]), await connect(ports[1])] for _ in hosts]
     creates = [create_req(admin, f"{h}-d0") for h, _ in hosts]
     claims = [claim_req(h, t, 5) for h, t in hosts]
@@ -141,10 +125,9 @@ async def lifecycles(ports: tuple[int, int], hosts: list[tuple[str, str]], admin
 
     async def step(i: int, cs: list[Connection]) -> bool:
         host, token = hosts[i]
-        if rate is not None:
-            delay = start + next(slots) / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        delay = start + next(slots) / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
         first, second = cs if i % 2 == 0 else cs[::-1]
         if (await first.request(creates[i]))[0] != 201:
             return False

@@ -69,38 +69,33 @@ METHOD = """\
 How each figure is made (all in one run, on the Redis at `REDIS_URL`, each scenario on its own
 key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
 
-1. **Floor**: `bench/floor_app.py`, a bare Starlette endpoint that reads the body and runs one
-   EVALSHA of `return 1`, in its own process with the coordinator's uvicorn arguments and Redis
-   pool. Driven by the same generator, connection count and request (headers and JSON body of a
-   renewal) as (2).
-2. **Renew**: one coordinator process, one lease per connection, closed loop, each renewal
-   carrying progress (stored). Target: >= 60% of the floor's requests/s.
 1w/1r/2w. **Each hot call against the floor, driven by wrk** (`bench/calls.py`, `bench/wrk.py`;
-   `apt-get install wrk`): the floor, then renew, an empty claim (`wait_s=0`, nothing queued), an
+   `apt-get install wrk`). The floor: `bench/floor_app.py`, a bare Starlette endpoint that reads
+   the body and runs one EVALSHA of `return 1`, in its own process with the coordinator's uvicorn
+   arguments and Redis pool, sent the headers and JSON body of a renewal. Then renew (with
+   progress, one lease per connection), an empty claim (`wait_s=0`, nothing queued), an
    unchanged heartbeat and a create (aimed at a busy device: stored, indexed and queued), each on
    one coordinator process, every call's window right after a floor window of its own, all with
    wrk's 64 connections on 2 threads cycling through pre-built requests. wrk's own CPU is the
    `generator` column (its rusage). Beside it, what Redis alone serves of the floor's work:
    redis-benchmark, EVALSHA of `return 1`, 64 clients. Target (issue 12): each call >= 0.8 x floor.
-3. **Lifecycles**: two coordinator processes; every simulated host runs create (operator API) ->
-   claim -> renew -> result back to back, alternating the processes. The generator is one process;
-   its CPU is shown, and the row says when it is the limit (>= 0.9 core). Target (issue 12):
-   >= 0.25 x the floor's requests/s of row 1w. (Rows 1 and 2 are the earlier floor and renew
-   figures from the Python generator, kept for comparison with older runs.)
-   Row 3w drives the same lifecycles from wrk (`bench/wrk.py`), the issue's method: one host per
-   wrk thread and connection, half the hosts on each process, the claim's answer parsed in Lua;
-   both drivers should agree, which shows neither is the limit. Row 3f is the lifecycle floor:
+3w. **Lifecycles**, driven by wrk (`bench/wrk.py`), the issue's method: two coordinator
+   processes; every simulated host runs create (operator API) -> claim -> renew -> result back
+   to back, one host per wrk thread and connection, half the hosts on each process, the claim's
+   answer parsed in Lua. wrk's CPU is shown, and the row says when it is the limit (>= 0.9 core).
+   Target (issue 12): >= 0.25 x the floor's requests/s of row 1w. Row 3f is the lifecycle floor:
    the same wrk script against two bare processes (`bench/floor_app.py`) that serve the four
    calls on their contract paths, each request one script of the lifecycle floor (8f). When it is
-   itself below 0.25 x the floor, the verdict of 3 and 3w says the target is out of reach.
+   itself below 0.25 x the floor, the verdict of 3w says the target is out of reach.
    Rows 3w and 3f and row 1w's floor are measured again for these rows, in windows alternating
-   round by round (each round on hosts of its own, since wrk stops mid-lifecycle), and rows 3
-   and 3w are judged against that floor: the rows are compared by their ratios, and this VM's
-   speed drifts by tens of percent between rows measured minutes apart.
+   round by round (each round on hosts of its own, since wrk stops mid-lifecycle), and row 3w is
+   judged against that floor: the rows are compared by their ratios, and this VM's speed drifts
+   by tens of percent between rows measured minutes apart.
 4. **Dispatch latency** (`bench/dispatch.py`): a host's poll waits on process B; the clock starts
    when the create request is sent to process A and stops when the poll's answer is complete (so
    it includes the create request itself and the cross-process wake-up). Idle, then during the
-   load of (3) (only samples inside its measured window). Each idle probe starts 10 ms after the
+   load of (3w), paced at half its rate by the Python client (`bench/loadgen.py`: wrk runs
+   closed loops only), in a process of its own (only samples inside its measured window). Each idle probe starts 10 ms after the
    last (idle latency on a VM grows with how long its vCPUs slept: 1.1 ms at 2 ms spacing, 2.3 ms
    at 10 ms, seen here). With the same spacing, and in turns with Tether's probes (six rounds,
    every process up throughout, since the machine's speed drifts over a run): 4f, the dispatch
@@ -134,7 +129,7 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    is judged without it. 8d is the floor: 5,000 task ids in a sorted set and 5,000 create
    requests' bodies in a hash, on the same Redis; a queued task is in three sorted sets (its
    queue, the queue deadlines, the status listing), so the floor is three entries and the task
-   as submitted. 8e is Redis CPU per lifecycle under the load of (3) (Redis's cores over the
+   as submitted. 8e is Redis CPU per lifecycle under the load of (3w) (Redis's cores over the
    lifecycles/s), against saq's Redis CPU per job measured in the same run (4s); its floor is the
    lifecycle floor's Redis CPU per lifecycle under the same HTTP load (3f), since how many calls
    share a write, and so what each costs Redis, depends on the load.
@@ -169,7 +164,7 @@ default `redis://127.0.0.1:6379/0`):
 ```
 
 It prints the table below and rewrites this file (`--no-docs` to leave it alone,
-`--only renew,lifecycle,...` to run some scenarios, which also leaves it alone).
+`--only calls,lifecycle,...` to run some scenarios, which also leaves it alone).
 
 ## Last run: preset `{preset}`, {when}, {seconds:.0f} s
 

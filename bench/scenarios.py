@@ -1,9 +1,12 @@
 """The scenarios: each starts its own server processes on a fresh key prefix, measures, stops them
 and deletes its keys, and returns rows for the one table.
 
-Load that must saturate something runs in a spawned generator process (``in_child``) whose CPU is
-measured; latency probes run in the orchestrator, which is otherwise idle, so a busy generator
-does not inflate them.
+Load that must saturate something comes from wrk (bench/wrk.py). Load that must be paced (open
+loop, at a given rate: the heartbeats, the load under the dispatch probes) comes from the Python
+client (bench/loadgen.py) in a spawned generator process (``in_child``) whose CPU is measured;
+latency probes, parked polls and one-at-a-time calls use that client in the orchestrator, which
+is otherwise idle, so a busy generator does not inflate them. wrk can do neither: it runs closed
+loops only and reports no single request's time.
 """
 
 from __future__ import annotations
@@ -22,32 +25,24 @@ from bench.calls import calls_vs_floor
 from bench.context import Bench
 from bench.drivers import (
     DEVICES_PER_HOST,
-    BenchError,
     expect,
     fan_out,
     floor_requests,
-    get,
     heartbeats,
-    leased_fleet,
     lifecycles,
-    quiet,
-    throughput,
-    waiting_polls,
 )
 from bench.dispatch import IdleDispatch, idle_dispatch, saq_figures, saq_installed, tether_dispatch
 from bench.floor_lifecycle import LifecycleFloor
 from bench.footprint import footprint, lifecycle_scripts
+from bench.longpoll import long_poll_scale
 from bench.loadgen import (
-    Connection,
     LoadResult,
-    build,
     connect,
-    connect_many,
     in_child,
     merge,
     percentile,
 )
-from bench.procs import Server, redis_connections, server_pair, start_server
+from bench.procs import server_pair, start_server
 from bench.report import Row, cpu_note, fmt_ms
 from bench.requests import (
     GOAL,
@@ -58,52 +53,11 @@ from bench.requests import (
     renew_req,
     result_req,
 )
-from bench.system import CpuWindow, rss_mb
 from bench.wrk import wrk_lifecycles, wrk_load
 from coordinator.keys import Keys
 from coordinator.store import Store
 from coordinator.task_api import parse_task
 from coordinator.validation import Body
-
-
-async def floor_and_renew(b: Bench) -> list[Row]:
-    """(1) the floor and (2) renew throughput on one process, same generator and concurrency,
-    in alternating windows so that drift in the machine's speed hits both alike."""
-    p = b.preset
-    hosts = fleet(p.concurrency, "renew")
-    prefix = b.prefix("renew")
-    coord = await start_server("coordinator", b.env(prefix), hosts)
-    floor_server: Server | None = None
-    floors: list[LoadResult] = []
-    renews: list[LoadResult] = []
-    try:
-        assignments = await leased_fleet(coord.port, hosts, b.admin)
-        renew_raws = [renew_req(h, t, a) for (h, t), a in zip(hosts.items(), assignments)]
-        floor_raws = floor_requests(hosts, assignments)
-        floor_server = await start_server("floor", b.env(b.prefix("floor")))
-        for _ in range(p.rounds):
-            floors.append(await in_child(throughput, floor_server.port, floor_raws, p.warmup_s, p.throughput_s,
-                                         {"floor": floor_server.pid, "redis": b.redis_pid}))
-            renews.append(await in_child(throughput, coord.port, renew_raws, p.warmup_s, p.throughput_s,
-                                         {"coordinator": coord.pid, "redis": b.redis_pid}))
-    finally:
-        coord.stop()
-        if floor_server is not None:
-            floor_server.stop()
-        await b.cleanup(prefix)
-    floor, renew = merge(floors), merge(renews)
-    spread = sorted(r.rate / f.rate for f, r in zip(floors, renews))
-    ratio = renew.rate / floor.rate if floor.rate else 0.0
-    c = p.concurrency
-    return [
-        Row("1", f"floor: bare Starlette + 1 EVALSHA, 1 process, {c} conns",
-            f"{floor.rate:,.0f} req/s, p50 {fmt_ms(floor.p(50))}, p99 {fmt_ms(floor.p(99))}",
-            "1.00", "—", "", cpu_note(floor.cpu, floor.errors)),
-        Row("2", f"renew (with progress), 1 process, {c} conns",
-            f"{renew.rate:,.0f} req/s, p50 {fmt_ms(renew.p(50))}, p99 {fmt_ms(renew.p(99))}",
-            f"{ratio:.2f} x floor (rounds {spread[0]:.2f}-{spread[-1]:.2f})", ">= 0.60 x floor", "met" if ratio >= 0.6 else "MISSED",
-            cpu_note(renew.cpu, renew.errors)),
-    ]
 
 
 LIFECYCLE_FLOOR_SHARE = 0.25  # issue 12: lifecycles/s on two processes >= 0.25 x the floor's req/s
@@ -118,13 +72,16 @@ class LifecycleTurns:
     http_floor: LoadResult
 
 
-def _lifecycle_row(b: Bench, life: LoadResult, limit: str, turns: LifecycleTurns, item: str = "3") -> Row:
-    """Row 3 or 3w, against the HTTP floor and the lifecycle floor (3f) measured in turns with 3w."""
-    driver = ", wrk" if item == "3w" else ""
-    measure = f"lifecycles (create, claim, renew, result), 2 processes, {b.preset.lifecycle_hosts} hosts{driver}"
+def _lifecycle_row(b: Bench, life: LoadResult, turns: LifecycleTurns) -> Row:
+    """Row 3w, against the HTTP floor and the lifecycle floor (3f) measured in turns with it."""
+    measure = f"lifecycles (create, claim, renew, result), 2 processes, {b.preset.lifecycle_hosts} hosts, wrk"
     result = f"{life.rate:,.0f} lifecycles/s ({4 * life.rate:,.0f} req/s)"
-    if life.latencies:
-        result += f", p50 {fmt_ms(life.p(50))}"
+    if life.cpu.get("generator", 0.0) >= 0.9:
+        limit = "the generator is the limit (>= 0.9 core)"
+    elif life.cpu.get("machine", 0.0) >= 0.9 * (os.cpu_count() or 1):
+        limit = "all cores busy: the machine is the limit"
+    else:
+        limit = "the servers are the limit"
     cpu = cpu_note(life.cpu, life.errors) + f"; {limit}"
     floor_rate = turns.http_floor.rate
     share = life.rate / floor_rate
@@ -134,7 +91,7 @@ def _lifecycle_row(b: Bench, life: LoadResult, limit: str, turns: LifecycleTurns
         verdict = "out of reach: the lifecycle floor (3f) is below it"
     else:
         verdict = "MISSED"
-    return Row(item, measure, result, f"{share:.2f} x floor ({floor_rate:,.0f} req/s, 1w in turns with 3w); "
+    return Row("3w", measure, result, f"{share:.2f} x floor ({floor_rate:,.0f} req/s, 1w in turns with 3w); "
                f"{life.rate / turns.floor.rate:.2f} x the lifecycle floor (3f)", f">= {LIFECYCLE_FLOOR_SHARE} x floor",
                verdict, cpu)
 
@@ -189,16 +146,18 @@ def _floor_lifecycle_row(turns: LifecycleTurns) -> Row:
 
 
 async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
-    """(3) lifecycles/s on two processes and (4) dispatch latency, idle then under that load."""
+    """(3w) lifecycles/s on two processes, from wrk, and (4) dispatch latency, idle then under
+    half that load. The load under the probes comes from the Python generator: it must be paced
+    (open loop at a given rate), which wrk cannot do, and the probes must time one poll's answer."""
     p = b.preset
     n = p.lifecycle_hosts
-    hosts = fleet((p.rounds + 2) * n + 1, "life")
+    hosts = fleet((p.rounds + 1) * n + 1, "life")
     probe_host, probe_token = hosts.popitem()
     # wrk stops mid-lifecycle, leaving tasks on its hosts' devices until their leases lapse: each
     # round of rows 3w and 3f, and the load under the dispatch probe, runs on hosts of its own.
     fleet_list = list(hosts.items())
-    measured, probed = fleet_list[:n], fleet_list[n:2 * n]
-    rounds_hosts = [fleet_list[(2 + r) * n:(3 + r) * n] for r in range(p.rounds)]
+    probed = fleet_list[:n]
+    rounds_hosts = [fleet_list[(1 + r) * n:(2 + r) * n] for r in range(p.rounds)]
     prefix = b.prefix("life")
     env = b.env(prefix)
     all_hosts = {**hosts, probe_host: probe_token}
@@ -213,12 +172,11 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
         await fan_out(a.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in all_hosts.items()])
         idle = await idle_dispatch(b, ports, probe_host, probe_token, p.dispatch_probes)
         watch = {"coordinator A": a.pid, "coordinator B": c2.pid, "redis": b.redis_pid}
-        life: LoadResult = await in_child(lifecycles, ports, measured, b.admin, p.warmup_s,
-                                          p.lifecycle_s, watch)
-        # The same lifecycles from wrk (one host per wrk thread, half the hosts on each process),
-        # in turns with the floors they are judged against.
+        # Lifecycles from wrk (one host per wrk thread, half the hosts on each process), in turns
+        # with the floors they are judged against.
         turns = await _lifecycles_in_turns(b, ports, watch, rounds_hosts)
-        # Dispatch under load: half the throughput just measured, so the probe sees a busy
+        life = turns.tether
+        # Dispatch under load: half the throughput of 3w, so the probe sees a busy
         # coordinator rather than the queue of a saturated closed loop.
         half = max(life.rate / 2, 1.0)
         load = asyncio.ensure_future(in_child(lifecycles, ports, probed, b.admin, p.warmup_s,
@@ -237,23 +195,16 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
 
     lo, hi = busy.extra.get("window_start", 0.0), busy.extra.get("window_end", 0.0)
     under = [lat for t0, lat in loaded if lo <= t0 and t0 + lat <= hi]
-    if life.cpu.get("generator", 0.0) >= 0.9:
-        limit = "the generator is the limit (>= 0.9 core)"
-    elif life.cpu.get("machine", 0.0) >= 0.9 * (os.cpu_count() or 1):
-        limit = "all cores busy: the machine is the limit"
-    else:
-        limit = "the servers are the limit"
     return [
-        _lifecycle_row(b, life, limit, turns),
-        _lifecycle_row(b, turns.tether, "wrk drives it", turns, item="3w"),
+        _lifecycle_row(b, life, turns),
         _floor_lifecycle_row(turns),
         *_idle_dispatch_rows(idle),
-        Row("4b", f"dispatch latency under load: {busy.rate:,.0f} lifecycles/s (half of (3))",
+        Row("4b", f"dispatch latency under load: {busy.rate:,.0f} lifecycles/s (half of (3w))",
             f"p50 {fmt_ms(percentile(under, 50) * 1000)}, p99 {fmt_ms(percentile(under, 99) * 1000)} "
             f"(n={len(under)})",
             f"{percentile(under, 99) / percentile(idle.tether, 99):.1f} x idle p99" if under else "",
             "—", "", cpu_note(busy.cpu, busy.errors)),
-        _redis_cpu_row(b, life, turns.tether, turns.floor),
+        _redis_cpu_row(b, life, turns.floor),
     ]
 
 
@@ -262,14 +213,14 @@ def _redis_ms(load: LoadResult) -> float:
     return load.cpu.get("redis", 0.0) / load.rate * 1000 if load.rate else float("nan")
 
 
-def _redis_cpu_row(b: Bench, life: LoadResult, life_wrk: LoadResult, life_floor: LoadResult) -> Row:
-    """Redis CPU per lifecycle under the load of row 3, against saq's per job in this run. The
+def _redis_cpu_row(b: Bench, life: LoadResult, life_floor: LoadResult) -> Row:
+    """Redis CPU per lifecycle under the load of row 3w, against saq's per job in this run. The
     floor that decides whether the target is out of reach is the lifecycle floor under the same
     HTTP load (3f, wrk, beside Tether's under it, 3w): how many calls share a write, and so what
     each costs Redis, depends on the load, and the floor's scripts driven 64 at once with no HTTP
     (8f) are batched as no HTTP load batches them."""
     ms = _redis_ms(life)
-    measure = "Redis CPU per lifecycle under the load of (3)"
+    measure = "Redis CPU per lifecycle under the load of (3w)"
     if b.saq is None:
         return Row("8e", measure, f"{ms:.3f} ms", "", "<= the best peer's per job (saq not installed)", "", "")
     saq_ms = b.saq.redis_cpu_ms
@@ -282,8 +233,8 @@ def _redis_cpu_row(b: Bench, life: LoadResult, life_wrk: LoadResult, life_floor:
     else:
         verdict = "MISSED"
     return Row("8e", measure, f"{ms:.3f} ms", f"{ms / saq_ms:.1f} x saq's {saq_ms:.3f} ms per job "
-               f"({b.saq.commands:.0f} commands, {b.saq.jobs_per_s:,.0f} jobs/s); under wrk's lifecycles "
-               f"Tether {_redis_ms(life_wrk):.3f} ms (3w), the floor {floor_ms:.3f} ms (3f, "
+               f"({b.saq.commands:.0f} commands, {b.saq.jobs_per_s:,.0f} jobs/s); the floor under the same "
+               f"load {floor_ms:.3f} ms (3f, "
                f"{floor_ms / saq_ms:.2f} x saq's); the floor's scripts alone {alone_ms:.3f} ms (8f)",
                "<= the best peer's per job", verdict, "")
 
@@ -321,117 +272,6 @@ def _idle_dispatch_rows(idle: IdleDispatch) -> list[Row]:
         rows.append(Row("4s", "saq, idle: enqueue -> the job function starts in a worker",
                         spread(idle.saq), ratios(idle.saq), "—", "", ""))
     return rows
-
-
-async def long_poll_scale(b: Bench) -> list[Row]:
-    """(5) N waiting polls on one process: its Redis connections, its memory, and how fast one
-    poll among them is woken."""
-    p = b.preset
-    hosts = fleet(p.polls, "poll")
-    items = list(hosts.items())
-    probes = items[:20]
-    prefix = b.prefix("poll")
-    coord = await start_server("coordinator", b.env(prefix), hosts)
-    conns: list[Connection] = []
-    try:
-        await fan_out(coord.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in probes])
-        rss_idle = rss_mb(coord.pid)
-        t0 = time.perf_counter()
-        conns = await connect_many(coord.port, p.polls)
-        # wait_s=60 (the default maximum): every measurement below ends well within it.
-        answers = [conn.request(claim_req(h, t, 60), 75) for conn, (h, t) in zip(conns, items)]
-        deadline = time.perf_counter() + 55
-        while await waiting_polls(coord.port) < p.polls:
-            if time.perf_counter() > deadline:
-                raise BenchError("polls did not all park within 55 s")
-            await asyncio.sleep(0.1)
-        # A poll counts as waiting once registered, before its first claim script has run:
-        # wait until the process has worked through that backlog too.
-        await quiet(coord.pid, deadline)
-        park_s = time.perf_counter() - t0
-        redis_conns = await redis_connections(b.redis, coord.pid, b.redis_port)
-        rss = rss_mb(coord.pid)
-        window = CpuWindow({"coordinator": coord.pid})
-        window.start()
-
-        creator, side = await connect(coord.port), await connect(coord.port)
-        latencies: list[float] = []
-        for j in range(p.poll_probes):
-            if time.perf_counter() > deadline:
-                break
-            i = j % len(probes)
-            host, token = probes[i]
-            start = time.perf_counter()
-            await expect(creator, create_req(b.admin, f"{host}-d0"), 201)
-            status, body = await answers[i]
-            if status != 200:
-                raise BenchError(f"probe poll answered {status}")
-            latencies.append(conns[i].answered_at - start)
-            await expect(side, result_req(host, token, orjson.loads(body)), 200)
-            answers[i] = conns[i].request(claim_req(host, token, 60), 75)
-            await asyncio.sleep(0.03)  # re-parked before it is probed again
-        cpu = window.stop()
-        redis_conns = max(redis_conns, await redis_connections(b.redis, coord.pid, b.redis_port))
-        creator.close()
-        side.close()
-    finally:
-        for c in conns:
-            c.close()  # every poll's client goes away at once: the disconnect path runs too
-        coord.stop()
-        await b.cleanup(prefix)
-
-    floor_rss, floor_idle = await _parked_floor(b, p.polls)
-    n = f"{p.polls:,}"
-    p99 = percentile(latencies, 99) * 1000
-    per_poll = (rss - rss_idle) * 1024 / p.polls
-    floor_per_poll = (floor_rss - floor_idle) * 1024 / p.polls
-    if per_poll <= POLL_KB_TARGET:
-        verdict = "met"
-    elif floor_per_poll > POLL_KB_TARGET:
-        verdict = "out of reach: the floor (5f) is above it"
-    else:
-        verdict = "MISSED"
-    return [
-        Row("5a", f"{n} waiting polls, 1 process: Redis connections it holds",
-            f"{redis_conns} (all {n} parked in {park_s:.1f} s)", "", "<= 8",
-            "met" if redis_conns <= 8 else "MISSED", ""),
-        Row("5b", f"{n} waiting polls: coordinator resident memory",
-            f"{rss:,.0f} MB (idle before polls {rss_idle:,.0f} MB)",
-            f"{per_poll:.1f} KB/poll", "<= 300 MB", "met" if rss <= 300 else "MISSED", ""),
-        Row("5d", f"{n} waiting polls: coordinator memory per poll", f"{per_poll:.1f} KB/poll",
-            f"{per_poll / floor_per_poll:.2f} x floor", f"<= {POLL_KB_TARGET} KB", verdict, ""),
-        Row("5f", f"floor: {n} requests parked on a bare Starlette endpoint (one future and one timer each)",
-            f"{floor_rss:,.0f} MB (idle before {floor_idle:,.0f} MB)", f"{floor_per_poll:.1f} KB/poll", "—", "", ""),
-        Row("5c", f"one poll among {n} woken (create -> answered)",
-            f"p50 {fmt_ms(percentile(latencies, 50) * 1000)}, p99 {fmt_ms(p99)} (n={len(latencies)})",
-            "", "p99 <= 50 ms", "met" if p99 <= 50 else "MISSED", cpu_note(cpu, 0)),
-    ]
-
-
-POLL_KB_TARGET = 10  # issue 12: at most 10 KB of the coordinator's memory per waiting poll
-
-
-async def _parked_floor(b: Bench, count: int) -> tuple[float, float]:
-    """RSS (MB) of a bare Starlette process holding ``count`` parked requests, and before them:
-    what the connection, uvicorn's protocol and the request cost, with no work of ours."""
-    floor = await start_server("floor", b.env(b.prefix("park-floor")))
-    conns: list[Connection] = []
-    try:
-        idle = rss_mb(floor.pid)
-        conns = await connect_many(floor.port, count)
-        for conn in conns:
-            conn.request(build("POST", "/park?wait_s=60"), 75)
-        deadline = time.perf_counter() + 55
-        while orjson.loads(await get(floor.port, "/parked"))["parked"] < count:
-            if time.perf_counter() > deadline:
-                raise BenchError("floor requests did not all park within 55 s")
-            await asyncio.sleep(0.1)
-        await quiet(floor.pid, deadline)
-        return rss_mb(floor.pid), idle
-    finally:
-        for c in conns:
-            c.close()
-        floor.stop()
 
 
 async def heartbeat_load(b: Bench) -> list[Row]:
@@ -521,7 +361,6 @@ async def cost_growth(b: Bench) -> list[Row]:
 # In this order: the calls give the floor that lifecycle's rows compare with, and lifecycle
 # measures saq, which footprint's rows compare with.
 SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
-    "renew": floor_and_renew,
     "calls": calls_vs_floor,
     "lifecycle": lifecycle_and_dispatch,
     "footprint": footprint,

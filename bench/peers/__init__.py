@@ -1,4 +1,4 @@
-"""python -m bench.peers: the queues a Python user would otherwise pick (saq, celery, arq, rq), on
+"""python -m bench.peers: two queues a Python user would otherwise pick (saq and celery), on
 the same Redis and machine, measured the way Tether's rows are. They come from the `bench` extra
 (`pip install '.[bench]'`), never a runtime dependency.
 
@@ -44,8 +44,11 @@ WORKERS = 2
 ENQUEUERS = 20  # concurrent enqueues for asyncio clients: unbounded, each opens a Redis connection
 IDLE_ROW = "Redis commands/s, workers idle (other clients included)"
 PROBE_SPACING_S = 0.01  # between idle dispatch probes, so each meets idle workers
-# column -> the module with its Peer and work(); rq-simple is rq's in-process SimpleWorker
-PEERS = {"saq": "saq", "celery": "celery", "arq": "arq", "rq": "rq", "rq-simple": "rq"}
+# column -> the module with its Peer and work(). saq: the fastest peer, measured in every
+# `python -m bench` run. celery: the queue most Python users already run, and the next peer on
+# dispatch and Redis CPU per job; arq (polls every 0.5 s) and rq (forks per job) were further off
+# (docs/benchmarks.md, "Beside the peers"), and git history keeps their modules.
+PEERS = {"saq": "saq", "celery": "celery"}
 T = TypeVar("T")
 
 
@@ -117,7 +120,7 @@ async def bounded(coros: list[Awaitable[Any]], limit: int = ENQUEUERS) -> None:
 
 def group_cpu(pgid: int) -> float:
     """CPU seconds of a worker's whole process group, reaped children included: celery's pool
-    processes and rq's forked work horses are where the jobs run."""
+    processes are where its jobs run."""
     total = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:

@@ -1,4 +1,4 @@
-"""python -m bench.peers [--only saq,celery,arq,rq,rq-simple]: one Markdown column per peer.
+"""python -m bench.peers [--only saq,celery]: one Markdown column per peer.
 
 (`python -m bench.peers worker NAME TAG INDEX` is how the bench starts a peer's worker.)
 """
@@ -17,9 +17,6 @@ from redis import Redis
 
 from bench.peers import IDLE_ROW, PEERS, REDIS_URL, make, measure
 
-HEADINGS = {"rq": "rq (stock Worker, fork per job)", "rq-simple": "rq (SimpleWorker, extra)"}
-
-
 def versions(names: list[str]) -> str:
     modules = dict.fromkeys(PEERS[n] for n in names)
     kombu = f" (kombu {version('kombu')})"
@@ -28,16 +25,16 @@ def versions(names: list[str]) -> str:
 
 NOTES = """\
 Dispatch: time.time() at the job function's start in a worker, minus time.time() just before the
-enqueue in the bench; one job at a time, 10 ms apart (arq's start at a random point of its poll cycle).
-Jobs/s: not a closed loop: every job is enqueued at once (asyncio clients 20 at a time, celery and rq
+enqueue in the bench; one job at a time, 10 ms apart.
+Jobs/s: not a closed loop: every job is enqueued at once (saq's client 20 at a time, celery's
 in one loop) to two idle, ready workers, and the window closes when the bench sees the last one done
-(saq, arq, rq: a ZCARD every 10 ms, left out of the command counts; celery: the results, which its
+(saq: a ZCARD every 10 ms, left out of the command counts; celery: the results, which its
 client already subscribed to). CPU: utime+stime of this process and of each worker's process group."""
 
 
 def print_table(columns: dict[str, dict[str, str]]) -> None:
     names = list(columns)
-    print("| measure | " + " | ".join(HEADINGS.get(n, n) for n in names) + " |")
+    print("| measure | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")
     for row in columns[names[0]]:
         print(f"| {row} | " + " | ".join(columns[n][row] for n in names) + " |")
@@ -63,11 +60,9 @@ def main() -> None:
     redis = Redis.from_url(REDIS_URL)
     started = time.monotonic()
     columns: dict[str, dict[str, str]] = {}
-    tags: dict[str, str] = {}
     for name in names:
-        # A tag in every key a peer writes, which the cleanup matches. One per module, not per
-        # column: rq reads its key prefix once, when imported, so both rq columns share it.
-        tag = tags.setdefault(PEERS[name], f"tb{secrets.token_hex(4)}")
+        # A tag in every key a peer writes, which the cleanup matches.
+        tag = f"tb{secrets.token_hex(4)}"
         columns[name] = measure(name, make(name, tag), tag, redis)
     print_table(columns)
     busy = [n for n in names if int(columns[n][IDLE_ROW].replace(",", "")) > 100]

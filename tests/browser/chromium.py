@@ -4,7 +4,7 @@
 port it chose from ``DevToolsActivePort`` in that profile, and speaks the protocol over one
 connection to the browser target. A background thread reads every message: answers go to the
 call waiting for them, events to the ``Page`` (a tab in its own browser context, so tabs share no
-storage) whose session they belong to. ``bench/dashboard.py`` uses it too.
+storage) whose session they belong to.
 """
 
 from __future__ import annotations

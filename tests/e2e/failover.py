@@ -1,4 +1,4 @@
-"""A Redis Cluster failover under load, as a scenario both the test and the bench run.
+"""A Redis Cluster failover under load, as a scenario the test runs.
 
 A real local cluster (3 masters, 3 replicas, cluster-node-timeout 1 s), one real coordinator on
 it, two real agents with four simulated devices each. An operator's client creates tasks at a

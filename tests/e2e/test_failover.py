@@ -1,8 +1,7 @@
 """A Redis Cluster failover under load (tests/e2e/failover.py): with
 COORDINATOR_REDIS_WAIT_REPLICAS=1 nothing acknowledged is lost when the master holding the
-deployment's slot is killed and its replica promoted. (Without it, what is lost is measured by
-``python -m bench.failover``, not asserted: asynchronous replication may or may not drop the last
-writes.)"""
+deployment's slot is killed and its replica promoted. (Without it, what is lost is reported by
+the scenario, not asserted: asynchronous replication may or may not drop the last writes.)"""
 
 from __future__ import annotations
 
