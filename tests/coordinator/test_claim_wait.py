@@ -13,7 +13,7 @@ import pytest
 from coordinator.server import CONNECTION
 from coordinator.waiter import Wakeup
 from tests.conftest import Api
-from tests.support import HOSTS
+from tests.support import HOSTS, wait_until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -96,9 +96,12 @@ async def _poll(api: Api, extensions: dict[str, Any], hung_up: asyncio.Event) ->
 
 
 async def _until_waiting(api: Api) -> None:
-    while api.ctx.waiter.waiting == 0:
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.1)  # past its first claim attempt, into the wait
+    """Until the poll is past its first claim attempt, into the wait: that attempt is what
+    registers the poll with this process in Redis."""
+    await wait_until_async(lambda: api.ctx.waiter.waiting, what="the poll registered")
+    polls = api.ctx.store.keys.polls("host-a")
+    await wait_until_async(lambda: api.ctx.store.redis.zscore(polls, api.ctx.waiter.process_id),
+                           what="the poll's first attempt")
 
 
 def _disconnected(api: Api) -> float:
