@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
@@ -100,13 +101,15 @@ class HostAgent:
         min_poll_interval_s: float = 1.0,
         managed: bool = False,
         pause: Callable[[asyncio.Event, float], Awaitable[None]] = _wait_event,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``heartbeat_interval_s`` applies until the coordinator answers with its own.
         ``retry_policy`` governs every retry of every loop and run (its ``rng`` also jitters
         the pause after an empty poll). ``managed``: an enrolled host, whose devices are enrolled
         again when the coordinator no longer knows one (a legacy host never enrolls).
         ``pause(event, seconds)`` is the heartbeat loop's wait (until the event is set or the
-        time passes); tests inject one to observe the schedule."""
+        time passes); tests inject one to observe the schedule. ``clock`` (monotonic seconds)
+        times claims and the leases they bring; tests inject one to pass a lease's deadline."""
         self._client = client
         self._executor = executor
         self._agent_info = {"version": version, "hostname": hostname}
@@ -120,6 +123,7 @@ class HostAgent:
         self._retry = retry_policy or RetryPolicy()
         self._min_poll_interval_s = min_poll_interval_s
         self._managed = managed
+        self._clock = clock
 
         self._held: dict[str, int] = {}  # device id -> assignments holding it (running or waiting)
         self._device_locks: dict[str, asyncio.Lock] = {}
@@ -342,16 +346,15 @@ class HostAgent:
     # -- claim -------------------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         backoff = self._retry.backoff()  # shared by every claim: a rejection backs off the next one
         while True:
             await self._wait_any_idle()
             claim_id = uuid.uuid4().hex
-            sent_at = loop.time()
+            sent_at = self._clock()
 
             async def poll(claim_id: str = claim_id) -> Assignment | None:
                 nonlocal sent_at
-                sent_at = loop.time()
+                sent_at = self._clock()
                 return await self._client.claim(claim_id, self._poll_wait_s)
 
             try:
@@ -367,8 +370,8 @@ class HostAgent:
                 await asyncio.sleep(delay)
                 continue
             if assignment is not None:
-                self._start(assignment, received_at=loop.time())
-            elif loop.time() - sent_at < self._min_poll_interval_s:
+                self._start(assignment, received_at=self._clock())
+            elif self._clock() - sent_at < self._min_poll_interval_s:
                 # An empty answer that came back at once (wait_s=0, or a busy server): don't spin.
                 await asyncio.sleep(self._min_poll_interval_s * self._retry.rng())
 
@@ -396,6 +399,7 @@ class HostAgent:
             renew_fraction=self._renew_fraction,
             retry_policy=self._retry,
             on_unauthorized=self._revoked,
+            clock=self._clock,
         )
         task = asyncio.create_task(
             self._guard(f"run of {assignment.task_id}", self._run, run, device_lock is not None, fatal=False)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -66,7 +67,8 @@ class LeasedRun:
     report follows when the executor finds the device gone by the time the run starts
     (``DeviceNotFound``). ``control`` is public so the agent can stop the run at shutdown
     (``control.stop(SHUTDOWN)``): a run it stopped, or that had not started yet, is reported
-    ``failed``/``shutdown`` (retryable).
+    ``failed``/``shutdown`` (retryable). ``clock`` (seconds, monotonic; ``received_at`` is on
+    it) decides when the lease is lost: tests drive it to pass the deadline when they choose.
     """
 
     def __init__(
@@ -80,8 +82,10 @@ class LeasedRun:
         renew_fraction: float,
         retry_policy: RetryPolicy,
         on_unauthorized: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.assignment = assignment
+        self._clock = clock
         self.control = RunControl()
         self._client = client
         self._executor = executor
@@ -89,7 +93,7 @@ class LeasedRun:
         self._renew_fraction = renew_fraction
         self._retry = retry_policy
         self._on_unauthorized = on_unauthorized
-        # Event-loop time by which a renewal must have succeeded; each renewal moves it on.
+        # The clock's time by which a renewal must have succeeded; each renewal moves it on.
         self._deadline = received_at + assignment.lease_ttl_ms / 1000
         self._lease_lost: str | None = None
         self._cancel_requested = False
@@ -185,24 +189,24 @@ class LeasedRun:
             log.exception("renewal of %s crashed", self.assignment.lease_id)
 
     async def _renew_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+        clock = self._clock
         assignment = self.assignment
         ttl_s = assignment.lease_ttl_ms / 1000
-        next_at = loop.time() + ttl_s * self._renew_fraction
+        next_at = clock() + ttl_s * self._renew_fraction
         # Retries after a failed renewal must fit well inside the lease.
         backoff = self._retry.backoff(
             base_s=min(self._retry.base_s, ttl_s / 10), cap_s=ttl_s * self._renew_fraction
         )
-        sent_at = loop.time()  # of the latest try; set again by every one
+        sent_at = clock()  # of the latest try; set again by every one
 
         async def sleep_within_lease(seconds: float) -> None:
-            wait = min(loop.time() + seconds, self._deadline) - loop.time()
+            wait = min(clock() + seconds, self._deadline) - clock()
             if wait > 0:
                 await asyncio.sleep(wait)
 
         async def renew() -> dict[str, Any]:
             nonlocal sent_at
-            sent_at = loop.time()
+            sent_at = clock()
             if sent_at >= self._deadline:
                 raise _DeadlinePassed("local lease deadline passed")
             try:
@@ -218,7 +222,7 @@ class LeasedRun:
                 raise _DeadlinePassed("local lease deadline passed during renewal") from None
 
         while True:
-            await sleep_within_lease(next_at - loop.time())
+            await sleep_within_lease(next_at - clock())
             try:
                 # Any other failure (no answer, 5xx, a 4xx other than 401/409) may pass: retry
                 # while the lease lasts.

@@ -200,7 +200,7 @@ def api_factory(redis_client: aioredis.Redis) -> Callable[..., Any]:
         # On real Redis the app gets a client of its own, as in production (and so auto-pipelines);
         # fakeredis and the cluster share the test's client, whose data they must see.
         own = aioredis.Redis.from_url(REAL_REDIS_URL) if type(redis_client) is aioredis.Redis else None
-        app = create_app(make_settings(prefix, **overrides), redis=own or _Unclosable(redis_client), clock=clock)
+        app = create_app(make_settings(prefix, **overrides), redis=own or Unclosable(redis_client), clock=clock)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://coordinator") as client:
@@ -216,7 +216,7 @@ async def api(api_factory: Callable[..., Any]) -> AsyncIterator[Api]:
         yield a
 
 
-class _Unclosable:
+class Unclosable:
     """The shared test client, protected from the app's lifespan closing it."""
 
     def __init__(self, client: aioredis.Redis) -> None:

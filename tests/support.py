@@ -242,21 +242,46 @@ def agent_process(url: str, workdir: Path, name: str = "agent", **settings: str)
     return Process(name, [sys.executable, "-m", "agent"], env, workdir)
 
 
+# Coordinator settings that keep process tests quick: leases that lapse within a test, a reaper
+# that notices at once, hosts that heartbeat often.
+FAST_COORDINATOR = {"COORDINATOR_LEASE_TTL_S": "1.5", "COORDINATOR_REAPER_INTERVAL_S": "0.1",
+                    "COORDINATOR_HEARTBEAT_INTERVAL_S": "0.5"}
+
+
 class CoordinatorProcess:
     """``python -m coordinator serve`` on a loopback port; ``start`` returns once ``/readyz``
-    answers 200. It may be stopped and started again, on the same port."""
+    answers 200. It may be stopped and started again, on the same port. ``api`` is an operator's
+    client (the test admin token; through ``transport`` when one is given), closed by ``close``.
 
-    def __init__(self, env: dict[str, str], workdir: Path | None = None, port: int | None = None) -> None:
+    The one coordinator process of the tests: suites subclass it only for calls of their own,
+    and start it with ``running``."""
+
+    def __init__(self, env: dict[str, str], workdir: Path | None = None, port: int | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
         self.env = env
         self.workdir = workdir
         self.port = port if port is not None else free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: Process | None = None
+        self._transport = transport
+        self._api: httpx.Client | None = None
+
+    @property
+    def api(self) -> httpx.Client:
+        if self._api is None:
+            self._api = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10,
+                                     transport=self._transport)
+        return self._api
 
     @property
     def pid(self) -> int:
         assert self.process is not None, "not started"
         return self.process.pid
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        response = self.api.get(f"/api/v1/tasks/{task_id}")
+        assert response.status_code == 200, response.text
+        return response.json()
 
     def start(self, timeout: float = 20.0) -> None:
         args = [sys.executable, "-m", "coordinator", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
@@ -280,13 +305,30 @@ class CoordinatorProcess:
     def stop(self) -> int | None:
         return self.process.stop() if self.process is not None else None
 
+    def close(self) -> int | None:
+        """Stop it for good: the process, then the operator's client."""
+        try:
+            return self.stop()
+        finally:
+            if self._api is not None:
+                self._api.close()
+
+
+C = TypeVar("C", bound=CoordinatorProcess)
+
 
 @contextmanager
-def coordinator_process(env: dict[str, str], workdir: Path | None = None) -> Iterator[CoordinatorProcess]:
-    """A started ``CoordinatorProcess``, stopped at the end of the block."""
-    coordinator = CoordinatorProcess(env, workdir)
-    coordinator.start()
+def running(coordinator: C) -> Iterator[C]:
+    """``coordinator`` started, and closed at the end of the block."""
+    coordinator.start()  # stops the process itself if it never gets ready
     try:
         yield coordinator
     finally:
-        coordinator.stop()
+        coordinator.close()
+
+
+@contextmanager
+def coordinator_process(env: dict[str, str], workdir: Path | None = None) -> Iterator[CoordinatorProcess]:
+    """A started ``CoordinatorProcess``, closed at the end of the block."""
+    with running(CoordinatorProcess(env, workdir)) as coordinator:
+        yield coordinator

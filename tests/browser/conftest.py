@@ -14,12 +14,14 @@ import pytest
 from tests.browser.chromium import Chromium, Page, find_chromium
 from tests.support import (
     ADMIN,
+    FAST_COORDINATOR,
     HOSTS,
     CoordinatorProcess,
     Process,
     agent_process,
     coordinator_env,
     fresh_prefix,
+    running,
     wait_until,
 )
 
@@ -48,9 +50,7 @@ class Coordinator(CoordinatorProcess):
     """The coordinator process, with the operator and host API calls the tests make."""
 
     def __init__(self, workdir: Path, prefix: str) -> None:
-        super().__init__(coordinator_env(prefix, COORDINATOR_LEASE_TTL_S="1.5", COORDINATOR_HEARTBEAT_INTERVAL_S="0.5",
-                                         COORDINATOR_REAPER_INTERVAL_S="0.1"), workdir)
-        self.api = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10)
+        super().__init__(coordinator_env(prefix, **FAST_COORDINATOR), workdir)
 
     def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self.api.request(method, path, **kwargs)
@@ -74,14 +74,8 @@ class Coordinator(CoordinatorProcess):
 
 @pytest.fixture
 def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    with fresh_prefix() as prefix:
-        coord = Coordinator(tmp_path, prefix)
-        try:
-            coord.start()
-            yield coord
-        finally:
-            coord.stop()
-            coord.api.close()
+    with fresh_prefix() as prefix, running(Coordinator(tmp_path, prefix)) as coord:
+        yield coord
 
 
 @pytest.fixture

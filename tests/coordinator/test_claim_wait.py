@@ -7,14 +7,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
-from starlette.datastructures import QueryParams
 
-from coordinator.host_api import _query_value
 from coordinator.server import CONNECTION
 from coordinator.waiter import Wakeup
 from tests.conftest import Api
-from tests.support import HOSTS
+from tests.support import HOSTS, wait_until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -31,12 +30,23 @@ async def test_a_wakeup_set_before_its_wait_is_kept_and_a_wait_ends_at_its_timeo
     assert await asyncio.wait_for(waiting, 1) is True
 
 
-@pytest.mark.parametrize("query", [
-    b"", b"wait_s=5", b"wait_s=5&wait_s=7", b"a=1&wait_s=", b"wait_s", b"&&wait_s=1.5&", b"wait_s=1=2",
-    b"x=wait_s", b"wait_s=%35", b"wait%5Fs=3", b"wait_s=+4", b"wait_s=\xff", b";wait_s=3", b"wait_s=3;x=1",
+@pytest.mark.parametrize(("query", "status"), [
+    # As Starlette's QueryParams reads a query (and the contract's clients send one): names and
+    # values percent-decoded, "+" a space, the last of a repeated name, only "&" between pairs.
+    (b"", 204), (b"wait_s=0", 204), (b"wait_s=x&wait_s=0", 204), (b"wait_s=0&wait_s=x", 400),
+    (b"a=1&wait_s=", 400), (b"wait_s", 400), (b"&&wait_s=0&", 204), (b"wait_s=0=2", 400),
+    (b"x=wait_s", 204), (b"wait_s=%30", 204), (b"wait%5Fs=x", 400), (b"wait_s=+0", 204),
+    (b"wait_s=%FF", 400), (b";wait_s=x", 204), (b"wait_s=0;x=1", 400), (b"wait_s=-1", 400),
 ])
-def test_wait_s_is_read_from_the_query_as_starlette_reads_it(query: bytes) -> None:
-    assert _query_value(query, "wait_s") == QueryParams(query).get("wait_s")
+async def test_wait_s_is_read_from_the_query_as_starlette_reads_it(api: Api, query: bytes, status: int) -> None:
+    """A claim with no work waiting: 204 at once when wait_s reads as zero (or is absent: the
+    default here is zero), 400 when it reads as no number of seconds."""
+    # httpx would re-encode a query given to it as text: the bytes go on the request as they are.
+    url = httpx.URL("/internal/v1/hosts/host-a/claim").copy_with(query=query)
+    response = await asyncio.wait_for(api.client.post(url, headers=api.host_headers("host-a")), 5)
+    assert response.status_code == status, response.text
+    if status == 400:
+        assert response.json()["error"]["code"] == "invalid_request"
 
 
 class _Connection:
@@ -86,9 +96,12 @@ async def _poll(api: Api, extensions: dict[str, Any], hung_up: asyncio.Event) ->
 
 
 async def _until_waiting(api: Api) -> None:
-    while api.ctx.waiter.waiting == 0:
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.1)  # past its first claim attempt, into the wait
+    """Until the poll is past its first claim attempt, into the wait: that attempt is what
+    registers the poll with this process in Redis."""
+    await wait_until_async(lambda: api.ctx.waiter.waiting, what="the poll registered")
+    polls = api.ctx.store.keys.polls("host-a")
+    await wait_until_async(lambda: api.ctx.store.redis.zscore(polls, api.ctx.waiter.process_id),
+                           what="the poll's first attempt")
 
 
 def _disconnected(api: Api) -> float:

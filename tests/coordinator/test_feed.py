@@ -28,7 +28,7 @@ from coordinator.app import create_app
 from coordinator.feed import KEEPALIVE, Entry, EventFeed, Notice, StreamId
 from coordinator.keys import Keys
 from coordinator.server import head_limited_protocol
-from tests.conftest import _Unclosable, make_settings
+from tests.conftest import Unclosable, make_settings
 from tests.support import (
     ADMIN,
     REAL_REDIS_URL,
@@ -327,7 +327,7 @@ class Served:
 
 @pytest.fixture
 async def served(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[Served]:
-    app = create_app(make_settings(prefix), redis=_Unclosable(redis_client))  # type: ignore[arg-type]
+    app = create_app(make_settings(prefix), redis=Unclosable(redis_client))  # type: ignore[arg-type]
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
         yield Served(app, client, redis_client, Keys(prefix).feed)
     await delete_prefix_async(redis_client, prefix)
@@ -493,7 +493,7 @@ async def test_keepalive_comment_after_silence(served: Served, monkeypatch: pyte
 
 
 async def test_a_stream_that_loses_redis_ends_with_a_comment(redis_client: aioredis.Redis, prefix: str) -> None:
-    probe = Probe(_Unclosable(redis_client))
+    probe = Probe(Unclosable(redis_client))
     app = create_app(make_settings(prefix), redis=probe)  # type: ignore[arg-type]
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
         first, _ = [await xadd(redis_client, Keys(prefix).feed) for _ in range(2)]

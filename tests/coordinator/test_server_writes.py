@@ -1,11 +1,11 @@
-"""The server's protocol writes each response in one write: head and body together, except a
-streamed body, whose head must go out before its first chunk exists."""
+"""The server under the app (coordinator/server.py), as a client on a real socket sees it: the
+answers to requests sent together on one kept-alive connection arrive whole and in the order
+asked, HEAD's among them, and a streamed response's head arrives before its first chunk exists."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 import uvicorn
@@ -13,43 +13,16 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from uvicorn.server import ServerState
 
 from coordinator.server import head_limited_protocol
+from tests.support import free_port, wait_until_async
 
 pytestmark = pytest.mark.anyio
 
 
-class RecordingTransport(asyncio.Transport):
-    """A connection with no socket: what the server writes, write by write."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.writes.append(bytes(data))
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
 def _app(stream_gate: asyncio.Event) -> Starlette:
     async def json(request: Request) -> Response:
-        return JSONResponse({"ok": True})
+        return JSONResponse({"path": request.url.path, "n": request.query_params.get("n")})
 
     async def empty(request: Request) -> Response:
         return Response(status_code=204)
@@ -61,57 +34,73 @@ def _app(stream_gate: asyncio.Event) -> Starlette:
 
         return StreamingResponse(chunks(), media_type="text/event-stream")
 
-    return Starlette(routes=[Route("/json", json), Route("/empty", empty), Route("/stream", stream)])
+    return Starlette(routes=[Route("/json", json, methods=["GET", "HEAD"]), Route("/empty", empty),
+                             Route("/stream", stream)])
 
 
-async def _connect(app: Starlette) -> tuple[Any, RecordingTransport]:
-    config = uvicorn.Config(app, http=head_limited_protocol(10.0), log_config=None)
-    config.load()
-    protocol = config.http_protocol_class(config=config, server_state=ServerState(),
-                                          app_state={}, _loop=asyncio.get_running_loop())
-    transport = RecordingTransport()
-    protocol.connection_made(transport)
-    return protocol, transport
-
-
-async def _until(predicate: Any) -> None:
-    for _ in range(1000):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never held")
-
-
-@pytest.mark.parametrize(("path", "status", "body"), [("/json", b"200", b'{"ok":true}'), ("/empty", b"204", b"")])
-async def test_a_response_leaves_in_one_write(path: str, status: bytes, body: bytes) -> None:
-    protocol, transport = await _connect(_app(asyncio.Event()))
-    protocol.data_received(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
-    await _until(lambda: transport.writes)
-    await asyncio.sleep(0)  # room for a second write, if one were coming
-    assert len(transport.writes) == 1
-    head, _, rest = transport.writes[0].partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 " + status)
-    assert rest == body
-    protocol.connection_lost(None)
-
-
-async def test_two_requests_on_one_connection_each_leave_in_one_write() -> None:
-    protocol, transport = await _connect(_app(asyncio.Event()))
-    for expected in (1, 2):
-        protocol.data_received(b"GET /json HTTP/1.1\r\nHost: t\r\n\r\n")
-        await _until(lambda: len(transport.writes) == expected)
-    assert all(w.startswith(b"HTTP/1.1 200") and w.endswith(b'{"ok":true}') for w in transport.writes)
-    protocol.connection_lost(None)
-
-
-async def test_a_streamed_response_sends_its_head_before_its_first_chunk() -> None:
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[int, asyncio.Event]]:
+    """The app behind the coordinator's protocol on a loopback port; the stream's gate."""
     gate = asyncio.Event()
-    protocol, transport = await _connect(_app(gate))
-    protocol.data_received(b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n")
-    await _until(lambda: transport.writes)
-    assert transport.writes[0].startswith(b"HTTP/1.1 200")
-    assert b"transfer-encoding: chunked" in transport.writes[0]
-    assert b"first" not in b"".join(transport.writes)
+    port = free_port()
+    config = uvicorn.Config(_app(gate), host="127.0.0.1", port=port, http=head_limited_protocol(10.0),
+                            log_config=None, access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    await wait_until_async(lambda: server.started or serving.done(), timeout=10)
+    assert server.started
+    yield port, gate
     gate.set()
-    await _until(lambda: b"first" in b"".join(transport.writes))
-    protocol.connection_lost(None)
+    server.should_exit = True
+    await serving
+
+
+async def _read_response(reader: asyncio.StreamReader, *, head_only: bool = False) -> tuple[bytes, dict[str, str], bytes]:
+    """One response off the stream: its status line, headers and (Content-Length) body."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    status, *lines = head[:-4].split(b"\r\n")
+    headers = {k.decode().lower(): v.decode().strip() for k, _, v in (line.partition(b":") for line in lines)}
+    length = 0 if head_only else int(headers.get("content-length", "0"))
+    body = await asyncio.wait_for(reader.readexactly(length), 5)
+    return status, headers, body
+
+
+async def test_requests_sent_together_on_one_connection_are_answered_whole_and_in_order(
+        served: tuple[int, asyncio.Event]) -> None:
+    port, _ = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"".join([
+            b"GET /json?n=1 HTTP/1.1\r\nHost: t\r\n\r\n",
+            b"GET /empty HTTP/1.1\r\nHost: t\r\n\r\n",
+            b"HEAD /json?n=2 HTTP/1.1\r\nHost: t\r\n\r\n",
+            b"GET /json?n=3 HTTP/1.1\r\nHost: t\r\n\r\n",
+        ]))
+        await writer.drain()
+        status, _, body = await _read_response(reader)
+        assert status == b"HTTP/1.1 200 OK" and body == b'{"path":"/json","n":"1"}'
+        status, _, body = await _read_response(reader)
+        assert status == b"HTTP/1.1 204 No Content" and body == b""
+        status, headers, _ = await _read_response(reader, head_only=True)  # HEAD: a head, no body
+        assert status == b"HTTP/1.1 200 OK" and headers["content-length"] == str(len(b'{"path":"/json","n":"2"}'))
+        status, _, body = await _read_response(reader)
+        assert status == b"HTTP/1.1 200 OK" and body == b'{"path":"/json","n":"3"}'
+        # and the connection is still open for the next request
+        writer.write(b"GET /json?n=4 HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, _, body = await _read_response(reader)
+        assert body == b'{"path":"/json","n":"4"}'
+    finally:
+        writer.close()
+
+
+async def test_a_streamed_response_s_head_arrives_before_its_first_chunk(served: tuple[int, asyncio.Event]) -> None:
+    port, gate = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, headers, _ = await _read_response(reader, head_only=True)  # the gate is still shut
+        assert status == b"HTTP/1.1 200 OK" and headers["transfer-encoding"] == "chunked"
+        gate.set()
+        assert await asyncio.wait_for(reader.readuntil(b"first"), 5)
+    finally:
+        writer.close()

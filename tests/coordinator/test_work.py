@@ -58,8 +58,7 @@ async def test_no_work_becomes_available(api: Api) -> None:
 async def test_waiting_poll_wakes_when_work_is_assigned(api: Api) -> None:
     await api.heartbeat("host-a", ["a1"])
     poll = asyncio.ensure_future(api.claim("host-a", wait_s=10))
-    while api.ctx.waiter.waiting == 0:  # until the poll is registered and waiting
-        await asyncio.sleep(0.005)
+    await wait_until_async(lambda: api.ctx.waiter.waiting, what="the poll registered and waiting")
     task = (await api.create_task(device_id="a1")).json()
     response = await asyncio.wait_for(poll, 5)
     assert response.status_code == 200 and response.json()["task_id"] == task["task_id"]
@@ -194,9 +193,11 @@ async def test_lease_expires_on_the_redis_clock(api_factory) -> None:  # type: i
         renewed = await api.renew("host-a", assignment)
         assert renewed.status_code == 200
         deadline = await api.ctx.store.redis.zscore(api.ctx.store.keys.lease_deadlines, assignment["task_id"])
-        # poll until the Redis clock passes the renewed 200 ms deadline
-        while await api.ctx.queries.redis_time_ms() <= deadline:
-            await asyncio.sleep(0.02)
+
+        async def redis_clock_past_deadline() -> bool:
+            return await api.ctx.queries.redis_time_ms() > deadline
+
+        await wait_until_async(redis_clock_past_deadline, what="the Redis clock past the renewed deadline")
         response = await api.renew("host-a", assignment)
         assert response.status_code == 409 and response.json()["error"]["code"] == "lease_expired"
         assert (await api.sweep())["leases"] == 1

@@ -12,12 +12,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.history import History, RecordingProxy, RecordingTransport, verify
 from tests.support import (
-    ADMIN,
+    FAST_COORDINATOR,
     HOSTS,
     CoordinatorProcess,
     Process,
@@ -25,6 +24,7 @@ from tests.support import (
     coordinator_env,
     delete_prefix,
     fresh_prefix,
+    running,
     wait_until,
 )
 
@@ -40,12 +40,10 @@ class Coordinator(CoordinatorProcess):
     operator's and (through ``proxy``) the agents', is recorded in ``history``."""
 
     def __init__(self, workdir: Path, prefix: str) -> None:
-        super().__init__(coordinator_env(prefix, COORDINATOR_LEASE_TTL_S="1.5", COORDINATOR_REAPER_INTERVAL_S="0.1",
-                                         COORDINATOR_HEARTBEAT_INTERVAL_S="0.5"), workdir)
-        self.history = History()
+        history = History()
+        super().__init__(coordinator_env(prefix, **FAST_COORDINATOR), workdir, transport=RecordingTransport(history))
+        self.history = history
         self.proxy = RecordingProxy(self.history, [self.url])
-        self.api = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10,
-                                transport=RecordingTransport(self.history))
 
     def verify_history(self, at_least: int) -> None:
         """Read every task created (the final reads), then check the run's history."""
@@ -58,11 +56,6 @@ class Coordinator(CoordinatorProcess):
     def create_task(self, **body: Any) -> dict[str, Any]:
         response = self.api.post("/api/v1/tasks", json=body)
         assert response.status_code == 201, response.text
-        return response.json()
-
-    def task(self, task_id: str) -> dict[str, Any]:
-        response = self.api.get(f"/api/v1/tasks/{task_id}")
-        assert response.status_code == 200, response.text
         return response.json()
 
     def wait_task(self, task_id: str, statuses: tuple[str, ...] = TERMINAL, timeout: float = 20) -> dict[str, Any]:
@@ -85,13 +78,8 @@ class Coordinator(CoordinatorProcess):
 def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
     with fresh_prefix() as prefix:
         coord = Coordinator(tmp_path, prefix)
-        try:
-            with coord.proxy:
-                coord.start()
-                yield coord
-        finally:
-            coord.stop()
-            coord.api.close()
+        with coord.proxy, running(coord):
+            yield coord
 
 
 @pytest.fixture

@@ -16,12 +16,14 @@ import pytest
 
 from tests.support import (
     ADMIN,
+    FAST_COORDINATOR,
     CoordinatorProcess,
     Process,
     agent_process,
     child_env,
     coordinator_env,
     fresh_prefix,
+    running,
     wait_until,
 )
 
@@ -47,11 +49,12 @@ class Result:
 
 
 class Coordinator(CoordinatorProcess):
+    """The coordinator process, with this suite's hosts, a shorter lease, and the ``tether``
+    command run against it."""
+
     def __init__(self, prefix: str, workdir: Path) -> None:
-        super().__init__(coordinator_env(prefix, COORDINATOR_STATIC_HOSTS=json.dumps(HOSTS),
-                                         COORDINATOR_LEASE_TTL_S="0.6", COORDINATOR_REAPER_INTERVAL_S="0.1",
-                                         COORDINATOR_HEARTBEAT_INTERVAL_S="0.5"), workdir)
-        self.api = httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10)
+        super().__init__(coordinator_env(prefix, **{**FAST_COORDINATOR, "COORDINATOR_LEASE_TTL_S": "0.6"},
+                                         COORDINATOR_STATIC_HOSTS=json.dumps(HOSTS)), workdir)
 
     def heartbeat(self, host: str, *devices: str) -> None:
         body = {"devices": [{"device_id": d, "driver": "sim", "status": "available", "labels": {"rack": "r1"}}
@@ -59,11 +62,6 @@ class Coordinator(CoordinatorProcess):
         response = httpx.put(f"{self.url}/internal/v1/hosts/{host}/heartbeat", json=body,
                              headers={"authorization": f"Bearer {HOSTS[host]}"})
         assert response.status_code == 200, response.text
-
-    def task(self, task_id: str) -> dict[str, Any]:
-        response = self.api.get(f"/api/v1/tasks/{task_id}")
-        assert response.status_code == 200, response.text
-        return response.json()
 
     def tether_here(self, capsys: pytest.CaptureFixture[str], *args: str) -> Result:
         """The same command run in this process: for the follow-up reads of a test, which would
@@ -85,14 +83,8 @@ class Coordinator(CoordinatorProcess):
 
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
-    with fresh_prefix() as prefix:
-        coord = Coordinator(prefix, tmp_path_factory.mktemp("coordinator"))
-        coord.start()
-        try:
-            yield coord
-        finally:
-            coord.stop()
-            coord.api.close()
+    with fresh_prefix() as prefix, running(Coordinator(prefix, tmp_path_factory.mktemp("coordinator"))) as coord:
+        yield coord
 
 
 @pytest.fixture(scope="module")
