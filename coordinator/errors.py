@@ -127,7 +127,8 @@ def device_limit(limit: int) -> Conflict:
 
 
 class ScriptError(IntEnum):
-    """Failure codes of the Lua scripts; mirrors the table E in lua/includes/common.lua."""
+    """Failure codes of the Lua scripts: the scripts' table E is generated from it
+    (coordinator/scripts.py, lua_constants)."""
 
     REVOKED = -1
     LEASE_NOT_OWNED = -2

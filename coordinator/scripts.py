@@ -36,8 +36,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+import wire
 from coordinator.autopipeline import AutoPipeline, encode_args, send_packed
-from coordinator.errors import Unavailable
+from coordinator.errors import ScriptError, Unavailable
+from coordinator.keys import STATUS_CODES, STATUS_SPAN
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
 _FLAGS = re.compile(r"^--- @flags ([\w -]+?)\s*$", re.MULTILINE)
@@ -227,11 +229,25 @@ def _function(name: str, flags: list[str], body: str) -> str:
             f"clockOffsetMs = tonumber(table.remove(ARGV))\n{body}\nend}}\n")
 
 
+def lua_constants() -> str:
+    """The vocabulary the scripts share with Python, as Lua, generated from Python's own
+    definitions: the failure codes (``E``), what is kept, and the status index's scores. The
+    library defines it above every include."""
+    failures = "".join(f"  {failure.name} = {failure.value},\n" for failure in ScriptError)
+    statuses = ", ".join(f"{status} = {code}" for status, code in STATUS_CODES.items())
+    return (f"local E = {{\n{failures}}}\n"
+            f"local TASK_EVENTS_KEPT = {wire.TASK_EVENTS_KEPT}\n"
+            f"local DEVICE_RUNS_KEPT = {wire.DEVICE_RUNS_KEPT}\n"
+            f"local FEED_EVENTS_KEPT = {wire.FEED_EVENTS_KEPT}\n"
+            f"local STATUS_CODES = {{{statuses}}}\n"
+            f"local STATUS_SPAN = {STATUS_SPAN}\n")
+
+
 def load_scripts(root: Path | None = None) -> dict[str, Script]:
     """Every script of lua/ by name, all in one library (not loaded into Redis yet)."""
     root = root or lua_dir()
     seen: set[str] = set()
-    helpers: list[str] = []
+    helpers: list[str] = [lua_constants()]
     scripts: list[tuple[str, int, list[str], str]] = []
     for path in sorted(root.glob("*.lua")):
         match = _NAME.match(path.name)

@@ -1,40 +1,17 @@
 --[[
   Helpers every script includes.
 
-  Errors: scripts answer {code, payload}; code 0 is success, a negative code is one of E below,
-  mirrored by coordinator.errors.ScriptError (a test keeps the two lists equal).
+  Errors: scripts answer {code, payload}; code 0 is success, a negative code is one of E.
+
+  Defined above every include, generated from Python as the library loads (coordinator/scripts.py,
+  lua_constants), so the two sides cannot differ: E (coordinator.errors.ScriptError, the failure
+  codes), TASK_EVENTS_KEPT, DEVICE_RUNS_KEPT and FEED_EVENTS_KEPT (wire: what is kept), and
+  STATUS_CODES and STATUS_SPAN (coordinator.keys: the status index's scores).
 ]]
 -- redis.call, bound by each function as it starts (coordinator/scripts.py): while Redis loads the
 -- library, where these helpers are defined, it offers no redis.call yet.
 local rcall
 
-local E = {
-  REVOKED = -1,
-  LEASE_NOT_OWNED = -2,
-  LEASE_EXPIRED = -3,
-  LEASE_REPLACED = -4,
-  STALE_ATTEMPT = -5,
-  RESULT_CONFLICT = -6,
-  DEVICE_CONFLICT = -7,
-  UNKNOWN_DEVICE = -8,
-  DRIVER_CONFLICT = -9,
-  NOT_FOUND = -10,
-  TASK_TERMINAL = -11,
-  ENROLLMENT_CONFLICT = -12,
-  ENROLLMENT_INVALID = -13,
-  IDEMPOTENCY_CONFLICT = -14,
-  NOT_ENROLLED_HOST = -15,
-  DEVICE_LIMIT = -16,
-  DEVICE_BUSY = -17,
-  TOKEN_LIMIT = -18,
-  NOT_OWNER = -19,
-}
-
--- What is kept (mirrors wire.TASK_EVENTS_KEPT, DEVICE_RUNS_KEPT, FEED_EVENTS_KEPT; a test keeps
--- them equal).
-local TASK_EVENTS_KEPT = 200
-local DEVICE_RUNS_KEPT = 1000
-local FEED_EVENTS_KEPT = 10000
 
 -- How far a test has moved the clock (ms): the last argument of every call, which the function
 -- takes off ARGV as it starts (coordinator/scripts.py). Always 0 outside tests (coordinator/clock.py).
@@ -54,9 +31,6 @@ end
 
 -- tasks_by_status holds each task once, as its id, scored code * 2^48 + seq: a status is one
 -- score range in age order, and a transition is one ZADD that moves the task to its new range.
--- (Mirrors coordinator.keys.STATUS_CODES and STATUS_SPAN; a test keeps them equal.)
-local STATUS_CODES = {queued = 1, assigned = 2, running = 3, succeeded = 4, failed = 5, cancelled = 6}
-local STATUS_SPAN = 281474976710656
 
 -- As a decimal string: a score above 2^31 must reach Redis with every digit.
 local function statusScore(status, seq)

@@ -11,18 +11,11 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from coordinator.errors import ScriptError
 from coordinator.keys import Keys
 from coordinator.scripts import load_scripts, lua_dir
 from tests.conftest import HOSTS, Api
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
-
-
-def test_lua_error_codes_mirror_the_python_enum() -> None:
-    source = (lua_dir() / "includes" / "common.lua").read_text()
-    lua_codes = {name: int(code) for name, code in re.findall(r"^\s+([A-Z_]+) = (-\d+),$", source, re.M)}
-    assert lua_codes == {e.name: e.value for e in ScriptError}
 
 
 def test_every_script_documents_its_keys_and_declares_their_number() -> None:

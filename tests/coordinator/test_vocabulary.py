@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 import wire
-from coordinator.errors import ScriptError, error_for
+from coordinator.errors import ApiError, ScriptError, error_for
 from coordinator.keys import STATUS_CODES, STATUS_SPAN
-from coordinator.scripts import lua_dir
+from coordinator.scripts import lua_constants, lua_dir
+from coordinator.store import Store
 
 _STATUS_LITERAL = re.compile(r"status\s*(?:==|~=|=)\s*'([a-z_]+)'")
 
@@ -49,22 +52,25 @@ def test_every_event_the_scripts_write_is_a_wire_event_type() -> None:
     assert written <= set(wire.values(wire.EventType)), written - set(wire.values(wire.EventType))
 
 
-def test_what_the_scripts_keep_is_what_wire_says() -> None:
-    kept = {name: int(value) for name, value in _KEPT.findall(_lua_sources())}
-    assert kept == {"TASK_EVENTS_KEPT": wire.TASK_EVENTS_KEPT, "DEVICE_RUNS_KEPT": wire.DEVICE_RUNS_KEPT,
-                    "FEED_EVENTS_KEPT": wire.FEED_EVENTS_KEPT}
+_GENERATED = re.compile(r"^local (E|STATUS_CODES|STATUS_SPAN|\w+_KEPT)\b", re.MULTILINE)
 
 
-_STATUS_CODES = re.compile(r"^local STATUS_CODES = \{(.*)\}$", re.MULTILINE)
-_STATUS_SPAN = re.compile(r"^local STATUS_SPAN = (\d+)$", re.MULTILINE)
+def test_no_script_defines_what_is_generated_from_python() -> None:
+    """The failure codes, what is kept and the status index's scores reach the scripts from
+    Python as the library loads (``lua_constants``); a script defining its own would shadow them."""
+    assert _GENERATED.findall(_lua_sources()) == []
+    assert set(_GENERATED.findall(lua_constants())) == {
+        "E", "TASK_EVENTS_KEPT", "DEVICE_RUNS_KEPT", "FEED_EVENTS_KEPT", "STATUS_CODES", "STATUS_SPAN"}
 
 
-def test_the_status_index_scores_are_the_same_on_both_sides() -> None:
-    """Listings read the score ranges the scripts write: a status code or span that differed
-    would hide tasks from every listing."""
-    sources = _lua_sources()
-    (codes,) = _STATUS_CODES.findall(sources)
-    lua_codes = {name: int(code) for name, code in re.findall(r"(\w+) = (\d+)", codes)}
-    assert lua_codes == STATUS_CODES
-    assert set(STATUS_CODES) == set(wire.values(wire.TaskStatus))
-    assert [int(span) for span in _STATUS_SPAN.findall(sources)] == [STATUS_SPAN]
+@pytest.mark.anyio
+async def test_the_scripts_answer_the_failure_codes_and_scores_python_defines(store: Store) -> None:
+    """Through the scripts themselves: a failure comes back as ScriptError's code (mapped to the
+    contract's error), and a task is scored in the status index as Keys reads it."""
+    with pytest.raises(ApiError) as refused:
+        await store.cancel_task("t_missing")
+    assert refused.value.code == error_for(ScriptError.NOT_FOUND.value, "t_missing").code
+    created = await store.create_task({"id": "t_1", "kind": "goal", "goal": "g", "max_steps": 1,
+                                       "max_attempts": 1, "queue_timeout_ms": 60_000, "target_device": "d1"})
+    score = await store.redis.zscore(store.keys.tasks_by_status, "t_1")
+    assert score == STATUS_CODES["queued"] * STATUS_SPAN + created.task.seq
