@@ -340,36 +340,31 @@ class Queries:
     # -- enrollment tokens -----------------------------------------------------------------
 
     async def enrollment_tokens(self, limit: int, offset: int) -> tuple[list[EnrollmentToken], int, bool]:
-        """Tokens oldest first from ``offset`` (tokens are never deleted, so offsets are
-        stable), the Redis clock, and whether more follow."""
+        """Tokens oldest first from ``offset``, the Redis clock, and whether more follow."""
         k = self.keys
-        ids = await self.redis.zrange(k.enrollment_tokens_by_age, offset, offset + limit)
-        more = len(ids) > limit
-        ids = ids[:limit]
-        async with self._pipeline() as pipe:
-            if ids:
-                pipe.hmget(k.enrollment_tokens, ids)
-            pipe.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)
-            replies = await pipe.execute()
-        raw = replies[0] if ids else []
-        tokens = [EnrollmentToken.from_json(v) for v in raw if v is not None]
-        return tokens, clock_ms(replies[-1]), more
+        raw, now_ms, more = await self._tokens_by_age(k.enrollment_tokens_by_age, k.enrollment_tokens, limit, offset)
+        return [EnrollmentToken.from_json(v) for v in raw], now_ms, more
 
     async def operator_tokens(self, limit: int, offset: int) -> tuple[list[OperatorToken], int, bool]:
-        """Operator tokens oldest first from ``offset`` (never deleted, so offsets are stable),
-        the Redis clock, and whether more follow."""
+        """Operator tokens oldest first from ``offset``, the Redis clock, and whether more follow."""
         k = self.keys
-        ids = await self.redis.zrange(k.operator_tokens_by_age, offset, offset + limit)
+        raw, now_ms, more = await self._tokens_by_age(k.operator_tokens_by_age, k.operator_tokens, limit, offset)
+        return [OperatorToken.from_json(v) for v in raw], now_ms, more
+
+    async def _tokens_by_age(self, by_age: str, records: str, limit: int,
+                             offset: int) -> tuple[list[bytes], int, bool]:
+        """A page of token records from ``offset`` of their age index (tokens are never deleted, so
+        offsets are stable), the Redis clock (ms, as the scripts read it), and whether more follow."""
+        ids = await self.redis.zrange(by_age, offset, offset + limit)
         more = len(ids) > limit
         ids = ids[:limit]
         async with self._pipeline() as pipe:
             if ids:
-                pipe.hmget(k.operator_tokens, ids)
+                pipe.hmget(records, ids)
             pipe.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)
             replies = await pipe.execute()
-        raw = replies[0] if ids else []
-        tokens = [OperatorToken.from_json(v) for v in raw if v is not None]
-        return tokens, clock_ms(replies[-1]) + offset_ms(self.clock), more
+        raw = [v for v in replies[0] if v is not None] if ids else []
+        return raw, clock_ms(replies[-1]) + offset_ms(self.clock), more
 
     async def enrollment_token_usable(self, digest: str) -> bool:
         """Whether an enrollment token could enroll a new host now (a read, for ordering errors)."""
