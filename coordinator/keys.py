@@ -2,11 +2,12 @@
 
 All keys share one prefix that carries a hash tag (``tether:{default}``), so every script's keys
 hash to one slot and the same code runs on Redis Cluster. Most of the layout is a fixed set of
-keys (records in hashes, indexes in sorted sets) handed to the scripts up front. The rest are
-keys of one host, driver, device or process, named base + kind + ":" + id: the scripts derive
-them from the base (they carry the hash tag, so they live in the same slot), and each is what an
-operator reads with one redis-cli command (a host's queued assignments with LRANGE, a driver's
-waiting tasks with ZRANGE).
+keys (records in hashes, indexes in sorted sets), named base + name. The rest are keys of one
+host, driver, device or process, named base + kind + ":" + id, each what an operator reads with
+one redis-cli command (a host's queued assignments with LRANGE, a driver's waiting tasks with
+ZRANGE). The scheduling scripts derive both from the base they are given, as they carry the hash
+tag and so live in the same slot: the names they use are generated from this module as the
+library loads (``lua_key_names``), so the two sides cannot differ.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def hash_tag(key: str) -> str | None:
     start = key.find("{")
     end = key.find("}", start + 1) if start >= 0 else -1
     return key[start + 1:end] if end > start + 1 else None
+
+
+# The kinds of the keys of one id (base + kind + ":" + id): each is the name of the Keys method
+# that builds it, and the name the scripts derive it by (lua/includes/deployment.lua ``derived``).
+PER_ID_KINDS = ("device_runs", "assigned", "waiting", "waiting_device", "host_devices", "lease", "polls", "inbox",
+                "auth_failures", "auth_throttled")
 
 
 class Keys:
@@ -82,48 +89,51 @@ class Keys:
         # the id (the methods below): the scripts derive them, and they carry the hash tag too.
         self.base = p
 
+    def _of(self, kind: str, id_: str) -> str:
+        return f"{self.base}{kind}:{id_}"
+
     def device_runs(self, device_id: str) -> str:
         """A device's ended runs: a list of run JSON, newest first, capped."""
-        return f"{self.base}device_runs:{device_id}"
+        return self._of("device_runs", device_id)
 
     def assigned(self, host_id: str) -> str:
         """The task ids assigned to a host and not claimed yet: a list, in order."""
-        return f"{self.base}assigned:{host_id}"
+        return self._of("assigned", host_id)
 
     def waiting(self, driver: str) -> str:
         """Queued tasks with a selector of this driver: a zset task id -> seq, oldest first."""
-        return f"{self.base}waiting:{driver}"
+        return self._of("waiting", driver)
 
     def waiting_device(self, device_id: str) -> str:
         """Queued tasks aimed at one device: a zset task id -> seq, oldest first."""
-        return f"{self.base}waiting_device:{device_id}"
+        return self._of("waiting_device", device_id)
 
     def host_devices(self, host_id: str) -> str:
         """The pooled device ids of a host: a set."""
-        return f"{self.base}host_devices:{host_id}"
+        return self._of("host_devices", host_id)
 
     def lease(self, task_id: str) -> str:
         """The task's live lease, for people: a string {lease_id, host_id, attempt} whose TTL is the
         lease's time left (``redis-cli PTTL``); ``lease_deadlines`` is what the reaper acts on."""
-        return f"{self.base}lease:{task_id}"
+        return self._of("lease", task_id)
 
     def polls(self, host_id: str) -> str:
         """The processes holding a waiting poll of the host: a zset process id -> until (ms)."""
-        return f"{self.base}polls:{host_id}"
+        return self._of("polls", host_id)
 
     def inbox(self, process_id: str) -> str:
         """Host ids with new work, pushed for one process's waiting polls: a list."""
-        return f"{self.base}inbox:{process_id}"
+        return self._of("inbox", process_id)
 
     def auth_failures(self, address: str) -> str:
         """Failed credentials from one client address in its current window: a counter whose
         TTL is what is left of the window (coordinator/throttle.py)."""
-        return f"{self.base}auth_failures:{address}"
+        return self._of("auth_failures", address)
 
     def auth_throttled(self, address: str) -> str:
         """Present while a client address's failed credentials are answered 429; its TTL is
         what is left of the throttle."""
-        return f"{self.base}auth_throttled:{address}"
+        return self._of("auth_throttled", address)
 
     # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
     # joined by NUL.
@@ -145,24 +155,15 @@ class Keys:
         a hot path."""
         return [v for name, v in vars(self).items() if name not in ("prefix", "base")]
 
-    @property
-    def scheduling(self) -> list[str]:
-        """KEYS[1..16] of every script that includes lua/includes/schedule.lua, in its order."""
-        return [
-            self.tasks,
-            self.tasks_by_status,
-            self.devices,
-            self.reservations,
-            self.free,
-            self.hosts_online,
-            self.host_snapshots,
-            self.devices_by_driver,
-            self.disabled_devices,
-            self.hosts_draining,
-            self.hosts_stalled,
-            self.queue_deadlines,
-            self.claim_deadlines,
-            self.retention,
-            self.feed,
-            self.stats,
-        ]
+    def names(self) -> dict[str, str]:
+        """Each fixed key's attribute -> its name after the base (``tasks_by_status``)."""
+        return {name: key[len(self.base):] for name, key in vars(self).items() if name not in ("prefix", "base")}
+
+
+def lua_key_names() -> str:
+    """The key names the scripts derive keys by, as Lua (coordinator/scripts.py puts it above every
+    include): ``KEY_NAMES``, each fixed key's attribute -> its name after the base, and
+    ``KEY_KINDS``, the kinds of the keys of one id."""
+    fixed = ",\n".join(f"  {name} = '{suffix}'" for name, suffix in Keys("").names().items())
+    kinds = ", ".join(f"{kind} = '{kind}'" for kind in PER_ID_KINDS)
+    return f"local KEY_NAMES = {{\n{fixed},\n}}\nlocal KEY_KINDS = {{{kinds}}}\n"

@@ -39,7 +39,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 import wire
 from coordinator.autopipeline import AutoPipeline, encode_args, send_packed
 from coordinator.errors import ScriptError, Unavailable
-from coordinator.keys import STATUS_CODES, STATUS_SPAN
+from coordinator.keys import STATUS_CODES, STATUS_SPAN, lua_key_names
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
 _FLAGS = re.compile(r"^--- @flags ([\w -]+?)\s*$", re.MULTILINE)
@@ -231,8 +231,9 @@ def _function(name: str, flags: list[str], body: str) -> str:
 
 def lua_constants() -> str:
     """The vocabulary the scripts share with Python, as Lua, generated from Python's own
-    definitions: the failure codes (``E``), what is kept, and the status index's scores. The
-    library defines it above every include."""
+    definitions: the failure codes (``E``), what is kept, the status index's scores, and the
+    names of the keys (``KEY_NAMES``, ``KEY_KINDS``: coordinator/keys.py). The library defines it
+    above every include."""
     failures = "".join(f"  {failure.name} = {failure.value},\n" for failure in ScriptError)
     statuses = ", ".join(f"{status} = {code}" for status, code in STATUS_CODES.items())
     return (f"local E = {{\n{failures}}}\n"
@@ -240,7 +241,8 @@ def lua_constants() -> str:
             f"local DEVICE_RUNS_KEPT = {wire.DEVICE_RUNS_KEPT}\n"
             f"local FEED_EVENTS_KEPT = {wire.FEED_EVENTS_KEPT}\n"
             f"local STATUS_CODES = {{{statuses}}}\n"
-            f"local STATUS_SPAN = {STATUS_SPAN}\n")
+            f"local STATUS_SPAN = {STATUS_SPAN}\n"
+            f"{lua_key_names()}")
 
 
 def load_scripts(root: Path | None = None) -> dict[str, Script]:

@@ -92,8 +92,9 @@ class Store:
         # shared with the queries.
         self._scripts: dict[str, Script] = scripts if scripts is not None else load_scripts()
         self._library = next(iter(self._scripts.values())).library
-        # KEYS[1..16] and ARGV[1..5] of every scheduling script (lua/includes/schedule.lua).
-        self._sched_keys = keys.scheduling
+        # KEYS[1] and ARGV[1..5] of every scheduling script (lua/includes/deployment.lua): the key
+        # names the slot, and the scripts derive every key they touch from the key base.
+        self._sched_keys = [keys.tasks]
         self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
 
     # -- scripts -------------------------------------------------------------------------
@@ -114,33 +115,23 @@ class Store:
             raise error_for(reply[0], detail)
         return reply
 
-    async def _schedule(self, name: str, extra_keys: list[str], extra_args: list[Any]) -> list[Any]:
-        """Run a script that includes the scheduler: its keys and arguments come first."""
-        return await self._run(name, [*self._sched_keys, *extra_keys], [*self._sched_args, *extra_args],
-                               len(self._sched_args))
+    async def _schedule(self, name: str, args: list[Any]) -> list[Any]:
+        """Run a scheduling script: the deployment's key and settings come first."""
+        return await self._run(name, self._sched_keys, [*self._sched_args, *args], len(self._sched_args))
 
     # -- hosts' protocol -------------------------------------------------------------------
 
     async def heartbeat(self, host: HostPrincipal, snapshot_json: str) -> bool:
         """Whether the host is draining."""
-        k = self.keys
-        reply = await self._schedule(
-            "heartbeat",
-            [k.hosts, k.host_seen, k.enrolled_devices, k.revoked_tokens, k.host_ids],
-            [host.host_id, host.kind, snapshot_json, host.digest],
-        )
+        reply = await self._schedule("heartbeat", [host.host_id, host.kind, snapshot_json, host.digest])
         return reply[1] == 1
 
     async def claim(self, host: HostPrincipal, claim_id: str, lease_id: str, ttl_ms: int,
                     process_id: str = "", wait_ms: int = 0) -> Claimed | None:
         """Claim the host's oldest assignment. Finding none, a poll that will wait ``wait_ms``
         is registered as waiting on ``process_id``, whose inbox an assignment then wakes."""
-        k = self.keys
         reply = await self._schedule(
-            "claimAssignment",
-            [k.lease_deadlines, k.claims, k.revoked_tokens],
-            [host.host_id, claim_id, lease_id, ttl_ms, host.digest, process_id, wait_ms],
-        )
+            "claimAssignment", [host.host_id, claim_id, lease_id, ttl_ms, host.digest, process_id, wait_ms])
         if not reply[1]:
             return None
         waited = int(reply[2])
@@ -158,12 +149,8 @@ class Store:
 
     async def record_result(self, host: HostPrincipal, task_id: str, attempt: int, lease_id: str,
                             result_json: str) -> Recorded:
-        k = self.keys
-        reply = await self._schedule(
-            "recordResult",
-            [k.lease_deadlines, k.progress, k.revoked_tokens],
-            [host.host_id, task_id, attempt, lease_id, result_json, host.digest],
-        )
+        reply = await self._schedule("recordResult",
+                                     [host.host_id, task_id, attempt, lease_id, result_json, host.digest])
         return Recorded(int(reply[1]), reply[2] == 1, _text(reply[3]))
 
     # -- operators -------------------------------------------------------------------------
@@ -172,62 +159,52 @@ class Store:
     # every event the call writes.
 
     async def create_task(self, task: dict[str, Any], *, actor: str = "admin") -> Created:
-        k = self.keys
-        reply = await self._schedule(
-            "createTask", [k.task_seq, k.idempotency], [orjson.dumps(task), CANDIDATES_SCANNED, actor]
-        )
+        reply = await self._schedule("createTask", [orjson.dumps(task), CANDIDATES_SCANNED, actor])
         stored = TaskRecord.from_json(reply[1])
         candidates = candidates_from_reply(stored, reply[3]) if len(reply) > 3 else None
         return Created(stored, reply[2] == 1, candidates)
 
     async def cancel_task(self, task_id: str, *, actor: str = "admin", owner: str | None = None) -> TaskRecord:
         """``owner``: cancel only if this operator token created the task (else ``InsufficientScope``)."""
-        reply = await self._schedule("cancelTask", [], [task_id, owner or "", actor])
+        reply = await self._schedule("cancelTask", [task_id, owner or "", actor])
         return TaskRecord.from_json(reply[1])
 
     async def set_host_draining(self, host_id: str, draining: bool, *, actor: str = "admin") -> bool:
         """Whether anything changed."""
-        reply = await self._schedule("setHostDraining", [], [host_id, 1 if draining else 0, actor])
+        reply = await self._schedule("setHostDraining", [host_id, 1 if draining else 0, actor])
         return reply[1] == 1
 
     async def set_device_disabled(self, device_id: str, disabled: bool, reason: str = "", *,
                                   actor: str = "admin") -> bool:
         """Whether anything changed (disabling again still updates the reason)."""
-        reply = await self._schedule(
-            "setDeviceDisabled", [self.keys.enrolled_devices], [device_id, 1 if disabled else 0, reason, actor]
-        )
+        reply = await self._schedule("setDeviceDisabled", [device_id, 1 if disabled else 0, reason, actor])
         return reply[1] == 1
 
     async def forget_device(self, device_id: str, *, actor: str = "admin") -> None:
-        k = self.keys
-        await self._schedule("forgetDevice", [k.enrolled_devices, k.local_devices, k.hosts], [device_id, actor])
+        await self._schedule("forgetDevice", [device_id, actor])
 
     async def revoke_host(self, host_id: str, static_digest: str | None, *, actor: str = "admin") -> None:
         """Revoke an enrolled host's credential, or the configured one (``static_digest``)."""
-        k = self.keys
-        await self._schedule(
-            "revokeHost", [k.hosts, k.revoked_tokens, k.host_tokens], [host_id, static_digest or "", actor]
-        )
+        await self._schedule("revokeHost", [host_id, static_digest or "", actor])
 
     # -- the reaper's sweeps ---------------------------------------------------------------
 
     async def expire_leases(self, limit: int = 100) -> int:
-        k = self.keys
-        reply = await self._schedule("expireLeases", [k.lease_deadlines, k.progress], [limit])
+        reply = await self._schedule("expireLeases", [limit])
         return int(reply[1])
 
     async def expire_hosts(self, limit: int = 100) -> int:
-        reply = await self._schedule("expireHosts", [], [limit])
+        reply = await self._schedule("expireHosts", [limit])
         return int(reply[1])
 
     async def expire_assignments(self, limit: int = 100) -> Sweep:
         """Claim timeouts: (deadlines taken, assignments sent back to the queue)."""
-        reply = await self._schedule("expireAssignments", [], [limit])
+        reply = await self._schedule("expireAssignments", [limit])
         return Sweep(int(reply[1]), int(reply[2]))
 
     async def expire_queued(self, limit: int = 100) -> Sweep:
         """Queue timeouts: (deadlines taken, tasks failed)."""
-        reply = await self._schedule("expireQueued", [], [limit])
+        reply = await self._schedule("expireQueued", [limit])
         return Sweep(int(reply[1]), int(reply[2]))
 
     async def purge_tasks(self, limit: int = 100) -> int:

@@ -21,11 +21,14 @@
 ]]
 --- @flags no-writes
 --- @include "includes/common"
---- @include "includes/schedule"
 --- @include "includes/candidates"
+-- The deployment as includes/candidates.lua reads it: these keys and the offline threshold.
 local S = {
-  devices = KEYS[1], reservations = KEYS[2], disabled = KEYS[3], online = KEYS[4],
-  draining = KEYS[5], stalled = KEYS[6], byDriver = KEYS[7], offlineAfterMs = tonumber(ARGV[1]),
+  key = {
+    devices = KEYS[1], reservations = KEYS[2], disabled_devices = KEYS[3], hosts_online = KEYS[4],
+    hosts_draining = KEYS[5], hosts_stalled = KEYS[6], devices_by_driver = KEYS[7],
+  },
+  offlineAfterMs = tonumber(ARGV[1]),
 }
 local targetDevice = ARGV[2] ~= '' and ARGV[2] or nil
 return waitingCandidates(S, targetDevice, ARGV[3], tonumber(ARGV[4]), nowMs())

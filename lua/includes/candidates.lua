@@ -1,18 +1,28 @@
 --[[
   What the service needs to say why a queued task waits (PROTOCOL.md, "Waiting work"; the
   counting is coordinator/waiting.py's): the pooled devices its target could use, read in the
-  step that queued it (createTask) or on demand (readWaiting). Include it after
-  includes/schedule.lua; it reads these fields of the scheduler: devices, reservations,
-  disabled, online, draining, stalled, byDriver and offlineAfterMs.
+  step that queued it (createTask) or on demand (readWaiting).
+
+  Functions:
+    hostFlags(S, hostId, now)  a host's flags, as one number
+    waitingCandidates(S, targetDevice, driver, limit, now)  what a target's devices say, flat
+
+  It reads, of the deployment S (includes/deployment.lua), offlineAfterMs and the keys devices,
+  reservations, disabled_devices, hosts_online, hosts_draining, hosts_stalled and
+  devices_by_driver; readWaiting builds an S of those alone.
+
+  Invariant: reads only, in one step, so the counts agree with each other.
 ]]
+--- @include "includes/common"
+--- @include "includes/pool"
 
 -- A host's flags, as one number: 1 online, 2 draining, 4 stalled.
 local function hostFlags(S, hostId, now)
   local flags = hostOnline(S, hostId, now) and 1 or 0
-  if rcall('SISMEMBER', S.draining, hostId) == 1 then
+  if rcall('SISMEMBER', S.key.hosts_draining, hostId) == 1 then
     flags = flags + 2
   end
-  if rcall('SISMEMBER', S.stalled, hostId) == 1 then
+  if rcall('SISMEMBER', S.key.hosts_stalled, hostId) == 1 then
     flags = flags + 4
   end
   return flags
@@ -29,7 +39,7 @@ local function waitingCandidates(S, targetDevice, driver, limit, now)
     ids[1] = targetDevice
   else
     local low, high = prefixRange(driver)
-    local members = rcall('ZRANGEBYLEX', S.byDriver, low, high, 'LIMIT', 0, limit + 1)
+    local members = rcall('ZRANGEBYLEX', S.key.devices_by_driver, low, high, 'LIMIT', 0, limit + 1)
     if #members > limit then
       truncated = 1
       members[#members] = nil
@@ -42,9 +52,9 @@ local function waitingCandidates(S, targetDevice, driver, limit, now)
   if #ids == 0 then
     return answer
   end
-  local records = rcall('HMGET', S.devices, unpack(ids))
-  local reserved = rcall('HMGET', S.reservations, unpack(ids))
-  local disabled = rcall('HMGET', S.disabled, unpack(ids))
+  local records = rcall('HMGET', S.key.devices, unpack(ids))
+  local reserved = rcall('HMGET', S.key.reservations, unpack(ids))
+  local disabled = rcall('HMGET', S.key.disabled_devices, unpack(ids))
   local flagsOf = {}
   for i, raw in ipairs(records) do
     if raw then

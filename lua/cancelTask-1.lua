@@ -2,8 +2,9 @@
   Cancel a task: at once when it is queued or assigned; a running one is asked to stop.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua)
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     task id
     ARGV[7]     owner: the token id the task must have been created by ("" for any task: a
                 caller allowed to cancel every task)
@@ -18,13 +19,16 @@
   lease until the agent reports or the lease expires (then it becomes cancelled, not requeued).
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/placement"
+--- @include "includes/tasks"
+local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[8])
 local taskId = ARGV[6]
 local owner = ARGV[7]
 
-local task = getJson(S.tasks, taskId)
+local task = getJson(S.key.tasks, taskId)
 if not task then
   return {E.NOT_FOUND}
 end
@@ -37,7 +41,7 @@ if previous == 'queued' then
   unqueueTask(S, task)
 elseif previous == 'assigned' then
   rcall('LREM', derived(S, 'assigned', task.host_id), 1, task.id)
-  rcall('ZREM', S.claimDeadlines, task.id)
+  rcall('ZREM', S.key.claim_deadlines, task.id)
   releaseDevice(S, task, now, false)
 elseif previous == 'running' then
   if not task.cancel_requested then

@@ -2,10 +2,11 @@
   Reaper: queued tasks past their queue deadline fail with failure_reason `queue_timeout`.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua); KEYS[12] queue_deadlines is the
-                index this sweep reads
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     at most this many deadlines per call
+  The index this sweep reads: queue_deadlines.
   Output:
     {0, number of deadlines taken, number of tasks failed}
 
@@ -13,16 +14,19 @@
   fails, so an assignment that won the race keeps its task.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/placement"
+--- @include "includes/tasks"
+local S = deployment(KEYS, ARGV)
 local limit = tonumber(ARGV[6])
 
 local now = nowMs()
-local due = rcall('ZRANGEBYSCORE', S.queueDeadlines, '-inf', now, 'LIMIT', 0, limit)
+local due = rcall('ZRANGEBYSCORE', S.key.queue_deadlines, '-inf', now, 'LIMIT', 0, limit)
 local failed = 0
 for _, taskId in ipairs(due) do
-  rcall('ZREM', S.queueDeadlines, taskId)
-  local task = getJson(S.tasks, taskId)
+  rcall('ZREM', S.key.queue_deadlines, taskId)
+  local task = getJson(S.key.tasks, taskId)
   if task and task.status == 'queued' and task.queue_deadline and task.queue_deadline <= now then
     unqueueTask(S, task)
     task.status = 'failed'
@@ -33,6 +37,6 @@ for _, taskId in ipairs(due) do
   end
 end
 if failed > 0 then
-  rcall('HINCRBY', S.stats, 'queue_timeouts', failed)
+  rcall('HINCRBY', S.key.stats, 'queue_timeouts', failed)
 end
 return {0, #due, failed}

@@ -3,13 +3,15 @@
   goes back to the queue; running work finishes), or enable it again.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua)
-    KEYS[17]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     device id
     ARGV[7]     "1" to disable, "0" to enable
     ARGV[8]     the operator's reason (disable)
     ARGV[9]     actor: the operator's name, on every event of this step
+  Keys it touches besides those of its includes:
+    enrolled_devices  hash  device id -> {host_id, local_id, driver}
   Output:
     {0, changed (0|1)}
     {NOT_FOUND}  neither pooled nor enrolled nor disabled
@@ -19,30 +21,34 @@
   updates the reason).
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/pool"
+--- @include "includes/placement"
+--- @include "includes/tasks"
+local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[9])
-local enrolledKey = KEYS[17]
+local enrolledKey = S.key.enrolled_devices
 local deviceId = ARGV[6]
 local disable = ARGV[7] == '1'
 local reason = ARGV[8]
 
-local device = getJson(S.devices, deviceId)
+local device = getJson(S.key.devices, deviceId)
 if not device and rcall('HEXISTS', enrolledKey, deviceId) == 0
-    and rcall('HEXISTS', S.disabled, deviceId) == 0 then
+    and rcall('HEXISTS', S.key.disabled_devices, deviceId) == 0 then
   return {E.NOT_FOUND}
 end
 local now = nowMs()
 local hostId = device and device.host_id
 local changed
 if disable then
-  changed = 1 - rcall('HEXISTS', S.disabled, deviceId)
-  putJson(S.disabled, deviceId, {reason = reason, at = now})
+  changed = 1 - rcall('HEXISTS', S.key.disabled_devices, deviceId)
+  putJson(S.key.disabled_devices, deviceId, {reason = reason, at = now})
   if device then
-    rcall('ZREM', S.free, freeMember(device.driver, deviceId))
+    rcall('ZREM', S.key.free, freeMember(device.driver, deviceId))
   end
-  local holder = rcall('HGET', S.reservations, deviceId)
-  local task = holder and getJson(S.tasks, holder)
+  local holder = rcall('HGET', S.key.reservations, deviceId)
+  local task = holder and getJson(S.key.tasks, holder)
   if task and task.status == 'assigned' then
     unassignTask(S, task, now, 'disable')
   end
@@ -50,7 +56,7 @@ if disable then
     publish(S, {type = 'device_disabled', device_id = deviceId, host_id = hostId, reason = reason, at = now})
   end
 else
-  changed = rcall('HDEL', S.disabled, deviceId)
+  changed = rcall('HDEL', S.key.disabled_devices, deviceId)
   if changed == 1 then
     refreshDevice(S, deviceId, now)
     publish(S, {type = 'device_enabled', device_id = deviceId, host_id = hostId, at = now})

@@ -5,10 +5,11 @@
   claim script ends the stall).
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua); KEYS[13] claim_deadlines is the
-                index this sweep reads
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     at most this many deadlines per call
+  The index this sweep reads: claim_deadlines.
   Output:
     {0, number of deadlines taken, number of assignments sent back}
 
@@ -16,22 +17,23 @@
   assigned is moved, so a claim that won the race keeps its task.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
+--- @include "includes/deployment"
+--- @include "includes/hosts"
+local S = deployment(KEYS, ARGV)
 local limit = tonumber(ARGV[6])
 
 local now = nowMs()
-local due = rcall('ZRANGEBYSCORE', S.claimDeadlines, '-inf', now, 'LIMIT', 0, limit)
+local due = rcall('ZRANGEBYSCORE', S.key.claim_deadlines, '-inf', now, 'LIMIT', 0, limit)
 local returned = 0
 for _, taskId in ipairs(due) do
-  rcall('ZREM', S.claimDeadlines, taskId)
-  local task = getJson(S.tasks, taskId)
+  rcall('ZREM', S.key.claim_deadlines, taskId)
+  local task = getJson(S.key.tasks, taskId)
   if task and task.status == 'assigned' then
-    rcall('SADD', S.stalled, task.host_id)
+    rcall('SADD', S.key.hosts_stalled, task.host_id)
     returned = returned + pauseHost(S, task.host_id, now, 'claim_timeout', false)
   end
 end
 if returned > 0 then
-  rcall('HINCRBY', S.stats, 'claim_timeouts', returned)
+  rcall('HINCRBY', S.key.stats, 'claim_timeouts', returned)
 end
 return {0, #due, returned}

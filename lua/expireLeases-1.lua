@@ -3,12 +3,14 @@
   failed with `lease_expired` once max_attempts is spent, or cancelled if a cancel was requested.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua)
-    KEYS[17]    lease_deadlines  zset  task id -> its running lease's expiry (ms); the index
-                                       this sweep reads
-    KEYS[18]    progress         hash  task id -> latest progress JSON
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     at most this many leases per call
+  Keys it touches besides those of its includes:
+    lease_deadlines  zset  task id -> its running lease's expiry (ms); the index
+                           this sweep reads
+    progress         hash  task id -> latest progress JSON
   Output:
     {0, number of leases ended}
 
@@ -21,10 +23,12 @@
   the device is really idle.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
-local deadlinesKey = KEYS[17]
-local progressKey = KEYS[18]
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/tasks"
+local S = deployment(KEYS, ARGV)
+local deadlinesKey = S.key.lease_deadlines
+local progressKey = S.key.progress
 local limit = tonumber(ARGV[6])
 
 local now = nowMs()
@@ -32,7 +36,7 @@ local due = rcall('ZRANGEBYSCORE', deadlinesKey, '-inf', now, 'LIMIT', 0, limit)
 for _, taskId in ipairs(due) do
   rcall('ZREM', deadlinesKey, taskId)
   rcall('DEL', derived(S, 'lease', taskId))  -- as a rule gone by its own TTL already
-  local task = getJson(S.tasks, taskId)
+  local task = getJson(S.key.tasks, taskId)
   if task and task.status == 'running' then
     rcall('HDEL', progressKey, task.id)
     count(S, 'lease_expiries')

@@ -2,16 +2,18 @@
   Create a task and, in the same step, reserve a matching free device for it or queue it.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua)
-    KEYS[17]    task_seq        string  counter giving every task its age
-    KEYS[18]    idempotency     hash    idempotency key -> task id
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     task JSON built by the service: id, kind, goal | workflow, max_steps,
                 max_attempts, queue_timeout_ms, target_device | (driver, labels),
                 idempotency_key? with its request_hash, created_by (the operator's name)
                 and creator_token (its token id; absent for the bootstrap admin)
     ARGV[7]     at most this many of a selector's devices are read as a queued task's candidates
     ARGV[8]     actor: the operator's name, on every event of this step
+  Keys it touches besides those of its includes:
+    task_seq     string  counter giving every task its age
+    idempotency  hash    idempotency key -> task id
   Output:
     {0, task JSON, 1, candidates?}  created; when it was queued, why it waits: its candidates
                                     as includes/candidates.lua gives them (the answer needs
@@ -24,12 +26,15 @@
   with `created`, which names its actor.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/placement"
 --- @include "includes/candidates"
-local S = scheduler(KEYS, ARGV)
+--- @include "includes/candidates"
+local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[8])
-local seqKey = KEYS[17]
-local idempotencyKey = KEYS[18]
+local seqKey = S.key.task_seq
+local idempotencyKey = S.key.idempotency
 
 local task = cjson.decode(ARGV[6])
 local now = nowMs()
@@ -37,7 +42,7 @@ local now = nowMs()
 if task.idempotency_key then
   local existingId = rcall('HGET', idempotencyKey, task.idempotency_key)
   if existingId then
-    local existing = getJson(S.tasks, existingId)
+    local existing = getJson(S.key.tasks, existingId)
     if existing.request_hash ~= task.request_hash then
       return {E.IDEMPOTENCY_CONFLICT, existingId}
     end

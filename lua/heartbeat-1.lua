@@ -3,19 +3,21 @@
   complete snapshot it sent, all or nothing.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua)
-    KEYS[17]    hosts             hash  host id -> host record JSON
-    KEYS[18]    host_seen         zset  host id -> last heartbeat (ms), never swept
-    KEYS[19]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
-    KEYS[20]    revoked_tokens    set   SHA-256 digests of revoked host tokens
-    KEYS[21]    host_ids          zset  every host id with a record (score 0, lexicographic)
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     host id
     ARGV[7]     host kind: "static" or "enrolled"
     ARGV[8]     snapshot JSON {agent, devices: [{device_id, driver, status, attributes, labels}]},
                 canonical (sorted), with attributes and labels as JSON strings; a byte-equal
                 repeat of the stored snapshot from an online host only refreshes last-seen
     ARGV[9]     SHA-256 of the credential the request came with (revocation is bound to it)
+  Keys it touches besides those of its includes:
+    hosts             hash  host id -> host record JSON
+    host_seen         zset  host id -> last heartbeat (ms), never swept
+    enrolled_devices  hash  device id -> {host_id, local_id, driver}
+    revoked_tokens    set   SHA-256 digests of revoked host tokens
+    host_ids          zset  every host id with a record (score 0, lexicographic)
   Output:
     {0, draining (0|1)}
     {DEVICE_CONFLICT, device id}  static host: the id belongs to an online host or is enrolled
@@ -33,13 +35,17 @@
   enrolled host's record; a static host's is created by its first accepted heartbeat.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
-local hostsKey = KEYS[17]
-local seenKey = KEYS[18]
-local enrolledKey = KEYS[19]
-local revokedKey = KEYS[20]
-local hostIdsKey = KEYS[21]
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/pool"
+--- @include "includes/placement"
+--- @include "includes/tasks"
+local S = deployment(KEYS, ARGV)
+local hostsKey = S.key.hosts
+local seenKey = S.key.host_seen
+local enrolledKey = S.key.enrolled_devices
+local revokedKey = S.key.revoked_tokens
+local hostIdsKey = S.key.host_ids
 local hostId = ARGV[6]
 local kind = ARGV[7]
 local snapshotJson = ARGV[8]
@@ -50,11 +56,11 @@ if rcall('SISMEMBER', revokedKey, credential) == 1 then
 end
 local now = nowMs()
 local wasOnline = hostOnline(S, hostId, now)
-local previousJson = rcall('HGET', S.snapshots, hostId)
+local previousJson = rcall('HGET', S.key.host_snapshots, hostId)
 if wasOnline and previousJson == snapshotJson then
-  rcall('ZADD', S.online, now, hostId)
+  rcall('ZADD', S.key.hosts_online, now, hostId)
   rcall('ZADD', seenKey, now, hostId)
-  return {0, rcall('SISMEMBER', S.draining, hostId)}
+  return {0, rcall('SISMEMBER', S.key.hosts_draining, hostId)}
 end
 
 -- Read before the snapshot is judged: an enrolled host whose record is gone (Redis lost its
@@ -81,7 +87,7 @@ for _, reported in ipairs(snapshot.devices) do
     if enrolled then
       return {E.DEVICE_CONFLICT, id}
     end
-    local current = getJson(S.devices, id)
+    local current = getJson(S.key.devices, id)
     if current and current.host_id ~= hostId and hostOnline(S, current.host_id, now) then
       return {E.DEVICE_CONFLICT, id}
     end
@@ -113,11 +119,11 @@ end
 if previousJson then
   for _, old in ipairs(cjson.decode(previousJson).devices) do
     local id = old.device_id
-    local current = getJson(S.devices, id)
+    local current = getJson(S.key.devices, id)
     if not reportedIds[id] and current and current.host_id == hostId then
       unpoolDevice(S, id, current)
-      local holder = rcall('HGET', S.reservations, id)
-      local task = holder and getJson(S.tasks, holder)
+      local holder = rcall('HGET', S.key.reservations, id)
+      local task = holder and getJson(S.key.tasks, holder)
       if task and task.status == 'assigned' then
         unassignTask(S, task, now, 'device_gone')
       end
@@ -133,12 +139,12 @@ for _, reported in ipairs(snapshot.devices) do
     status = reported.status,
     attributes = reported.attributes,
     labels = deviceLabels(reported.labels),
-  }, getJson(S.devices, id))
+  }, getJson(S.key.devices, id))
 end
 
-rcall('ZADD', S.online, now, hostId)
+rcall('ZADD', S.key.hosts_online, now, hostId)
 rcall('ZADD', seenKey, now, hostId)
-rcall('HSET', S.snapshots, hostId, snapshotJson)
+rcall('HSET', S.key.host_snapshots, hostId, snapshotJson)
 if not hostRecord then
   putJson(hostsKey, hostId, {kind = kind, created_at = now})
   rcall('ZADD', hostIdsKey, 0, hostId)
@@ -153,4 +159,4 @@ end
 for _, reported in ipairs(snapshot.devices) do
   refreshDevice(S, reported.device_id, now, nil, false, not wasOnline)
 end
-return {0, rcall('SISMEMBER', S.draining, hostId)}
+return {0, rcall('SISMEMBER', S.key.hosts_draining, hostId)}

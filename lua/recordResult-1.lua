@@ -3,11 +3,9 @@
   failure requeues the task as the next attempt while attempts remain.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua)
-    KEYS[17]    lease_deadlines  zset  task id -> its running lease's expiry (ms)
-    KEYS[18]    progress         hash  task id -> latest progress JSON
-    KEYS[19]    revoked_tokens   set   SHA-256 digests of revoked host tokens
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     host id
     ARGV[7]     task id
     ARGV[8]     attempt
@@ -15,6 +13,10 @@
     ARGV[10]    result JSON {status, failure_reason, metadata, retryable?} as the service
                 normalised it
     ARGV[11]    SHA-256 of the credential the request came with (revocation is bound to it)
+  Keys it touches besides those of its includes:
+    lease_deadlines  zset  task id -> its running lease's expiry (ms)
+    progress         hash  task id -> latest progress JSON
+    revoked_tokens   set   SHA-256 digests of revoked host tokens
   Output:
     {0, recorded at (ms), 0, task status}  recorded now; the status is what the task became
                                            (`queued` when a retryable failure requeued it)
@@ -36,11 +38,13 @@
   cancel was requested is never retried.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
-local deadlinesKey = KEYS[17]
-local progressKey = KEYS[18]
-local revokedKey = KEYS[19]
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/tasks"
+local S = deployment(KEYS, ARGV)
+local deadlinesKey = S.key.lease_deadlines
+local progressKey = S.key.progress
+local revokedKey = S.key.revoked_tokens
 local hostId = ARGV[6]
 local taskId = ARGV[7]
 local attempt = tonumber(ARGV[8])
@@ -48,7 +52,7 @@ local leaseId = ARGV[9]
 local resultJson = ARGV[10]
 local credential = ARGV[11]
 
-local task = getJson(S.tasks, taskId)
+local task = getJson(S.key.tasks, taskId)
 local lease, failure = presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
 if not lease then
   return {failure}

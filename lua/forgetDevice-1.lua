@@ -4,13 +4,15 @@
   told `unknown_device`.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua)
-    KEYS[17]    enrolled_devices  hash  device id -> {host_id, local_id, driver}
-    KEYS[18]    local_devices     hash  "host id\0local id" -> {device_id, driver}
-    KEYS[19]    hosts             hash  host id -> host record JSON
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     device id
     ARGV[7]     actor: the operator's name, on the `device_forgotten` event
+  Keys it touches besides those of its includes:
+    enrolled_devices  hash  device id -> {host_id, local_id, driver}
+    local_devices     hash  "host id\0local id" -> {device_id, driver}
+    hosts             hash  host id -> host record JSON
   Output:
     {0}
     {NOT_FOUND}    not an enrolled device (static hosts' devices are not enrolled)
@@ -21,26 +23,28 @@
   runs stay readable for the retention window, then expire. The feed hears `device_forgotten`.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/pool"
+local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[7])
-local enrolledKey = KEYS[17]
-local localKey = KEYS[18]
-local hostsKey = KEYS[19]
+local enrolledKey = S.key.enrolled_devices
+local localKey = S.key.local_devices
+local hostsKey = S.key.hosts
 local deviceId = ARGV[6]
 
 local enrolled = getJson(enrolledKey, deviceId)
 if not enrolled then
   return {E.NOT_FOUND}
 end
-if rcall('HEXISTS', S.reservations, deviceId) == 1 then
+if rcall('HEXISTS', S.key.reservations, deviceId) == 1 then
   return {E.DEVICE_BUSY}
 end
-local current = getJson(S.devices, deviceId)
+local current = getJson(S.key.devices, deviceId)
 if current then
   unpoolDevice(S, deviceId, current)
 end
-rcall('HDEL', S.disabled, deviceId)
+rcall('HDEL', S.key.disabled_devices, deviceId)
 rcall('HDEL', enrolledKey, deviceId)
 rcall('HDEL', localKey, indexMember(enrolled.host_id, enrolled.local_id))
 local host = getJson(hostsKey, enrolled.host_id)
@@ -50,7 +54,7 @@ if host and host.devices_enrolled then
 end
 -- The host's stored snapshot forgets it too, so its next heartbeat that still reports the id is
 -- not a byte-equal repeat: it is checked in full and told unknown_device.
-local raw = rcall('HGET', S.snapshots, enrolled.host_id)
+local raw = rcall('HGET', S.key.host_snapshots, enrolled.host_id)
 if raw then
   local snapshot = cjson.decode(raw)
   local kept = {}
@@ -60,7 +64,7 @@ if raw then
     end
   end
   snapshot.devices = kept
-  rcall('HSET', S.snapshots, enrolled.host_id, cjson.encode(snapshot))
+  rcall('HSET', S.key.host_snapshots, enrolled.host_id, cjson.encode(snapshot))
 end
 rcall('PEXPIRE', derived(S, 'device_runs', deviceId), S.retentionMs)
 publish(S, {type = 'device_forgotten', device_id = deviceId, host_id = enrolled.host_id, at = nowMs()})

@@ -3,8 +3,9 @@
   finishes), or undrain it (its devices take work again at once).
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua)
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     host id
     ARGV[7]     "1" to drain, "0" to undrain
     ARGV[8]     actor: the operator's name, on every event of this step
@@ -16,8 +17,10 @@
   drain finds nothing, whichever process serves it.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/hosts"
+local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[8])
 local hostId = ARGV[6]
 local drain = ARGV[7] == '1'
@@ -25,12 +28,12 @@ local drain = ARGV[7] == '1'
 local now = nowMs()
 local changed
 if drain then
-  changed = rcall('SADD', S.draining, hostId)
+  changed = rcall('SADD', S.key.hosts_draining, hostId)
   if changed == 1 then
     pauseHost(S, hostId, now, 'drain', false)
   end
 else
-  changed = rcall('SREM', S.draining, hostId)
+  changed = rcall('SREM', S.key.hosts_draining, hostId)
   if changed == 1 then
     resumeHost(S, hostId, now)
   end

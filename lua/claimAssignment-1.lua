@@ -2,11 +2,9 @@
   Claim the oldest assignment queued for a host: move it to running under a fresh lease.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua)
-    KEYS[17]    lease_deadlines  zset  task id -> its running lease's expiry (ms)
-    KEYS[18]    claims           hash  "host id\0claim id" -> the assignment JSON it returned
-    KEYS[19]    revoked_tokens   set   SHA-256 digests of revoked host tokens
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     host id
     ARGV[7]     claim id chosen by the agent, or "" for none
     ARGV[8]     lease id for a new lease (minted by the service)
@@ -14,6 +12,10 @@
     ARGV[10]    SHA-256 of the credential the request came with (revocation is bound to it)
     ARGV[11]    id of the process serving the poll, or "" when the poll will not wait
     ARGV[12]    how long the poll will wait if it finds nothing (ms)
+  Keys it touches besides those of its includes:
+    lease_deadlines  zset  task id -> its running lease's expiry (ms)
+    claims           hash  "host id\0claim id" -> the assignment JSON it returned
+    revoked_tokens   set   SHA-256 digests of revoked host tokens
   Output:
     {0, assignment JSON, ms the attempt waited from queued to claimed}  claimed now
     {0, assignment JSON, -1}  the same assignment again for a repeated claim id whose lease is
@@ -34,11 +36,15 @@
   out): its devices take work again in this step.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
-local deadlinesKey = KEYS[17]
-local claimsKey = KEYS[18]
-local revokedKey = KEYS[19]
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/placement"
+--- @include "includes/wakeups"
+--- @include "includes/hosts"
+local S = deployment(KEYS, ARGV)
+local deadlinesKey = S.key.lease_deadlines
+local claimsKey = S.key.claims
+local revokedKey = S.key.revoked_tokens
 local hostId = ARGV[6]
 local claimId = ARGV[7]
 local leaseId = ARGV[8]
@@ -56,7 +62,7 @@ if claimId ~= '' then
   local earlier = rcall('HGET', claimsKey, claimField)
   if earlier then
     local assignment = cjson.decode(earlier)
-    local leased = getJson(S.tasks, assignment.task_id)
+    local leased = getJson(S.key.tasks, assignment.task_id)
     local deadline = rcall('ZSCORE', deadlinesKey, assignment.task_id)
     local now = nowMs()
     if not leased or leased.status ~= 'running' or leased.lease_id ~= assignment.lease_id
@@ -74,25 +80,20 @@ if claimId ~= '' then
 end
 
 local now = nowMs()
-if rcall('SREM', S.stalled, hostId) == 1 then
+if rcall('SREM', S.key.hosts_stalled, hostId) == 1 then
   resumeHost(S, hostId, now)
 end
 
 local taskId = rcall('LPOP', derived(S, 'assigned', hostId))
 if not taskId then
   if processId ~= '' and waitMs > 0 then
-    -- Register the poll, and keep the key at least as long as its longest registration.
-    local polls = derived(S, 'polls', hostId)
-    rcall('ZADD', polls, now + waitMs, processId)
-    if rcall('PTTL', polls) < waitMs then
-      rcall('PEXPIRE', polls, waitMs)
-    end
+    registerPoll(S, hostId, processId, waitMs, now)
   end
   return {0, false}
 end
 
-local task = getJson(S.tasks, taskId)
-rcall('ZREM', S.claimDeadlines, task.id)
+local task = getJson(S.key.tasks, taskId)
+rcall('ZREM', S.key.claim_deadlines, task.id)
 local previous = task.status
 task.status = 'running'
 task.lease_id = leaseId

@@ -4,10 +4,11 @@
   to be placed on another device.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua); KEYS[6] hosts_online is the index
-                this sweep reads
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     at most this many hosts per call
+  The index this sweep reads: hosts_online.
   Output:
     {0, number of hosts taken offline}
 
@@ -16,12 +17,14 @@
   false, until it reports again.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/hosts"
+local S = deployment(KEYS, ARGV)
 local limit = tonumber(ARGV[6])
 
 local now = nowMs()
-local stale = rcall('ZRANGEBYSCORE', S.online, '-inf', now - S.offlineAfterMs, 'LIMIT', 0, limit)
+local stale = rcall('ZRANGEBYSCORE', S.key.hosts_online, '-inf', now - S.offlineAfterMs, 'LIMIT', 0, limit)
 for _, hostId in ipairs(stale) do
   detachHost(S, hostId, now, 'host_offline', false)
   publish(S, {type = 'host_offline', host_id = hostId, at = now})

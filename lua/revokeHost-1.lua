@@ -6,15 +6,17 @@
   host whose token is changed in configuration works again with the new token.
 
   Input:
-    KEYS[1..16] the scheduling keys (includes/schedule.lua)
-    KEYS[17]    hosts           hash  host id -> host record JSON
-    KEYS[18]    revoked_tokens  set   SHA-256 digests of revoked host tokens
-    KEYS[19]    host_tokens     hash  SHA-256 of a host token -> host id
-    ARGV[1..5]  the scheduling arguments
+    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
+                derived from the key base, ARGV[3] (includes/deployment.lua)
+    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
     ARGV[6]     host id
     ARGV[7]     a static host's configured token digest (it may have no record yet), "" for an
                 enrolled host (its record holds the digest)
     ARGV[8]     actor: the operator's name, on every event of this step
+  Keys it touches besides those of its includes:
+    hosts           hash  host id -> host record JSON
+    revoked_tokens  set   SHA-256 digests of revoked host tokens
+    host_tokens     hash  SHA-256 of a host token -> host id
   Output:
     {0, host record JSON}
     {NOT_FOUND}
@@ -23,12 +25,14 @@
   audit) but no longer authenticate.
 ]]
 --- @include "includes/common"
---- @include "includes/schedule"
-local S = scheduler(KEYS, ARGV)
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/hosts"
+local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[8])
-local hostsKey = KEYS[17]
-local revokedKey = KEYS[18]
-local hostTokensKey = KEYS[19]
+local hostsKey = S.key.hosts
+local revokedKey = S.key.revoked_tokens
+local hostTokensKey = S.key.host_tokens
 local hostId = ARGV[6]
 local staticDigest = ARGV[7]
 
@@ -50,7 +54,7 @@ else
   end
 end
 detachHost(S, hostId, now, 'host_revoked', true)
-rcall('HDEL', S.snapshots, hostId)
+rcall('HDEL', S.key.host_snapshots, hostId)
 if newly then
   publish(S, {type = 'host_revoked', host_id = hostId, at = now})
 end

@@ -1,0 +1,66 @@
+--[[
+  The deployment a scheduling script runs in: its keys and its settings, as one table `S` that
+  every function of the scheduling includes takes first (so nothing in them reads KEYS or ARGV).
+
+  A script that includes this file takes one key and the deployment's settings first, and builds
+  `S` with `local S = deployment(KEYS, ARGV)`:
+    KEYS[1] tasks: the deployment's task records. It names the slot the call runs on; every key
+            the script touches is derived from the key base (ARGV[3]) and carries the same hash
+            tag, so it lives in that slot too (Redis Cluster included).
+    ARGV[1] host offline threshold (ms since last heartbeat)
+    ARGV[2] how long a process's inbox lives after a wake-up is pushed onto it (ms)
+    ARGV[3] key base: the deployment's prefix and ':' (`tether:{default}:`)
+    ARGV[4] claim timeout (ms)
+    ARGV[5] retention of terminal tasks (ms)
+
+  Functions:
+    deployment(KEYS, ARGV)  the table S
+    derived(S, kind, id)    the key of one host, driver, device or process
+
+  Keys, named once, in coordinator/keys.py; the names arrive generated as KEY_NAMES and KEY_KINDS
+  (coordinator/scripts.py, lua_constants), and docs/redis-keys.md documents each:
+    S.key.<name>             a fixed key of the deployment: base .. name (`S.key.hosts_online`)
+    derived(S, kind, id)     a key of one id: base .. kind .. ':' .. id (`derived(S, 'assigned',
+                             hostId)`), so an operator reads each with one redis-cli command
+
+  Invariants kept: every key a script touches is base .. a name of keys.py (an unknown name or
+  kind is an error, never a key of its own); KEYS[1] is the deployment's own `tasks` key, so the
+  call is routed to the slot of the keys it touches.
+]]
+
+-- The fixed keys of one base, each built on first use: a script touches a few of them.
+local function fixedKeys(base)
+  return setmetatable({}, {__index = function(built, name)
+    local suffix = KEY_NAMES[name]
+    if not suffix then
+      error('no key named ' .. tostring(name) .. ' in coordinator/keys.py')
+    end
+    local key = base .. suffix
+    built[name] = key
+    return key
+  end})
+end
+
+local function deployment(keys, args)
+  local S = {
+    offlineAfterMs = tonumber(args[1]),
+    inboxTtlMs = tonumber(args[2]),
+    base = args[3],
+    claimTimeoutMs = tonumber(args[4]),
+    retentionMs = tonumber(args[5]),
+    key = fixedKeys(args[3]),
+  }
+  if keys[1] ~= S.key.tasks then
+    error('KEYS[1] must be the tasks key of the key base ' .. tostring(args[3]))
+  end
+  return S
+end
+
+-- The key of one host, driver, device or process (base .. kind .. ':' .. id).
+local function derived(S, kind, id)
+  local name = KEY_KINDS[kind]
+  if not name then
+    error('no key kind ' .. tostring(kind) .. ' in coordinator/keys.py')
+  end
+  return S.base .. name .. ':' .. id
+end

@@ -1,0 +1,50 @@
+--[[
+  A host's standing changes: it may take no new work for now (drained by an operator, stalled by
+  a claim timeout), takes work again, or is gone (silent past the offline threshold, revoked).
+
+  Functions (each takes the deployment, includes/deployment.lua, first):
+    pauseHost(S, hostId, now, reason, dropDevices)   its devices leave `free` (or the pool) and
+                                                     its unclaimed assignments go back to the queue
+    resumeHost(S, hostId, now)                       each of its devices is reconsidered, and fed
+    detachHost(S, hostId, now, reason, dropDevices)  it leaves `hosts_online`, and is paused
+
+  Invariants kept: a paused or detached host has no device in `free` and no assignment waiting
+  for its claim, so a claim that runs after it finds nothing; a resumed host's free devices each
+  take the oldest waiting task they match.
+]]
+--- @include "includes/deployment"
+--- @include "includes/pool"
+--- @include "includes/placement"
+--- @include "includes/tasks"
+
+local function pauseHost(S, hostId, now, reason, dropDevices)
+  for _, deviceId in ipairs(hostDeviceIds(S, hostId)) do
+    local current = getJson(S.key.devices, deviceId)
+    if current and current.host_id == hostId then
+      if dropDevices then
+        unpoolDevice(S, deviceId, current)
+      else
+        rcall('ZREM', S.key.free, freeMember(current.driver, deviceId))
+      end
+    end
+  end
+  local taskIds = rcall('LRANGE', derived(S, 'assigned', hostId), 0, -1)
+  for _, taskId in ipairs(taskIds) do
+    unassignTask(S, getJson(S.key.tasks, taskId), now, reason)
+  end
+  return #taskIds
+end
+
+local function resumeHost(S, hostId, now)
+  for _, deviceId in ipairs(hostDeviceIds(S, hostId)) do
+    local current = getJson(S.key.devices, deviceId)
+    if current and current.host_id == hostId then
+      refreshDevice(S, deviceId, now)
+    end
+  end
+end
+
+local function detachHost(S, hostId, now, reason, dropDevices)
+  rcall('ZREM', S.key.hosts_online, hostId)
+  pauseHost(S, hostId, now, reason, dropDevices)
+end

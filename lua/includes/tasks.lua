@@ -1,0 +1,83 @@
+--[[
+  A task leaving its device: a result or an expiry ends its attempt, a requeue puts it back in
+  its queue (the same attempt, or the next), and the device it held takes other work.
+
+  Functions (each takes the deployment, includes/deployment.lua, first, but nextAttempt):
+    dropReservation(S, task)                 the task no longer holds its device
+    releaseDevice(S, task, now, finished)    drop it, and let the device take other work
+    finishTask(S, task, previous, now)       a terminal status: saved, deleted after retention
+    nextAttempt(task, now)                   a new attempt starts its wait
+    requeueTask(S, task, now, kind, reason)  a task that held a device goes back to its queue
+    unassignTask(S, task, now, reason)       an assignment its host will not claim goes back
+
+  Invariants kept: a task leaves its device and reaches its next state (queued, or terminal with
+  a retention deadline) in one step, recording its event; a requeued task is placed before its
+  old device is freed, so it never waits behind that device; a terminal task holds no device.
+]]
+--- @include "includes/common"
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/placement"
+
+local function dropReservation(S, task)
+  local deviceId = task.device_id
+  if deviceId and rcall('HGET', S.key.reservations, deviceId) == task.id then
+    rcall('HDEL', S.key.reservations, deviceId)
+    return deviceId, true
+  end
+  return deviceId, false
+end
+
+local function releaseDevice(S, task, now, finished)
+  local deviceId, released = dropReservation(S, task)
+  if not deviceId then
+    return
+  end
+  local device = nil
+  if finished then
+    device = getJson(S.key.devices, deviceId)
+    if device and device.status == 'busy' then
+      device.status = 'available'
+      putJson(S.key.devices, deviceId, device)
+    end
+  end
+  refreshDevice(S, deviceId, now, device, released)
+end
+
+local function finishTask(S, task, previous, now)
+  task.finished_at = now
+  task.updated_at = now
+  saveTask(S, task, previous)
+  rcall('ZADD', S.key.retention, now + S.retentionMs, task.id)
+end
+
+local function nextAttempt(task, now)
+  task.attempt = task.attempt + 1
+  task.queued_at = now
+  if task.queue_timeout_ms then
+    task.queue_deadline = now + task.queue_timeout_ms
+  end
+end
+
+local function requeueTask(S, task, now, kind, reason)
+  local deviceId, released = dropReservation(S, task)
+  local previous = task.status
+  task.status = 'queued'
+  taskEvent(S, task, kind, now, reason)
+  task.device_id = nil
+  task.host_id = nil
+  task.lease_id = nil
+  task.updated_at = now
+  placeTask(S, task, now)
+  -- Saved before its old device is refreshed: feeding that device may read it from its queue.
+  saveTask(S, task, previous)
+  if deviceId then
+    refreshDevice(S, deviceId, now, nil, released)
+  end
+end
+
+local function unassignTask(S, task, now, reason)
+  rcall('LREM', derived(S, 'assigned', task.host_id), 1, task.id)
+  rcall('ZREM', S.key.claim_deadlines, task.id)
+  requeueTask(S, task, now, 'unassigned', reason)
+end
