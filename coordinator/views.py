@@ -200,7 +200,7 @@ _EVENT_FIELDS = ("task_id", "attempt", "host_id", "device_id", "reason", "status
 
 
 def event_view(event: dict[str, Any]) -> dict[str, Any]:
-    """A task event as the scripts wrote it (lua/includes/schedule.lua ``taskEvent``)."""
+    """A task event as the scripts wrote it (lua/includes/events.lua ``taskEvent``)."""
     return {"at": iso_ms(event.get("at")), "type": event.get("type"), **{f: event.get(f) for f in _EVENT_FIELDS}}
 
 

@@ -23,7 +23,7 @@ _ONLINE, _DRAINING, _STALLED = 1, 2, 4
 
 
 def labels_match(wanted: dict[str, str], have: dict[str, str]) -> bool:
-    """Every wanted label present with the same value (the scheduler's rule, schedule.lua)."""
+    """Every wanted label present with the same value (the scheduler's rule, lua/includes/pool.lua)."""
     return all(have.get(name) == value for name, value in wanted.items())
 
 
