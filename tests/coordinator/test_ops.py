@@ -31,6 +31,39 @@ def test_every_script_documents_its_keys_and_declares_their_number() -> None:
         assert used == set(range(1, declared + 1)), path.name
 
 
+def _header(text: str) -> str:
+    return f"--[[\n  {text}\n  Input: Output: Invariant: none\n]]\n"
+
+
+def test_includes_load_once_each_after_the_includes_they_name(tmp_path: Path) -> None:
+    """An include may name includes of its own: the library defines each once, at its top, every
+    one after those it names, whichever script names it first."""
+    includes = tmp_path / "includes"
+    includes.mkdir()
+    (includes / "a.lua").write_text("local function fromA() return 1 end\n")
+    (includes / "b.lua").write_text('--- @include "includes/a"\nlocal function fromB() return fromA() end\n')
+    (includes / "c.lua").write_text('--- @include "includes/b"\n--- @include "includes/a"\n'
+                                    "local function fromC() return fromB() end\n")
+    (tmp_path / "first-0.lua").write_text(_header("first") + '--- @include "includes/c"\nreturn fromC()\n')
+    (tmp_path / "second-0.lua").write_text(_header("second") + '--- @include "includes/a"\n'
+                                           '--- @include "includes/b"\nreturn fromB()\n')
+    source = load_scripts(tmp_path)["first"].library.source
+    assert [source.count(f"local function from{n}(") for n in "ABC"] == [1, 1, 1]
+    assert source.index("function fromA(") < source.index("function fromB(") < source.index("function fromC(")
+
+
+def test_every_helper_of_the_library_is_defined_before_it_is_called() -> None:
+    """The library's helpers are locals: one called above its definition would be an undefined
+    global when the script runs, on whichever path reaches it first."""
+    source = next(iter(load_scripts().values())).library.source
+    code = re.sub(r"--\[\[.*?\]\]", "", source, flags=re.DOTALL)
+    code = re.sub(r"--[^\n]*", "", code)
+    defined = {m.group(1): m.start() for m in re.finditer(r"^local function (\w+)", code, re.MULTILINE)}
+    assert {"deployment", "taskEvent", "placeTask", "requeueTask", "pauseHost", "wakePolls"} <= set(defined)
+    early = [name for name, at in defined.items() for m in re.finditer(rf"\b{name}\(", code) if m.start() < at]
+    assert early == []
+
+
 def test_installed_package_ships_the_dashboard(tmp_path: Path) -> None:
     # Outside the checkout: every file the dashboard serves is in the installed package.
     code = ("from importlib import resources; from coordinator import ui_api; "
