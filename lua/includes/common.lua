@@ -5,8 +5,19 @@
 
   Defined above every include, generated from Python as the library loads (coordinator/scripts.py,
   lua_constants), so the two sides cannot differ: E (coordinator.errors.ScriptError, the failure
-  codes), TASK_EVENTS_KEPT, DEVICE_RUNS_KEPT and FEED_EVENTS_KEPT (wire: what is kept), and
-  STATUS_CODES and STATUS_SPAN (coordinator.keys: the status index's scores).
+  codes), TASK_EVENTS_KEPT, DEVICE_RUNS_KEPT and FEED_EVENTS_KEPT (wire: what is kept),
+  STATUS_CODES and STATUS_SPAN (coordinator.keys: the status index's scores), and KEY_NAMES and
+  KEY_KINDS (coordinator.keys: the names keys are derived by, includes/deployment.lua).
+
+  The other includes, by concern, each opening with what it holds and the invariants it keeps:
+    deployment  the keys (derived from the key base) and settings a scheduling script runs with
+    events      a task's history, the feed, the actor, a device's runs, the counters
+    pool        the devices hosts report; whether a host is online and schedulable
+    wakeups     waiting polls registered, and woken through their process's inbox
+    placement   which device runs which task: queues, `free`, reservations, assignment
+    tasks       a task leaving its device: finished, requeued, unassigned
+    hosts       a host paused (drained, stalled), resumed, or detached (offline, revoked)
+    candidates  why a queued task waits
 ]]
 -- redis.call, bound by each function as it starts (coordinator/scripts.py): while Redis loads the
 -- library, where these helpers are defined, it offers no redis.call yet.

@@ -17,6 +17,8 @@
 --- @include "includes/placement"
 --- @include "includes/tasks"
 
+-- A host that may take no new work for now (drained, stalled): its devices leave `free`, and
+-- the assignments it had not claimed return to the queue to be placed on other hosts' devices.
 local function pauseHost(S, hostId, now, reason, dropDevices)
   for _, deviceId in ipairs(hostDeviceIds(S, hostId)) do
     local current = getJson(S.key.devices, deviceId)
@@ -35,6 +37,7 @@ local function pauseHost(S, hostId, now, reason, dropDevices)
   return #taskIds
 end
 
+-- A host that may take work again: each of its devices is reconsidered (and fed).
 local function resumeHost(S, hostId, now)
   for _, deviceId in ipairs(hostDeviceIds(S, hostId)) do
     local current = getJson(S.key.devices, deviceId)
@@ -44,6 +47,8 @@ local function resumeHost(S, hostId, now)
   end
 end
 
+-- A host that is gone (silent, or revoked): it leaves hosts_online, and is paused; a revoked
+-- host's devices also leave the pool (`dropDevices`).
 local function detachHost(S, hostId, now, reason, dropDevices)
   rcall('ZREM', S.key.hosts_online, hostId)
   pauseHost(S, hostId, now, reason, dropDevices)

@@ -31,6 +31,7 @@
 --- @include "includes/pool"
 --- @include "includes/wakeups"
 
+-- Write a task back, moving it in the status index when its status changed; its JSON.
 local function saveTask(S, task, previousStatus)
   if previousStatus ~= task.status then
     rcall('ZADD', S.key.tasks_by_status, statusScore(task.status, task.seq), task.id)
@@ -40,6 +41,7 @@ local function saveTask(S, task, previousStatus)
   return encoded
 end
 
+-- The queue a queued task waits in: its device's, or its driver's.
 local function waitingKey(S, task)
   if task.target_device then
     return derived(S, 'waiting_device', task.target_device)
@@ -47,6 +49,8 @@ local function waitingKey(S, task)
   return derived(S, 'waiting', task.driver)
 end
 
+-- Give a task a device that is not in `free` (taken from it, or just released); the caller
+-- saves the task.
 local function assignTask(S, task, deviceId, device, now)
   rcall('HSET', S.key.reservations, deviceId, task.id)
   task.status = 'assigned'
@@ -59,6 +63,8 @@ local function assignTask(S, task, deviceId, device, now)
   wakePolls(S, device.host_id, now)
 end
 
+-- A free device matching the task, taken out of `free`, or nil. Devices of hosts gone offline
+-- but not yet swept by the reaper are skipped.
 local function findDeviceFor(S, task, now)
   if task.target_device then
     local device = getJson(S.key.devices, task.target_device)
@@ -86,6 +92,8 @@ local function findDeviceFor(S, task, now)
   end
 end
 
+-- Put a queued task on a free device now, or in its waiting index with its queue deadline
+-- (the caller saves the task).
 local function placeTask(S, task, now)
   local deviceId, device = findDeviceFor(S, task, now)
   if deviceId then
@@ -103,6 +111,8 @@ local function unqueueTask(S, task)
   rcall('ZREM', S.key.queue_deadlines, task.id)
 end
 
+-- Hand a device that just became free the oldest waiting task that matches it: the oldest of
+-- the tasks aimed at it, or an older task of its driver whose labels it matches.
 local function feedDevice(S, deviceId, device, now)
   local directKey = derived(S, 'waiting_device', deviceId)
   local direct = rcall('ZRANGE', directKey, 0, 0, 'WITHSCORES')
@@ -141,6 +151,11 @@ local function feedDevice(S, deviceId, device, now)
   return true
 end
 
+-- Recompute a device's membership of `free`; a device that becomes free is fed at once.
+-- `device` is its record when the caller has just read it; `released` says its reservation was
+-- dropped in this step, so it is neither reserved nor (a reserved device never is) in `free`;
+-- `hostReturned` says its host was not online before this step, so being in `free` meant
+-- nothing to placement (hostOnline is what every reader checks) and the device is fed anew.
 local function refreshDevice(S, deviceId, now, device, released, hostReturned)
   device = device or getJson(S.key.devices, deviceId)
   if not device then

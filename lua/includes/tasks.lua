@@ -19,6 +19,8 @@
 --- @include "includes/events"
 --- @include "includes/placement"
 
+-- Remove the task's reservation of its device (if it still holds it); the device id, or nil,
+-- and whether the reservation was dropped.
 local function dropReservation(S, task)
   local deviceId = task.device_id
   if deviceId and rcall('HGET', S.key.reservations, deviceId) == task.id then
@@ -28,6 +30,9 @@ local function dropReservation(S, task)
   return deviceId, false
 end
 
+-- Drop a task's hold on its device and let the device take other work.
+-- `finished` marks a device the agent reported busy as available again: the agent has just told
+-- us the work that made it busy is over, and waiting for its next heartbeat would idle it.
 local function releaseDevice(S, task, now, finished)
   local deviceId, released = dropReservation(S, task)
   if not deviceId then
@@ -44,6 +49,7 @@ local function releaseDevice(S, task, now, finished)
   refreshDevice(S, deviceId, now, device, released)
 end
 
+-- A task reaches a terminal status: it is saved, and deleted once the retention has passed.
 local function finishTask(S, task, previous, now)
   task.finished_at = now
   task.updated_at = now
@@ -51,6 +57,7 @@ local function finishTask(S, task, previous, now)
   rcall('ZADD', S.key.retention, now + S.retentionMs, task.id)
 end
 
+-- A new attempt starts its wait: a fresh queue deadline, and the clock of schedule-to-start.
 local function nextAttempt(task, now)
   task.attempt = task.attempt + 1
   task.queued_at = now
@@ -59,6 +66,9 @@ local function nextAttempt(task, now)
   end
 end
 
+-- Put a task that held a device back in the queue (same attempt unless the caller bumped it),
+-- recording `kind` with `reason` (the event still names the host and device it leaves), and
+-- placing it before its old device is freed so it does not wait behind that device.
 local function requeueTask(S, task, now, kind, reason)
   local deviceId, released = dropReservation(S, task)
   local previous = task.status
@@ -76,6 +86,8 @@ local function requeueTask(S, task, now, kind, reason)
   end
 end
 
+-- An assigned task whose host will not claim it (host offline, device gone, claim timeout,
+-- drain, disable) returns to the queue, same attempt.
 local function unassignTask(S, task, now, reason)
   rcall('LREM', derived(S, 'assigned', task.host_id), 1, task.id)
   rcall('ZREM', S.key.claim_deadlines, task.id)
