@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
 import wire
 from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.keys import Keys

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 
 from coordinator.autopipeline import AutoPipeline, AutoPipelined
 from coordinator.errors import Unavailable
+from coordinator.resp import encode_command, send_packed
 
 
 @dataclass(frozen=True)
@@ -110,11 +112,14 @@ class PlainTransport:
 
 
 class AutoPipelinedTransport(PlainTransport):
-    """A single node whose script calls and pipelines of one event-loop turn share a write."""
+    """A single node whose script calls and pipelines of one event-loop turn share a write, and
+    whose blocking pop is written and read directly on a connection of the pool it holds (both
+    write on redis-py's connections, which ``COORDINATOR_AUTOPIPELINE=false`` turns off)."""
 
     def __init__(self, client: Redis) -> None:
         super().__init__(client)
         self._auto = AutoPipeline(client)
+        self._held: AbstractConnection | None = None
 
     async def fcall(self, function: str, keys: Sequence[Any], args: Sequence[Any],
                     durability: Durability = NO_WAIT) -> Any:
@@ -124,3 +129,20 @@ class AutoPipelinedTransport(PlainTransport):
 
     def pipeline(self) -> Any:
         return AutoPipelined(self.client, self._auto)
+
+    async def blocking_pop(self, key: str, timeout: float, count: int) -> list[bytes]:
+        # Not through redis-py's command path (the single-connection client's lock, retries,
+        # hooks, callbacks), which ran between a wake-up's arrival and the poll it wakes. A
+        # failed or cancelled read drops the connection (its reply may still come); the next
+        # pop opens it again.
+        if self._held is None:
+            self._held = await self.client.connection_pool.get_connection()
+        await send_packed(self._held, encode_command(("BLMPOP", timeout, 1, key, "LEFT", "COUNT", count)))
+        popped = await self._held.read_response()  # bounded by the socket timeout
+        return [] if popped is None else popped[1]
+
+    async def aclose(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await self.client.connection_pool.release(held)
+        await super().aclose()

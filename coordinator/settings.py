@@ -42,8 +42,9 @@ class Settings(BaseSettings):
     # feed watchers: two of them block, one on the wake-up inbox and one on the feed.
     redis_max_connections: int = Field(default=8, ge=3)
     # On a single node, the script calls and reads that requests issue in one turn of the event
-    # loop share one write to Redis (coordinator/autopipeline.py). It writes to redis-py's
-    # connections directly; false sends every call through redis-py's own client instead.
+    # loop share one write to Redis (coordinator/autopipeline.py), and the wake-up inbox's pop is
+    # written and read directly on a held connection. Both write to redis-py's connections
+    # directly; false sends every call through redis-py's own client instead.
     autopipeline: bool = True
     # Acknowledge a state change only once this many replicas confirm it (Redis WAIT), so a
     # failover cannot lose it; 0 acknowledges as soon as the master ran it.

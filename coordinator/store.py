@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
 from coordinator.auth import HostPrincipal
 from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.errors import error_for

@@ -161,11 +161,13 @@ async def test_a_blocking_pop_never_waits_behind_calls_nor_they_behind_it(
     await asyncio.gather(waiting, return_exceptions=True)
 
 
-async def test_a_blocking_pop_whose_connection_is_killed_fails_and_the_next_one_works(prefix: str) -> None:
+@pytest.mark.parametrize("single_node", [AutoPipelinedTransport, PlainTransport])
+async def test_a_blocking_pop_whose_connection_is_killed_fails_and_the_next_one_works(
+        prefix: str, single_node: type[PlainTransport]) -> None:
     """A Redis restart kills the popping connection: that pop fails (or redis-py retries it), and
     the next pop opens a connection again."""
     name = "seam-" + prefix[-16:-4]
-    transport = PlainTransport(aioredis.Redis.from_url(REAL_REDIS_URL, client_name=name))
+    transport = single_node(aioredis.Redis.from_url(REAL_REDIS_URL, client_name=name))
     killer = aioredis.Redis.from_url(REAL_REDIS_URL)
     inbox = f"{prefix}:inbox"
 
