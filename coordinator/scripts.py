@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
