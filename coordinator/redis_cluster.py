@@ -82,15 +82,17 @@ class ClusterTransport:
                 lambda: self._on_slot_master(keys[0], command, ("WAIT", durability.replicas, durability.timeout_ms)))
             return acknowledged(reply, acked, durability)
         # Sent to the node holding the keys (redis-py would ask a node for FCALL's keys first:
-        # COMMAND GETKEYS, a round trip before every call). Named nodes get no retries from
-        # redis-py, so a lost node or a moved slot is retried here, once the map is learned again.
+        # COMMAND GETKEYS, a round trip before every call). redis-py follows MOVED and ASK for
+        # a named node too, but retries nothing else: a lost node or a cluster that is down is
+        # retried here as redis-py retries them (the same errors, as many times), once the map
+        # is learned again.
         attempts = 1 + self.client.retry.get_retries()
         for attempt in range(attempts):
             try:
                 return await self.client.execute_command(
                     *command, target_nodes=self.client.get_node_from_key(keys[0]))
-            except tuple(self.client.ERRORS_ALLOW_RETRY):
-                if attempt + 1 == attempts:
+            except Exception as exc:
+                if type(exc) not in self.client.ERRORS_ALLOW_RETRY or attempt + 1 == attempts:
                     raise
                 await self._relearn()
         raise AssertionError("unreachable")
