@@ -36,8 +36,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bench.floor_lifecycle import LifecycleFloor
-from redis.asyncio import Redis
-
 from coordinator.redis_client import open_redis
 from coordinator.settings import Settings
 
@@ -61,8 +59,6 @@ def create_floor_app(settings: Settings) -> Starlette:
         try:
             yield
         finally:
-            for reader in spare:
-                await reader.aclose()
             await transport.aclose()
 
     async def floor(request: Request) -> Response:
@@ -75,17 +71,10 @@ def create_floor_app(settings: Settings) -> Starlette:
         value = await redis.evalsha(sha[1], 1, queue, "work")
         return Response(orjson.dumps({"value": value}), status_code=201, media_type="application/json")
 
-    spare: list[Redis] = []
-
     async def blocking_pop(key: str, timeout: float) -> bool:
-        """Whether a value came to ``key`` within ``timeout``: BLMPOP on a connection kept for
-        blocking reads (redis-py's single-connection client), as the coordinator's wake-up
-        reader does."""
-        reader = spare.pop() if spare else redis.client()
-        try:
-            return await reader.blmpop(timeout, 1, key, direction="LEFT", count=1) is not None
-        finally:
-            spare.append(reader)
+        """Whether a value came to ``key`` within ``timeout``: the transport's blocking pop, as
+        the coordinator's wake-up reader does (one at a time: the floor's probes wait one by one)."""
+        return bool(await transport.blocking_pop(key, timeout, 1))
 
     async def pop(request: Request) -> Response:
         await request.body()
