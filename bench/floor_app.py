@@ -36,7 +36,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bench.floor_lifecycle import LifecycleFloor
-from coordinator.redis_client import HeldConnection, open_redis
+from coordinator.redis_client import open_redis
 from coordinator.settings import Settings
 
 TRIVIAL_SCRIPT = "return 1"
@@ -45,7 +45,8 @@ POP_WAIT_S = 10
 
 
 def create_floor_app(settings: Settings) -> Starlette:
-    redis, _ = open_redis(settings)
+    transport, _ = open_redis(settings)
+    redis = transport.client
     sha: list[str] = []
     queue = settings.key_prefix + ":floor-dispatch"
     lifecycle = LifecycleFloor(redis, settings.key_prefix)
@@ -58,7 +59,7 @@ def create_floor_app(settings: Settings) -> Starlette:
         try:
             yield
         finally:
-            await redis.aclose()
+            await transport.aclose()
 
     async def floor(request: Request) -> Response:
         await request.body()
@@ -70,16 +71,10 @@ def create_floor_app(settings: Settings) -> Starlette:
         value = await redis.evalsha(sha[1], 1, queue, "work")
         return Response(orjson.dumps({"value": value}), status_code=201, media_type="application/json")
 
-    spare: list[HeldConnection] = []
-
     async def blocking_pop(key: str, timeout: float) -> bool:
-        """Whether a value came to ``key`` within ``timeout``: BLMPOP on a connection kept for
-        blocking reads, written and read directly, as the coordinator's wake-up reader does."""
-        held = spare.pop() if spare else HeldConnection(await redis.connection_pool.get_connection())
-        try:
-            return await held.blmpop(timeout, 1, key, direction="LEFT", count=1) is not None
-        finally:
-            spare.append(held)
+        """Whether a value came to ``key`` within ``timeout``: the transport's blocking pop, as
+        the coordinator's wake-up reader does (one at a time: the floor's probes wait one by one)."""
+        return bool(await transport.blocking_pop(key, timeout, 1))
 
     async def pop(request: Request) -> Response:
         await request.body()

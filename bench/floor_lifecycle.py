@@ -42,6 +42,7 @@ from redis.asyncio import Redis
 
 from coordinator.auth import HostPrincipal
 from coordinator.autopipeline import AutoPipeline
+from coordinator.redis_transport import AutoPipelinedTransport
 from coordinator.keys import Keys
 from coordinator.store import Store
 from coordinator.task_api import parse_task
@@ -309,7 +310,7 @@ class TetherScripts(Lifecycles):
     with no HTTP and no coordinator in it."""
 
     def __init__(self, redis: Redis, prefix: str) -> None:
-        self.store = Store(redis, Keys(prefix), host_offline_after_ms=3_600_000, pipeline=AutoPipeline(redis))
+        self.store = Store(AutoPipelinedTransport(redis), Keys(prefix), host_offline_after_ms=3_600_000)
         self._hosts: list[HostPrincipal] = []
 
     async def load(self, hosts: int) -> None:

@@ -55,6 +55,7 @@ from bench.requests import (
 )
 from bench.wrk import wrk_lifecycles, wrk_load
 from coordinator.keys import Keys
+from coordinator.redis_transport import PlainTransport
 from coordinator.store import Store
 from coordinator.task_api import parse_task
 from coordinator.validation import Body
@@ -305,7 +306,7 @@ async def _cost_case(b: Bench, label: str, n_hosts: int, n_tasks: int) -> dict[s
         await fan_out(coord.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()], 64)
         # Waiting tasks aimed at a device that does not exist, written by the coordinator's own
         # create script (coordinator.store.Store), which is what POST /api/v1/tasks runs.
-        store = Store(Redis.from_url(b.redis_url, max_connections=64), Keys(prefix),
+        store = Store(PlainTransport(Redis.from_url(b.redis_url, max_connections=64)), Keys(prefix),
                       host_offline_after_ms=3_600_000)
         await store.load_scripts()
         template = parse_task(Body({"kind": "goal", "goal": GOAL, "device_id": "absent-device"}), 86_400_000)

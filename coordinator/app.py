@@ -9,14 +9,12 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from coordinator.auth import ACCESS, Authenticator
-from coordinator.autopipeline import auto_pipeline
 from coordinator.boundary import RequestBoundary
 from coordinator.clock import ShiftedClock
 from coordinator.context import Context
@@ -28,6 +26,7 @@ from coordinator.outage import OutageLog
 from coordinator.queries import Queries
 from coordinator.reaper import run_reaper
 from coordinator.redis_client import open_redis
+from coordinator.redis_transport import RedisTransport
 from coordinator.routes import ENDPOINTS, Endpoint
 from coordinator.scripts import Durability, load_scripts
 from coordinator.settings import Settings
@@ -88,34 +87,33 @@ class _Endpoint:
         await response(scope, receive, send)
 
 
-def build_context(settings: Settings, redis: Redis, clock: ShiftedClock | None = None) -> Context:
+def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock | None = None) -> Context:
     keys = Keys(settings.key_prefix)
     process_id = new_process_id()
-    # One per process: the script calls and reads of every request share its writes.
-    pipeline = auto_pipeline(redis)
     scripts = load_scripts()
     # What this process keeps from Redis is dropped when Redis lost its data.
-    epoch = Epoch(redis, keys.epoch)
+    epoch = Epoch(redis.client, keys.epoch)
     epoch.on_change(next(iter(scripts.values())).library.forget)
     store = Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
                   claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms,
                   durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
-                  pipeline=pipeline, scripts=scripts, clock=clock)
+                  scripts=scripts, clock=clock)
     return Context(
         settings=settings,
         store=store,
         queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
-                        read_waiting=scripts["readWaiting"], pipeline=pipeline, clock=clock),
-        auth=Authenticator(redis, keys, settings.admin_token, settings.static_hosts, epoch, store),
+                        read_waiting=scripts["readWaiting"], clock=clock),
+        auth=Authenticator(redis.client, keys, settings.admin_token, settings.static_hosts, epoch, store),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=Metrics(),
-        feed=EventFeed(redis, keys.feed),
+        feed=EventFeed(redis.client, keys.feed),
         epoch=epoch,
     )
 
 
-def create_app(settings: Settings, redis: Redis | None = None, clock: ShiftedClock | None = None) -> Starlette:
-    """The coordinator app. ``redis`` overrides the client opened from ``settings``; ``clock``
+def create_app(settings: Settings, redis: RedisTransport | None = None,
+               clock: ShiftedClock | None = None) -> Starlette:
+    """The coordinator app. ``redis`` overrides the transport opened from ``settings``; ``clock``
     (tests only) moves the clock every script reads (coordinator/clock.py)."""
     description = "given client"
     if redis is None:

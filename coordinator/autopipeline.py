@@ -8,9 +8,10 @@ When nothing is in flight (an idle process), the first command of a turn is writ
 kept connection, and the rest of that turn's commands follow it on the same connection a turn
 later: a lone call does not wait a turn for company that rarely comes.
 
-Only for a single Redis node reached through redis-py's own connections; the cluster client and
-the embedded fakeredis keep the plain path. Never for a blocking command (BLMPOP, XREAD BLOCK):
-every command behind it in the write would wait with it.
+Only for a single Redis node reached through redis-py's own connections (``redis_transport.py``
+chooses it, unless ``COORDINATOR_AUTOPIPELINE=false``); the cluster client and the embedded
+fakeredis keep the plain path. Never for a blocking command (BLMPOP, XREAD BLOCK): every command
+behind it in the write would wait with it.
 """
 
 from __future__ import annotations
@@ -22,16 +23,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.asyncio.connection import (
-    AbstractConnection,
-    Connection,
-    SSLConnection,
-    UnixDomainSocketConnection,
-)
+from redis.asyncio.connection import AbstractConnection
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import DataError, ResponseError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from coordinator.resp import encode_command, send_packed, stream_writer, write
 
 # The most commands one write carries: bounds the write's size and how long the last of them
 # waits behind the others.
@@ -44,91 +42,10 @@ MAX_BATCH = 64
 KEPT_CONNECTIONS = 2
 
 
-def encode_args(args: Any) -> bytes:
-    """The RESP bulk strings of ``args`` (no array header), encoded as redis-py encodes them:
-    bytes as they are, text as UTF-8, numbers by their repr. Done here, in one pass, because
-    redis-py's per-argument packing is a large share of a script call's CPU (a scheduling
-    script takes some twenty keys). The exact types come first: they are nearly every argument,
-    and one identity test each is cheaper than the isinstance chain."""
-    out = []
-    for arg in args:
-        kind = type(arg)
-        if kind is str:
-            data = arg.encode()
-        elif kind is bytes:
-            data = arg
-        elif kind is int:
-            data = b"%d" % arg
-        elif kind is float:
-            data = repr(arg).encode()
-        elif isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, (int, float)) and not isinstance(arg, bool):
-            data = repr(arg).encode()
-        elif isinstance(arg, memoryview):
-            data = arg.tobytes()
-        else:
-            raise DataError(f"invalid input of type {kind.__name__}: convert to bytes, str or a number first")
-        out.append(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(out)
-
-
-def encode_command(args: Any) -> bytes:
-    """One command in RESP: the array header, then its arguments."""
-    return b"*%d\r\n" % len(args) + encode_args(args)
-
-
-def can_autopipeline(redis: Any) -> bool:
-    """Whether ``redis`` is a single-node redis-py client on real sockets."""
-    pool = getattr(redis, "connection_pool", None)
-    return (type(redis) is Redis and pool is not None
-            and pool.connection_class in (Connection, SSLConnection, UnixDomainSocketConnection))
-
-
-async def send_packed(connection: AbstractConnection, packed: bytes | list[bytes]) -> None:
-    """Write ``packed`` on ``connection``, as its ``send_packed_command`` does, minus the
-    ``asyncio.wait_for`` that redis-py wraps around every write when a socket timeout is set: on
-    Python 3.11 that makes a Task per write, and the write waits a turn of the loop for it. Here
-    the bytes go to the transport at once, and only a write the kernel did not take whole waits,
-    under the socket timeout."""
-    writer = getattr(connection, "_writer", None)
-    if writer is None or not connection.is_connected:  # to be opened: redis-py's own path does it
-        try:
-            await connection.send_packed_command(packed)
-        except RuntimeError as exc:  # uvloop, on a transport the peer closed: see below
-            raise RedisConnectionError("the connection to Redis is closed") from exc
-        return
-    await connection.check_health()  # a PING only when the connection sat idle that long
-    await _write(connection, writer, packed if isinstance(packed, bytes) else b"".join(packed))
-
-
-async def _write(connection: AbstractConnection, writer: asyncio.StreamWriter, data: bytes) -> None:
-    """``data`` to the open connection's transport; waits only for a write the kernel did not
-    take whole. Any failure drops the connection: part of the write may have gone out."""
-    try:
-        writer.write(data)
-        if writer.transport.get_write_buffer_size():
-            async with asyncio.timeout(connection.socket_timeout):
-                await writer.drain()
-    except TimeoutError:
-        await connection.disconnect(nowait=True)
-        raise RedisTimeoutError("Timeout writing to socket") from None
-    except (OSError, RuntimeError) as exc:
-        # A lost connection; uvloop raises a RuntimeError on a transport the peer already
-        # closed (a killed or restarted Redis), where asyncio's own transports raise an OSError.
-        await connection.disconnect(nowait=True)
-        raise RedisConnectionError("the connection to Redis is closed") from exc
-    except BaseException:
-        await connection.disconnect(nowait=True)
-        raise
-
-
 def _writable_now(connection: AbstractConnection, now: float) -> asyncio.StreamWriter | None:
     """The writer of a kept connection that can take a write with no check first: open, not
     closed by the server, and not due a health check. Else None (the usual path checks it)."""
-    writer: asyncio.StreamWriter | None = getattr(connection, "_writer", None)
+    writer = stream_writer(connection)
     reader: asyncio.StreamReader | None = getattr(connection, "_reader", None)
     if writer is None or reader is None or not connection.is_connected:
         return None
@@ -183,7 +100,7 @@ class AutoPipeline:
         connection = self._kept.pop()
         try:
             writer.write(command)
-        except (OSError, RuntimeError) as exc:  # as in _write; the batch's task fails it
+        except (OSError, RuntimeError) as exc:  # as in resp.write; the batch's task fails it
             return _Early(connection, exc)
         return _Early(connection, None)
 
@@ -226,9 +143,10 @@ class AutoPipeline:
             elif early.error is not None:
                 raise RedisConnectionError("the connection to Redis is closed") from early.error
             elif len(batch) > 1:  # behind the early write, on its connection: no health check
-                if connection._writer is None:  # dropped meanwhile
+                writer = stream_writer(connection)
+                if writer is None:  # dropped meanwhile
                     raise RedisConnectionError("the connection to Redis is closed")
-                await _write(connection, connection._writer, b"".join(c for c, _ in batch[1:]))
+                await write(connection, writer, b"".join(c for c, _ in batch[1:]))
             try:
                 # One deadline for the whole batch's replies: redis-py's own read arms and
                 # cancels a timer of the socket timeout for every reply.
@@ -301,15 +219,3 @@ class AutoPipelined(Pipeline):
             callback = self.response_callbacks.get(args[0])
             parsed.append(callback(reply, **options) if callback is not None else reply)
         return parsed
-
-
-def pipeline_for(redis: Any, auto: AutoPipeline | None) -> Any:
-    """A non-transactional pipeline: auto-pipelined when the process has an AutoPipeline."""
-    if auto is not None:
-        return AutoPipelined(redis, auto)
-    return redis.pipeline(transaction=False)
-
-
-def auto_pipeline(redis: Any) -> AutoPipeline | None:
-    """The process's AutoPipeline for ``redis``, or None where it does not apply."""
-    return AutoPipeline(redis) if can_autopipeline(redis) else None

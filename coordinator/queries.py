@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 
 import wire
-from coordinator.autopipeline import AutoPipeline, pipeline_for
 from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.keys import Keys
 from coordinator.records import (
@@ -27,6 +25,7 @@ from coordinator.records import (
     OperatorToken,
     TaskRecord,
 )
+from coordinator.redis_transport import RedisTransport
 from coordinator.scripts import Script
 from coordinator.waiting import CANDIDATES_SCANNED, candidates_from_reply, target_of
 
@@ -65,18 +64,18 @@ class HostEntry:
 
 
 class Queries:
-    def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int, read_waiting: Script,
-                 pipeline: AutoPipeline | None = None, clock: ShiftedClock | None = None) -> None:
-        self.redis = redis
+    def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int, read_waiting: Script,
+                 clock: ShiftedClock | None = None) -> None:
+        self.transport = redis
+        self.redis = redis.client
         self.keys = keys
         self.clock = clock  # tests only (coordinator/clock.py)
         self._offline_after_ms = host_offline_after_ms
-        self._auto = pipeline
         self._read_waiting = read_waiting
 
     def _pipeline(self) -> Any:
         """A pipeline of reads, sharing the process's writes to Redis when it auto-pipelines."""
-        return pipeline_for(self.redis, self._auto)
+        return self.transport.pipeline()
 
     async def redis_time_ms(self) -> int:
         return clock_ms(await self.redis.eval(_CLOCK_SCRIPT, 1, self.keys.tasks)) + offset_ms(self.clock)
@@ -163,11 +162,11 @@ class Queries:
     async def _candidates(self, task: TaskRecord) -> dict[str, Any]:
         k = self.keys
         reply = await self._read_waiting(
-            self.redis,
+            self.transport,
             [k.devices, k.reservations, k.disabled_devices, k.hosts_online, k.hosts_draining, k.hosts_stalled,
              k.devices_by_driver],
             [self._offline_after_ms, task.target_device or "", task.driver or "", CANDIDATES_SCANNED],
-            pipeline=self._auto, clock_offset_ms=offset_ms(self.clock),
+            clock_offset_ms=offset_ms(self.clock),
         )
         return candidates_from_reply(task, reply)
 

@@ -16,36 +16,30 @@ its snapshots and replicates them; when it has lost one anyway (a restart withou
 flush), the first call that finds its function missing loads the library again and retries.
 
 With ``Durability(replicas=N)`` a call is acknowledged only once Redis's ``WAIT`` says N replicas
-have its writes: WAIT follows the call on the same connection (a pipeline on a single node; one
-connection of the slot's master on a cluster), since it covers that connection's writes only.
+have its writes; the transport (``redis_transport.py``) sends WAIT on the call's connection.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MovedError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
 
 import wire
-from coordinator.autopipeline import AutoPipeline, encode_args, send_packed
-from coordinator.errors import ScriptError, Unavailable
+from coordinator.errors import ScriptError
 from coordinator.keys import STATUS_CODES, STATUS_SPAN, lua_key_names
+from coordinator.redis_transport import NO_WAIT, Durability, NotReplicated, RedisTransport
+
+__all__ = ["NO_WAIT", "Durability", "Library", "NotReplicated", "Script", "load_scripts"]
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
 _FLAGS = re.compile(r"^--- @flags ([\w -]+?)\s*$", re.MULTILINE)
 _NAME = re.compile(r"^(?P<name>[a-zA-Z]+)-(?P<keys>\d+)\.lua$")
-# The most encoded call heads one script keeps (``Script._encoded``).
-_HEADS_KEPT = 256
 
 
 def lua_dir() -> Path:
@@ -65,25 +59,6 @@ def _expand(source: str, root: Path, seen: set[str]) -> str:
         return _expand((root / f"{name}.lua").read_text(), root, seen)
 
     return _INCLUDE.sub(include, source)
-
-
-@dataclass(frozen=True)
-class Durability:
-    """How many replicas must confirm a script's writes before it is acknowledged (0: as soon as
-    the master ran it, Redis's own default), and how long WAIT may take (ms)."""
-
-    replicas: int = 0
-    timeout_ms: int = 1000
-
-
-# Acknowledge once the master ran it: Redis's own default.
-NO_WAIT = Durability()
-
-
-class NotReplicated(Unavailable):
-    """The change ran on the master but too few replicas confirmed it in time: a failover now
-    could lose it, so it is not acknowledged. The client retries (every write is idempotent by
-    its ids: claim id, idempotency key, result replay)."""
 
 
 class Library:
@@ -125,97 +100,25 @@ class Script:
         self.num_keys = num_keys
         self.function = function
         self.library = library
-        # "FCALL function numkeys key... arg..." in RESP, per list of keys and leading arguments
-        # that do not change (``fixed``): a store passes the same keys to a script on every call,
-        # and the scheduling scripts the same settings first, so only the rest is encoded each time.
-        self._heads: dict[tuple[Any, ...], bytes] = {}
 
-    async def __call__(self, redis: Redis, keys: list[str], args: list[Any],
-                       durability: Durability = NO_WAIT, pipeline: AutoPipeline | None = None,
-                       fixed: int = 0, clock_offset_ms: int = 0) -> Any:
-        """FCALL the script. ``fixed``: how many of the leading ``args`` are the same on every call
-        with these keys (their encoding is kept). ``clock_offset_ms``: how far a test moved the
-        clock the script reads (coordinator/clock.py); always 0 in service."""
+    async def __call__(self, redis: RedisTransport, keys: list[Any], args: list[Any],
+                       durability: Durability = NO_WAIT, clock_offset_ms: int = 0) -> Any:
+        """FCALL the script. ``clock_offset_ms``: how far a test moved the clock the script reads
+        (coordinator/clock.py); always 0 in service."""
         if len(keys) != self.num_keys:
             raise ValueError(f"{self.name} takes {self.num_keys} keys, got {len(keys)}")
         args = [*args, clock_offset_ms]
         if not self.library.loaded:
-            await self.library.load(redis)
+            await self.library.load(redis.client)
         try:
-            return await self._fcall(redis, keys, args, durability, pipeline, fixed)
+            return await redis.fcall(self.function, keys, args, durability)
         except ResponseError as exc:
             if not _function_missing(exc):
                 raise
             # Redis restarted without its data, was flushed, or a node without the library
             # took over: load it again and retry once.
-            await self.library.load(redis)
-            return await self._fcall(redis, keys, args, durability, pipeline, fixed)
-
-    async def _fcall(self, redis: Redis, keys: list[str], args: list[Any], durability: Durability,
-                     pipeline: AutoPipeline | None, fixed: int) -> Any:
-        if not durability.replicas:
-            if pipeline is not None:
-                return await pipeline.execute_encoded(self._encoded(keys, args, fixed))
-            return await redis.fcall(self.function, self.num_keys, *keys, *args)
-        command = ("FCALL", self.function, self.num_keys, *keys, *args)
-        wait = ("WAIT", durability.replicas, durability.timeout_ms)
-        if isinstance(redis, RedisCluster):
-            reply, acked = await _on_slot_master(redis, keys[0], command, wait)
-        else:
-            async with redis.pipeline(transaction=False) as pipe:
-                pipe.execute_command(*command)
-                pipe.execute_command(*wait)
-                reply, acked = await pipe.execute(raise_on_error=False)
-            for answer in (reply, acked):
-                if isinstance(answer, Exception):
-                    raise answer
-        if int(acked) < durability.replicas:
-            raise NotReplicated(f"the change reached {acked} of {durability.replicas} Redis replicas in time; retry")
-        return reply
-
-    def _encoded(self, keys: list[str], args: list[Any], fixed: int) -> bytes:
-        # The number of keys is the script's, so keys plus leading arguments name one head.
-        head = self._heads.get(known := (*keys, *args[:fixed]))
-        if head is None:
-            head = encode_args(("FCALL", self.function, self.num_keys, *known))
-            # Keys of one client address (the failure throttle) are as many as its callers: a
-            # bounded number of heads is kept, the rest encoded afresh each time.
-            if len(self._heads) < _HEADS_KEPT:
-                self._heads[known] = head
-        return b"*%d\r\n" % (3 + len(keys) + len(args)) + head + encode_args(args[fixed:])
-
-
-async def _on_slot_master(redis: RedisCluster, key: str, command: tuple[Any, ...],
-                          wait: tuple[Any, ...]) -> tuple[Any, Any]:
-    """Run ``command`` then ``wait`` on one connection of the master holding ``key``'s slot.
-    (A cluster pipeline would route the keyless WAIT to another node, or to any node when it
-    retries, and so acknowledge writes WAIT never covered.)"""
-
-    async def run() -> tuple[Any, Any]:
-        node = redis.get_node_from_key(key)
-        connection = node.acquire_connection()
-        try:
-            await send_packed(connection, connection.pack_commands([command, wait]))
-            try:
-                reply = await connection.read_response()
-            except ResponseError as exc:
-                await connection.read_response()  # WAIT's answer is still due on this connection
-                if isinstance(exc, MovedError):  # the slot moved: handled as a lost node below
-                    raise RedisConnectionError("the deployment's slot moved") from None
-                raise
-            return reply, await connection.read_response()
-        except (RedisConnectionError, RedisTimeoutError, OSError):
-            await connection.disconnect()
-            # The slot may have moved (a failover): learn the map again before the next call. If
-            # the cluster cannot tell yet, the next call's own retries will ask again.
-            with contextlib.suppress(Exception):
-                await redis.nodes_manager.initialize()
-            raise
-        finally:
-            node.release(connection)
-
-    permitted = getattr(redis, "permitted", None)
-    return await (permitted(run) if permitted is not None else run())
+            await self.library.load(redis.client)
+            return await redis.fcall(self.function, keys, args, durability)
 
 
 def _function(name: str, flags: list[str], body: str) -> str:

@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     # Connections per process (per node on a cluster), whatever the number of waiting polls or
     # feed watchers: two of them block, one on the wake-up inbox and one on the feed.
     redis_max_connections: int = Field(default=8, ge=3)
+    # On a single node, the script calls and reads that requests issue in one turn of the event
+    # loop share one write to Redis (coordinator/autopipeline.py), and the wake-up inbox's pop is
+    # written and read directly on a held connection. Both write to redis-py's connections
+    # directly; false sends every call through redis-py's own client instead.
+    autopipeline: bool = True
     # Acknowledge a state change only once this many replicas confirm it (Redis WAIT), so a
     # failover cannot lose it; 0 acknowledges as soon as the master ran it.
     redis_wait_replicas: int = Field(default=0, ge=0)

@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 
 from coordinator.auth import HostPrincipal
-from coordinator.autopipeline import AutoPipeline
 from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.errors import error_for
 from coordinator.keys import Keys
 from coordinator.records import EnrollmentToken, OperatorToken, TaskRecord
+from coordinator.redis_transport import RedisTransport
 from coordinator.scripts import NO_WAIT, Durability, Script, load_scripts
 from coordinator.waiting import CANDIDATES_SCANNED, candidates_from_reply
 
@@ -77,17 +76,16 @@ class Sweep:
 
 
 class Store:
-    def __init__(self, redis: Redis, keys: Keys, *, host_offline_after_ms: int,
+    def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,
                  claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000,
                  inbox_ttl_ms: int = INBOX_TTL_MS, durability: Durability = NO_WAIT,
-                 pipeline: AutoPipeline | None = None, scripts: dict[str, Script] | None = None,
+                 scripts: dict[str, Script] | None = None,
                  clock: ShiftedClock | None = None) -> None:
-        self.redis = redis
+        self.transport = redis  # script calls
+        self.redis = redis.client  # every other command
         self.keys = keys
         self.durability = durability
         self.clock = clock  # tests only (coordinator/clock.py)
-        # Script calls of one event-loop turn share a write, on a single node (autopipeline.py).
-        self._pipeline = pipeline
         # Every script of lua/, loaded into Redis by load_scripts(); the read-only ones are
         # shared with the queries.
         self._scripts: dict[str, Script] = scripts if scripts is not None else load_scripts()
@@ -105,9 +103,8 @@ class Store:
     async def scripts_loaded(self) -> bool:
         return self._library.loaded and await self._library.present(self.redis)
 
-    async def _run(self, name: str, keys: list[str], args: list[Any], fixed: int = 0) -> list[Any]:
-        reply = await self._scripts[name](self.redis, keys, args, self.durability, self._pipeline, fixed,
-                                          offset_ms(self.clock))
+    async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        reply = await self._scripts[name](self.transport, keys, args, self.durability, offset_ms(self.clock))
         if reply[0] != 0:
             detail = reply[1] if len(reply) > 1 else None
             if isinstance(detail, bytes):
@@ -117,7 +114,7 @@ class Store:
 
     async def _schedule(self, name: str, args: list[Any]) -> list[Any]:
         """Run a scheduling script: the deployment's key and settings come first."""
-        return await self._run(name, self._sched_keys, [*self._sched_args, *args], len(self._sched_args))
+        return await self._run(name, self._sched_keys, [*self._sched_args, *args])
 
     # -- hosts' protocol -------------------------------------------------------------------
 
@@ -245,8 +242,8 @@ class Store:
         """Count a failed credential from ``address`` (coordinator/throttle.py). Never waits for
         replicas: a count a failover loses only lets a few more failures through."""
         reply = await self._scripts["recordAuthFailure"](
-            self.redis, [self.keys.auth_failures(address), self.keys.auth_throttled(address)],
-            [allowed, window_ms, throttle_ms], NO_WAIT, self._pipeline)
+            self.transport, [self.keys.auth_failures(address), self.keys.auth_throttled(address)],
+            [allowed, window_ms, throttle_ms], NO_WAIT)
         return AuthFailure(throttled_ms=int(reply[1]), began=reply[2] == 1)
 
     # -- operator tokens -------------------------------------------------------------------
@@ -276,8 +273,7 @@ class Store:
         it is unknown, revoked or expired. A read: never waits for replicas."""
         k = self.keys
         reply = await self._scripts["readOperatorToken"](
-            self.redis, [k.operator_token_hashes, k.operator_tokens], [digest], NO_WAIT, self._pipeline,
-            0, offset_ms(self.clock))
+            self.transport, [k.operator_token_hashes, k.operator_tokens], [digest], NO_WAIT, offset_ms(self.clock))
         if reply[0] != 0:
             raise error_for(reply[0])
         return OperatorToken.from_json(reply[1]), int(reply[2])

@@ -31,11 +31,9 @@ import logging
 import random
 import secrets
 
-from redis.asyncio import Redis
-
 from coordinator.cancellation import cancelling
 from coordinator.outage import OutageLog
-from coordinator.redis_client import HeldConnection, RedisClient, dedicated
+from coordinator.redis_transport import RedisTransport
 
 log = logging.getLogger("coordinator.waiter")
 
@@ -103,7 +101,7 @@ class Wakeup:
 
 
 class ClaimWaiter:
-    def __init__(self, redis: Redis, inbox_key: str, process_id: str) -> None:
+    def __init__(self, redis: RedisTransport, inbox_key: str, process_id: str) -> None:
         self._redis = redis
         self._inbox = inbox_key
         self.process_id = process_id
@@ -180,10 +178,9 @@ class ClaimWaiter:
         """Pop this process's inbox until cancelled, on a connection of its own; after any Redis
         failure, back off with jitter, then wake every poll, since pushes may have been lost
         meanwhile."""
-        async with dedicated(self._redis) as redis:
-            await self._pop_forever(redis)
+        await self._pop_forever(self._redis)
 
-    async def _pop_forever(self, redis: RedisClient | HeldConnection) -> None:
+    async def _pop_forever(self, redis: RedisTransport) -> None:
         delay = 0.1
         failed = False
         outage = OutageLog(log, "wake-up inbox")
@@ -191,15 +188,15 @@ class ClaimWaiter:
             try:
                 if cancelling():
                     raise asyncio.CancelledError
-                popped = await redis.blmpop(BLOCK_S, 1, self._inbox, direction="LEFT", count=POP_BATCH)
+                popped = await redis.blocking_pop(self._inbox, BLOCK_S, POP_BATCH)
                 if failed:
                     failed = False
                     delay = 0.1
                     outage.succeeded()
                     self.wake_all()
-                if popped is None:
+                if not popped:
                     continue
-                self._wake_popped(popped[1])
+                self._wake_popped(popped)
                 await self._until_settled()
             except asyncio.CancelledError:
                 raise

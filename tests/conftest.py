@@ -18,9 +18,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordinator.app import create_app
-from coordinator.autopipeline import auto_pipeline
 from coordinator.keys import Keys
 from coordinator.redis_client import open_cluster
+from coordinator.redis_cluster import ClusterTransport
+from coordinator.redis_transport import AutoPipelinedTransport, PlainTransport, RedisTransport
 from coordinator.settings import Settings
 from coordinator.store import Store
 from tests.cluster import LocalCluster, cluster_available, free_port_block
@@ -79,6 +80,29 @@ async def redis_client(request: pytest.FixtureRequest) -> AsyncIterator[aioredis
     await client.aclose()
 
 
+def transport_for(kind: str, client: Any) -> RedisTransport:
+    """The transport ``open_redis`` would choose for this backend ("redis", "fakeredis",
+    "cluster"), around ``client``."""
+    if kind == "redis":
+        return AutoPipelinedTransport(client)
+    if kind == "cluster":
+        return ClusterTransport(client)
+    return PlainTransport(client)
+
+
+def backend_of(request: pytest.FixtureRequest) -> str:
+    """The ``redis_client`` parameter the test runs with."""
+    return request.node.callspec.params["redis_client"]
+
+
+@pytest.fixture
+async def transport(request: pytest.FixtureRequest, redis_client: aioredis.Redis) -> AsyncIterator[RedisTransport]:
+    """The test's backend behind the transport the coordinator would use (sharing its client)."""
+    transport = transport_for(backend_of(request), Unclosable(redis_client))
+    yield transport
+    await transport.aclose()  # its own connections; the shared client stays open
+
+
 @pytest.fixture
 def prefix() -> str:
     return unique_prefix()
@@ -100,9 +124,8 @@ def make_settings(prefix: str, **overrides: Any) -> Settings:
 
 
 @pytest.fixture
-async def store(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[Store]:
-    # auto-pipelined where the coordinator would be (a single real Redis node)
-    s = Store(redis_client, Keys(prefix), host_offline_after_ms=30_000, pipeline=auto_pipeline(redis_client))
+async def store(redis_client: aioredis.Redis, transport: RedisTransport, prefix: str) -> AsyncIterator[Store]:
+    s = Store(transport, Keys(prefix), host_offline_after_ms=30_000)
     await s.load_scripts()
     yield s
     await delete_prefix_async(redis_client, prefix)
@@ -188,7 +211,7 @@ class Api:
 
 
 @pytest.fixture
-def api_factory(redis_client: aioredis.Redis) -> Callable[..., Any]:
+def api_factory(request: pytest.FixtureRequest, redis_client: aioredis.Redis) -> Callable[..., Any]:
     """Build an in-process coordinator on the test's Redis backend with settings overrides."""
     prefixes: list[str] = []
 
@@ -199,8 +222,9 @@ def api_factory(redis_client: aioredis.Redis) -> Callable[..., Any]:
         prefixes.append(prefix)
         # On real Redis the app gets a client of its own, as in production (and so auto-pipelines);
         # fakeredis and the cluster share the test's client, whose data they must see.
-        own = aioredis.Redis.from_url(REAL_REDIS_URL) if type(redis_client) is aioredis.Redis else None
-        app = create_app(make_settings(prefix, **overrides), redis=own or Unclosable(redis_client), clock=clock)
+        kind = backend_of(request)
+        client = aioredis.Redis.from_url(REAL_REDIS_URL) if kind == "redis" else Unclosable(redis_client)
+        app = create_app(make_settings(prefix, **overrides), redis=transport_for(kind, client), clock=clock)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://coordinator") as client:

@@ -11,6 +11,7 @@ import pytest
 
 from coordinator import ui_api
 from coordinator.app import create_app
+from coordinator.redis_transport import PlainTransport
 from tests.conftest import make_settings
 from tests.support import unique_prefix
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     # No lifespan: serving files touches no Redis.
-    app = create_app(make_settings(unique_prefix()), redis=fakeredis.FakeAsyncRedis())
+    app = create_app(make_settings(unique_prefix()), redis=PlainTransport(fakeredis.FakeAsyncRedis()))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://coordinator") as client:
         yield client
 

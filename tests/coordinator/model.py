@@ -31,6 +31,7 @@ from coordinator.scripts import Script, load_scripts
 from coordinator.store import Store
 from coordinator.task_api import parse_task
 from coordinator.validation import Body, canonical_json
+from coordinator.redis_transport import PlainTransport
 from tests.coordinator.invariants import Stored, check_stored, read_stored
 from tests.support import HOSTS, delete_prefix_async, unique_prefix
 
@@ -113,10 +114,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.redis: Redis = self.redis_factory()
         self.keys = Keys(unique_prefix())
         self.clock = ShiftedClock()
-        self.store = Store(self.redis, self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
+        self.store = Store(PlainTransport(self.redis), self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
                            claim_timeout_ms=CLAIM_TIMEOUT_MS, retention_ms=RETENTION_MS, scripts=scripts(),
                            clock=self.clock)
-        self.queries = Queries(self.redis, self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
+        self.queries = Queries(PlainTransport(self.redis), self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
                                read_waiting=scripts()["readWaiting"], clock=self.clock)
         self.told = Told()
         self.cloud: dict[str, str] = {}  # the managed host's local device id -> its cloud id

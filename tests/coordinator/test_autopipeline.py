@@ -1,28 +1,20 @@
 """Auto-pipelining (coordinator/autopipeline.py) against real Redis, as its callers see it: each
 call answered with its own reply in the order issued, one command's error kept to itself, and a
-lost connection failing every caller still waiting while the next call works."""
+lost connection failing every caller still waiting while the next call works. (Its pipelines'
+replies: test_redis_transport.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-import enum
-import http
 from collections.abc import AsyncIterator
-from typing import Any
 
-import fakeredis
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from coordinator.autopipeline import (
-    MAX_BATCH,
-    AutoPipeline,
-    can_autopipeline,
-    pipeline_for,
-)
+from coordinator.autopipeline import MAX_BATCH, AutoPipeline
 from tests.coordinator.helpers import ClosedConnection
 from tests.support import REAL_REDIS_URL, free_port, unique_prefix, wait_until_async
 
@@ -166,68 +158,6 @@ async def test_a_batch_that_outlasts_the_socket_timeout_fails_its_callers_and_th
         assert await pipeline.execute("PING") in (b"PONG", True)
     finally:
         await slow.aclose()
-
-
-def test_only_a_single_node_redis_py_client_is_autopipelined() -> None:
-    assert can_autopipeline(aioredis.Redis.from_url(REAL_REDIS_URL))
-    assert not can_autopipeline(fakeredis.FakeAsyncRedis())
-    assert not can_autopipeline(object())
-
-
-async def test_an_auto_pipelined_pipeline_parses_replies_as_redis_py_s_own(client: aioredis.Redis) -> None:
-    prefix = unique_prefix()
-    await client.hset(f"{prefix}:h", mapping={"a": "1", "b": "2"})
-    await client.zadd(f"{prefix}:z", {"x": 1.5, "y": 2})
-    await client.sadd(f"{prefix}:s", "m")
-
-    def queue(pipe: Any) -> None:
-        pipe.hmget(f"{prefix}:h", ["a", "missing"])
-        pipe.hgetall(f"{prefix}:h")
-        pipe.zrange(f"{prefix}:z", 0, -1, withscores=True)
-        pipe.zmscore(f"{prefix}:z", ["x", "nope"])
-        pipe.smismember(f"{prefix}:s", ["m", "n"])
-        pipe.exists(f"{prefix}:h")
-        pipe.hincrby(f"{prefix}:h", "a", "not-a-number")  # an error reply, kept in place
-
-    try:
-        async with client.pipeline(transaction=False) as plain:
-            queue(plain)
-            expected = await plain.execute(raise_on_error=False)
-        async with pipeline_for(client, AutoPipeline(client)) as auto:
-            queue(auto)
-            got = await auto.execute(raise_on_error=False)
-        assert got[:-1] == expected[:-1]
-        assert type(got[-1]) is type(expected[-1])
-        async with pipeline_for(client, AutoPipeline(client)) as auto:
-            queue(auto)
-            with pytest.raises(type(expected[-1])):
-                await auto.execute()
-    finally:
-        await client.delete(f"{prefix}:h", f"{prefix}:z", f"{prefix}:s")
-
-
-def test_commands_are_encoded_as_redis_py_encodes_them() -> None:
-    from redis.asyncio.connection import Connection
-    from redis.exceptions import DataError
-
-    from coordinator.autopipeline import encode_command
-
-    class Text(str):
-        pass
-
-    class Status(str, enum.Enum):  # str() of it is "Status.READY", its text "ready"
-        READY = "ready"
-
-    class Raw(bytes):
-        pass
-
-    # Subclasses (an IntEnum among them) take the slow path the exact types skip: encoded alike.
-    args = ("EVALSHA", "a" * 40, 2, "tether:{t}:tasks", b"\x00raw", "héllo", -17, 2.5, 1e-7, memoryview(b"mv"),
-            Text("sub"), Raw(b"sub"), http.HTTPStatus.OK, Status.READY)
-    assert encode_command(args) == b"".join(Connection().pack_command(*args))
-    for bad in (None, True, object()):
-        with pytest.raises(DataError):
-            encode_command(("SET", "k", bad))
 
 
 class _PoolOfClosed:

@@ -16,6 +16,7 @@ import redis
 
 from coordinator.app import create_app
 from coordinator.redis_client import open_cluster
+from coordinator.redis_cluster import ClusterTransport
 from tests.cluster import LocalCluster
 from tests.conftest import Api, make_settings
 from tests.coordinator.helpers import claim_one
@@ -36,7 +37,7 @@ def _prefixes_on_distinct_masters(cluster: LocalCluster, count: int) -> list[str
 @contextlib.asynccontextmanager
 async def _pool(cluster: LocalCluster, prefix: str) -> AsyncIterator[Api]:
     """One deployment's coordinator on the cluster, with its own cluster client."""
-    app = create_app(make_settings(prefix), redis=open_cluster(cluster.url, max_connections=8))
+    app = create_app(make_settings(prefix), redis=ClusterTransport(open_cluster(cluster.url, max_connections=8)))
     transport = httpx.ASGITransport(app=app)
     async with (app.router.lifespan_context(app),
                 httpx.AsyncClient(transport=transport, base_url="http://pool") as client):

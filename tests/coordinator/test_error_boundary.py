@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordinator.app import create_app
+from coordinator.redis_transport import PlainTransport
 from tests.conftest import Api, make_settings, unique_prefix
 
 pytestmark = pytest.mark.anyio
@@ -40,7 +41,7 @@ async def test_unexpected_errors_are_json_500_logged_once_and_never_echoed(
 async def test_redis_unreachable_is_503_unavailable_with_retry_after() -> None:
     # Nothing listens on port 1: every Redis call fails to connect.
     dead = aioredis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=1)
-    app = create_app(make_settings(unique_prefix()), redis=dead)
+    app = create_app(make_settings(unique_prefix()), redis=PlainTransport(dead))
 
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://c") as client:
         for method, path, headers, body in [

@@ -28,6 +28,7 @@ from coordinator.app import create_app
 from coordinator.feed import KEEPALIVE, Entry, EventFeed, Notice, StreamId
 from coordinator.keys import Keys
 from coordinator.server import head_limited_protocol
+from coordinator.redis_transport import PlainTransport
 from tests.conftest import Unclosable, make_settings
 from tests.support import (
     ADMIN,
@@ -327,7 +328,7 @@ class Served:
 
 @pytest.fixture
 async def served(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[Served]:
-    app = create_app(make_settings(prefix), redis=Unclosable(redis_client))  # type: ignore[arg-type]
+    app = create_app(make_settings(prefix), redis=PlainTransport(Unclosable(redis_client)))  # type: ignore[arg-type]
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
         yield Served(app, client, redis_client, Keys(prefix).feed)
     await delete_prefix_async(redis_client, prefix)
@@ -494,7 +495,7 @@ async def test_keepalive_comment_after_silence(served: Served, monkeypatch: pyte
 
 async def test_a_stream_that_loses_redis_ends_with_a_comment(redis_client: aioredis.Redis, prefix: str) -> None:
     probe = Probe(Unclosable(redis_client))
-    app = create_app(make_settings(prefix), redis=probe)  # type: ignore[arg-type]
+    app = create_app(make_settings(prefix), redis=PlainTransport(probe))  # type: ignore[arg-type]
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
         first, _ = [await xadd(redis_client, Keys(prefix).feed) for _ in range(2)]
         probe.fail_ranges = 1  # the catch-up of a resuming watcher fails
@@ -512,7 +513,7 @@ async def test_200_watchers_share_one_reader_and_a_few_pooled_connections(prefix
                                                     client_name=name)
     counted = Probe(aioredis.Redis(connection_pool=pool))
     observer = aioredis.Redis.from_url(REAL_REDIS_URL)
-    app = create_app(make_settings(prefix), redis=counted)  # type: ignore[arg-type]
+    app = create_app(make_settings(prefix), redis=PlainTransport(counted))  # type: ignore[arg-type]
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     try:
         async with (serving(app) as url,

@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordinator.scripts import load_scripts, lua_dir
+from coordinator.redis_transport import PlainTransport, RedisTransport
 from tests.conftest import HOSTS, Api
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
@@ -82,7 +83,7 @@ def test_installed_package_ships_the_scripts(tmp_path: Path) -> None:
 async def test_script_call_with_wrong_number_of_keys_is_refused(api: Api) -> None:
     script = load_scripts()["renewLease"]
     with pytest.raises(ValueError, match="takes 6 keys"):
-        await script(api.ctx.store.redis, ["a", "b"], [])
+        await script(api.ctx.store.transport, ["a", "b"], [])
 
 
 async def test_healthz_readyz(api: Api) -> None:
@@ -113,7 +114,7 @@ def _flags(listed: object, function: str) -> list[bytes] | None:
 
 
 async def test_two_versions_of_the_scripts_run_side_by_side(
-        redis_client: aioredis.Redis, prefix: str, tmp_path: Path) -> None:
+        redis_client: aioredis.Redis, transport: RedisTransport, prefix: str, tmp_path: Path) -> None:
     """Two versions' libraries live side by side in one Redis (after an upgrade, or deployments of
     different versions sharing it): each loads its own and calls its own functions, whatever
     order they load in."""
@@ -129,7 +130,7 @@ async def test_two_versions_of_the_scripts_run_side_by_side(
         await new.library.load(redis_client)
         await old.library.load(redis_client)
         for script in (old, new):
-            assert await script(redis_client, keys, [60_000, "", "adb", 10]) == [0]
+            assert await script(transport, keys, [60_000, "", "adb", 10]) == [0]
         # it only reads: Redis may run it when out of memory
         assert _flags(await redis_client.function_list(library=new.library.name), new.function) == [b"no-writes"]
     finally:
@@ -145,7 +146,7 @@ async def test_readyz_is_503_without_redis() -> None:
     from tests.support import free_port
 
     unreachable = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
-    app = create_app(make_settings("unused:{t}"), redis=unreachable)
+    app = create_app(make_settings("unused:{t}"), redis=PlainTransport(unreachable))
     # no lifespan: the process is up, but Redis is not there
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://c") as client:
         assert (await client.get("/healthz")).status_code == 200

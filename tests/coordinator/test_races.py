@@ -107,7 +107,7 @@ async def test_two_reapers_sweeping_at_once(redis_client: aioredis.Redis, store:
     leases = [await _claim(store, "h1") for _ in devices]
     for assignment in leases:
         await _expire(store, assignment)
-    other = Store(redis_client, Keys(store.keys.prefix), host_offline_after_ms=30_000)
+    other = Store(store.transport, Keys(store.keys.prefix), host_offline_after_ms=30_000)
     ended = await asyncio.gather(*(s.expire_leases(limit=7) for s in [store, other] * 6))
     ended_more = await asyncio.gather(store.expire_leases(), other.expire_leases())
     assert sum(ended) + sum(ended_more) == len(leases)

@@ -14,11 +14,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from coordinator import waiter as waiter_module
 from coordinator.keys import STATUS_CODES, STATUS_SPAN
-from coordinator.redis_client import HeldConnection, dedicated
+from coordinator.redis_transport import RedisTransport
 from coordinator.waiter import ClaimWaiter
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
-from tests.support import REAL_REDIS_URL, wait_until_async
+from tests.support import wait_until_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -144,23 +144,23 @@ async def test_a_reaped_lease_answers_exactly_however_late_it_comes(api: Api) ->
 
 
 class _FailingOnce:
-    """A client whose first blocking pop fails as a dropped connection would."""
+    """A transport whose first blocking pop fails as a dropped connection would."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
-        self._client = client
+    def __init__(self, transport: RedisTransport) -> None:
+        self._transport = transport
         self.failed = asyncio.Event()
 
-    async def blmpop(self, timeout: float, numkeys: int, *keys: str, direction: str, count: int) -> Any:
+    async def blocking_pop(self, key: str, timeout: float, count: int) -> list[bytes]:
         if not self.failed.is_set():
             self.failed.set()
             raise RedisConnectionError("connection reset")
-        return await self._client.blmpop(timeout, numkeys, *keys, direction=direction, count=count)
+        return await self._transport.blocking_pop(key, timeout, count)
 
 
 async def test_the_inbox_loop_wakes_every_poll_after_a_failure_and_reads_on(
-        redis_client: aioredis.Redis, prefix: str) -> None:
+        redis_client: aioredis.Redis, transport: RedisTransport, prefix: str) -> None:
     inbox = f"{prefix}:inbox:p_test"
-    client = _FailingOnce(redis_client)
+    client = _FailingOnce(transport)
     waiter = ClaimWaiter(client, inbox, "p_test")  # type: ignore[arg-type]
     lost = waiter.register("h1")  # a wake-up pushed while the connection was down may be lost
     loop = asyncio.create_task(waiter.run())
@@ -183,45 +183,12 @@ async def test_the_inbox_loop_wakes_every_poll_after_a_failure_and_reads_on(
         await redis_client.delete(inbox)
 
 
-async def test_a_held_connection_pops_directly_and_reopens_after_it_is_killed(prefix: str) -> None:
-    """On a single node the inbox is read on a held connection, BLMPOP written and read directly
-    (``HeldConnection``): None when the wait passes, the key and the values popped, and a
-    connection killed mid-pop (a Redis restart) fails that pop and is reopened by the next."""
-    name = "held-" + prefix[-12:]
-    client = aioredis.Redis.from_url(REAL_REDIS_URL, client_name=name)
-    killer = aioredis.Redis.from_url(REAL_REDIS_URL)
-    inbox = f"{prefix}:inbox:p_held"
-
-    async def blocked_pop() -> str | None:
-        for entry in await killer.client_list():
-            if entry.get("name") == name and entry.get("cmd") == "blmpop":
-                return entry["id"]
-        return None
-
-    try:
-        async with dedicated(client) as held:
-            assert isinstance(held, HeldConnection)
-            assert await held.blmpop(0.05, 1, inbox, direction="LEFT", count=10) is None
-            await killer.rpush(inbox, "h1", "h2")
-            assert await held.blmpop(1, 1, inbox, direction="LEFT", count=10) == [inbox.encode(), [b"h1", b"h2"]]
-            pop = asyncio.create_task(held.blmpop(5, 1, inbox, direction="LEFT", count=10))
-            await killer.client_kill_filter(_id=await wait_until_async(blocked_pop))
-            with pytest.raises(RedisConnectionError):
-                await pop
-            await killer.rpush(inbox, "h3")
-            assert await held.blmpop(1, 1, inbox, direction="LEFT", count=10) == [inbox.encode(), [b"h3"]]
-    finally:
-        await killer.delete(inbox)
-        await killer.aclose()
-        await client.aclose()
-
-
 async def test_the_inbox_loop_takes_every_waiting_wake_up_in_one_pop(
-        redis_client: aioredis.Redis, prefix: str) -> None:
+        redis_client: aioredis.Redis, transport: RedisTransport, prefix: str) -> None:
     """A pop returns a batch: every host in it is woken, not only the first."""
     inbox = f"{prefix}:inbox:p_batch"
     await redis_client.rpush(inbox, "h1", "h2", "h3")
-    waiter = ClaimWaiter(redis_client, inbox, "p_batch")
+    waiter = ClaimWaiter(transport, inbox, "p_batch")
     wakeups = [waiter.register(host) for host in ("h1", "h2", "h3")]
     bystander = waiter.register("h4")
     loop = asyncio.create_task(waiter.run())
@@ -238,12 +205,13 @@ async def test_the_inbox_loop_takes_every_waiting_wake_up_in_one_pop(
 
 @pytest.mark.parametrize("settles", [True, False])
 async def test_the_inbox_loop_pops_again_once_the_polls_it_woke_are_done_with_it(
-        redis_client: aioredis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch, settles: bool) -> None:
+        redis_client: aioredis.Redis, transport: RedisTransport, prefix: str, monkeypatch: pytest.MonkeyPatch,
+        settles: bool) -> None:
     """A later wake-up waits in the inbox until the poll the last pop woke is done with its
     wake-up; a poll that never says so holds it for SETTLE_S at most."""
     monkeypatch.setattr(waiter_module, "SETTLE_S", 60 if settles else 0.05)
     inbox = f"{prefix}:inbox:p_settle"
-    waiter = ClaimWaiter(redis_client, inbox, "p_settle")
+    waiter = ClaimWaiter(transport, inbox, "p_settle")
     first, second = waiter.register("h1"), waiter.register("h2")
     loop = asyncio.create_task(waiter.run())
     try:

@@ -1,6 +1,6 @@
 """COORDINATOR_REDIS_WAIT_REPLICAS: a state change is acknowledged only once Redis's WAIT says
 that many replicas have it. The single node here has no replica; each master of the local
-cluster has one."""
+cluster has one. (The seam's own WAIT contract: test_redis_transport.py.)"""
 
 from __future__ import annotations
 
@@ -10,11 +10,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ConnectionError as RedisConnectionError
 
-from coordinator.scripts import _on_slot_master
-
-from tests.coordinator.helpers import ClosedConnection, claim_one
+from tests.coordinator.helpers import claim_one
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -57,33 +54,3 @@ async def test_too_few_replicas_answer_503_and_the_retry_is_safe(api_factory: Ca
         assert again.status_code == 200 and again.json()["status"] == "queued"
         listed = await api.admin("GET", "/api/v1/tasks")
         assert [t["task_id"] for t in listed.json()["tasks"]] == [again.json()["task_id"]]
-
-
-class _OneNodeCluster:
-    """Just what ``_on_slot_master`` asks of a cluster, with its master's connection closed."""
-
-    def __init__(self) -> None:
-        self.connection = ClosedConnection()
-        self.released = False
-        self.relearned = False
-        self.nodes_manager = self
-
-    def get_node_from_key(self, key: str) -> _OneNodeCluster:
-        return self
-
-    def acquire_connection(self) -> ClosedConnection:
-        return self.connection
-
-    def release(self, connection: ClosedConnection) -> None:
-        self.released = True
-
-    async def initialize(self) -> None:
-        self.relearned = True
-
-
-async def test_a_write_refused_on_a_closed_connection_is_a_lost_node() -> None:
-    """Answered 503 like any lost connection (it was a 500), and the slot map is learned again."""
-    cluster = _OneNodeCluster()
-    with pytest.raises(RedisConnectionError):
-        await _on_slot_master(cluster, "k", ("EVALSHA",), ("WAIT", 1, 100))  # type: ignore[arg-type]
-    assert cluster.connection.disconnected and cluster.released and cluster.relearned

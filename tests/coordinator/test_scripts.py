@@ -1,48 +1,63 @@
-"""How a script call is written to Redis: the kept encoding of its keys and fixed arguments."""
+"""A script call as the transport sees it: the script's function, its keys, its arguments with the
+clock's offset last, and its library loaded again when Redis lost it."""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from redis.asyncio.connection import Connection
+from redis.exceptions import ResponseError
 
+from coordinator.redis_transport import NO_WAIT, Durability
 from coordinator.scripts import Library, Script
 
 pytestmark = pytest.mark.anyio
 
 
-class _RecordingPipeline:
-    """An auto-pipeline that keeps each command's bytes and answers it at once."""
-
+class _Client:
     def __init__(self) -> None:
-        self.written: list[bytes] = []
+        self.loaded: list[str] = []
 
-    def execute_encoded(self, command: bytes) -> asyncio.Future[Any]:
-        self.written.append(command)
-        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        reply.set_result([0])
-        return reply
+    async def function_load(self, source: str, replace: bool = False) -> None:
+        self.loaded.append(source)
 
 
-async def test_a_script_call_is_written_as_redis_py_packs_it_whatever_it_kept_before() -> None:
-    library = Library("tether_test", "")
-    library.loaded = True
+class _Transport:
+    """Records each call; answers ``Function not found`` while ``lost`` says so."""
+
+    def __init__(self, lost: int = 0) -> None:
+        self.client = _Client()
+        self.calls: list[tuple[str, list[Any], list[Any], Durability]] = []
+        self.lost = lost
+
+    async def fcall(self, function: str, keys: Sequence[Any], args: Sequence[Any],
+                    durability: Durability = NO_WAIT) -> Any:
+        self.calls.append((function, list(keys), list(args), durability))
+        if self.lost:
+            self.lost -= 1
+            raise ResponseError("Function not found")
+        return [0]
+
+
+async def test_a_script_call_sends_its_keys_and_arguments_with_the_clock_offset_last() -> None:
+    library = Library("tether_test", "source")
     script = Script("renewLease", 2, "renewLease_test", library)
-    pipeline = _RecordingPipeline()
-    calls: list[tuple[list[str], list[Any], int]] = [
-        (["k:{t}:a", "k:{t}:b"], [60_000, "base", "lease-1", 7], 2),
-        (["k:{t}:a", "k:{t}:b"], [60_000, "base", "lease-2", b"\x00raw", 2.5], 2),
-        # Other fixed arguments, other keys, none fixed: never a head kept for another call.
-        (["k:{t}:a", "k:{t}:b"], [30_000, "base", "lease-3"], 2),
-        (["k:{t}:c", "k:{t}:b"], [60_000, "base", "lease-4"], 2),
-        (["k:{t}:a", "k:{t}:b"], [60_000, "base", "lease-5"], 0),
-        (["k:{t}:a", "k:{t}:b"], [60_000, "base"], 2),
-    ]
-    for keys, args, fixed in calls:
-        assert await script(None, keys, args, pipeline=pipeline, fixed=fixed) == [0]  # type: ignore[arg-type]
-    # Every call ends with the clock's offset, 0 without a test clock (coordinator/clock.py).
-    expected = [b"".join(Connection().pack_command("FCALL", "renewLease_test", 2, *keys, *args, 0))
-                for keys, args, _ in calls]
-    assert pipeline.written == expected
+    transport = _Transport()
+    durable = Durability(replicas=1, timeout_ms=50)
+    assert await script(transport, ["k:{t}:a", "k:{t}:b"], [60_000, "lease-1"], durable, 5) == [0]  # type: ignore[arg-type]
+    assert transport.calls == [("renewLease_test", ["k:{t}:a", "k:{t}:b"], [60_000, "lease-1", 5], durable)]
+    assert transport.client.loaded == ["source"]  # loaded before the first call, once
+    with pytest.raises(ValueError, match="takes 2 keys"):
+        await script(transport, ["k:{t}:a"], [])  # type: ignore[arg-type]
+
+
+async def test_a_library_redis_lost_is_loaded_again_and_the_call_retried_once() -> None:
+    library = Library("tether_test", "source")
+    script = Script("renewLease", 1, "renewLease_test", library)
+    transport = _Transport(lost=1)
+    assert await script(transport, ["k"], []) == [0]  # type: ignore[arg-type]
+    assert transport.client.loaded == ["source", "source"] and len(transport.calls) == 2
+    transport.lost = 2
+    with pytest.raises(ResponseError, match="Function not found"):
+        await script(transport, ["k"], [])  # type: ignore[arg-type]

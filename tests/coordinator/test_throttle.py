@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from coordinator.app import create_app
 from coordinator.throttle import UNKNOWN_ADDRESS, client_address
+from coordinator.redis_transport import PlainTransport
 from tests.conftest import Api, make_settings, unique_prefix
 from tests.coordinator.helpers import enrolled_host
 from tests.support import ADMIN, HOSTS, wait_until_async
@@ -198,7 +199,7 @@ async def test_the_throttle_can_be_turned_off(api_factory: Callable[..., Any]) -
 async def test_without_redis_a_failure_keeps_its_401(caplog: pytest.LogCaptureFixture) -> None:
     # Nothing listens on port 1: the throttle cannot count, and the refusal stands as it was.
     dead = aioredis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=1)
-    app = create_app(make_settings(unique_prefix(), **{**THROTTLE, "auth_failures_max": 1}), redis=dead)
+    app = create_app(make_settings(unique_prefix(), **{**THROTTLE, "auth_failures_max": 1}), redis=PlainTransport(dead))
     with caplog.at_level(logging.WARNING, logger="coordinator.outage"):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://c") as client:
             for n in range(3):
