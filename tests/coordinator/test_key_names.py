@@ -66,7 +66,7 @@ async def test_a_scheduling_script_refuses_a_key_of_another_base(api: Api) -> No
     script = load_scripts()["expireHosts"]
     other = store.keys.base + "elsewhere"  # same hash tag: only the script can tell
     with pytest.raises(ResponseError, match="KEYS\\[1\\] must be the tasks key"):
-        await script(store.redis, [other], [30_000, 60_000, store.keys.base, 60_000, 1000, 10])
+        await script(store.transport, [other], [30_000, 60_000, store.keys.base, 60_000, 1000, 10])
 
 
 async def test_a_lifecycle_leaves_only_keys_named_in_keys_py(api: Api) -> None:
