@@ -86,18 +86,15 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     max_head_bytes: int = MAX_HEAD_BYTES
 
     # Slots, not the instance dict: uvicorn's protocol sets 28 attributes, and CPython shares one
-    # table of keys among a class's instance dicts only up to 30 keys. Past that every connection
-    # carries a private dict of its own: 1.6 KB instead of 0.3 KB.
-    __slots__ = ("_awaiting_head", "_began_in_read", "_head_bytes", "_head_timer", "_head_too_large", "_heads",
-                 "_lost", "_on_lost", "_read_size")
+    # table of keys among a class's instance dicts only up to 30 keys; past that every connection
+    # would carry a private dict of its own.
+    __slots__ = ("_awaiting_head", "_head_bytes", "_head_timer", "_head_too_large", "_heads", "_lost", "_on_lost")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._awaiting_head = True  # the next bytes to arrive belong to a request head
         self._heads = 0  # complete heads parsed on this connection
         self._head_bytes = 0
-        self._read_size = 0  # of the read being parsed
-        self._began_in_read = False  # whether the head being parsed began in that read
         self._head_too_large = False
         self._head_timer: asyncio.TimerHandle | None = None
         self._lost = False
@@ -117,7 +114,6 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         in_head, heads = self._awaiting_head, self._heads
-        self._read_size, self._began_in_read = len(data), False
         super().data_received(data)
         # Only a read that began and ended inside one head is all head bytes; any other read is
         # judged by on_headers_complete (or belongs to a head that began in it, counted next read).
@@ -128,7 +124,6 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._began_in_read = True
         self.scope["extensions"] = {CONNECTION: self}  # type: ignore[typeddict-unknown-key]
         self._arm_head_timer()  # a pipelined request starts arriving while another runs
 
@@ -160,15 +155,11 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         self._awaiting_head = False
         self._heads += 1
         self._head_bytes = 0
-        # A head that began in this read is no longer than the read, so only a head that began
-        # in an earlier one, or a read over the limit, is measured from its parts. (Measuring
-        # every head took 0.02 ms of an idle dispatch's create: bench.hops.)
-        if not self._began_in_read or self._read_size > self.max_head_bytes:
-            # 32 covers the method, spaces, version and line ends; ": " and CRLF are 4 per header.
-            size = len(self.url) + 32 + sum(len(name) + len(value) + 4 for name, value in self.headers)
-            if size > self.max_head_bytes:
-                self._head_too_large = True
-                raise _HeadTooLarge  # stops the parser; uvicorn then calls send_400_response
+        # 32 covers the method, spaces, version and line ends; ": " and CRLF are 4 per header.
+        size = len(self.url) + 32 + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.max_head_bytes:
+            self._head_too_large = True
+            raise _HeadTooLarge  # stops the parser; uvicorn then calls send_400_response
         earlier = self.cycle
         super().on_headers_complete()
         # Not for HEAD: its answer has no body, so a head held for one would never leave.
