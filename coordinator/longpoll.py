@@ -5,8 +5,8 @@ process's waiting polls are woken when work is assigned to their host.
 the process's ``ClaimWaiter``, runs the claim script, and, finding nothing, waits until woken,
 its time is up, its client hangs up (``Hangup``) or the process stops (``ClaimWaiter.close``:
 SIGTERM answers every waiting poll at once). ``host_api.claim`` only turns HTTP into its
-arguments and its ``PollEnd`` into a response. The script side lives in lua/claimAssignment.lua
-(registering the poll) and in the scripts that assign work (pushing the wake-up).
+arguments and its ``PollEnd`` into a response. The script side is the claimAssignment script
+(registering the poll) and the scripts that assign work (pushing the wake-up).
 
 A poll that finds nothing is registered, by the claim script in the same step that saw its
 host's assignment list empty, as "a poll of host H waits on process P" (``polls:<host>``, a
@@ -108,6 +108,8 @@ class Wakeup:
 
 
 class ClaimWaiter:
+    """This process's waiting polls, by host, and the loop that wakes them from its inbox."""
+
     def __init__(self, redis: Redis, inbox_key: str, process_id: str) -> None:
         self._redis = redis
         self._inbox = inbox_key
