@@ -11,6 +11,9 @@ long-polls would hold a stopping process for the whole graceful timeout and then
 (a 500 each). `Server` calls `on_exit` as soon as the signal arrives, so the app can answer them
 at once, then lets uvicorn drain as usual.
 
+Each response leaves in one write (`OneWriteResponses`): uvicorn writes a head and its body
+separately, two send() calls per response where one does.
+
 A handler reaches its request's connection through the `CONNECTION` scope extension: whether the
 client has hung up, asked of the socket, and a callback when the connection is lost, so that a
 waiting long-poll notices its client leaving without a task of its own reading ASGI messages.
@@ -157,7 +160,11 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         if size > self.max_head_bytes:
             self._head_too_large = True
             raise _HeadTooLarge  # stops the parser; uvicorn then calls send_400_response
+        earlier = self.cycle
         super().on_headers_complete()
+        # Not for HEAD: its answer has no body, so a head held for one would never leave.
+        if self.cycle is not None and self.cycle is not earlier and self.scope["method"] != "HEAD":
+            self.cycle.transport = OneWriteResponses(self.transport)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         self._awaiting_head = True
@@ -212,6 +219,42 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             # abort, not close: close would wait to flush to a client that may never read.
             self.transport.abort()
+
+
+class OneWriteResponses:
+    """The transport as one request's response cycle sees it: the response head is held until
+    the body's first write, so head and body leave in one write.
+
+    uvicorn writes a head and its body separately: two send() calls, and two segments for the
+    client to read, on every response. Never used for a HEAD request, whose answer has no body. A head announcing a chunked body (a stream, whose first
+    chunk may come much later) and an interim ``100 Continue`` go out at once; a cycle that
+    closes the connection after its head flushes it first."""
+
+    __slots__ = ("_head", "_transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head + data)
+        elif data.startswith(b"HTTP/1.1 ") and not data.startswith(b"HTTP/1.1 100 ") \
+                and b"\r\ntransfer-encoding: chunked\r\n" not in data:
+            self._head = data
+        else:
+            self._transport.write(data)
+
+    def close(self) -> None:
+        head, self._head = self._head, None
+        if head is not None:
+            self._transport.write(head)
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
 
 
 def head_limited_protocol(header_timeout_s: float) -> type[HeadLimitedProtocol]:
