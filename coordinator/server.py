@@ -12,7 +12,8 @@ long-polls would hold a stopping process for the whole graceful timeout and then
 at once, then lets uvicorn drain as usual.
 
 Each response leaves in one write (`OneWriteResponses`): uvicorn writes a head and its body
-separately, two send() calls per response where one does.
+separately, two send() calls per response where one does. It replaces the transport of uvicorn's
+response cycle, an internal, so ``COORDINATOR_ONE_WRITE_RESPONSES=false`` turns it off.
 
 A handler reaches its request's connection through the `CONNECTION` scope extension: whether the
 client has hung up, asked of the socket, and a callback when the connection is lost, so that a
@@ -84,6 +85,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     header_timeout_s: float = 10.0
     max_head_bytes: int = MAX_HEAD_BYTES
+    one_write_responses: bool = True
 
     # Slots, not the instance dict: uvicorn's protocol sets 28 attributes, and CPython shares one
     # table of keys among a class's instance dicts only up to 30 keys; past that every connection
@@ -163,7 +165,8 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         earlier = self.cycle
         super().on_headers_complete()
         # Not for HEAD: its answer has no body, so a head held for one would never leave.
-        if self.cycle is not None and self.cycle is not earlier and self.scope["method"] != "HEAD":
+        if self.one_write_responses and self.cycle is not None and self.cycle is not earlier \
+                and self.scope["method"] != "HEAD":
             self.cycle.transport = OneWriteResponses(self.transport)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
@@ -223,7 +226,9 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
 class OneWriteResponses:
     """The transport as one request's response cycle sees it: the response head is held until
-    the body's first write, so head and body leave in one write.
+    the body's first write, so head and body leave in one write. Kept for bench row 2w (renew):
+    without it a renewal took 11-19 us more coordinator CPU and wrk's renewals/s fell in each of
+    4 same-run turns; the empty claim (204, no body: one write either way) did not move.
 
     uvicorn writes a head and its body separately: two send() calls, and two segments for the
     client to read, on every response. Never used for a HEAD request, whose answer has no body. A head announcing a chunked body (a stream, whose first
@@ -257,12 +262,13 @@ class OneWriteResponses:
         return self._transport.is_closing()
 
 
-def head_limited_protocol(header_timeout_s: float) -> type[HeadLimitedProtocol]:
+def head_limited_protocol(header_timeout_s: float, one_write: bool = True) -> type[HeadLimitedProtocol]:
     """The protocol class to give uvicorn (it builds one per connection from the class alone)."""
     timeout = header_timeout_s
 
     class Protocol(HeadLimitedProtocol):
         header_timeout_s = timeout
+        one_write_responses = one_write
 
     return Protocol
 
@@ -315,7 +321,7 @@ def raise_nofile() -> None:
 
 
 def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
-        on_exit: Callable[[], None], sock: socket.socket | None = None) -> int:
+        on_exit: Callable[[], None], sock: socket.socket | None = None, one_write: bool = True) -> int:
     """Serve until SIGTERM or SIGINT; the exit status (uvicorn's startup-failure code if the
     server never started). With ``sock`` (a worker of ``run_workers``) accept on that listening
     socket instead of binding ``host:port``.
@@ -327,7 +333,7 @@ def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
         app,
         host=host,
         port=port,
-        http=head_limited_protocol(header_timeout_s),
+        http=head_limited_protocol(header_timeout_s, one_write),
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
