@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from coordinator import longpoll as longpoll_module
 from coordinator.keys import STATUS_CODES, STATUS_SPAN
 from coordinator.longpoll import ClaimWaiter
 from coordinator.redis_client import HeldConnection, dedicated
@@ -229,6 +230,34 @@ async def test_the_inbox_loop_takes_every_waiting_wake_up_in_one_pop(
             assert await wakeup.wait(5)
         assert await redis_client.llen(inbox) == 0
         assert not bystander.is_set()
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        await redis_client.delete(inbox)
+
+
+@pytest.mark.parametrize("settles", [True, False])
+async def test_the_inbox_loop_pops_again_once_the_polls_it_woke_are_done_with_it(
+        redis_client: aioredis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch, settles: bool) -> None:
+    """A later wake-up waits in the inbox until the poll the last pop woke is done with its
+    wake-up; a poll that never says so holds it for SETTLE_S at most."""
+    monkeypatch.setattr(longpoll_module, "SETTLE_S", 60 if settles else 0.05)
+    inbox = f"{prefix}:inbox:p_settle"
+    waiter = ClaimWaiter(redis_client, inbox, "p_settle")
+    first, second = waiter.register("h1"), waiter.register("h2")
+    loop = asyncio.create_task(waiter.run())
+    try:
+        await redis_client.rpush(inbox, "h1")
+        assert await first.wait(5)
+        await redis_client.rpush(inbox, "h2")
+        if settles:
+            assert not await second.wait(0.2)
+            assert await redis_client.llen(inbox) == 1  # not popped yet
+            waiter.unregister("h1", first)  # no longer waiting is not done: an answer may be due
+            assert not await second.wait(0.2)
+            waiter.settled(first)
+        assert await second.wait(5)
+        assert await redis_client.llen(inbox) == 0
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from coordinator import longpoll as longpoll_module
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 from tests.support import wait_until_async
@@ -69,8 +70,12 @@ def _is_empty(redis: Any, key: str) -> Callable[[], Awaitable[bool]]:
     return check
 
 
-async def test_a_poll_woken_for_nothing_holds_up_no_other_hosts_wake_up(api: Api) -> None:
-    """A wake-up with no work behind it holds up no other host's wake-up."""
+async def test_a_poll_woken_for_nothing_lets_the_inbox_loop_pop_again(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inbox loop holds its next pop until the polls it woke are done with it (waiter.py): a
+    poll that finds nothing and waits again says so too, or it would hold every other host's
+    wake-up for SETTLE_S."""
+    monkeypatch.setattr(longpoll_module, "SETTLE_S", 60)
     await api.heartbeat("host-a", ["a1"])
     await api.heartbeat("host-b", ["b1"])
     polls = {host: asyncio.ensure_future(api.claim(host, wait_s=30)) for host in ("host-a", "host-b")}
@@ -90,8 +95,11 @@ async def test_a_poll_woken_for_nothing_holds_up_no_other_hosts_wake_up(api: Api
         await asyncio.gather(*polls.values(), return_exceptions=True)
 
 
-async def test_a_poll_woken_for_work_holds_up_no_other_hosts_wake_up(api: Api) -> None:
-    """A woken poll that claims holds up no other host's wake-up."""
+async def test_a_poll_woken_for_work_lets_the_inbox_loop_pop_again_once_answered(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A woken poll that claims is done with its wake-up once its answer is written; the next
+    host's wake-up does not wait SETTLE_S for it."""
+    monkeypatch.setattr(longpoll_module, "SETTLE_S", 60)
     await api.heartbeat("host-a", ["a1"])
     await api.heartbeat("host-b", ["b1"])
     first = asyncio.ensure_future(api.claim("host-a", wait_s=30))
