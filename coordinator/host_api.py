@@ -16,8 +16,7 @@ import wire
 from coordinator.auth import HostPrincipal
 from coordinator.context import Context
 from coordinator.errors import ApiError, InvalidRequest, device_limit
-from coordinator.longpoll import PollEnd, claim_until_assigned
-from coordinator.metrics import Metrics
+from coordinator.longpoll import claim_until_assigned
 from coordinator.responses import assignment_view, iso_ms, json_response
 from coordinator.server import CONNECTION
 from coordinator.validation import (
@@ -112,21 +111,14 @@ async def claim(ctx: Context, request: Request) -> Response:
     wait_s, claim_id = await ctx.auth.parse_for(principal, _parse_claim(ctx, request))
     end = await claim_until_assigned(ctx.waiter, ctx.store, principal, claim_id, wait_s, ctx.settings.lease_ttl_ms,
                                      request.scope.get("extensions", {}).get(CONNECTION), request.receive)
+    ctx.metrics.claims.inc(end.outcome)
     if end.claimed is None:
-        ctx.metrics.claims.inc(end.outcome)
         return Response(status_code=204)
+    if end.claimed.waited_ms is not None:
+        ctx.metrics.schedule_to_start.observe(end.claimed.waited_ms / 1000)
     response = json_response(assignment_view(end.claimed.assignment))
-    response.background = BackgroundTask(_answered, end, ctx.metrics)
+    response.background = BackgroundTask(end.answered)  # once the answer is written
     return response
-
-
-async def _answered(end: PollEnd, metrics: Metrics) -> None:
-    """Once the assignment is written: on an idle process the agent's wait for it is the
-    dispatch latency, so what the claim leaves waits until then."""
-    end.answered()
-    metrics.claims.inc(end.outcome)
-    if end.claimed is not None and end.claimed.waited_ms is not None:
-        metrics.schedule_to_start.observe(end.claimed.waited_ms / 1000)
 
 
 # -- renew ---------------------------------------------------------------------------------
