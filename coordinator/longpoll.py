@@ -27,9 +27,9 @@ long. After any Redis failure (a failover may lose the last pushes) every waitin
 The loop pops again only once the polls a pop woke are done with it: each has answered (its answer
 written), found nothing and waits again, or gone; or ``SETTLE_S`` has passed. A pop issued sooner
 competes for the CPU on a small machine with the woken poll's claim and its answer. Kept for bench
-row 4a (idle dispatch): without it Tether's p50 over the dispatch floor's (4f) was 0.43-0.55 ms in
-5 of 5 runs, against a median of 0.16 ms in 6 runs with it. Pushes made meanwhile wait in the inbox
-for the next pop.
+row 4a (idle dispatch): Tether's p50 over the dispatch floor's (4f) had a median of 0.48 ms in 5
+runs without it (0.43-0.55) and 0.33 ms in 8 runs with it, on a shared 2-core machine whose runs
+spread widely (-0.02-1.19). Pushes made meanwhile wait in the inbox for the next pop.
 """
 
 from __future__ import annotations
