@@ -73,7 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
             return STARTUP_FAILURE
         # Waiting polls and feed watchers are ended at the signal, instead of holding the stop.
         return run(app, host=args.host, port=port, header_timeout_s=settings.header_timeout_s,
-                   on_exit=app.state.stopping, sock=sock)
+                   on_exit=app.state.stopping, sock=sock, one_write=settings.one_write_responses)
 
     workers = _worker_count(settings)
     if workers == 1:

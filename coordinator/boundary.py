@@ -41,8 +41,8 @@ from coordinator.errors import (
 from coordinator.logs import REQUESTS_LOGGER
 from coordinator.metrics import Metrics
 from coordinator.outage import OutageLog
+from coordinator.responses import json_response
 from coordinator.throttle import FailureThrottle
-from coordinator.views import json_response
 from wire import is_valid_id
 
 log = logging.getLogger("coordinator")

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from coordinator.auth import Authenticator
 from coordinator.epoch import Epoch
 from coordinator.feed import EventFeed
+from coordinator.longpoll import ClaimWaiter
 from coordinator.metrics import Metrics
 from coordinator.queries import Queries
 from coordinator.settings import Settings
 from coordinator.store import Store
-from coordinator.waiter import ClaimWaiter
 
 
 @dataclass

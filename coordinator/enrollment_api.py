@@ -22,8 +22,8 @@ from coordinator.errors import (
     Unauthorized,
     device_limit,
 )
+from coordinator.responses import json_response, token_view
 from coordinator.validation import Query, canonical_json, has_control, read_json, require_id
-from coordinator.views import json_response, token_view
 
 MAX_TOKEN_TTL_S = 30 * 24 * 3600
 

@@ -13,8 +13,8 @@ from coordinator.auth import access_of
 from coordinator.context import Context
 from coordinator.errors import NotFound
 from coordinator.queries import HostEntry
+from coordinator.responses import device_view, host_view, json_response, run_view
 from coordinator.validation import Query, read_json, require_id
-from coordinator.views import device_view, host_view, json_response, run_view
 
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
 MAX_REASON_CHARS = 256

@@ -7,9 +7,6 @@ a credential revoked meanwhile (through any process) still gets the credential's
 
 from __future__ import annotations
 
-import asyncio
-import secrets
-
 from starlette.background import BackgroundTask
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
@@ -19,9 +16,9 @@ import wire
 from coordinator.auth import HostPrincipal
 from coordinator.context import Context
 from coordinator.errors import ApiError, InvalidRequest, device_limit
-from coordinator.metrics import Metrics
-from coordinator.server import CONNECTION, ClientConnection
-from coordinator.store import Claimed
+from coordinator.longpoll import claim_until_assigned
+from coordinator.responses import assignment_view, iso_ms, json_response
+from coordinator.server import CONNECTION
 from coordinator.validation import (
     Body,
     canonical_json,
@@ -29,8 +26,6 @@ from coordinator.validation import (
     read_json,
     require_id,
 )
-from coordinator.views import assignment_view, iso_ms, json_response
-from coordinator.waiter import ClaimWaiter, Wakeup
 
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
 _RESULT_STATUSES = wire.values(wire.ResultStatus)
@@ -87,23 +82,10 @@ async def heartbeat(ctx: Context, request: Request) -> Response:
 # -- claim ---------------------------------------------------------------------------------
 
 
-def _query_value(query: bytes, name: str) -> str | None:
-    """``name``'s value in the query string, as Starlette's ``QueryParams`` reads it (the last
-    one). Not request.query_params: the request keeps what that parses for as long as it lives,
-    a waiting poll's whole wait (0.4 KB of it). A plain ``wait_s=5`` is split here, and only
-    percent-encoded text goes through ``QueryParams``' parser, which costs far more."""
-    if b"%" in query or b"+" in query or not query.isascii():
-        return QueryParams(query).get(name)
-    value = None
-    for pair in query.decode().split("&"):
-        key, _, text = pair.partition("=")
-        if key == name:
-            value = text
-    return value
-
-
 def _wait_seconds(request: Request, ctx: Context) -> float:
-    raw = _query_value(request.scope["query_string"], "wait_s")
+    # QueryParams of its own, not request.query_params, which the request keeps for a waiting
+    # poll's whole wait: bench row 5d rose by 1.8-2.2 KB/poll with it, target 10 KB.
+    raw = QueryParams(request.scope["query_string"]).get("wait_s")
     if raw is None:
         wait = ctx.settings.claim_wait_default_s
     else:
@@ -114,63 +96,6 @@ def _wait_seconds(request: Request, ctx: Context) -> float:
         if not 0 <= wait < float("inf"):
             raise InvalidRequest("wait_s must be zero or more")
     return min(wait, ctx.settings.claim_wait_max_s)
-
-
-async def _client_gone(request: Request) -> None:
-    """Returns once the client has disconnected (the body has been read already)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-class _Hangup:
-    """Sets a waiting poll's wake-up when its client hangs up, and says whether it has.
-
-    Through the connection (``server.CONNECTION``) where the server is ours: a callback when it
-    is lost, and a look at the socket, since a request handled late, after a stall, may have lost
-    its client before the event loop read the hang-up. Elsewhere (another ASGI server, the tests'
-    in-process transport) through a task that reads the request's messages until
-    ``http.disconnect``, started before the first wait."""
-
-    __slots__ = ("_connection", "_lost", "_reader", "_request", "_wakeup")
-
-    def __init__(self, request: Request, wakeup: Wakeup) -> None:
-        self._request = request
-        self._wakeup = wakeup
-        self._reader: asyncio.Task[None] | None = None
-        self._lost = False
-        self._connection: ClientConnection | None = request.scope.get("extensions", {}).get(CONNECTION)
-        if self._connection is not None:
-            self._connection.on_lost(self._on_lost)
-
-    def _on_lost(self) -> None:
-        self._lost = True
-        self._wakeup.set()
-
-    def happened(self, ask_socket: bool) -> bool:
-        """Whether the client has hung up. ``ask_socket`` before the first attempt: the request
-        may have waited in the kernel behind its client's hang-up, which the event loop has not
-        read yet. After a wait it has read what came before the wake-up, and a hang-up it read
-        ended the wait already (``_on_lost``): asking the socket again cost 0.03 ms of every idle
-        dispatch (``bench.hops``)."""
-        if self._reader is not None and self._reader.done():
-            return True
-        if self._connection is None:
-            return False
-        return self._lost or (ask_socket and self._connection.peer_closed())
-
-    def watch(self) -> None:
-        """Before each wait: make sure the hang-up will be noticed while the poll waits."""
-        if self._connection is None and self._reader is None:
-            self._reader = asyncio.ensure_future(_client_gone(self._request))
-            self._reader.add_done_callback(lambda _: self._wakeup.set())
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.on_lost(None)
-        if self._reader is not None:
-            self._reader.cancel()
 
 
 async def _parse_claim(ctx: Context, request: Request) -> tuple[float, str]:
@@ -184,66 +109,16 @@ async def _parse_claim(ctx: Context, request: Request) -> tuple[float, str]:
 async def claim(ctx: Context, request: Request) -> Response:
     principal = await _authorize(ctx, request)
     wait_s, claim_id = await ctx.auth.parse_for(principal, _parse_claim(ctx, request))
-    store, waiter, metrics = ctx.store, ctx.waiter, ctx.metrics
-    host_id = principal.host_id
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
-
-    # Register before the first attempt, so a wake-up between the attempt and the wait is kept.
-    # Every attempt first checks that the client is still there: a poll whose client has gone
-    # claims nothing.
-    wakeup = waiter.register(host_id)
-    hangup = _Hangup(request, wakeup)
-    # Minted now, not after a wake-up: an attempt that claims nothing binds no lease, so the id
-    # stays unused for the next.
-    lease_id = "l_" + secrets.token_hex(16)
-    answering = False
-    first_attempt = True
-    try:
-        while True:
-            if hangup.happened(ask_socket=first_attempt):
-                metrics.claims.inc("disconnected")
-                return Response(status_code=204)
-            if waiter.closed:
-                metrics.claims.inc("shutdown")
-                return Response(status_code=204)
-            first_attempt = False
-            wakeup.clear()
-            wait_ms = int((deadline - loop.time()) * 1000)
-            claimed = await store.claim(principal, claim_id, lease_id, ctx.settings.lease_ttl_ms,
-                                        waiter.process_id, max(wait_ms, 0))
-            if claimed is not None:
-                response = _assignment_response(claimed, metrics, waiter, wakeup)
-                answering = True
-                return response
-            waiter.settled(wakeup)
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                metrics.claims.inc("empty")
-                return Response(status_code=204)
-            hangup.watch()
-            await wakeup.wait(remaining)
-    finally:
-        waiter.unregister(host_id, wakeup)
-        hangup.close()
-        if not answering:
-            waiter.settled(wakeup)
-
-
-def _assignment_response(claimed: Claimed, metrics: Metrics, waiter: ClaimWaiter, wakeup: Wakeup) -> Response:
-    """The claimed assignment's answer. What the claim leaves (counting it, and letting the
-    wake-up loop pop again) waits until the answer is written: on an idle process the agent's
-    wait for it is the dispatch latency."""
-    response = json_response(assignment_view(claimed.assignment))
-    response.background = BackgroundTask(_after_answer, claimed.waited_ms, metrics, waiter, wakeup)
+    end = await claim_until_assigned(ctx.waiter, ctx.store, principal, claim_id, wait_s, ctx.settings.lease_ttl_ms,
+                                     request.scope.get("extensions", {}).get(CONNECTION), request.receive)
+    ctx.metrics.claims.inc(end.outcome)
+    if end.claimed is None:
+        return Response(status_code=204)
+    if end.claimed.waited_ms is not None:
+        ctx.metrics.schedule_to_start.observe(end.claimed.waited_ms / 1000)
+    response = json_response(assignment_view(end.claimed.assignment))
+    response.background = BackgroundTask(end.answered)  # once the answer is written
     return response
-
-
-async def _after_answer(waited_ms: int | None, metrics: Metrics, waiter: ClaimWaiter, wakeup: Wakeup) -> None:
-    waiter.settled(wakeup)
-    metrics.claims.inc("assigned")
-    if waited_ms is not None:
-        metrics.schedule_to_start.observe(waited_ms / 1000)
 
 
 # -- renew ---------------------------------------------------------------------------------

@@ -21,6 +21,10 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+import wire
+from coordinator.queries import Queries
+from coordinator.wait_reasons import waiting_reason
+
 
 class _LabelledCounter(Collector):
     """A counter by label values, counted in a plain dict and read at scrape time. Every request
@@ -125,3 +129,23 @@ class Metrics:
         if deployment is not None:
             self._deployment.latest = deployment
         return generate_latest(self.registry)
+
+
+# How many of the oldest queued tasks a scrape computes waiting reasons for (tasks with the same
+# target share one computation; see coordinator/wait_reasons.py for its bound).
+QUEUED_EXAMINED = 500
+
+
+async def read_deployment(queries: Queries) -> Deployment:
+    """The deployment-wide figures a scrape reports, read from Redis now."""
+    queued = await queries.oldest_queued(QUEUED_EXAMINED)
+    candidates = await queries.candidates(queued)
+    by_reason: dict[str, int] = dict.fromkeys(wire.values(wire.WaitingReason), 0)
+    for counts in candidates.values():
+        by_reason[waiting_reason(counts)] += 1
+    return Deployment(
+        tasks_by_status=await queries.task_counts(),
+        queued_by_reason=by_reason,
+        queued_examined=len(queued),
+        counters=await queries.stats(),
+    )

@@ -18,8 +18,8 @@ from coordinator.auth import Operator, access_of, token_digest
 from coordinator.context import Context
 from coordinator.errors import InvalidRequest
 from coordinator.records import OperatorToken
+from coordinator.responses import iso_ms, json_response, operator_token_view
 from coordinator.validation import Body, Query, read_json, require_id
-from coordinator.views import iso_ms, json_response, operator_token_view
 
 _FIELDS = frozenset({"name", "scopes", "ttl_s"})
 _SCOPES = wire.values(wire.OperatorScope)

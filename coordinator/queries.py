@@ -27,7 +27,7 @@ from coordinator.records import (
 )
 from coordinator.redis_transport import RedisTransport
 from coordinator.scripts import Script
-from coordinator.waiting import CANDIDATES_SCANNED, candidates_from_reply, target_of
+from coordinator.wait_reasons import CANDIDATES_SCANNED, candidates_from_reply, target_of
 
 SCAN_BOUND = 5000
 _BATCH = 500

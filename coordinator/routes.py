@@ -23,14 +23,14 @@ from coordinator import (
     fleet_api,
     host_api,
     operator_api,
-    ops,
+    ops_api,
     task_api,
     ui_api,
 )
 from coordinator.auth import ANY_SCOPE
 from coordinator.context import Context
 from coordinator.openapi import openapi_document
-from coordinator.views import json_response
+from coordinator.responses import json_response
 
 Handler = Callable[[Context, Request], Awaitable[Response]]
 
@@ -144,10 +144,10 @@ ENDPOINTS: list[Endpoint] = [
     *(Endpoint("GET", ui_api.PREFIX + name, ui_api.asset, "A file of the dashboard", None, None,
                {200: None, 304: None})
       for name in ui_api.ASSETS),
-    Endpoint("GET", "/healthz", ops.healthz, "Process is up", None, None, {200: None}),
-    Endpoint("GET", "/readyz", ops.readyz, "Redis reachable and scripts loaded", None, None,
+    Endpoint("GET", "/healthz", ops_api.healthz, "Process is up", None, None, {200: None}),
+    Endpoint("GET", "/readyz", ops_api.readyz, "Redis reachable and scripts loaded", None, None,
              {200: None, 503: None}),
-    Endpoint("GET", "/metrics", ops.metrics, "Prometheus metrics", None, None, {200: None}),
+    Endpoint("GET", "/metrics", ops_api.metrics, "Prometheus metrics", None, None, {200: None}),
     Endpoint("GET", "/openapi.json", _openapi, "This document", None, None, {200: None}),
 ]
 

@@ -12,11 +12,14 @@ long-polls would hold a stopping process for the whole graceful timeout and then
 at once, then lets uvicorn drain as usual.
 
 Each response leaves in one write (`OneWriteResponses`): uvicorn writes a head and its body
-separately, two send() calls per response where one does.
+separately, two send() calls per response where one does. It replaces the transport of uvicorn's
+response cycle, an internal, so ``COORDINATOR_ONE_WRITE_RESPONSES=false`` turns it off.
 
 A handler reaches its request's connection through the `CONNECTION` scope extension: whether the
 client has hung up, asked of the socket, and a callback when the connection is lost, so that a
-waiting long-poll notices its client leaving without a task of its own reading ASGI messages.
+waiting long-poll (longpoll.Hangup) notices its client leaving without a task of its own reading
+ASGI messages. That task is what the other servers cost: bench row 5d (memory per waiting poll)
+rose by 1.8-1.9 KB/poll without the extension, target 10 KB.
 
 Several worker processes (``WEB_CONCURRENCY``) are `workers.py`'s.
 """
@@ -84,20 +87,18 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     header_timeout_s: float = 10.0
     max_head_bytes: int = MAX_HEAD_BYTES
+    one_write_responses: bool = True
 
     # Slots, not the instance dict: uvicorn's protocol sets 28 attributes, and CPython shares one
-    # table of keys among a class's instance dicts only up to 30 keys. Past that every connection
-    # carries a private dict of its own: 1.6 KB instead of 0.3 KB.
-    __slots__ = ("_awaiting_head", "_began_in_read", "_head_bytes", "_head_timer", "_head_too_large", "_heads",
-                 "_lost", "_on_lost", "_read_size")
+    # table of keys among a class's instance dicts only up to 30 keys; past that every connection
+    # would carry a private dict of its own.
+    __slots__ = ("_awaiting_head", "_head_bytes", "_head_timer", "_head_too_large", "_heads", "_lost", "_on_lost")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._awaiting_head = True  # the next bytes to arrive belong to a request head
         self._heads = 0  # complete heads parsed on this connection
         self._head_bytes = 0
-        self._read_size = 0  # of the read being parsed
-        self._began_in_read = False  # whether the head being parsed began in that read
         self._head_too_large = False
         self._head_timer: asyncio.TimerHandle | None = None
         self._lost = False
@@ -117,7 +118,6 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         in_head, heads = self._awaiting_head, self._heads
-        self._read_size, self._began_in_read = len(data), False
         super().data_received(data)
         # Only a read that began and ended inside one head is all head bytes; any other read is
         # judged by on_headers_complete (or belongs to a head that began in it, counted next read).
@@ -128,7 +128,6 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._began_in_read = True
         self.scope["extensions"] = {CONNECTION: self}  # type: ignore[typeddict-unknown-key]
         self._arm_head_timer()  # a pipelined request starts arriving while another runs
 
@@ -160,19 +159,16 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         self._awaiting_head = False
         self._heads += 1
         self._head_bytes = 0
-        # A head that began in this read is no longer than the read, so only a head that began
-        # in an earlier one, or a read over the limit, is measured from its parts. (Measuring
-        # every head took 0.02 ms of an idle dispatch's create: bench.hops.)
-        if not self._began_in_read or self._read_size > self.max_head_bytes:
-            # 32 covers the method, spaces, version and line ends; ": " and CRLF are 4 per header.
-            size = len(self.url) + 32 + sum(len(name) + len(value) + 4 for name, value in self.headers)
-            if size > self.max_head_bytes:
-                self._head_too_large = True
-                raise _HeadTooLarge  # stops the parser; uvicorn then calls send_400_response
+        # 32 covers the method, spaces, version and line ends; ": " and CRLF are 4 per header.
+        size = len(self.url) + 32 + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.max_head_bytes:
+            self._head_too_large = True
+            raise _HeadTooLarge  # stops the parser; uvicorn then calls send_400_response
         earlier = self.cycle
         super().on_headers_complete()
         # Not for HEAD: its answer has no body, so a head held for one would never leave.
-        if self.cycle is not None and self.cycle is not earlier and self.scope["method"] != "HEAD":
+        if self.one_write_responses and self.cycle is not None and self.cycle is not earlier \
+                and self.scope["method"] != "HEAD":
             self.cycle.transport = OneWriteResponses(self.transport)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
@@ -232,7 +228,9 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
 class OneWriteResponses:
     """The transport as one request's response cycle sees it: the response head is held until
-    the body's first write, so head and body leave in one write.
+    the body's first write, so head and body leave in one write. Kept for bench row 2w (renew):
+    without it a renewal took 11-19 us more coordinator CPU and wrk's renewals/s fell in each of
+    4 same-run turns; the empty claim (204, no body: one write either way) did not move.
 
     uvicorn writes a head and its body separately: two send() calls, and two segments for the
     client to read, on every response. Never used for a HEAD request, whose answer has no body. A head announcing a chunked body (a stream, whose first
@@ -266,12 +264,13 @@ class OneWriteResponses:
         return self._transport.is_closing()
 
 
-def head_limited_protocol(header_timeout_s: float) -> type[HeadLimitedProtocol]:
+def head_limited_protocol(header_timeout_s: float, one_write: bool = True) -> type[HeadLimitedProtocol]:
     """The protocol class to give uvicorn (it builds one per connection from the class alone)."""
     timeout = header_timeout_s
 
     class Protocol(HeadLimitedProtocol):
         header_timeout_s = timeout
+        one_write_responses = one_write
 
     return Protocol
 
@@ -324,7 +323,7 @@ def raise_nofile() -> None:
 
 
 def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
-        on_exit: Callable[[], None], sock: socket.socket | None = None) -> int:
+        on_exit: Callable[[], None], sock: socket.socket | None = None, one_write: bool = True) -> int:
     """Serve until SIGTERM or SIGINT; the exit status (uvicorn's startup-failure code if the
     server never started). With ``sock`` (a worker of ``run_workers``) accept on that listening
     socket instead of binding ``host:port``.
@@ -336,7 +335,7 @@ def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
         app,
         host=host,
         port=port,
-        http=head_limited_protocol(header_timeout_s),
+        http=head_limited_protocol(header_timeout_s, one_write),
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,

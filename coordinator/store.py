@@ -18,7 +18,7 @@ from coordinator.keys import Keys
 from coordinator.records import EnrollmentToken, OperatorToken, TaskRecord
 from coordinator.redis_transport import RedisTransport
 from coordinator.scripts import NO_WAIT, Durability, Script, load_scripts
-from coordinator.waiting import CANDIDATES_SCANNED, candidates_from_reply
+from coordinator.wait_reasons import CANDIDATES_SCANNED, candidates_from_reply
 
 # How long a process's inbox outlives the last wake-up pushed onto it: a live process drains it
 # at once, so this only bounds what a crashed process leaves behind.

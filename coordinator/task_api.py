@@ -15,8 +15,8 @@ from coordinator.auth import access_of
 from coordinator.context import Context
 from coordinator.errors import InvalidRequest, NotFound
 from coordinator.records import TaskRecord
+from coordinator.responses import event_view, json_response, task_view
 from coordinator.validation import Body, Query, canonical_json, read_json, require_id
-from coordinator.views import event_view, json_response, task_view
 
 _TASK_STATUSES = wire.values(wire.TaskStatus)
 MAX_QUEUE_TIMEOUT_S = 365 * 24 * 3600

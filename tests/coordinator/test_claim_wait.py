@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from coordinator.longpoll import Wakeup
 from coordinator.server import CONNECTION
-from coordinator.waiter import Wakeup
 from tests.conftest import Api
 from tests.support import HOSTS, wait_until_async
 

@@ -12,10 +12,10 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from coordinator import waiter as waiter_module
+from coordinator import longpoll as longpoll_module
 from coordinator.keys import STATUS_CODES, STATUS_SPAN
+from coordinator.longpoll import ClaimWaiter
 from coordinator.redis_transport import RedisTransport
-from coordinator.waiter import ClaimWaiter
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 from tests.support import wait_until_async
@@ -209,7 +209,7 @@ async def test_the_inbox_loop_pops_again_once_the_polls_it_woke_are_done_with_it
         settles: bool) -> None:
     """A later wake-up waits in the inbox until the poll the last pop woke is done with its
     wake-up; a poll that never says so holds it for SETTLE_S at most."""
-    monkeypatch.setattr(waiter_module, "SETTLE_S", 60 if settles else 0.05)
+    monkeypatch.setattr(longpoll_module, "SETTLE_S", 60 if settles else 0.05)
     inbox = f"{prefix}:inbox:p_settle"
     waiter = ClaimWaiter(transport, inbox, "p_settle")
     first, second = waiter.register("h1"), waiter.register("h2")

@@ -38,12 +38,13 @@ def _app(stream_gate: asyncio.Event) -> Starlette:
                              Route("/stream", stream)])
 
 
-@pytest.fixture
-async def served() -> AsyncIterator[tuple[int, asyncio.Event]]:
-    """The app behind the coordinator's protocol on a loopback port; the stream's gate."""
+@pytest.fixture(params=[True, False], ids=["one write", "uvicorn's writes"])
+async def served(request: pytest.FixtureRequest) -> AsyncIterator[tuple[int, asyncio.Event]]:
+    """The app behind the coordinator's protocol on a loopback port, with each response in one
+    write and without (COORDINATOR_ONE_WRITE_RESPONSES); the stream's gate."""
     gate = asyncio.Event()
     port = free_port()
-    config = uvicorn.Config(_app(gate), host="127.0.0.1", port=port, http=head_limited_protocol(10.0),
+    config = uvicorn.Config(_app(gate), host="127.0.0.1", port=port, http=head_limited_protocol(10.0, request.param),
                             log_config=None, access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())

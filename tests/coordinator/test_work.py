@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coordinator import waiter as waiter_module
+from coordinator import longpoll as longpoll_module
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 from tests.support import wait_until_async
@@ -75,7 +75,7 @@ async def test_a_poll_woken_for_nothing_lets_the_inbox_loop_pop_again(
     """The inbox loop holds its next pop until the polls it woke are done with it (waiter.py): a
     poll that finds nothing and waits again says so too, or it would hold every other host's
     wake-up for SETTLE_S."""
-    monkeypatch.setattr(waiter_module, "SETTLE_S", 60)
+    monkeypatch.setattr(longpoll_module, "SETTLE_S", 60)
     await api.heartbeat("host-a", ["a1"])
     await api.heartbeat("host-b", ["b1"])
     polls = {host: asyncio.ensure_future(api.claim(host, wait_s=30)) for host in ("host-a", "host-b")}
@@ -99,7 +99,7 @@ async def test_a_poll_woken_for_work_lets_the_inbox_loop_pop_again_once_answered
         api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """A woken poll that claims is done with its wake-up once its answer is written; the next
     host's wake-up does not wait SETTLE_S for it."""
-    monkeypatch.setattr(waiter_module, "SETTLE_S", 60)
+    monkeypatch.setattr(longpoll_module, "SETTLE_S", 60)
     await api.heartbeat("host-a", ["a1"])
     await api.heartbeat("host-b", ["b1"])
     first = asyncio.ensure_future(api.claim("host-a", wait_s=30))

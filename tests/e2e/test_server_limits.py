@@ -4,6 +4,7 @@ head over 64 KiB, heads that never complete) and a graceful stop with long-polls
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import threading
@@ -14,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import HOSTS, coordinator_env, coordinator_process, fresh_prefix, wait_until
+from coordinator.routes import ENDPOINTS
+from tests.support import ADMIN, HOSTS, coordinator_env, coordinator_process, fresh_prefix, wait_until
 
 pytestmark = [pytest.mark.e2e]
 
@@ -211,3 +213,24 @@ def test_head_is_answered_on_a_kept_alive_connection_and_pipelined_before_a_get(
         sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         answers = _read_answers(sock, ["HEAD", "GET"], timeout=2)
         assert [a.split(b"\r\n", 1)[0] for a in answers] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"]
+
+
+def _get_routes() -> list[str]:
+    """Every GET route of the route table (each advertises HEAD), path ids filled in, less the
+    live feed: its GET answer is a stream that does not end."""
+    paths = [re.sub(r"\{\w+\}", "x1", e.path) for e in ENDPOINTS if e.method == "GET"]
+    return [p for p in paths if p != "/api/v1/events"]
+
+
+@pytest.mark.parametrize("path", _get_routes())
+def test_head_answers_as_get_does_on_every_route_that_advertises_it(coordinator: str, path: str) -> None:
+    auth = f"Authorization: Bearer {ADMIN}\r\n".encode()
+    head_req = b"HEAD %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (path.encode(), auth)
+    get_req = b"GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (path.encode(), auth)
+    with _connect(coordinator) as sock:
+        sock.sendall(head_req)
+        (alone,) = _read_answers(sock, ["HEAD"], timeout=2)
+        sock.sendall(head_req + get_req)  # on the same kept-alive connection, pipelined
+        head, get = _read_answers(sock, ["HEAD", "GET"], timeout=2)
+    status = get.split(b"\r\n", 1)[0]
+    assert alone.split(b"\r\n", 1)[0] == head.split(b"\r\n", 1)[0] == status

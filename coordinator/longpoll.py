@@ -1,4 +1,12 @@
-"""Wakes this process's waiting long-polls when work is assigned to their host.
+"""The claim's long-poll: a poll claims its host's oldest assignment or waits for one, and this
+process's waiting polls are woken when work is assigned to their host.
+
+``claim_until_assigned`` is the whole wait of one poll: it registers the poll's ``Wakeup`` with
+the process's ``ClaimWaiter``, runs the claim script, and, finding nothing, waits until woken,
+its time is up, its client hangs up (``Hangup``) or the process stops (``ClaimWaiter.close``:
+SIGTERM answers every waiting poll at once). ``host_api.claim`` only turns HTTP into its
+arguments and its ``PollEnd`` into a response. The script side is the claimAssignment script
+(registering the poll) and the scripts that assign work (pushing the wake-up).
 
 A poll that finds nothing is registered, by the claim script in the same step that saw its
 host's assignment list empty, as "a poll of host H waits on process P" (``polls:<host>``, a
@@ -18,10 +26,10 @@ long. After any Redis failure (a failover may lose the last pushes) every waitin
 
 The loop pops again only once the polls a pop woke are done with it: each has answered (its answer
 written), found nothing and waits again, or gone; or ``SETTLE_S`` has passed. A pop issued sooner
-competes for the CPU on a small machine: Redis, woken to park it, took the CPU the woken poll's
-claim needed (0.15-0.2 ms of every idle dispatch), or, issued right after the claim, the CPU the
-agent needed to wake and read its answer (0.04-0.08 ms). Pushes made meanwhile wait in the inbox
-for the next pop.
+competes for the CPU on a small machine with the woken poll's claim and its answer. Kept for bench
+row 4a (idle dispatch): Tether's p50 over the dispatch floor's (4f) had a median of 0.48 ms in 5
+runs without it (0.43-0.55) and 0.33 ms in 8 runs with it, on a shared 2-core machine whose runs
+spread widely (-0.02-1.19). Pushes made meanwhile wait in the inbox for the next pop.
 """
 
 from __future__ import annotations
@@ -30,12 +38,20 @@ import asyncio
 import logging
 import random
 import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
 
+from starlette.types import Receive
+
+from coordinator.auth import HostPrincipal
 from coordinator.cancellation import cancelling
 from coordinator.outage import OutageLog
 from coordinator.redis_transport import RedisTransport
+from coordinator.server import ClientConnection
+from coordinator.store import Claimed, Store
 
-log = logging.getLogger("coordinator.waiter")
+log = logging.getLogger("coordinator.longpoll")
 
 # How long one blocking pop waits before it is issued again. It must stay under the client's
 # socket timeout, or a quiet inbox would read as a dead connection; and it bounds how long a stop
@@ -53,19 +69,19 @@ def new_process_id() -> str:
     return "p_" + secrets.token_hex(8)
 
 
-def _settle(future: asyncio.Future[None]) -> None:
+def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
 
 
 class Wakeup:
     """What one waiting poll waits on: set when work may be there for its host (``ClaimWaiter``),
-    when the process stops, or when its client hangs up (``host_api``).
+    when the process stops, or when its client hangs up (``Hangup``).
 
-    An ``asyncio.Event`` cut down to what a poll needs, because a process holds thousands: an
-    Event allocates a deque of waiters (0.7 KB) whether anyone waits or not, and waiting on one
-    with a timeout took a task and ``asyncio.wait``'s futures and callbacks. This holds one
-    future, made only while the poll waits, and one timer."""
+    An ``asyncio.Event`` cut down to what a poll needs, because a process holds thousands: one
+    future, made only while the poll waits, and one timer, where an Event keeps a deque of
+    waiters and a wait with a timeout a task. Without it bench row 5d (memory per waiting poll)
+    rose from 13.4-13.6 to 15.8-15.9 KB/poll, target 10 KB."""
 
     __slots__ = ("_future", "_is_set")
 
@@ -79,7 +95,7 @@ class Wakeup:
     def set(self) -> None:
         self._is_set = True
         if self._future is not None:
-            _settle(self._future)
+            _resolve(self._future)
 
     def clear(self) -> None:
         self._is_set = False
@@ -91,7 +107,7 @@ class Wakeup:
             return True
         loop = asyncio.get_running_loop()
         future = self._future = loop.create_future()
-        timer = loop.call_later(timeout, _settle, future)
+        timer = loop.call_later(timeout, _resolve, future)
         try:
             await future
         finally:
@@ -101,6 +117,8 @@ class Wakeup:
 
 
 class ClaimWaiter:
+    """This process's waiting polls, by host, and the loop that wakes them from its inbox."""
+
     def __init__(self, redis: RedisTransport, inbox_key: str, process_id: str) -> None:
         self._redis = redis
         self._inbox = inbox_key
@@ -208,3 +226,124 @@ class ClaimWaiter:
                 self.wake_all()
                 await asyncio.sleep(random.uniform(0, delay))
                 delay = min(delay * 2, 5.0)
+
+
+# -- the hang-up watch ---------------------------------------------------------------------
+
+
+async def _client_gone(receive: Receive) -> None:
+    """Returns once the client has disconnected (the body has been read already)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class Hangup:
+    """Sets a waiting poll's wake-up when its client hangs up, and says whether it has.
+
+    Through the connection (``server.CONNECTION``) where the server is ours: a callback when it
+    is lost, and a look at the socket, since a request handled late, after a stall, may have lost
+    its client before the event loop read the hang-up. Elsewhere (another ASGI server, the tests'
+    in-process transport) through a task that reads the request's messages until
+    ``http.disconnect``, started before the first wait."""
+
+    __slots__ = ("_connection", "_lost", "_reader", "_receive", "_wakeup")
+
+    def __init__(self, connection: ClientConnection | None, receive: Receive, wakeup: Wakeup) -> None:
+        self._receive = receive
+        self._wakeup = wakeup
+        self._reader: asyncio.Task[None] | None = None
+        self._lost = False
+        self._connection = connection
+        if connection is not None:
+            connection.on_lost(self._on_lost)
+
+    def _on_lost(self) -> None:
+        self._lost = True
+        self._wakeup.set()
+
+    def happened(self) -> bool:
+        """Whether the client has hung up, asked of the socket too: the request may have waited
+        in the kernel behind its client's hang-up, which the event loop has not read yet."""
+        if self._reader is not None and self._reader.done():
+            return True
+        if self._connection is None:
+            return False
+        return self._lost or self._connection.peer_closed()
+
+    def watch(self) -> None:
+        """Before each wait: make sure the hang-up will be noticed while the poll waits."""
+        if self._connection is None and self._reader is None:
+            self._reader = asyncio.ensure_future(_client_gone(self._receive))
+            self._reader.add_done_callback(lambda _: self._wakeup.set())
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.on_lost(None)
+        if self._reader is not None:
+            self._reader.cancel()
+
+
+# -- the claim, until assigned -------------------------------------------------------------
+
+
+class Outcome(StrEnum):
+    """How a claim's long-poll ended (the ``tether_claims_total`` label)."""
+
+    ASSIGNED = "assigned"
+    EMPTY = "empty"
+    DISCONNECTED = "disconnected"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class PollEnd:
+    """How a poll ended, and its assignment if it got one. ``answered``: call once the answer is
+    written (the inbox loop holds its next pop until then)."""
+
+    outcome: Outcome
+    claimed: Claimed | None = None
+    answered: Callable[[], None] = lambda: None
+
+
+async def claim_until_assigned(waiter: ClaimWaiter, store: Store, host: HostPrincipal, claim_id: str,
+                               wait_s: float, lease_ttl_ms: int, connection: ClientConnection | None,
+                               receive: Receive) -> PollEnd:
+    """Claim ``host``'s oldest assignment, waiting up to ``wait_s`` for one; ends at once when
+    the client hangs up (``connection``, or else ``receive``) or the process stops.
+
+    The poll registers its wake-up before the first attempt, so a wake-up between an attempt and
+    the wait is kept; every attempt first checks that the client is still there, since a poll
+    whose client has gone must claim nothing."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    wakeup = waiter.register(host.host_id)
+    hangup = Hangup(connection, receive, wakeup)
+    # Minted now, not after a wake-up: an attempt that claims nothing binds no lease, so the id
+    # stays unused for the next.
+    lease_id = "l_" + secrets.token_hex(16)
+    answering = False
+    try:
+        while True:
+            if hangup.happened():
+                return PollEnd(Outcome.DISCONNECTED)
+            if waiter.closed:
+                return PollEnd(Outcome.SHUTDOWN)
+            wakeup.clear()
+            wait_ms = int((deadline - loop.time()) * 1000)
+            claimed = await store.claim(host, claim_id, lease_id, lease_ttl_ms, waiter.process_id, max(wait_ms, 0))
+            if claimed is not None:
+                answering = True
+                return PollEnd(Outcome.ASSIGNED, claimed, lambda: waiter.settled(wakeup))
+            waiter.settled(wakeup)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return PollEnd(Outcome.EMPTY)
+            hangup.watch()
+            await wakeup.wait(remaining)
+    finally:
+        waiter.unregister(host.host_id, wakeup)
+        hangup.close()
+        if not answering:
+            waiter.settled(wakeup)

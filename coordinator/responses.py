@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 import wire
 from coordinator.records import DeviceState, EnrollmentToken, HostRecord, OperatorToken, TaskRecord
-from coordinator.waiting import waiting_reason
+from coordinator.wait_reasons import waiting_reason
 
 
 class EncodedJSONResponse(Response):
