@@ -8,8 +8,13 @@ lifespan, ...). The worker is uvicorn-worker's ``UvicornWorker`` (uvicorn's own
 
 - its protocol is ``HeadLimitedProtocol`` (head size and time limits, through ``CONFIG_KWARGS``);
 - its ``run`` (gunicorn's worker entry point) serves with our ``Server``, which answers waiting
-  polls ``204`` as soon as SIGTERM arrives and exits 0. With the stock worker they were held for
-  the graceful timeout and then cancelled: ``500`` each (tests/e2e/test_workers.py, tried).
+  polls ``204`` as soon as SIGTERM arrives and exits 0. Tried with the stock worker (uvicorn's
+  ``Server``), the SIGTERM tests of tests/e2e/test_workers.py and test_server_limits.py got
+  ``500`` for every waiting poll: held for the graceful timeout, then cancelled.
+
+Not kept from the supervisor this replaced: a delay between restarts of a worker that keeps
+dying after it started (gunicorn replaces it at once). A worker that cannot start still stops
+gunicorn, with status 3, so a crash at start does not spin.
 
 Logs: gunicorn's and uvicorn's records go through the root logger, so ``configure_logging``'s
 format (JSON lines included) covers every process.
@@ -116,6 +121,9 @@ def run_workers(count: int, build_app: Callable[[], Starlette], *, host: str, po
         "graceful_timeout": STOP_TIMEOUT_S,
         "keepalive": KEEP_ALIVE_S,
         "proc_name": "tether-coordinator",
+        # gunicorn's control socket (gunicornc) is at one fixed path per user: several
+        # coordinators on one machine would take it from each other.
+        "control_socket_disable": True,
     }
     try:
         _Application(build_app, options).run()
