@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -23,13 +24,18 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from tests.support import (
     ADMIN,
     HOSTS,
     CoordinatorProcess,
+    Process,
     coordinator_env,
+    free_port,
     fresh_prefix,
+    redis_server,
+    unique_prefix,
     wait_until,
 )
 
@@ -226,6 +232,28 @@ def test_workers_keep_the_request_head_limits(serve: Callable[..., Served]) -> N
             assert answer == b"" or answer.startswith(b"HTTP/1.1 431 ")
         with socket.create_connection(address, timeout=5) as sock:
             assert _until_closed(sock) == b""  # no head at all: closed at the header timeout
+
+
+def test_workers_that_cannot_start_stop_serve_with_the_startup_failure(tmp_path: Path) -> None:
+    # A user that may ask INFO (serve's check before any worker starts) but not load the
+    # scripts (each worker's start): every worker fails at its lifespan.
+    port = free_port()
+    with redis_server(port):
+        admin = redis.Redis(port=port)
+        admin.acl_setuser("limited", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                          commands=["+@all", "-function"])
+        admin.close()
+        env = coordinator_env(unique_prefix(), REDIS_URL=f"redis://limited:pw@127.0.0.1:{port}/0",
+                              WEB_CONCURRENCY="2", COORDINATOR_LOG_FORMAT="json")
+        process = Process("serve", [sys.executable, "-m", "coordinator", "serve", "--port", str(free_port())],
+                          env, tmp_path)
+        try:
+            assert process.wait(30) == 3
+        finally:
+            process.stop()
+    log = process.log()
+    assert "Worker failed to boot" in log
+    assert all(line.startswith("{") for line in log.splitlines()), log  # JSON, tracebacks included
 
 
 def test_embedded_redis_runs_one_process_and_says_why(serve: Callable[..., Served]) -> None:
