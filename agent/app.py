@@ -25,6 +25,7 @@ import httpx
 from agent.client import CoordinatorClient
 from agent.executor import RuntimeExecutor
 from agent.host import EXIT_FATAL, EXIT_OK, HostAgent
+from agent.host_config import HostConfig
 from agent.identity import (
     CredentialRefused,
     DeviceEnroller,
@@ -137,19 +138,9 @@ async def run_agent(
             )
             workflows = WorkflowRunner(settings.workflows_dir) if settings.workflows_dir else None
             executor = RuntimeExecutor(manager, TaskRunner(planner), workflows, enroll=enroller.enroll)
-            agent = HostAgent(
-                host,
-                executor,
-                hostname=settings.hostname,
-                version=version,
-                labels=settings.labels,
-                poll_wait_s=settings.poll_wait_s,
-                heartbeat_interval_s=settings.heartbeat_interval_s,
-                device_refresh_s=settings.device_refresh_s,
-                shutdown_grace_s=settings.shutdown_grace_s,
-                retry_policy=retry_policy,
-                managed=identity.managed,
-            )
+            config = HostConfig.from_settings(settings, version=version, retry_policy=retry_policy,
+                                              managed=identity.managed)
+            agent = HostAgent(host, executor, config)
             log.info(
                 "host %s (%s) ready with %d device(s): %s",
                 identity.host_id,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import socket
 import sys
 
 from pydantic import ValidationError
@@ -52,7 +51,6 @@ def _serve(args: argparse.Namespace) -> int:
     from coordinator.logs import configure_logging
     from coordinator.preflight import Refused, check_redis
     from coordinator.server import STARTUP_FAILURE, raise_nofile, run
-    from coordinator.workers import run_workers
 
     configure_logging(settings.log_format)
     try:
@@ -64,23 +62,22 @@ def _serve(args: argparse.Namespace) -> int:
     raise_nofile()
     port = args.port if args.port is not None else settings.port
 
-    def serve(sock: socket.socket | None = None) -> int:
-        """One server process: its own app (Redis pool, wake-up listener, reaper) and loop."""
-        try:
-            app = create_app(settings)
-        except Exception:  # a REDIS_URL redis-py cannot parse, ...: as if the lifespan failed
-            log.exception("cannot build the app")
-            return STARTUP_FAILURE
-        # Waiting polls and feed watchers are ended at the signal, instead of holding the stop.
-        return run(app, host=args.host, port=port, header_timeout_s=settings.header_timeout_s,
-                   on_exit=app.state.stopping, sock=sock, one_write=settings.one_write_responses)
-
     workers = _worker_count(settings)
-    if workers == 1:
-        return serve()
-    # Nothing before this line left a connection open (check_redis closed its own), nor started
-    # a loop or a thread: safe to fork.
-    return run_workers(workers, serve, host=args.host, port=port)
+    if workers > 1:
+        from coordinator.gunicorn_serve import run_workers
+
+        # Nothing before this line left a connection open (check_redis closed its own), nor
+        # started a loop or a thread: safe to fork. Each worker builds its own app.
+        return run_workers(workers, lambda: create_app(settings), host=args.host, port=port,
+                           header_timeout_s=settings.header_timeout_s, one_write=settings.one_write_responses)
+    try:
+        app = create_app(settings)
+    except Exception:  # a REDIS_URL redis-py cannot parse, ...: as if the lifespan failed
+        log.exception("cannot build the app")
+        return STARTUP_FAILURE
+    # Waiting polls and feed watchers are ended at the signal, instead of holding the stop.
+    return run(app, host=args.host, port=port, header_timeout_s=settings.header_timeout_s,
+               on_exit=app.state.stopping, one_write=settings.one_write_responses)
 
 
 def main(argv: list[str] | None = None) -> int:

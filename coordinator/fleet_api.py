@@ -12,7 +12,7 @@ import wire
 from coordinator.auth import access_of
 from coordinator.context import Context
 from coordinator.errors import NotFound
-from coordinator.queries import HostEntry
+from coordinator.fleet_reads import HostEntry
 from coordinator.responses import device_view, host_view, json_response, run_view
 from coordinator.validation import Query, read_json, require_id
 

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from agent.client import Assignment, CoordinatorClient
 from agent.host import HostAgent
+from agent.host_config import HostConfig
 from agent.retry import RetryPolicy
 from agent.runtime import DeviceRecord, Outcome, Progress, RunControl
 from tests.support import wait_until_async
@@ -329,7 +330,10 @@ def make_agent(
         "min_poll_interval_s": 0.01,
     }
     options.update(overrides)
-    agent = HostAgent(client.host(coordinator.host_id, SecretStr(coordinator.token)), executor, **options)
+    # What a test injects into the agent; every other override is configuration.
+    injected = {name: options.pop(name) for name in ("pause", "clock") if name in options}
+    agent = HostAgent(client.host(coordinator.host_id, SecretStr(coordinator.token)), executor,
+                      HostConfig(**options), **injected)
     return agent, client
 
 

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.history import History, RecordingProxy, RecordingTransport, verify
+from tests.history.checker import verify
+from tests.history.proxy import RecordingProxy
+from tests.history.records import History, RecordingTransport
 from tests.support import (
     FAST_COORDINATOR,
     HOSTS,

@@ -1,4 +1,4 @@
-"""Faults under load, judged by their history (tests/history.py): lost responses, a coordinator
+"""Faults under load, judged by their history (tests/history/): lost responses, a coordinator
 process killed (kill -9) or stopped (SIGTERM) while agents work through a second one, and Redis
 killed and restarted with its data.
 
@@ -25,7 +25,9 @@ import httpx
 import pytest
 import redis
 
-from tests.history import TERMINAL, History, Op, RecordingProxy, RecordingTransport, verify
+from tests.history.checker import verify
+from tests.history.proxy import RecordingProxy
+from tests.history.records import TERMINAL, History, Op, RecordingTransport
 from tests.support import (
     ADMIN,
     HOSTS,

@@ -11,7 +11,8 @@ import socket
 import httpx
 import pytest
 
-from tests.history import History, RecordingTransport, verify
+from tests.history.checker import verify
+from tests.history.records import History, RecordingTransport
 from tests.support import (
     ADMIN,
     HOSTS,

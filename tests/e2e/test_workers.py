@@ -1,4 +1,4 @@
-"""`python -m coordinator serve` with WEB_CONCURRENCY worker processes on one listening socket,
+"""`python -m coordinator serve` with WEB_CONCURRENCY gunicorn worker processes on one listening socket,
 and its JSON logs, as real processes on loopback and the real Redis.
 
 Which worker served a request is read from its JSON request line (the ``pid`` field, found by the
@@ -8,7 +8,6 @@ accepted.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -20,21 +19,23 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from tests.support import (
     ADMIN,
     HOSTS,
     CoordinatorProcess,
     Process,
-    child_env,
     coordinator_env,
+    free_port,
     fresh_prefix,
+    redis_server,
+    unique_prefix,
     wait_until,
 )
 
@@ -63,7 +64,9 @@ class Served:
         return [json.loads(line) for line in self.log().split("\n")[:-1]]
 
     def started_workers(self) -> list[int]:
-        return [e["worker"] for e in self.entries() if re.fullmatch(r"worker \d+ started", e["message"])]
+        """The pids of the workers started so far, in order, as gunicorn logs them."""
+        return [int(m.group(1)) for e in self.entries()
+                if (m := re.fullmatch(r"Booting worker with pid: (\d+)", e["message"]))]
 
     def served_by(self, request_id: str) -> int:
         """The pid of the worker that answered the request sent with ``request_id``."""
@@ -127,6 +130,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _parent(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"^PPid:\s+(\d+)$", status, re.MULTILINE)
+    assert match is not None
+    return int(match.group(1))
+
+
 def _waiting_polls(client: httpx.Client) -> float:
     metric = re.search(rb"^tether_waiting_polls (\S+)$", client.get("/metrics").content, re.MULTILINE)
     assert metric is not None
@@ -146,7 +156,7 @@ def test_two_workers_serve_from_two_processes_under_the_parent(serve: Callable[.
     served = serve(WEB_CONCURRENCY=2)
     workers = wait_until(lambda: len(served.started_workers()) == 2 and served.started_workers())
     assert served.process.pid not in workers
-    assert {e["pid"] for e in served.entries() if e.get("worker") in workers} == {served.process.pid}
+    assert {_parent(pid) for pid in workers} == {served.process.pid}
     clients = served.clients_on_workers(per_worker=1)
     assert set(clients) == set(workers)
 
@@ -196,64 +206,54 @@ def test_a_killed_worker_is_replaced(serve: Callable[..., Served]) -> None:
     os.kill(workers[0], signal.SIGKILL)
     replacement = wait_until(lambda: len(served.started_workers()) == 3 and served.started_workers()[2],
                              what="a replacement worker")
-    assert f"worker {workers[0]} was killed by SIGKILL" in served.log()
+    assert f"Worker (pid:{workers[0]}) was sent SIGKILL!" in served.log()
     clients = served.clients_on_workers(per_worker=1)
     assert set(clients) == {workers[1], replacement}
     assert served.coordinator.stop() == 0
 
 
-# A supervisor of one worker that exits 1 as soon as it starts.
-_CRASH_LOOP = """
-import sys
-from coordinator.logs import configure_logging
-from coordinator.workers import Supervisor
-configure_logging("json")
-sys.exit(Supervisor(1, lambda: 1).run())
-"""
+def _until_closed(sock: socket.socket) -> bytes:
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
 
 
-def test_a_crash_looping_worker_is_restarted_ever_more_slowly(tmp_path: Path) -> None:
-    process = Process("supervisor", [sys.executable, "-c", _CRASH_LOOP], child_env(), tmp_path)
-    try:
-        def starts() -> list[float]:
-            entries = [json.loads(line) for line in process.log().split("\n")[:-1]]
-            return [datetime.fromisoformat(e["time"]).timestamp() for e in entries
-                    if re.fullmatch(r"worker \d+ started", e["message"])]
-
-        started = wait_until(lambda: len(starts()) >= 4 and starts(), 10, what="four starts")
-        # Stopped between two workers: none runs, so none can exit 1 while stopping.
-        wait_until(lambda: process.log().count("replacing it in") >= 4, 10, what="the fourth exit")
-        process.signal(signal.SIGTERM)
-        assert process.wait(5) == 0
-    finally:
-        process.stop()
-    gaps = [later - earlier for earlier, later in itertools.pairwise(started)]
-    # 0.25 s, 0.5 s, 1 s: doubling from RESTART_MIN_S, instead of spinning.
-    assert gaps[0] >= 0.2 and gaps[1] >= 1.5 * gaps[0] and gaps[2] >= 1.5 * gaps[1], gaps
-    assert "exited with status 1 after" in process.log()
+def test_workers_keep_the_request_head_limits(serve: Callable[..., Served]) -> None:
+    served = serve(WEB_CONCURRENCY=2, COORDINATOR_HEADER_TIMEOUT_S="0.5")
+    address = ("127.0.0.1", served.coordinator.port)
+    for _ in range(4):  # connections spread over both workers
+        with socket.create_connection(address, timeout=5) as sock:
+            try:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 100 * 1024 + b"\r\n\r\n")
+                answer = _until_closed(sock)
+            except ConnectionResetError:
+                answer = b""  # closed before it read the rest: the contract's other answer
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 431 ")
+        with socket.create_connection(address, timeout=5) as sock:
+            assert _until_closed(sock) == b""  # no head at all: closed at the header timeout
 
 
-# A supervisor of two workers that each fail to start, as uvicorn reports it.
-_CANNOT_START = """
-import sys
-from uvicorn.config import STARTUP_FAILURE
-from coordinator.logs import configure_logging
-from coordinator.workers import Supervisor
-configure_logging("json")
-sys.exit(Supervisor(2, lambda: STARTUP_FAILURE).run())
-"""
-
-
-def test_a_supervisor_whose_workers_cannot_start_exits_with_the_startup_failure(tmp_path: Path) -> None:
-    # (`serve` asks Redis once before it forks any worker, so an unreachable Redis stops it
-    # there: tests/e2e/test_startup_and_outages.py. A Redis lost between that and the workers'
-    # start reaches this path.)
-    process = Process("supervisor", [sys.executable, "-c", _CANNOT_START], child_env(), tmp_path)
-    try:
-        assert process.wait(10) == 3
-        assert "failed to start, and no worker is running" in process.log()
-    finally:
-        process.stop()
+def test_workers_that_cannot_start_stop_serve_with_the_startup_failure(tmp_path: Path) -> None:
+    # A user that may ask INFO (serve's check before any worker starts) but not load the
+    # scripts (each worker's start): every worker fails at its lifespan.
+    port = free_port()
+    with redis_server(port):
+        admin = redis.Redis(port=port)
+        admin.acl_setuser("limited", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                          commands=["+@all", "-function"])
+        admin.close()
+        env = coordinator_env(unique_prefix(), REDIS_URL=f"redis://limited:pw@127.0.0.1:{port}/0",
+                              WEB_CONCURRENCY="2", COORDINATOR_LOG_FORMAT="json")
+        process = Process("serve", [sys.executable, "-m", "coordinator", "serve", "--port", str(free_port())],
+                          env, tmp_path)
+        try:
+            assert process.wait(30) == 3
+        finally:
+            process.stop()
+    log = process.log()
+    assert "Worker failed to boot" in log
+    assert all(line.startswith("{") for line in log.splitlines()), log  # JSON, tracebacks included
 
 
 def test_embedded_redis_runs_one_process_and_says_why(serve: Callable[..., Served]) -> None:
