@@ -21,7 +21,7 @@ waiting long-poll (longpoll.Hangup) notices its client leaving without a task of
 ASGI messages. That task is what the other servers cost: bench row 5d (memory per waiting poll)
 rose by 1.8-1.9 KB/poll without the extension, target 10 KB.
 
-Several worker processes (``WEB_CONCURRENCY``) are `workers.py`'s.
+Several worker processes (``WEB_CONCURRENCY``) are gunicorn's (`gunicorn_serve.py`).
 """
 
 from __future__ import annotations
@@ -323,10 +323,10 @@ def raise_nofile() -> None:
 
 
 def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
-        on_exit: Callable[[], None], sock: socket.socket | None = None, one_write: bool = True) -> int:
+        on_exit: Callable[[], None], one_write: bool = True) -> int:
     """Serve until SIGTERM or SIGINT; the exit status (uvicorn's startup-failure code if the
-    server never started). With ``sock`` (a worker of ``run_workers``) accept on that listening
-    socket instead of binding ``host:port``.
+    server never started). Several workers (``WEB_CONCURRENCY``) are gunicorn's, each serving
+    with this module's ``Server`` (``gunicorn_serve.py``).
 
     Logging is left as ``logs.configure_logging`` set it (``log_config=None``): uvicorn's records
     reach our handler and formatter, at the levels configured there.
@@ -344,5 +344,5 @@ def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
         proxy_headers=False,
     )
     server = Server(config, on_exit=on_exit)
-    server.run(sockets=None if sock is None else [sock])
+    server.run()
     return 0 if server.started else STARTUP_FAILURE
