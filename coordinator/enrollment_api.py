@@ -22,7 +22,7 @@ from coordinator.errors import (
     Unauthorized,
     device_limit,
 )
-from coordinator.responses import json_response, token_view
+from coordinator.responses import json_response, offset_page, token_view
 from coordinator.validation import Query, canonical_json, has_control, read_json, require_id
 
 MAX_TOKEN_TTL_S = 30 * 24 * 3600
@@ -46,14 +46,9 @@ async def create_token(ctx: Context, request: Request) -> Response:
 
 
 async def list_tokens(ctx: Context, request: Request) -> Response:
-    query = Query(request)
-    limit = query.limit(default=100, high=1000)
-    offset = query.integer("cursor", default=0, low=0, high=2**31 - 1)
+    limit, offset = Query(request).offset_page()
     tokens, now_ms, more = await ctx.queries.enrollment_tokens(limit, offset)
-    return json_response({
-        "enrollment_tokens": [token_view(t, now_ms) for t in tokens],
-        "next_cursor": str(offset + limit) if more else None,
-    })
+    return offset_page("enrollment_tokens", [token_view(t, now_ms) for t in tokens], offset, limit, more)
 
 
 async def revoke_token(ctx: Context, request: Request) -> Response:

@@ -18,7 +18,7 @@ from coordinator.auth import Operator, access_of, token_digest
 from coordinator.context import Context
 from coordinator.errors import InvalidRequest
 from coordinator.records import OperatorToken
-from coordinator.responses import iso_ms, json_response, operator_token_view
+from coordinator.responses import iso_ms, json_response, offset_page, operator_token_view
 from coordinator.validation import Body, Query, read_json, require_id
 
 _FIELDS = frozenset({"name", "scopes", "ttl_s"})
@@ -54,14 +54,9 @@ async def create_token(ctx: Context, request: Request) -> Response:
 
 
 async def list_tokens(ctx: Context, request: Request) -> Response:
-    query = Query(request)
-    limit = query.limit(default=100, high=1000)
-    offset = query.integer("cursor", default=0, low=0, high=2**31 - 1)
+    limit, offset = Query(request).offset_page()
     tokens, now_ms, more = await ctx.queries.operator_tokens(limit, offset)
-    return json_response({
-        "operator_tokens": [operator_token_view(t, now_ms) for t in tokens],
-        "next_cursor": str(offset + limit) if more else None,
-    })
+    return offset_page("operator_tokens", [operator_token_view(t, now_ms) for t in tokens], offset, limit, more)
 
 
 async def revoke_token(ctx: Context, request: Request) -> Response:

@@ -39,6 +39,11 @@ def json_response(content: Any, status_code: int = 200) -> Response:
     return EncodedJSONResponse(body, status_code)
 
 
+def offset_page(field: str, items: list[Any], offset: int, limit: int, more: bool) -> Response:
+    """A page of a listing paged by position: its items, and the cursor of the next page."""
+    return json_response({field: items, "next_cursor": str(offset + limit) if more else None})
+
+
 def iso_ms(ms: int | None) -> str | None:
     """RFC 3339 UTC with milliseconds, e.g. 2026-12-02T08:00:00.123Z."""
     if ms is None:

@@ -242,6 +242,10 @@ class Query:
     def limit(self, default: int = 50, high: int = 500) -> int:
         return self.integer("limit", default=default, low=1, high=high)
 
+    def offset_page(self) -> tuple[int, int]:
+        """``limit`` and the offset ``cursor`` of a listing paged by position (the tokens)."""
+        return self.limit(default=100, high=1000), self.integer("cursor", default=0, low=0, high=2**31 - 1)
+
     def text(self, name: str, *, max_len: int = 300) -> str | None:
         """A cursor or similar opaque text: printable ASCII, bounded."""
         value = self._params.get(name)
