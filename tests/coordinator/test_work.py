@@ -72,7 +72,7 @@ def _is_empty(redis: Any, key: str) -> Callable[[], Awaitable[bool]]:
 
 async def test_a_poll_woken_for_nothing_lets_the_inbox_loop_pop_again(
         api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The inbox loop holds its next pop until the polls it woke are done with it (waiter.py): a
+    """The inbox loop holds its next pop until the polls it woke are done with it (longpoll.py): a
     poll that finds nothing and waits again says so too, or it would hold every other host's
     wake-up for SETTLE_S."""
     monkeypatch.setattr(longpoll_module, "SETTLE_S", 60)
