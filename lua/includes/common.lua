@@ -18,6 +18,7 @@
     tasks       a task leaving its device: finished, requeued, unassigned
     hosts       a host paused (drained, stalled), resumed, or detached (offline, revoked)
     candidates  why a queued task waits
+    tokens      operator and enrollment tokens: revoked for good
 ]]
 -- redis.call, bound by each function as it starts (coordinator/scripts.py): while Redis loads the
 -- library, where these helpers are defined, it offers no redis.call yet.
