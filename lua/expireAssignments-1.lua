@@ -23,17 +23,14 @@ local S = deployment(KEYS, ARGV)
 local limit = tonumber(ARGV[6])
 
 local now = nowMs()
-local due = rcall('ZRANGEBYSCORE', S.key.claim_deadlines, '-inf', now, 'LIMIT', 0, limit)
 local returned = 0
-for _, taskId in ipairs(due) do
-  rcall('ZREM', S.key.claim_deadlines, taskId)
-  local task = getJson(S.key.tasks, taskId)
+local taken = sweepDue(S.key.claim_deadlines, S.key.tasks, now, limit, function(_, task)
   if task and task.status == 'assigned' then
     rcall('SADD', S.key.hosts_stalled, task.host_id)
     returned = returned + pauseHost(S, task.host_id, now, 'claim_timeout', false)
   end
-end
+end)
 if returned > 0 then
   rcall('HINCRBY', S.key.stats, 'claim_timeouts', returned)
 end
-return {0, #due, returned}
+return {0, taken, returned}

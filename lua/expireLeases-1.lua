@@ -32,11 +32,8 @@ local progressKey = S.key.progress
 local limit = tonumber(ARGV[6])
 
 local now = nowMs()
-local due = rcall('ZRANGEBYSCORE', deadlinesKey, '-inf', now, 'LIMIT', 0, limit)
-for _, taskId in ipairs(due) do
-  rcall('ZREM', deadlinesKey, taskId)
+local taken = sweepDue(deadlinesKey, S.key.tasks, now, limit, function(taskId, task)
   rcall('DEL', derived(S, 'lease', taskId))  -- as a rule gone by its own TTL already
-  local task = getJson(S.key.tasks, taskId)
   if task and task.status == 'running' then
     rcall('HDEL', progressKey, task.id)
     count(S, 'lease_expiries')
@@ -53,5 +50,5 @@ for _, taskId in ipairs(due) do
       requeueTask(S, task, now, 'requeued', 'lease_expired')
     end
   end
-end
-return {0, #due}
+end)
+return {0, taken}

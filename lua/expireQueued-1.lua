@@ -22,11 +22,8 @@ local S = deployment(KEYS, ARGV)
 local limit = tonumber(ARGV[6])
 
 local now = nowMs()
-local due = rcall('ZRANGEBYSCORE', S.key.queue_deadlines, '-inf', now, 'LIMIT', 0, limit)
 local failed = 0
-for _, taskId in ipairs(due) do
-  rcall('ZREM', S.key.queue_deadlines, taskId)
-  local task = getJson(S.key.tasks, taskId)
+local taken = sweepDue(S.key.queue_deadlines, S.key.tasks, now, limit, function(_, task)
   if task and task.status == 'queued' and task.queue_deadline and task.queue_deadline <= now then
     unqueueTask(S, task)
     task.status = 'failed'
@@ -35,8 +32,8 @@ for _, taskId in ipairs(due) do
     finishTask(S, task, 'queued', now)
     failed = failed + 1
   end
-end
+end)
 if failed > 0 then
   rcall('HINCRBY', S.key.stats, 'queue_timeouts', failed)
 end
-return {0, #due, failed}
+return {0, taken, failed}

@@ -32,11 +32,8 @@ local limit = tonumber(ARGV[1])
 local TERMINAL = {succeeded = true, failed = true, cancelled = true}
 
 local now = nowMs()
-local due = rcall('ZRANGEBYSCORE', retentionKey, '-inf', now, 'LIMIT', 0, limit)
 local deleted = 0
-for _, taskId in ipairs(due) do
-  rcall('ZREM', retentionKey, taskId)
-  local task = getJson(tasksKey, taskId)
+sweepDue(retentionKey, tasksKey, now, limit, function(taskId, task)
   if task and TERMINAL[task.status] then
     rcall('HDEL', tasksKey, taskId)
     rcall('ZREM', byStatusKey, taskId)
@@ -49,7 +46,7 @@ for _, taskId in ipairs(due) do
     end
     deleted = deleted + 1
   end
-end
+end)
 if deleted > 0 then
   rcall('HINCRBY', statsKey, 'purged', deleted)
 end

@@ -14,18 +14,15 @@
   Invariant: revocation is final and idempotent (a repeat publishes nothing).
 ]]
 --- @include "includes/common"
+--- @include "includes/tokens"
 local tokensKey = KEYS[1]
 local feedKey = KEYS[2]
 
-local token = getJson(tokensKey, ARGV[1])
+local token, now = revokeToken(tokensKey, ARGV[1])
 if not token then
   return {E.NOT_FOUND}
 end
-if not token.revoked then
-  local now = nowMs()
-  token.revoked = true
-  token.revoked_at = now
-  putJson(tokensKey, token.id, token)
+if now then
   publishTo(feedKey, {type = 'enrollment_token_revoked', token_id = token.id, at = now}, ARGV[2])
 end
 return {0, cjson.encode(token)}

@@ -17,20 +17,17 @@
   digest no longer leads to it, and it no longer counts against the limit of live tokens.
 ]]
 --- @include "includes/common"
+--- @include "includes/tokens"
 local tokensKey = KEYS[1]
 local hashesKey = KEYS[2]
 local liveKey = KEYS[3]
 local feedKey = KEYS[4]
 
-local token = getJson(tokensKey, ARGV[1])
+local token, now = revokeToken(tokensKey, ARGV[1])
 if not token then
   return {E.NOT_FOUND}
 end
-if not token.revoked then
-  local now = nowMs()
-  token.revoked = true
-  token.revoked_at = now
-  putJson(tokensKey, token.id, token)
+if now then
   rcall('HDEL', hashesKey, token.digest)
   rcall('ZREM', liveKey, token.id)
   publishTo(feedKey, {type = 'operator_token_revoked', token_id = token.id, name = token.name, at = now},

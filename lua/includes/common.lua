@@ -18,6 +18,7 @@
     tasks       a task leaving its device: finished, requeued, unassigned
     hosts       a host paused (drained, stalled), resumed, or detached (offline, revoked)
     candidates  why a queued task waits
+    tokens      operator and enrollment tokens: revoked for good
 ]]
 -- redis.call, bound by each function as it starts (coordinator/scripts.py): while Redis loads the
 -- library, where these helpers are defined, it offers no redis.call yet.
@@ -87,6 +88,19 @@ end
 
 local function putJson(hashKey, field, value)
   rcall('HSET', hashKey, field, cjson.encode(value))
+end
+
+-- A reaper's sweep of a deadline index (a zset of task ids scored by when each is due): each id
+-- due by `now`, at most `limit` of them, oldest first, is taken off the index and then handed to
+-- `act(taskId, task)` with its record from `tasksKey` (nil when the task is gone), one after the
+-- other, so a deadline is acted on once, in the step that removes it. Returns how many it took.
+local function sweepDue(indexKey, tasksKey, now, limit, act)
+  local due = rcall('ZRANGEBYSCORE', indexKey, '-inf', now, 'LIMIT', 0, limit)
+  for _, taskId in ipairs(due) do
+    rcall('ZREM', indexKey, taskId)
+    act(taskId, getJson(tasksKey, taskId))
+  end
+  return #due
 end
 
 -- The lease a host presents for a task attempt, or nil and the failure to answer: its credential
