@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from coordinator.server import GRACEFUL_TIMEOUT_S
-from tests.coordinator.test_feed import ADMIN_HEADERS, open_events
+from tests.coordinator.feed_support import ADMIN_HEADERS, open_events
 from tests.support import CoordinatorProcess, coordinator_env, fresh_prefix
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]

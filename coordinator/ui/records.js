@@ -1,0 +1,180 @@
+// What the dashboard shows: its four tables, the tasks they show, each device's record and the
+// task it runs, and the totals in the header and section titles. Changes come from the
+// Dashboard (dashboard.js), which reads the coordinator and follows its feed.
+
+import { byId } from "./dom.js";
+import { KeyedTable } from "./table.js";
+import * as views from "./views.js";
+
+export const RESULTS_SHOWN = 50;
+
+const ACTIVE = new Set(["assigned", "running"]);
+const WAITING = new Set(["queued", "assigned"]);
+
+export class Records {
+  /**
+   * @param may            what the token may do (api.js `grants`): only those buttons are shown
+   * @param onHostAction   (action, host id, button) => void
+   * @param onDeviceAction (action, device id, button) => void
+   * @param onCancel       (task id, button) => void: a queued task's cancel button
+   */
+  constructor({ may, onHostAction, onDeviceAction, onCancel }) {
+    this.tasks = new Map(); // task id -> task, for every task a table shows
+    this.deviceRecords = new Map(); // device id -> device
+    this.deviceTask = new Map(); // device id -> id of its assigned or running task
+    this.queueMore = false;
+    this.totalsTimer = null;
+
+    this.hosts = new KeyedTable(byId("hosts"), {
+      key: (h) => h.host_id, columns: views.hostColumns(may), compare: views.byHostId, empty: "No hosts yet.",
+      onAction: onHostAction,
+    });
+    this.devices = new KeyedTable(byId("devices"), {
+      key: (r) => r.device.device_id, columns: views.deviceColumns(may), compare: views.byHostThenDevice,
+      empty: "No devices in the pool.",
+      onAction: onDeviceAction,
+    });
+    this.queue = new KeyedTable(byId("queue"), {
+      key: (t) => t.task_id, columns: views.queueColumns(may), compare: views.newestFirst, empty: "Nothing waiting.",
+      onAction: (action, key, button) => onCancel(key, button),
+    });
+    this.results = new KeyedTable(byId("results"), {
+      key: (t) => t.task_id, columns: views.resultColumns, compare: views.finishedNewestFirst,
+      empty: "No finished tasks.",
+    });
+    this.filterInput = byId("device-filter");
+    this.filterInput.value = "";
+    this.filterInput.oninput = () => this.#filter();
+  }
+
+  stop() {
+    clearTimeout(this.totalsTimer);
+  }
+
+  // -- whole lists ---------------------------------------------------------------------------
+
+  showFleet({ hosts, devices }) {
+    this.hosts.replaceAll(hosts);
+    this.deviceRecords = new Map(devices.map((d) => [d.device_id, d]));
+    this.devices.replaceAll(devices.map((d) => this.#row(d)));
+    this.totalsSoon();
+  }
+
+  showTasks({ active, queued, queueMore, ended }) {
+    this.tasks = new Map([...active, ...queued, ...ended].map((t) => [t.task_id, t]));
+    const before = this.deviceTask;
+    this.deviceTask = new Map(active.filter((t) => t.device_id).map((t) => [t.device_id, t.task_id]));
+    for (const deviceId of new Set([...before.keys(), ...this.deviceTask.keys()])) {
+      if (before.get(deviceId) !== this.deviceTask.get(deviceId) || this.deviceTask.has(deviceId)) {
+        this.#putDevice(deviceId);
+      }
+    }
+    this.queueMore = queueMore;
+    this.queue.replaceAll([...queued, ...active.filter((t) => t.status === "assigned")]);
+    this.results.replaceAll(ended);
+    this.totalsSoon();
+  }
+
+  // -- one record ----------------------------------------------------------------------------
+
+  applyTask(task) {
+    const old = this.tasks.get(task.task_id);
+    const active = ACTIVE.has(task.status);
+    this.tasks.set(task.task_id, task);
+    if (WAITING.has(task.status)) this.queue.put(task);
+    else this.queue.remove(task.task_id);
+    if (views.isTerminal(task)) this.#addResult(task);
+    else this.results.remove(task.task_id);
+    for (const deviceId of new Set([old?.device_id, task.device_id])) {
+      if (!deviceId) continue;
+      if (active && deviceId === task.device_id) this.deviceTask.set(deviceId, task.task_id);
+      else if (this.deviceTask.get(deviceId) === task.task_id) this.deviceTask.delete(deviceId);
+      this.#putDevice(deviceId);
+    }
+    if (!active && !this.queue.has(task.task_id) && !this.results.has(task.task_id)) this.tasks.delete(task.task_id);
+    this.totalsSoon();
+  }
+
+  forgetTask(taskId) {
+    const task = this.tasks.get(taskId);
+    this.tasks.delete(taskId);
+    this.queue.remove(taskId);
+    this.results.remove(taskId);
+    if (task && this.deviceTask.get(task.device_id) === taskId) {
+      this.deviceTask.delete(task.device_id);
+      this.#putDevice(task.device_id);
+    }
+  }
+
+  hostOnline(hostId, online) {
+    const host = this.hosts.get(hostId);
+    if (host) this.hosts.put({ ...host, online });
+    for (const device of this.deviceRecords.values()) {
+      if (device.host_id === hostId && device.host_online !== online) this.setDevice({ ...device, host_online: online });
+    }
+  }
+
+  setDevice(device) {
+    this.deviceRecords.set(device.device_id, device);
+    this.devices.put(this.#row(device));
+    this.totalsSoon();
+  }
+
+  dropDevice(deviceId) {
+    this.deviceRecords.delete(deviceId);
+    this.devices.remove(deviceId);
+  }
+
+  #addResult(task) {
+    this.results.put(task);
+    while (this.results.size > RESULTS_SHOWN) {
+      const oldest = this.results.items().at(-1);
+      this.results.remove(oldest.task_id);
+      if (!this.queue.has(oldest.task_id)) this.tasks.delete(oldest.task_id);
+    }
+  }
+
+  #row(device) {
+    const taskId = this.deviceTask.get(device.device_id);
+    return { device, task: taskId ? this.tasks.get(taskId) ?? null : null };
+  }
+
+  #putDevice(deviceId) {
+    const device = this.deviceRecords.get(deviceId);
+    if (device) this.devices.put(this.#row(device));
+  }
+
+  // -- the device filter and the totals ---------------------------------------------------------
+
+  #filter() {
+    const needle = this.filterInput.value.trim().toLowerCase();
+    this.devices.filter(needle ? (row) => views.deviceSearchText(row).toLowerCase().includes(needle) : null);
+  }
+
+  /** The totals cost a pass over every device: computed at most ten times a second. */
+  totalsSoon() {
+    if (this.totalsTimer) return;
+    this.totalsTimer = setTimeout(() => {
+      this.totalsTimer = null;
+      this.#totals();
+    }, 100);
+  }
+
+  #totals() {
+    const hosts = this.hosts.items();
+    const online = hosts.filter((h) => views.hostState(h) === "online" || views.hostState(h) === "draining").length;
+    const states = new Map();
+    for (const device of this.deviceRecords.values()) {
+      const state = views.deviceState({ device });
+      states.set(state, (states.get(state) || 0) + 1);
+    }
+    const running = [...this.deviceTask.values()].filter((id) => this.tasks.get(id)?.status === "running").length;
+    byId("hosts-count").textContent = `${online} online of ${hosts.length}`;
+    byId("devices-count").textContent = [
+      `${this.deviceRecords.size}`, ...[...states].map(([state, n]) => `${n} ${state}`),
+    ].join(" · ");
+    byId("queue-count").textContent = `${this.queue.size}${this.queueMore ? "+" : ""} waiting`;
+    byId("results-count").textContent = `newest ${this.results.size}`;
+    byId("totals").textContent = `${this.deviceRecords.size} devices · ${running} running · ${this.queue.size} waiting`;
+  }
+}
