@@ -102,6 +102,10 @@ REDIS_UNAVAILABLE = (
     redis_errors.MasterDownError,
     redis_errors.TryAgainError,
     redis_errors.SlotNotCoveredError,  # a cluster's slot has no master for now (failing over)
+    # A cluster that cannot agree on its map yet (failing over): redirections past redis-py's
+    # limit, or no node able to tell which node holds which slot.
+    redis_errors.ClusterError,
+    redis_errors.RedisClusterException,
 )
 
 

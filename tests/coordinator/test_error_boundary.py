@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ClusterError, RedisClusterException
 
 from coordinator.app import create_app
 from coordinator.redis_transport import PlainTransport
@@ -55,6 +56,22 @@ async def test_redis_unreachable_is_503_unavailable_with_retry_after() -> None:
             assert response.json()["error"]["code"] == "unavailable"
             assert int(response.headers["retry-after"]) >= 1
     await dead.aclose()
+
+
+@pytest.mark.parametrize("failure", [
+    ClusterError("TTL exhausted."),
+    RedisClusterException("Redis Cluster cannot be connected. Please provide at least one reachable node"),
+])
+async def test_a_cluster_that_cannot_tell_its_map_is_503_unavailable(api: Api, failure: Exception) -> None:
+    """A failover can leave redis-py's cluster client without a slot map for a moment: that is
+    Redis being unavailable (retry), not a fault of ours."""
+    async def failing_over(*args: Any) -> Any:
+        raise failure
+
+    api.ctx.queries.get_task = failing_over  # type: ignore[method-assign]
+    response = await api.client.get("/api/v1/tasks/t_1", headers=Api.admin_headers)
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "unavailable"
 
 
 async def test_every_error_status_is_the_json_error_405_with_allow(api: Api) -> None:
