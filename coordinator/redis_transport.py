@@ -22,7 +22,7 @@ from redis.asyncio.connection import AbstractConnection
 
 from coordinator.autopipeline import AutoPipeline, AutoPipelined
 from coordinator.errors import Unavailable
-from coordinator.resp import encode_command, send_packed
+from coordinator.resp import FcallEncoder, encode_command, send_packed
 
 
 @dataclass(frozen=True)
@@ -119,13 +119,14 @@ class AutoPipelinedTransport(PlainTransport):
     def __init__(self, client: Redis) -> None:
         super().__init__(client)
         self._auto = AutoPipeline(client)
+        self._fcalls = FcallEncoder()
         self._held: AbstractConnection | None = None
 
     async def fcall(self, function: str, keys: Sequence[Any], args: Sequence[Any],
                     durability: Durability = NO_WAIT) -> Any:
         if durability.replicas:  # FCALL and WAIT must share a connection: a pipeline of their own
             return await super().fcall(function, keys, args, durability)
-        return await self._auto.execute_encoded(encode_command(("FCALL", function, len(keys), *keys, *args)))
+        return await self._auto.execute_encoded(self._fcalls.encode(function, keys, args))
 
     def pipeline(self) -> Any:
         return AutoPipelined(self.client, self._auto)

@@ -86,3 +86,27 @@ async def write(connection: AbstractConnection, writer: asyncio.StreamWriter, da
     except BaseException:
         await connection.disconnect(nowait=True)
         raise
+
+
+# The most FCALL heads one ``FcallEncoder`` keeps.
+HEADS_KEPT = 256
+
+
+class FcallEncoder:
+    """FCALL commands in RESP, with the head ("FCALL function numkeys key...") of each function
+    and list of keys encoded once and kept: the store passes the same keys to a script on every
+    call (a scheduling script some twenty), so only the arguments are encoded each time."""
+
+    def __init__(self) -> None:
+        self._heads: dict[tuple[Any, ...], bytes] = {}
+
+    def encode(self, function: str, keys: Any, args: Any) -> bytes:
+        known = (function, *keys)
+        head = self._heads.get(known)
+        if head is None:
+            head = encode_args(("FCALL", function, len(keys), *keys))
+            # Keys of one client address (the failure throttle) are as many as its callers: a
+            # bounded number of heads is kept, the rest encoded afresh each time.
+            if len(self._heads) < HEADS_KEPT:
+                self._heads[known] = head
+        return b"*%d\r\n" % (3 + len(keys) + len(args)) + head + encode_args(args)

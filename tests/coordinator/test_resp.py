@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
-from coordinator.resp import encode_command
+from coordinator.resp import FcallEncoder, encode_command
 
 
 class _Text(str):
@@ -39,3 +39,17 @@ def test_commands_are_encoded_as_redis_py_encodes_them() -> None:
 @given(st.lists(st.one_of(st.text(), st.binary(), st.integers(), st.floats(allow_nan=False)), max_size=20))
 def test_any_arguments_are_encoded_as_redis_py_encodes_them(args: list[object]) -> None:
     assert encode_command(("FCALL", *args)) == b"".join(Connection().pack_command("FCALL", *args))
+
+
+_ARG = st.one_of(st.text(max_size=8), st.binary(max_size=8), st.integers(), st.floats(allow_nan=False))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["f_a", "f_b"]),
+                          st.lists(st.sampled_from(["k:{t}:a", "k:{t}:b", "k:{t}:c"]), max_size=3),
+                          st.lists(_ARG, max_size=5)), max_size=12))
+def test_an_fcall_is_written_as_redis_py_packs_it_whatever_heads_were_kept_before(
+        calls: list[tuple[str, list[str], list[object]]]) -> None:
+    encoder = FcallEncoder()
+    for function, keys, args in calls:
+        assert encoder.encode(function, keys, args) == b"".join(
+            Connection().pack_command("FCALL", function, len(keys), *keys, *args))
