@@ -94,8 +94,9 @@ HEADS_KEPT = 256
 
 class FcallEncoder:
     """FCALL commands in RESP, with the head ("FCALL function numkeys key...") of each function
-    and list of keys encoded once and kept: the store passes the same keys to a script on every
-    call (a scheduling script some twenty), so only the arguments are encoded each time."""
+    and list of keys encoded once and kept, so only the arguments are encoded each time. Part of
+    the auto-pipeline (off with it): taken out, an empty claim ran 10 more Python calls of its
+    ~400, part of row 2w's empty claim falling against the session's start (docs/benchmarks.md)."""
 
     def __init__(self) -> None:
         self._heads: dict[tuple[Any, ...], bytes] = {}
