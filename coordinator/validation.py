@@ -164,6 +164,8 @@ class Body(dict[str, Any]):
             if required:
                 raise InvalidRequest(f"{self._name(field)} is required")
             return default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 3.0 is the integer 3, in JSON as in JSON Schema
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise InvalidRequest(f"{self._name(field)} must be an integer in [{low}, {high}]")
         return value
