@@ -26,7 +26,6 @@ from tests.support import (
     HOSTS,
     CoordinatorProcess,
     coordinator_env,
-    free_port,
     fresh_prefix,
     running,
 )
@@ -43,7 +42,6 @@ FEED_READ_S = 0.5
 FEED_EXAMPLES = 3
 
 
-PORT = free_port()
 # The document as the app serves it at /openapi.json (a test below holds them equal), loaded at
 # collection so each operation is a test of its own. (schemathesis's lazy loader,
 # ``schemathesis.pytest.from_fixture``, fails on pytest 9.2, which renamed a node's ``_nodeid``.)
@@ -54,7 +52,8 @@ _enrollment_token: list[str] = []  # minted by the coordinator fixture, for the 
 def _schema(api_prefix: str, auth: dict[str, Any], parameters: dict[str, str]) -> schemathesis.BaseSchema:
     config = schemathesis.Config.from_dict({
         "seed": SEED,
-        "base-url": f"http://127.0.0.1:{PORT}",
+        # where the coordinator fixture listens is told each call (its port is chosen then)
+        "base-url": "http://127.0.0.1",
         "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True, "database": "none"},
         "phases": {"stateful": {"enabled": False}},
         "auth": {"openapi": auth},
@@ -89,13 +88,13 @@ class EnrollmentCredential:
         case.headers = {**(case.headers or {}), "Authorization": data}
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def coordinator() -> Iterator[CoordinatorProcess]:
     # The failed-credential throttle off: schemathesis's ignored_auth check sends bad credentials
     # on purpose, and each must be the 401 the document promises, not a 429 after twenty.
     with fresh_prefix() as prefix:
         env = coordinator_env(prefix, COORDINATOR_AUTH_FAILURES_MAX="0", COORDINATOR_CLAIM_WAIT_MAX_S="0")
-        with running(CoordinatorProcess(env, port=PORT)) as process:
+        with running(CoordinatorProcess(env)) as process:
             response = process.api.post("/api/v1/enrollment-tokens", json={"max_uses": 100_000})
             assert response.status_code == 201, response.text
             _enrollment_token[:] = [response.json()["token"]]
@@ -104,15 +103,15 @@ def coordinator() -> Iterator[CoordinatorProcess]:
 
 
 @operator_api.parametrize()
-def test_operator_api_does_what_its_document_says(case: schemathesis.Case) -> None:
-    case.call_and_validate()
+def test_operator_api_does_what_its_document_says(case: schemathesis.Case, coordinator: CoordinatorProcess) -> None:
+    case.call_and_validate(base_url=coordinator.url)
 
 
 @host_api.parametrize()
-def test_host_api_does_what_its_document_says(case: schemathesis.Case) -> None:
+def test_host_api_does_what_its_document_says(case: schemathesis.Case, coordinator: CoordinatorProcess) -> None:
     if case.headers and case.headers.get("Authorization") == ENROLLMENT_STAND_IN:
         case.headers["Authorization"] = f"Bearer {_enrollment_token[0]}"
-    case.call_and_validate()
+    case.call_and_validate(base_url=coordinator.url)
 
 
 def test_the_document_tested_is_the_one_served_and_lists_every_route(coordinator: CoordinatorProcess) -> None:
