@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from tether import render
 from tether.client import Client
+from tether.errors import TetherError
 from tether.watch import follow, succeeded
 
 Json = dict[str, Any]
@@ -29,6 +30,11 @@ class Output:
         stream.write(text + "\n")
         stream.flush()  # a watch is read live, through pipes too
 
+    def warn(self, text: str) -> None:
+        """A warning for people, on stderr: it never mixes with the JSON or ids a script reads."""
+        sys.stderr.write(f"warning: {text}\n")
+        sys.stderr.flush()
+
     def show(self, document: Json, text: Callable[[Json], str]) -> int:
         self.line(json.dumps(document, indent=2) if self.as_json else text(document))
         return 0
@@ -42,11 +48,23 @@ def submit(client: Client, args: Namespace, out: Output) -> int:
     task = client.create_task(goal=args.goal, workflow=args.workflow, params=dict(args.param or []),
                               device_id=args.device, selector=selector, max_attempts=args.max_attempts,
                               queue_timeout_s=args.queue_timeout)
+    if args.driver and not _driver_pooled(client, args.driver):
+        out.warn(f"no pooled device has driver {args.driver!r}: the task waits until one does "
+                 "(a typo? `tether devices` lists the pool)")
     if not args.wait:
         return out.show(task, lambda t: t["task_id"])
     if not out.as_json:
         out.line(task["task_id"])  # the id first, as without --wait; the watch's JSON lines carry it
     return _watch(client, task["task_id"], out)
+
+
+def _driver_pooled(client: Client, driver: str) -> bool:
+    """Whether any pooled device has ``driver``: one page of one device. A token that may not read
+    the pool (submit only) cannot tell, and gets no warning."""
+    try:
+        return bool(client.list_devices(driver=driver, limit=1)["devices"])
+    except TetherError:
+        return True
 
 
 def tasks(client: Client, args: Namespace, out: Output) -> int:
