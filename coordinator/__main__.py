@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 
 from pydantic import ValidationError
@@ -24,8 +25,20 @@ def _settings() -> Settings | None:
                              for e in exc.errors())
         print(f"coordinator: invalid configuration: {problems}", file=sys.stderr)
     except SettingsError as exc:  # a value that is not even parseable (bad JSON)
-        print(f"coordinator: invalid configuration: {exc}", file=sys.stderr)
+        print(f"coordinator: invalid configuration: {_unparseable(exc)}", file=sys.stderr)
     return None
+
+
+def _unparseable(exc: SettingsError) -> str:
+    """pydantic-settings says 'error parsing value for field "static_hosts" from source
+    "EnvSettingsSource"': name the variable instead, and what JSON's parser said (a position,
+    never the value)."""
+    field = re.search(r'field "([^"]+)"', str(exc))
+    if field is None:
+        return str(exc)
+    cause = exc.__cause__ or exc.__context__
+    why = f"not valid JSON ({cause})" if isinstance(cause, ValueError) else "cannot be parsed"
+    return f"{Settings.variable(field[1])}: {why}"
 
 
 def _reason(message: str) -> str:
