@@ -1,4 +1,4 @@
-"""python -m coordinator serve [--host H] [--port P] | demo"""
+"""python -m coordinator serve [--host H] [--port P] | demo [--keep]"""
 
 from __future__ import annotations
 
@@ -99,13 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="run the coordinator")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=None, help="default: $PORT, else 8000")
-    commands.add_parser("demo", help="coordinator + simulated hosts on the embedded Redis")
+    demo = commands.add_parser("demo", help="coordinator + simulated hosts on the embedded Redis")
+    demo.add_argument("--keep", action="store_true",
+                      help="keep the fleet and the dashboard up after the summary, until Ctrl-C")
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     from coordinator.demo import run_demo
 
-    return run_demo()
+    return run_demo(keep=args.keep)
 
 
 if __name__ == "__main__":
