@@ -158,7 +158,8 @@ def document(rows: list[Row], info: dict[str, str], preset: str, seconds: float)
 Run them with one command from the repository root (a real Redis must answer at `REDIS_URL`,
 default `redis://127.0.0.1:6379/0`):
 
-```
+<!-- doc-test: check (minutes of benchmarks) -->
+```sh
 .venv/bin/python -m bench --preset small   # about 2 minutes
 .venv/bin/python -m bench --preset full    # the sizes: 10,000 polls, 10,000 hosts, 100,000 tasks
 ```
