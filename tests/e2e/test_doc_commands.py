@@ -170,6 +170,47 @@ def test_a_check_block_parses(block: Block) -> None:
         check_command(words)
 
 
+_INLINE = re.compile(r"`(\.venv/bin/[^`]+)`")
+
+
+def inline_commands() -> list[tuple[str, str]]:
+    """The commands written inline in the prose (``.venv/bin/...`` in backticks), by where."""
+    found = []
+    for document in DOCUMENTS:
+        text = document.read_text()
+        for match in _INLINE.finditer(text):
+            where = f"{document.relative_to(REPO)}:{text.count(chr(10), 0, match.start()) + 1}"
+            found.append((where, " ".join(match[1].split())))
+    return found
+
+
+@pytest.mark.parametrize(("where", "command"), inline_commands(), ids=[w for w, _ in inline_commands()])
+def test_an_inline_command_parses(where: str, command: str) -> None:
+    """Prose writes placeholders (``--port P``, ``NAME``, ``S…``): the subcommands before the first
+    of them must take ``--help``, and every ``--option`` written must be one of theirs."""
+    words = localized(command, 8000).split()
+    program, rest = words[0], words[1:]
+    if program == f"{BIN}/python":
+        if rest[:1] != ["-m"] or rest[1].split(".")[0] not in PROJECT_MODULES:
+            return  # the interpreter itself, pytest, pip: not the project's commands
+        program_words, rest = [sys.executable, "-m", rest[1]], rest[2:]
+    elif program == f"{BIN}/tether":
+        program_words = [program]
+    else:
+        return
+    subcommands = []
+    for word in rest:
+        if not re.fullmatch(r"[a-z][a-z-]*", word):
+            break
+        subcommands.append(word)
+    options = re.findall(r"(?<![\w-])--[a-z][a-z-]*", command)
+    help_run = subprocess.run([*program_words, *subcommands, "--help"], capture_output=True, text=True,
+                              timeout=60, env=child_env(), cwd="/", check=False)
+    assert help_run.returncode == 0, f"{where}: {command}: --help says\n{help_run.stdout}{help_run.stderr}"
+    unknown = sorted(option for option in options if option not in help_run.stdout)
+    assert not unknown, f"{where}: {command}: {unknown} not in its --help"
+
+
 class Session:
     """One document's run: its background processes and the exports its blocks made."""
 
