@@ -202,16 +202,19 @@ def _plan(devices: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
     ]
 
 
+def _as_typed(path: Path) -> str:
+    """``path`` as a person here would type it: relative to the working directory when inside it."""
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path.absolute())
+
+
 def _tether_command() -> str:
     """How to run ``tether`` from here: the script beside this interpreter (``.venv/bin/tether``
     when the demo was started as ``.venv/bin/python``), else the module."""
     script = Path(sys.executable).parent / "tether"
-    if not script.is_file():
-        return f"{sys.executable} -m tether"
-    try:
-        return str(script.absolute().relative_to(Path.cwd()))
-    except ValueError:
-        return str(script.absolute())
+    return _as_typed(script) if script.is_file() else f"{_as_typed(Path(sys.executable))} -m tether"
 
 
 def _keep(processes: list[_Process], url: str, token_file: Path) -> bool:
@@ -331,6 +334,8 @@ def _run(workdir: Path, processes: list[_Process], keep: bool = False) -> bool:
     _out("Every task ended as expected." if ok else "Some task did not end as expected.")
     if keep:
         return _keep(processes, url, token_file) and ok
+    _out(f"The dashboard goes with the demo: `{_as_typed(Path(sys.executable))} -m coordinator demo --keep` "
+         "keeps it and the fleet up until Ctrl-C.")
     return ok
 
 

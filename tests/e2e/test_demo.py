@@ -32,6 +32,7 @@ def test_demo_runs_every_task_to_its_expected_end(tmp_path: Path) -> None:
     assert "6 of 6 tasks finished: 4 succeeded, 2 failed" in out
     assert "Every task ended as expected." in out
     assert "Hosts and coordinator stopped." in out  # each process exited 0 after SIGTERM
+    assert " -m coordinator demo --keep` keeps it and the fleet up until Ctrl-C." in out  # how to explore the dashboard
     assert "tet_" not in out and "demo-admin-" not in out and "demo-host-" not in out  # no secret is printed
 
 
