@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from argparse import Namespace
 from collections.abc import Callable
@@ -71,7 +72,9 @@ def tasks(client: Client, args: Namespace, out: Output) -> int:
     page = _collect(lambda limit, cursor: client.list_tasks(status=args.status, host_id=args.host,
                                                             device_id=args.device, limit=limit, cursor=cursor),
                     "tasks", args.limit)
-    return out.show(page, lambda p: render.tasks_table(p["tasks"]))
+    # At least TASKS_TABLE_WIDTH columns; a wider terminal shows more of the work and the device.
+    width = max(render.TASKS_TABLE_WIDTH, shutil.get_terminal_size((render.TASKS_TABLE_WIDTH, 24)).columns)
+    return out.show(page, lambda p: render.tasks_table(p["tasks"], width))
 
 
 def task(client: Client, args: Namespace, out: Output) -> int:
