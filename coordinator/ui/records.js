@@ -9,6 +9,8 @@ import * as views from "./views.js";
 export const RESULTS_SHOWN = 50;
 
 const ACTIVE = new Set(["assigned", "running"]);
+// The order of the device counts: what can take work first, then what cannot.
+const STATE_ORDER = ["available", "busy", "draining", "unavailable", "disabled", "host offline"];
 const WAITING = new Set(["queued", "assigned"]);
 
 export class Records {
@@ -211,8 +213,10 @@ export class Records {
     }
     const running = [...this.deviceTask.values()].filter((id) => this.tasks.get(id)?.status === "running").length;
     byId("hosts-count").textContent = `${online} online of ${hosts.length}`;
+    const order = (state) => (STATE_ORDER.includes(state) ? STATE_ORDER.indexOf(state) : STATE_ORDER.length);
     byId("devices-count").textContent = [
-      `${this.deviceRecords.size}`, ...[...states].map(([state, n]) => `${n} ${state}`),
+      `${this.deviceRecords.size}`,
+      ...[...states].sort(([a], [b]) => order(a) - order(b) || (a < b ? -1 : 1)).map(([state, n]) => `${n} ${state}`),
     ].join(" · ");
     byId("queue-count").textContent = `${this.queue.size}${this.queueMore ? "+" : ""} waiting`;
     byId("results-count").textContent = `newest ${this.results.size}`;
