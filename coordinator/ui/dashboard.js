@@ -2,9 +2,10 @@
 // feed. Progress events are applied as they come; any other event marks what it touches (a task,
 // a host, a device) to be read again, in rounds (rereads.js). The lists are read again in full
 // every RESYNC_EVERY_MS (device status and newly reported devices come with heartbeats, which
-// publish no event) and after the feed was reconnected. While a list is being read, events wait
-// and are applied after it, in order. What is shown lives in records.js; the operator's buttons
-// act here.
+// publish no event) and after the feed was reconnected; a task's `result` frees its device on
+// screen at once (the agent released it before reporting). While a list is being read, events
+// wait and are applied after it, in order. What is shown lives in records.js; the task view and a
+// device's history in detail.js; the charts in charts.js; the operator's buttons act here.
 
 import { Charts } from "./charts.js";
 import { Detail } from "./detail.js";

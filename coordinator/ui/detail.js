@@ -48,5 +48,6 @@ export class Detail {
     if (this.view) this.view.close();
     this.view = null;
     byId("detail").hidden = true;
+    byId("detail-body").replaceChildren();
   }
 }
