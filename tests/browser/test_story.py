@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser.conftest import STEADY_STEP_MS, Coordinator, Dashboard
-from tests.support import HOSTS, Process, wait_until
+from tests.support import HOSTS, Process
 
 pytestmark = pytest.mark.e2e
 
