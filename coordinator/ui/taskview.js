@@ -46,7 +46,7 @@ export class TaskView {
     await this.#read();
     if (this.closed) return;
     this.feed.start();
-    this.ticker = setInterval(() => this.#render(), TICK_MS);
+    this.ticker = setInterval(() => this.#tick(), TICK_MS);
   }
 
   close() {
@@ -86,6 +86,14 @@ export class TaskView {
       this.onError(error);
     }
     this.#render();
+  }
+
+  /** Only the durations move with the clock: the rest is drawn again when something changed. */
+  #tick() {
+    const { task } = this;
+    if (this.closed || task === null || ["succeeded", "failed", "cancelled"].includes(task.status)) return;
+    const times = story.durations(task, this.events);
+    for (const dd of this.root.querySelectorAll("#task-durations dd")) dd.textContent = formatDuration(times[dd.dataset.key]);
   }
 
   #render() {
