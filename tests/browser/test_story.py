@@ -95,11 +95,11 @@ def test_each_step_is_on_screen_within_2_s_of_its_start(
     task = coordinator.call("POST", "/api/v1/tasks", json={"kind": "workflow", "workflow": {"name": "steady"},
                                                           "device_id": "phone-1"})
     page.js(f"location.hash = '#task/{task['task_id']}'")  # its view, open while it runs: live there too
-    page.wait_for("document.querySelector('#task-timeline li.step[data-step=\"1\"]')", timeout=10,
+    page.wait_for("!!document.querySelector('#task-timeline li.step[data-step=\"1\"]')", timeout=10,
                   what="step 1 in the open task view")
     dashboard.wait_cell("results", task["task_id"], "Outcome", lambda s: s == "succeeded", timeout=30,
                         what="the result")
-    page.wait_for("document.querySelector('#task-timeline li.event[data-type=result]')", what="the result in the view")
+    page.wait_for("!!document.querySelector('#task-timeline li.event[data-type=result]')", what="the result in the view")
     shown = page.js("[...document.querySelectorAll('#task-timeline li.step')].map(li => Number(li.dataset.step))")
     assert sorted(set(shown)) == [0, 1, 2, 3], shown
     events = coordinator.call("GET", f"/api/v1/tasks/{task['task_id']}/events")["events"]
