@@ -4,6 +4,7 @@ screen as they happen, a draining host's devices, names, the charts, and the pag
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -239,3 +240,43 @@ def test_times_read_the_same_everywhere(coordinator: Coordinator, dashboard: Das
     line = page.wait_for("document.querySelector('#events li[data-type=created]')?.textContent")
     assert re.match(TIME, " ".join(line.split()[:2])), line  # the log's time, from the feed's RFC 3339
     assert re.match(TIME, dashboard.cell("hosts", "host-a", "Last seen"))
+
+
+def test_a_retried_task_counts_once_and_its_durations_add_up(coordinator: Coordinator, dashboard: Dashboard) -> None:
+    # The pure parts of the story and the charts, in the browser, on a retried task's history.
+    dashboard.open()
+
+    def at(second: int) -> str:
+        return f"2026-12-03T10:00:{second:02d}.000Z"
+
+    events = [
+        {"type": "created", "at": at(0), "task_id": "t", "attempt": 1, "status": "queued"},
+        {"type": "assigned", "at": at(2), "task_id": "t", "attempt": 1, "status": "assigned", "device_id": "d1", "host_id": "h"},
+        {"type": "claimed", "at": at(3), "task_id": "t", "attempt": 1, "status": "running", "device_id": "d1", "host_id": "h"},
+        {"type": "result", "at": at(13), "task_id": "t", "attempt": 1, "status": "failed", "reason": "device_lost",
+         "device_id": "d1", "host_id": "h"},
+        {"type": "requeued", "at": at(13), "task_id": "t", "attempt": 2, "status": "queued", "reason": "retryable_failure"},
+        {"type": "assigned", "at": at(20), "task_id": "t", "attempt": 2, "status": "assigned", "device_id": "d2", "host_id": "h"},
+        {"type": "claimed", "at": at(21), "task_id": "t", "attempt": 2, "status": "running", "device_id": "d2", "host_id": "h"},
+        {"type": "result", "at": at(31), "task_id": "t", "attempt": 2, "status": "succeeded", "device_id": "d2", "host_id": "h"},
+    ]
+    answer = dashboard.page.js(f"""(async () => {{
+        const story = await import('/ui/story.js');
+        const {{ Activity }} = await import('/ui/activity.js');
+        const events = {json.dumps(events)};
+        const activity = new Activity();
+        const waiting = [];
+        for (const e of events) {{ activity.add(e); waiting.push(activity.changes.reduce((n, c) => n + c.d, 0)); }}
+        const now = Date.parse('{at(40)}');
+        return {{
+            durations: story.durations({{ created_at: '{at(0)}', finished_at: '{at(31)}' }}, events, now),
+            attempts: story.attempts(events).map(a => [a.attempt, a.device_id, a.outcome]),
+            finished: activity.finishedPerMinute(now).reduce((a, b) => a + b, 0),
+            waiting,
+        }};
+    }})()""")
+    # Waiting 0-3 s and 13-21 s (11 s), running 3-13 s and 21-31 s (20 s), 31 s in all.
+    assert answer["durations"] == {"queued": 11_000, "running": 20_000, "total": 31_000, "ended": True}
+    assert answer["attempts"] == [[1, "d1", "failed (device_lost)"], [2, "d2", "succeeded"]]
+    assert answer["finished"] == 1  # the retried attempt's result is not a finished task
+    assert answer["waiting"] == [1, 1, 0, 0, 1, 1, 0, 0]
