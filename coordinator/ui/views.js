@@ -164,14 +164,15 @@ export const newestFirst = (a, b) =>
 
 // -- recent results ----------------------------------------------------------------------------
 
-export const resultColumns = [
+/** @param hostName (host id) => the host's name people use, or null */
+export const resultColumns = (hostName) => [
   { title: "Finished", value: (t) => clock(t.finished_at) },
   { title: "Task", value: (t) => t.task_id, id: true, href: (t) => taskHref(t.task_id) },
   { title: "Work", value: work, wide: true },
   { title: "Outcome", value: (t) => t.status, tone: (t) => tone(t.status) },
   { title: "Failure reason", value: (t) => t.failure_reason ?? (t.result && t.result.failure_reason) ?? "", wide: true },
   { title: "Device", value: (t) => t.device_id ?? "", id: true, href: (t) => deviceHref(t.device_id) },
-  { title: "Host", value: (t) => t.host_id ?? "", id: true },
+  { title: "Host", value: (t) => (t.host_id ? named(hostName(t.host_id), t.host_id) : ""), id: true },
   { title: "Attempt", value: (t) => `${t.attempt}/${t.max_attempts}` },
   { title: "By", value: (t) => t.created_by ?? "" },
 ];
