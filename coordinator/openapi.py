@@ -146,6 +146,15 @@ SCHEMAS: dict[str, Any] = {
     "OperatorTokens": {"type": "object", "properties": {
         "operator_tokens": {"type": "array", "items": {"$ref": "#/components/schemas/OperatorToken"}},
         "next_cursor": {"type": ["string", "null"]}}},
+    "ArtifactStored": {"type": "object", "properties": {
+        "name": {"type": "string", "pattern": f"^{wire.ARTIFACT_NAME_PATTERN}$"}, "size": {"type": "integer"},
+        "sha256": {"type": "string"}, "content_type": {"enum": list(wire.ARTIFACT_CONTENT_TYPES)},
+        "step_index": {"type": ["integer", "null"]}}},
+    "Artifacts": {"type": "object", "properties": {"artifacts": {"type": "array", "items": {
+        "type": "object", "properties": {
+            "name": {"type": "string"}, "attempt": {"type": "integer"}, "step_index": {"type": ["integer", "null"]},
+            "size": {"type": "integer"}, "sha256": {"type": "string"},
+            "content_type": {"enum": list(wire.ARTIFACT_CONTENT_TYPES)}, "created_at": {"type": "string"}}}}}},
     "Me": {"type": "object", "properties": {
         "name": {"type": "string"}, "scopes": _SCOPES, "expires_at": {"type": ["string", "null"]},
         "token_id": {"type": ["string", "null"]}}},
@@ -165,6 +174,9 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/hosts"): {"limit": _LIMIT, "cursor": _CURSOR},
     ("get", "/api/v1/enrollment-tokens"): {"limit": _LIMIT, "cursor": _CURSOR},
     ("get", "/api/v1/operator-tokens"): {"limit": _LIMIT, "cursor": _CURSOR},
+    ("put", "/internal/v1/hosts/{host_id}/leases/{lease_id}/artifacts/{name}"): {
+        "task_id": _ID, "attempt": {"type": "integer", "minimum": 1}, "step_index": {"type": "integer", "minimum": 0}},
+    ("get", "/api/v1/tasks/{task_id}/artifacts/{name}"): {"attempt": {"type": "integer", "minimum": 1}},
     ("get", "/api/v1/events"): {"task_id": _ID, "host_id": _ID, "last_event_id": _CURSOR},
 }
 
@@ -176,6 +188,9 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         {"name": name, "in": "path", "required": True, "schema": _ID}
         for name in ("host_id", "lease_id", "task_id", "token_id", "device_id") if "{" + name + "}" in path
     ]
+    if "{name}" in path:  # an artifact's name
+        params.append({"name": "name", "in": "path", "required": True,
+                       "schema": {"type": "string", "pattern": f"^{wire.ARTIFACT_NAME_PATTERN}$"}})
     params += [{"name": name, "in": "query", "required": False, "schema": schema}
                for name, schema in _QUERY.get((method, path), {}).items()]
     if params:
@@ -187,7 +202,10 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         op["security"] = [{security: [] if scope in (None, "any") else [scope]}]
         if scope is not None:
             op["x-required-scope"] = scope
-    if request:
+    if request == "ArtifactBody":  # the raw bytes, in one of the allowed types
+        op["requestBody"] = {"required": True, "content": {
+            media_type: {"schema": {"type": "string", "format": "binary"}} for media_type in wire.ARTIFACT_CONTENT_TYPES}}
+    elif request:
         op["requestBody"] = {"required": not path.endswith("/claim"), "content": {
             "application/json": {"schema": {"$ref": f"#/components/schemas/{request}"}}}}
     # Any route may also answer the contract's 405, 500 and 503 errors.

@@ -112,6 +112,11 @@ PROGRESS_FIELDS = frozenset({"step_index", "status", "summary"})
 PROGRESS_SUMMARY_MAX_CHARS = 500
 PROGRESS_STATUS_MAX_CHARS = 32
 
+# Artifacts (PROTOCOL.md, the upload route): a name is 1..128 of these characters, and its
+# Content-Type one of these media types.
+ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
+ARTIFACT_CONTENT_TYPES = ("image/png", "image/jpeg", "image/webp", "text/plain", "application/json", "video/mp4")
+
 MAX_JSON_DEPTH = 32
 MAX_GOAL_CHARS = 4000
 FAILURE_REASON_MAX_CHARS = 256
@@ -174,3 +179,5 @@ class ErrorCode(str, Enum):
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     DEVICE_BUSY = "device_busy"
     TOKEN_LIMIT = "token_limit"
+    ARTIFACT_CONFLICT = "artifact_conflict"
+    ARTIFACT_LIMIT = "artifact_limit"
