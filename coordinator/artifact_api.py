@@ -110,8 +110,8 @@ async def _store(ctx: Context, principal: HostPrincipal, upload: Upload, request
 
 async def upload(ctx: Context, request: Request) -> Response:
     principal = await ctx.auth.host_for_path(request, request.path_params["host_id"])
-    parsed = await ctx.auth.parse_for(principal, _parse_upload(ctx, request))
     try:
+        parsed = await ctx.auth.parse_for(principal, _parse_upload(ctx, request))
         description, replayed = await _store(ctx, principal, parsed, request)
     except ApiError as exc:
         ctx.metrics.artifact_uploads.inc(exc.code)
