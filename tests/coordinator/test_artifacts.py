@@ -15,7 +15,7 @@ import pytest
 
 from coordinator.blobs import namespace_of
 from tests.conftest import Api
-from tests.coordinator.blob_support import S3Server, s3_env, s3_server  # noqa: F401 - fixtures
+from tests.coordinator.blob_support import S3Server
 from tests.coordinator.helpers import claim_one, expire_lease, running_task
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,7 @@ import pytest
 
 from coordinator.blobs import BlobMissing, BlobStore, BlobTooLarge, LocalBlobStore, namespace_of
 from coordinator.blobs_s3 import S3BlobStore, parse_s3_url
-from tests.coordinator.blob_support import S3Server, s3_env, s3_server  # noqa: F401 - fixtures
+from tests.coordinator.blob_support import S3Server
 
 pytestmark = pytest.mark.anyio
 
