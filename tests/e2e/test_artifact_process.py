@@ -1,0 +1,63 @@
+"""Artifacts through a real ``python -m coordinator serve`` process on real Redis: an upload
+streamed in chunks lands in the default folder the README names (beside the process's working
+directory), reads back with its safe headers, and leaves with its task at retention."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import HOSTS, coordinator_env, coordinator_process, fresh_prefix, wait_until
+
+pytestmark = pytest.mark.e2e
+
+HOST = {"authorization": f"Bearer {HOSTS['host-a']}"}
+
+
+def _chunks(data: bytes, size: int = 64 * 1024) -> Iterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start:start + size]
+
+
+def test_an_upload_streams_to_the_default_folder_and_leaves_with_its_task(tmp_path: Path) -> None:
+    with fresh_prefix() as prefix, coordinator_process(
+            coordinator_env(prefix, COORDINATOR_TASK_RETENTION_S="0.5"), workdir=tmp_path) as coordinator:
+        url, api = coordinator.url, coordinator.api
+        heartbeat = {"devices": [{"device_id": "art-1", "driver": "sim", "status": "available"}]}
+        assert httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST).status_code == 200
+        task_id = api.post("/api/v1/tasks", json={"kind": "goal", "goal": "g", "device_id": "art-1"}).json()["task_id"]
+        leased = httpx.post(f"{url}/internal/v1/hosts/host-a/claim?wait_s=5", headers=HOST).json()
+        assert leased["task_id"] == task_id
+
+        data = os.urandom(3 * 1024 * 1024)  # sent chunked: no Content-Length, so the cap is judged as it streams
+        upload = f"{url}/internal/v1/hosts/host-a/leases/{leased['lease_id']}/artifacts/final-screen.png"
+        params = {"task_id": task_id, "attempt": 1, "step_index": 5}
+        headers = {**HOST, "content-type": "image/png"}
+        stored = httpx.put(upload, params=params, content=_chunks(data), headers=headers, timeout=30)
+        assert stored.status_code == 201, stored.text
+        sha = hashlib.sha256(data).hexdigest()
+        assert stored.json()["sha256"] == sha and stored.json()["size"] == len(data)
+        replay = httpx.put(upload, params=params, content=_chunks(data), headers=headers, timeout=30)
+        assert (replay.status_code, replay.json()) == (200, stored.json())
+
+        blobs = [p for p in (tmp_path / "tether-artifacts").rglob("*") if p.is_file()]
+        assert [p.name for p in blobs] == [sha], "one blob, named by its digest, in the default folder"
+
+        read = api.get(f"/api/v1/tasks/{task_id}/artifacts/final-screen.png")
+        assert read.status_code == 200 and read.content == data
+        assert (read.headers["x-content-type-options"], read.headers["content-security-policy"]) == ("nosniff", "sandbox")
+        assert [a["name"] for a in api.get(f"/api/v1/tasks/{task_id}/artifacts").json()["artifacts"]] == [
+            "final-screen.png"]
+
+        result = {"task_id": task_id, "attempt": 1, "lease_id": leased["lease_id"], "status": "succeeded"}
+        assert httpx.post(f"{url}/internal/v1/hosts/host-a/results", json=result, headers=HOST).status_code == 200
+        wait_until(lambda: not blobs[0].exists(), what="the blob deleted with its task at retention")
+        assert api.get(f"/api/v1/tasks/{task_id}/artifacts").status_code == 404
+        metrics = api.get("/metrics").text
+        assert 'tether_artifact_uploads_total{outcome="stored"} 1.0' in metrics
+        assert "tether_artifact_bytes 0.0" in metrics
