@@ -146,12 +146,14 @@ async def get_artifact(ctx: Context, request: Request) -> Response:
     description = await ctx.queries.task_artifact(task_id, name, attempt)
     if description is None:
         raise NotFound("no such artifact")
-    try:
-        chunks = await ctx.artifacts.open(description["blob"])
-    except BlobMissing:
-        raise NotFound("no such artifact") from None
     content_type = description["content_type"]
     headers = {**_SAFE_HEADERS, "content-length": str(description["size"])}
     if not content_type.startswith(_IMAGE):
         headers["content-disposition"] = f'attachment; filename="{name}"'  # the name's grammar needs no quoting
+    if request.method == "HEAD":  # the head alone: the blob is not read
+        return Response(b"", media_type=content_type, headers=headers)
+    try:
+        chunks = await ctx.artifacts.open(description["blob"])
+    except BlobMissing:
+        raise NotFound("no such artifact") from None
     return StreamingResponse(chunks, media_type=content_type, headers=headers)

@@ -148,15 +148,15 @@ class LocalBlobStore:
         os.replace(tmp, final)
 
     async def open(self, key: str) -> AsyncIterator[bytes]:
-        try:
-            file = open(self._path(key), "rb")  # noqa: SIM115 - closed by the generator below
-        except FileNotFoundError:
-            raise BlobMissing(key) from None
-        return self._chunks(file)
+        path = self._path(key)
+        if not path.is_file():
+            raise BlobMissing(key)
+        return self._chunks(path)
 
     @staticmethod
-    async def _chunks(file: BinaryIO) -> AsyncIterator[bytes]:
-        with file:
+    async def _chunks(path: Path) -> AsyncIterator[bytes]:
+        # Opened only once the response reads it, so an answer never sent holds no file.
+        with open(path, "rb") as file:
             while chunk := await asyncio.to_thread(file.read, CHUNK_BYTES):
                 yield chunk
 

@@ -219,6 +219,19 @@ async def test_reads_of_a_missing_task_or_artifact_are_404(art: Api) -> None:
     assert (await art.admin("GET", f"/api/v1/tasks/{leased['task_id']}/artifacts/a.png?attempt=z")).status_code == 400
 
 
+async def test_a_head_answers_the_headers_alone_and_a_blob_gone_behind_is_404(art: Api, tmp_path: Path) -> None:
+    leased = await running_task(art)
+    await put(art, leased, "a.png")
+    path = f"/api/v1/tasks/{leased['task_id']}/artifacts/a.png"
+    head = await art.client.head(path, headers=art.admin_headers)
+    assert head.status_code == 200 and head.content == b""
+    assert (head.headers["content-length"], head.headers["x-content-type-options"]) == (str(len(PNG)), "nosniff")
+    for blob in files_under(tmp_path):
+        blob.unlink()  # an operator emptied the folder
+    gone = await art.admin("GET", path)
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "not_found"
+
+
 async def test_reads_need_the_read_scope_and_never_a_host_token(art: Api) -> None:
     leased = await running_task(art)
     await put(art, leased, "a.png")
