@@ -92,7 +92,10 @@ def artifact_view(description: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _store(ctx: Context, principal: HostPrincipal, upload: Upload, request: Request) -> tuple[dict[str, Any], bool]:
+async def _store(ctx: Context, principal: HostPrincipal, upload: Upload,
+                 request: Request) -> tuple[dict[str, Any], bool]:
+    """The body streamed to the blob store, then its description recorded: (description,
+    whether it replayed an earlier upload)."""
     settings = ctx.settings
     with ctx.artifacts.upload_slot():
         try:

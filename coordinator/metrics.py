@@ -1,11 +1,10 @@
 """Prometheus metrics, in a registry of the process's own (no globals).
 
 Two kinds. Per-process ones are counted where they happen (requests, claims, renewals, results,
-artifact uploads, the schedule-to-start and blob-store histograms, waiting polls, feed watchers); with several worker processes each
-scrape sees the process that answered it. Deployment-wide ones are read from Redis at scrape time
-(tasks by status, queue depth by waiting reason, expiries, timeouts, retries, deletions, artifact
-bytes stored), so every
-process answers the same figures.
+artifact uploads, the schedule-to-start and blob-store histograms, waiting polls, feed watchers);
+with several worker processes each scrape sees the process that answered it. Deployment-wide ones
+are read from Redis at scrape time (tasks by status, queue depth by waiting reason, expiries,
+timeouts, retries, deletions, artifact bytes stored), so every process answers the same figures.
 """
 
 from __future__ import annotations

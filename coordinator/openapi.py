@@ -204,7 +204,8 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
             op["x-required-scope"] = scope
     if request == "ArtifactBody":  # the raw bytes, in one of the allowed types
         op["requestBody"] = {"required": True, "content": {
-            media_type: {"schema": {"type": "string", "format": "binary"}} for media_type in wire.ARTIFACT_CONTENT_TYPES}}
+            media_type: {"schema": {"type": "string", "format": "binary"}}
+            for media_type in wire.ARTIFACT_CONTENT_TYPES}}
     elif request:
         op["requestBody"] = {"required": not path.endswith("/claim"), "content": {
             "application/json": {"schema": {"$ref": f"#/components/schemas/{request}"}}}}

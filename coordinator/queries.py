@@ -1,7 +1,8 @@
 """Reads of the operator API, one class (`Queries`) assembled from one module per thing read:
 tasks and their counters (``task_reads``), devices and hosts (``fleet_reads``), tokens
-(``token_reads``), artifacts' descriptions (``artifact_reads``); what they share is ``reads``. Here: the Redis connection they read through,
-the Redis clock, and the candidates of waiting work (a script's read).
+(``token_reads``), artifacts' descriptions (``artifact_reads``); what they share is ``reads``.
+Here: the Redis connection they read through, the Redis clock, and the candidates of waiting work
+(a script's read).
 
 Nothing here changes state (``store.py`` does, through scripts). Every read is bounded: listings
 page through an index with a cursor, and a filter that has no index of its own examines at most
