@@ -62,7 +62,8 @@ async def _one_task(api: Api, root: Path, uploads: list[tuple[str, int]]) -> Non
         len(PAYLOADS[p]) for p in described.values())
     distinct = {PAYLOADS[p] for p in described.values()}
     assert int(await redis.hget(keys.stats, "artifact_bytes") or 0) == sum(map(len, distinct))
-    named = {f"{p.parent.name}/{p.name}" for p in _files(root)} & {m.decode() for m in await redis.smembers(keys.artifact_blobs)}
+    in_store = {f"{p.parent.name}/{p.name}" for p in _files(root)}
+    named = in_store & {m.decode() for m in await redis.smembers(keys.artifact_blobs)}
     assert len(named) == len(distinct), "every blob a description names is in the store"
 
     assert (await api.result("host-a", leased)).status_code == 200

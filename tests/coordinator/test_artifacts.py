@@ -271,7 +271,8 @@ async def stored_api(request: pytest.FixtureRequest, api_factory: Callable[..., 
         yield api, keys
 
 
-async def test_retention_deletes_the_tasks_blobs_and_only_its_own(stored_api: tuple[Api, Callable[[], list[str]]]) -> None:
+async def test_retention_deletes_the_tasks_blobs_and_only_its_own(
+        stored_api: tuple[Api, Callable[[], list[str]]]) -> None:
     api, keys = stored_api
     await api.heartbeat("host-a", ["a1", "a2"])
     await api.create_task(device_id="a1")
