@@ -14,8 +14,10 @@ instance or container credentials too), never from a coordinator setting, so no 
 through the coordinator's configuration or its logs.
 
 A put spools the body to an unnamed temporary file (hashed and counted as it streams in: the key
-is the bytes' SHA-256, known only at the end), then uploads that file under its key: the body is
-never held whole, and a crash leaves no object behind (the OS removes the unnamed file).
+is the bytes' SHA-256, known only at the end), then uploads that file under its key: a crash
+leaves no object behind (the OS removes the unnamed file). The upload to the bucket reads the file
+a part at a time (one PUT up to 5 MiB, else 5 MiB parts, two in flight), so an upload holds at
+most 10 MiB in memory while it goes up, whatever the artifact's size.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import obstore
 from obstore.store import S3Store
 
 from coordinator.blobs import Blob, BlobMissing, Listed, check_key, check_namespace, spool
+
+_PARTS_IN_FLIGHT = 2
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -58,7 +62,10 @@ class S3BlobStore:
             sha256, size = await spool(chunks, file, max_bytes)
             file.seek(0)
             key = f"{namespace}/{sha256}"
-            await obstore.put_async(self._store, key, file)
+            # Past one part (5 MiB) obstore uploads in parts, each read into memory: two at a
+            # time bound what one upload holds to 10 MiB, and keep a part in flight while the
+            # next is read.
+            await obstore.put_async(self._store, key, file, max_concurrency=_PARTS_IN_FLIGHT)
         return Blob(key, sha256, size)
 
     async def open(self, key: str) -> AsyncIterator[bytes]:

@@ -18,7 +18,7 @@ from tests.conftest import Api
 from tests.coordinator.blob_support import S3Server
 from tests.coordinator.helpers import claim_one, expire_lease, running_task
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 
