@@ -94,3 +94,9 @@ def test_the_s3_url_names_a_bucket_and_a_prefix() -> None:
     for bad in ("http://bucket/x", "s3:///x", "s3://b/x?y=1"):
         with pytest.raises(ValueError):
             parse_s3_url(bad)
+
+
+async def test_a_blob_past_one_part_goes_up_in_parts_and_reads_back_whole(blobs: BlobStore) -> None:
+    data = os.urandom(11 * 1024 * 1024)  # three parts on S3
+    blob = await blobs.put(NS, chunks_of(data, 64 * 1024), max_bytes=len(data))
+    assert blob.size == len(data) and await read(blobs, blob.key) == data
