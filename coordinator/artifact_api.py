@@ -3,9 +3,9 @@ artifacts/{name}``) and the operators' reads (``GET /api/v1/tasks/{task_id}/arti
 ``.../artifacts/{name}?attempt=N``). What they rest on: coordinator/artifacts.py.
 
 The upload: the credential and the path's host first, then everything but the body (name,
-Content-Type, query, a declared length over the cap), then the body streamed to the blob store,
-then one script records the description. Its answer is the description's view: 201 when stored,
-200 for the same bytes again.
+Content-Type, query, a declared length over the cap), then whether the lease is current (a read),
+then the body streamed to the blob store, then one script records the description. Its answer is
+the description's view: 201 when stored, 200 for the same bytes again.
 """
 
 from __future__ import annotations
@@ -97,6 +97,10 @@ async def _store(ctx: Context, principal: HostPrincipal, upload: Upload,
     """The body streamed to the blob store, then its description recorded: (description,
     whether it replayed an earlier upload)."""
     settings = ctx.settings
+    # Refused before any byte is stored when the lease has already ended; checked again as the
+    # description is written (the lease may end while the bytes stream).
+    await ctx.auth.run_for(principal, ctx.store.check_lease(principal, upload.lease_id, upload.task_id,
+                                                            upload.attempt))
     with ctx.artifacts.upload_slot():
         try:
             blob = await ctx.artifacts.put(namespace_of(upload.task_id), request.stream(), settings.max_artifact_bytes)

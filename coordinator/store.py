@@ -237,6 +237,13 @@ class Store:
 
     # -- artifacts -------------------------------------------------------------------------
 
+    async def check_lease(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int) -> None:
+        """The renewal's refusal (409, or 401 for a revoked credential) if the lease is not the
+        task's current one; nothing changes either way (lua/checkLease)."""
+        k = self.keys
+        await self._run("checkLease", [k.tasks, k.lease_deadlines, k.revoked_tokens],
+                        [host.host_id, lease_id, task_id, attempt, host.digest])
+
     async def record_artifact(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
                               name: str, *, size: int, sha256: str, content_type: str,
                               step_index: int | None, blob: str, max_task_bytes: int,

@@ -168,7 +168,7 @@ async def test_an_upload_after_the_lease_was_replaced_is_refused_like_a_renewal(
     assert [a["attempt"] for a in await listed(art, first["task_id"])] == [2]
 
 
-async def test_an_upload_with_an_ended_or_foreign_lease_is_refused(art: Api) -> None:
+async def test_an_upload_with_an_ended_or_foreign_lease_is_refused(art: Api, tmp_path: Path) -> None:
     leased = await running_task(art)
     foreign = await put(art, leased, "x.png", host="host-b")
     assert foreign.status_code == 409 and foreign.json()["error"]["code"] == "lease_not_owned"
@@ -183,6 +183,19 @@ async def test_an_upload_with_an_ended_or_foreign_lease_is_refused(art: Api) -> 
     ended = await put(art, leased, "x.png")
     assert ended.status_code == 409 and ended.json()["error"]["code"] == "lease_expired"
     assert await listed(art, leased["task_id"]) == []
+    assert files_under(tmp_path) == [], "a lease that has ended is refused before any byte is stored"
+
+
+async def test_an_upload_never_moves_the_lease_and_a_revoked_host_gets_401(art: Api, tmp_path: Path) -> None:
+    leased = await running_task(art)
+    redis, keys = art.ctx.store.redis, art.ctx.store.keys
+    deadline = await redis.zscore(keys.lease_deadlines, leased["task_id"])
+    assert (await put(art, leased, "a.png")).status_code == 201
+    assert await redis.zscore(keys.lease_deadlines, leased["task_id"]) == deadline
+    assert (await art.admin("POST", "/api/v1/hosts/host-a/revoke")).status_code == 200
+    revoked = await put(art, leased, "b.png", PNG + b"b")
+    assert revoked.status_code == 401 and revoked.json()["error"]["code"] == "unauthorized"
+    assert [a["name"] for a in await listed(art, leased["task_id"])] == ["a.png"]
 
 
 async def test_uploads_past_the_processs_bound_are_answered_503_at_once(api_factory: Callable[..., Any],
