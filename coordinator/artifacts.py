@@ -27,7 +27,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterator
 
 from redis.asyncio import Redis
 
-from coordinator.blobs import Blob, BlobStore, Listed, LocalBlobStore
+from coordinator.blobs import Blob, BlobStore, Listed, LocalBlobStore, is_key
 from coordinator.cancellation import cancelling
 from coordinator.errors import Unavailable
 from coordinator.keys import Keys
@@ -120,7 +120,7 @@ class Artifacts:
         page = await self._list(self._cursor, limit)
         self._cursor = page[-1].key if len(page) >= limit else ""  # wrap around at the end
         old_before = (time.time() if now_s is None else now_s) - self._orphan_grace_s
-        old = [entry.key for entry in page if entry.modified_s < old_before]
+        old = [entry.key for entry in page if entry.modified_s < old_before and is_key(entry.key)]
         if not old:
             return 0
         named = await self._redis.smismember(self._keys.artifact_blobs, old)

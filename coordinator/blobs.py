@@ -81,9 +81,14 @@ def namespace_of(task_id: str) -> str:
     return hashlib.sha256(b"task\0" + task_id.encode()).hexdigest()[:32]
 
 
+def is_key(key: str) -> bool:
+    """Whether ``key`` is one a store hands out (a bucket's prefix may hold other objects)."""
+    return _KEY.fullmatch(key) is not None
+
+
 def check_key(key: str) -> str:
     """``key``, if it is one a store hands out (anything else could name another path)."""
-    if not _KEY.fullmatch(key):
+    if not is_key(key):
         raise ValueError("not a blob key")
     return key
 
