@@ -27,7 +27,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterator
 
 from redis.asyncio import Redis
 
-from coordinator.blobs import Blob, BlobStore, Listed, LocalBlobStore, is_key
+from coordinator.blobs import Blob, BlobStore, BlobStoreFailed, Listed, LocalBlobStore, is_key
 from coordinator.cancellation import cancelling
 from coordinator.errors import Unavailable
 from coordinator.keys import Keys
@@ -41,6 +41,16 @@ log = logging.getLogger("coordinator.artifacts")
 SWEEP_PAGE = 200
 # Retention's batch (tasks per script call), as the reaper's other sweeps.
 PURGE_BATCH = 200
+
+
+@contextlib.contextmanager
+def _store_unavailable(operation: str) -> Iterator[None]:
+    """A failing store, logged (its reason, never in an answer), as the contract's 503."""
+    try:
+        yield
+    except BlobStoreFailed as exc:
+        log.warning("the artifact store failed a %s: %s", operation, exc)
+        raise Unavailable("the artifact store cannot be reached; retry shortly") from None
 
 
 def open_blob_store(settings: Settings) -> BlobStore:
@@ -87,11 +97,13 @@ class Artifacts:
             self._uploads -= 1
 
     async def put(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Blob:
-        with self._timed("put"):
+        """The blob stored; ``BlobTooLarge``, or ``Unavailable`` (503) when the store fails."""
+        with self._timed("put"), _store_unavailable("put"):
             return await self.blobs.put(namespace, chunks, max_bytes)
 
     async def open(self, key: str) -> AsyncIterator[bytes]:
-        with self._timed("get"):
+        """The blob's chunks; ``BlobMissing``, or ``Unavailable`` (503) when the store fails."""
+        with self._timed("get"), _store_unavailable("get"):
             return await self.blobs.open(key)
 
     async def delete(self, keys: list[str]) -> None:

@@ -44,6 +44,11 @@ class BlobMissing(Exception):
     """No blob under that key (deleted, or never stored)."""
 
 
+class BlobStoreFailed(Exception):
+    """The store could not do it now: its disk, its network, its credentials. Its text is for the
+    log only."""
+
+
 @dataclass(frozen=True)
 class Blob:
     key: str
@@ -126,15 +131,20 @@ class LocalBlobStore:
     async def put(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Blob:
         check_namespace(namespace)
         tmp_dir = self.root / TMP
-        tmp_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BlobStoreFailed(f"{type(exc).__name__}: {exc}") from exc
         tmp = tmp_dir / secrets.token_hex(16)
         try:
             with open(tmp, "wb") as file:
                 sha256, size = await spool(chunks, file, max_bytes)
             key = f"{namespace}/{sha256}"
             await asyncio.to_thread(self._place, tmp, self._path(key))
-        except BaseException:
+        except BaseException as exc:
             tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError):  # a full disk, a folder it may not write
+                raise BlobStoreFailed(f"{type(exc).__name__}: {exc}") from exc
             raise
         return Blob(key, sha256, size)
 
@@ -167,7 +177,10 @@ class LocalBlobStore:
 
     async def delete(self, keys: list[str]) -> None:
         paths = [self._path(key) for key in keys]
-        await asyncio.to_thread(self._delete, paths)
+        try:
+            await asyncio.to_thread(self._delete, paths)
+        except OSError as exc:
+            raise BlobStoreFailed(f"{type(exc).__name__}: {exc}") from exc
 
     @staticmethod
     def _delete(paths: list[Path]) -> None:

@@ -23,16 +23,32 @@ most 10 MiB in memory while it goes up, whatever the artifact's size.
 from __future__ import annotations
 
 import tempfile
+from datetime import timedelta
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
+import contextlib
+from collections.abc import Iterator
+
 import obstore
+from obstore.exceptions import BaseError as ObstoreError
 from obstore.store import S3Store
 
-from coordinator.blobs import Blob, BlobMissing, Listed, check_key, check_namespace, spool
+from coordinator.blobs import Blob, BlobMissing, BlobStoreFailed, Listed, check_key, check_namespace, spool
 
 _PARTS_IN_FLIGHT = 2
+
+
+@contextlib.contextmanager
+def _failures() -> Iterator[None]:
+    """The bucket's refusals and an unreachable endpoint, as ``BlobStoreFailed``."""
+    try:
+        yield
+    except (ObstoreError, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise BlobStoreFailed(f"{type(exc).__name__}: {exc}") from exc
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -54,11 +70,16 @@ class S3BlobStore:
             # MinIO and the like are often addressed by path, and on a private network by http.
             config["virtual_hosted_style_request"] = False
             client_options["allow_http"] = endpoint.startswith("http://")
-        self._store = S3Store(bucket, prefix=prefix or None, config=config, client_options=client_options)
+        # An upload waits for the store while its agent waits for the answer: a store that does not
+        # answer within seconds is answered 503 (the agent retries later), not minutes later.
+        client_options["connect_timeout"] = timedelta(seconds=5)
+        retry: Any = {"max_retries": 3, "retry_timeout": timedelta(seconds=15)}
+        self._store = S3Store(bucket, prefix=prefix or None, config=config, client_options=client_options,
+                              retry_config=retry)
 
     async def put(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Blob:
         check_namespace(namespace)
-        with tempfile.TemporaryFile() as file:
+        with tempfile.TemporaryFile() as file, _failures():
             sha256, size = await spool(chunks, file, max_bytes)
             file.seek(0)
             key = f"{namespace}/{sha256}"
@@ -70,7 +91,8 @@ class S3BlobStore:
 
     async def open(self, key: str) -> AsyncIterator[bytes]:
         try:
-            got = await obstore.get_async(self._store, check_key(key))
+            with _failures():
+                got = await obstore.get_async(self._store, check_key(key))
         except FileNotFoundError:
             raise BlobMissing(key) from None
         return self._chunks(got)
@@ -82,12 +104,15 @@ class S3BlobStore:
 
     async def delete(self, keys: list[str]) -> None:
         if keys:
-            await obstore.delete_async(self._store, [check_key(key) for key in keys])
+            checked = [check_key(key) for key in keys]
+            with _failures():
+                await obstore.delete_async(self._store, checked)
 
     async def list_after(self, cursor: str, limit: int) -> list[Listed]:
-        pages = obstore.list(self._store, offset=cursor or None, chunk_size=limit)
-        async for page in pages:
-            return [Listed(entry["path"], entry["last_modified"].timestamp()) for entry in page[:limit]]
+        with _failures():
+            pages = obstore.list(self._store, offset=cursor or None, chunk_size=limit)
+            async for page in pages:
+                return [Listed(entry["path"], entry["last_modified"].timestamp()) for entry in page[:limit]]
         return []
 
     async def aclose(self) -> None:

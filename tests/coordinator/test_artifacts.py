@@ -17,6 +17,7 @@ from coordinator.blobs import namespace_of
 from tests.conftest import Api
 from tests.coordinator.blob_support import S3Server
 from tests.coordinator.helpers import claim_one, expire_lease, running_task
+from tests.support import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -375,3 +376,14 @@ async def test_the_orphan_sweep_leaves_objects_that_are_not_blobs_alone(api_fact
         later = time.time() + api.ctx.settings.artifact_orphan_grace_s + 1
         assert await api.ctx.artifacts.sweep_orphans(now_s=later) == 0
     assert s3_server.keys(bucket) == ["deploy-1/README.txt"]
+
+
+async def test_a_store_that_cannot_be_reached_is_503_and_records_nothing(api_factory: Callable[..., Any],
+                                                                         s3_env: Any) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    async with api_factory(artifacts_url="s3://bucket/x", artifacts_endpoint=closed) as api:
+        leased = await running_task(api)
+        refused = await put(api, leased, "a.png")
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "unavailable"
+        assert "127.0.0.1" not in refused.text and "retry-after" in refused.headers
+        assert await listed(api, leased["task_id"]) == []
