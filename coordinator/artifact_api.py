@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 import wire
@@ -106,6 +106,8 @@ async def _store(ctx: Context, principal: HostPrincipal, upload: Upload,
             blob = await ctx.artifacts.put(namespace_of(upload.task_id), request.stream(), settings.max_artifact_bytes)
         except BlobTooLarge:
             raise PayloadTooLarge(f"an artifact is at most {settings.max_artifact_bytes} bytes") from None
+        except ClientDisconnect:  # the agent went away mid-body (nothing was stored): its fault, not ours
+            raise InvalidRequest("the client went away before the body ended") from None
     recorded = await ctx.auth.run_for(principal, ctx.store.record_artifact(
         principal, upload.lease_id, upload.task_id, upload.attempt, upload.name,
         size=blob.size, sha256=blob.sha256, content_type=upload.content_type, step_index=upload.step_index,

@@ -387,3 +387,26 @@ async def test_a_store_that_cannot_be_reached_is_503_and_records_nothing(api_fac
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "unavailable"
         assert "127.0.0.1" not in refused.text and "retry-after" in refused.headers
         assert await listed(api, leased["task_id"]) == []
+
+
+async def test_a_client_gone_mid_body_stores_nothing_and_is_no_internal_error(art: Api, tmp_path: Path) -> None:
+    leased = await running_task(art)
+    messages = iter([{"type": "http.request", "body": b"x" * 100, "more_body": True}, {"type": "http.disconnect"}])
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [(b"authorization", Api.host_headers("host-a")["authorization"].encode()),
+               (b"content-type", b"image/png")]
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "PUT", "scheme": "http",
+             "path": f"/internal/v1/hosts/host-a/leases/{leased['lease_id']}/artifacts/cut.png", "raw_path": b"",
+             "query_string": f"task_id={leased['task_id']}&attempt=1".encode(), "headers": headers,
+             "client": ("127.0.0.1", 1), "server": ("coordinator", 80), "root_path": ""}
+    await art.app(scope, receive, send)
+    assert sent[0]["status"] == 400
+    assert files_under(tmp_path) == [] and await listed(art, leased["task_id"]) == []
+    assert 'tether_artifact_uploads_total{outcome="invalid_request"} 1.0' in (await art.client.get("/metrics")).text
