@@ -8,7 +8,6 @@ event loop, where the app and its client live (as tests/coordinator/test_id_prop
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from coordinator.clock import ShiftedClock
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one
 
@@ -67,8 +67,8 @@ async def _one_task(api: Api, root: Path, uploads: list[tuple[str, int]]) -> Non
     assert len(named) == len(distinct), "every blob a description names is in the store"
 
     assert (await api.result("host-a", leased)).status_code == 200
-    while not (await api.sweep())["purged"]:
-        await asyncio.sleep(0.002)  # retention is a millisecond of Redis's clock away
+    api.ctx.store.clock.advance(api.ctx.settings.task_retention_ms)  # the retention has passed
+    assert (await api.sweep())["purged"] == 1
     # What is left are the blobs of refused uploads (a conflict, a cap): orphans, for the sweep.
     assert {p.name for p in _files(root)} <= {hashlib.sha256(b).hexdigest() for b in PAYLOADS} - {
         hashlib.sha256(PAYLOADS[p]).hexdigest() for p in described.values()}
@@ -90,7 +90,7 @@ async def test_any_uploads_answer_as_the_model_says_and_retention_leaves_nothing
         api_factory: Callable[..., Any], tmp_path: Path) -> None:
     root = tmp_path / "artifacts"
     async with api_factory(artifacts_dir=root, max_task_artifact_bytes=MAX_TASK_BYTES,
-                           max_task_artifacts=MAX_TASK_ARTIFACTS, task_retention_s=0.001) as api:
+                           max_task_artifacts=MAX_TASK_ARTIFACTS, clock=ShiftedClock()) as api:
         @EXAMPLES
         @given(uploads=UPLOADS)
         def examples(uploads: list[tuple[str, int]]) -> None:
