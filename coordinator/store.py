@@ -253,7 +253,7 @@ class Store:
         reply = await self._run(
             "recordArtifact",
             [k.tasks, k.lease_deadlines, k.revoked_tokens, k.artifacts, k.artifact_index, k.artifact_usage,
-             k.artifact_blobs, k.stats],
+             k.artifact_blobs, k.stats, k.feed],
             [host.host_id, lease_id, task_id, attempt, host.digest, name, size, sha256, content_type,
              "" if step_index is None else step_index, blob, max_task_bytes, max_task_artifacts],
         )

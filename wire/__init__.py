@@ -82,6 +82,7 @@ class EventType(str, Enum):
     OPERATOR_TOKEN_CREATED = "operator_token_created"
     OPERATOR_TOKEN_REVOKED = "operator_token_revoked"
     PROGRESS = "progress"  # a running attempt's new progress (step_index, status, summary)
+    ARTIFACT = "artifact"  # an artifact stored (name, attempt, step_index, size, content_type)
 
 
 class WaitingReason(str, Enum):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from coordinator.blobs import namespace_of
@@ -402,3 +403,13 @@ async def test_a_client_gone_mid_body_stores_nothing_and_is_no_internal_error(ar
     assert sent[0]["status"] == 400
     assert files_under(tmp_path) == [] and await listed(art, leased["task_id"]) == []
     assert 'tether_artifact_uploads_total{outcome="invalid_request"} 1.0' in (await art.client.get("/metrics")).text
+
+
+async def test_each_new_artifact_is_published_on_the_feed_once(art: Api) -> None:
+    leased = await running_task(art)
+    await put(art, leased, "a.png", step_index=2)
+    await put(art, leased, "a.png", step_index=2)  # a replay publishes nothing
+    entries = await art.ctx.store.redis.xrange(art.ctx.store.keys.feed)
+    published = [e for e in (orjson.loads(fields[b"e"]) for _, fields in entries) if e["type"] == "artifact"]
+    assert [(e["task_id"], e["attempt"], e["name"], e["step_index"], e["size"], e["content_type"], e["device_id"])
+            for e in published] == [(leased["task_id"], 1, "a.png", 2, len(PNG), "image/png", "a1")]

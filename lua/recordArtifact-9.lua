@@ -12,6 +12,7 @@
     KEYS[6] artifact_usage   hash  task id -> bytes of its artifacts
     KEYS[7] artifact_blobs   set   blob keys some description names
     KEYS[8] stats            hash  deployment-wide counters (artifact_bytes)
+    KEYS[9] feed             stream the deployment's live feed
     ARGV[1]  host id
     ARGV[2]  lease id
     ARGV[3]  task id
@@ -34,7 +35,9 @@
   Invariants: a description is written only under the task's current, unexpired lease, and only
   while the task's artifacts stay within both caps; a name of an attempt, once described, never
   changes; every blob a description names is in artifact_blobs, and artifact_bytes counts each
-  such blob once. Nothing is written on any failure. The lease is not renewed.
+  such blob once. Nothing is written on any failure, nor on a replay. The lease is not renewed.
+  A new artifact is published on the feed (type `artifact`; not in the task's history, which
+  keeps transitions only), so watchers see it as it arrives.
 ]]
 --- @include "includes/common"
 local tasksKey = KEYS[1]
@@ -45,6 +48,7 @@ local indexKey = KEYS[5]
 local usageKey = KEYS[6]
 local blobsKey = KEYS[7]
 local statsKey = KEYS[8]
+local feedKey = KEYS[9]
 local hostId = ARGV[1]
 local leaseId = ARGV[2]
 local taskId = ARGV[3]
@@ -87,4 +91,8 @@ rcall('HINCRBY', usageKey, taskId, size)
 if rcall('SADD', blobsKey, blob) == 1 then
   rcall('HINCRBY', statsKey, 'artifact_bytes', size)
 end
+rcall('XADD', feedKey, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode({
+  type = 'artifact', at = now, task_id = taskId, attempt = attempt, host_id = hostId, device_id = lease.device_id,
+  name = name, step_index = stepIndex, size = size, content_type = contentType,
+}))
 return {0, description, 0}
