@@ -9,9 +9,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from coordinator.artifacts import open_blob_store
 from coordinator.blobs import BlobMissing, BlobStore, BlobTooLarge, LocalBlobStore, namespace_of
 from coordinator.blobs_s3 import S3BlobStore, parse_s3_url
+from coordinator.settings import Settings
 from tests.coordinator.blob_support import S3Server
 
 pytestmark = pytest.mark.anyio
@@ -100,3 +103,23 @@ async def test_a_blob_past_one_part_goes_up_in_parts_and_reads_back_whole(blobs:
     data = os.urandom(11 * 1024 * 1024)  # three parts on S3
     blob = await blobs.put(NS, chunks_of(data, 64 * 1024), max_bytes=len(data))
     assert blob.size == len(data) and await read(blobs, blob.key) == data
+
+
+def test_the_artifact_settings_have_the_contracts_names_and_refuse_a_url_that_is_not_s3(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("COORDINATOR_ARTIFACTS_DIR", "COORDINATOR_ARTIFACTS_URL", "COORDINATOR_MAX_ARTIFACT_BYTES",
+                 "COORDINATOR_MAX_TASK_ARTIFACT_BYTES"):
+        monkeypatch.delenv(name, raising=False)
+    names = {field: Settings.variable(field) for field in ("artifacts_dir", "artifacts_url", "artifacts_endpoint",
+                                                           "max_artifact_bytes", "max_task_artifact_bytes")}
+    assert names == {"artifacts_dir": "COORDINATOR_ARTIFACTS_DIR", "artifacts_url": "COORDINATOR_ARTIFACTS_URL",
+                     "artifacts_endpoint": "COORDINATOR_ARTIFACTS_ENDPOINT",
+                     "max_artifact_bytes": "COORDINATOR_MAX_ARTIFACT_BYTES",
+                     "max_task_artifact_bytes": "COORDINATOR_MAX_TASK_ARTIFACT_BYTES"}
+    defaults = Settings()
+    assert (defaults.artifacts_dir, defaults.artifacts_url) == (Path("tether-artifacts"), None)
+    assert (defaults.max_artifact_bytes, defaults.max_task_artifact_bytes) == (10 * 1024 * 1024, 100 * 1024 * 1024)
+    assert isinstance(open_blob_store(defaults), LocalBlobStore)
+    assert Settings(artifacts_url="").artifacts_url is None
+    with pytest.raises(ValidationError, match="s3://bucket/prefix"):
+        Settings(artifacts_url="https://bucket.example/prefix")
