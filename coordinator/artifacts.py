@@ -122,7 +122,11 @@ class Artifacts:
             purge = await store.purge_tasks(PURGE_BATCH)
             deleted += purge.acted
             if purge.blobs:
-                await self.delete(purge.blobs)
+                try:
+                    await self.delete(purge.blobs)
+                except BlobStoreFailed as exc:  # they are orphans now: the orphan sweep takes them
+                    log.warning("the artifact store failed to delete %d purged blobs (%s); the orphan "
+                                "sweep deletes them later", len(purge.blobs), exc)
             if purge.taken < PURGE_BATCH:
                 return deleted
 
