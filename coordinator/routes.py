@@ -67,7 +67,7 @@ class Endpoint:
 
 
 async def _openapi(ctx: Context, request: Request) -> Response:
-    return json_response(_document())
+    return json_response(_document(ctx.settings.max_devices_per_host))
 
 
 ENDPOINTS: list[Endpoint] = [
@@ -162,6 +162,6 @@ ENDPOINTS: list[Endpoint] = [
 ]
 
 
-@lru_cache(maxsize=1)
-def _document() -> dict[str, Any]:
-    return openapi_document(ENDPOINTS)
+@lru_cache(maxsize=4)
+def _document(max_devices_per_host: int) -> dict[str, Any]:
+    return openapi_document(ENDPOINTS, max_devices_per_host)

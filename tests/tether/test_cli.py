@@ -7,6 +7,8 @@ import json
 import secrets
 import subprocess
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import httpx
 import pytest
@@ -26,6 +28,12 @@ def one_line(text: str) -> str:
 
 
 # -- usage and expected failures ------------------------------------------------------------
+
+
+def test_version_is_the_installed_package_s(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "tether", "--version"], cwd=tmp_path, env=child_env(),
+                            capture_output=True, text=True, timeout=30, check=False)
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"tether {metadata.version('tether')}\n", "")
 
 
 def test_bad_usage_exits_2(coordinator: Coordinator) -> None:
