@@ -203,6 +203,15 @@ SCHEMAS: dict[str, Any] = {
     "OperatorTokens": {"type": "object", "properties": {
         "operator_tokens": {"type": "array", "items": {"$ref": "#/components/schemas/OperatorToken"}},
         "next_cursor": {"type": ["string", "null"]}}},
+    "ArtifactStored": {"type": "object", "properties": {
+        "name": {"type": "string", "pattern": f"^{wire.ARTIFACT_NAME_PATTERN}$"}, "size": {"type": "integer"},
+        "sha256": {"type": "string"}, "content_type": {"enum": list(wire.ARTIFACT_CONTENT_TYPES)},
+        "step_index": {"type": ["integer", "null"]}}},
+    "Artifacts": {"type": "object", "properties": {"artifacts": {"type": "array", "items": {
+        "type": "object", "properties": {
+            "name": {"type": "string"}, "attempt": {"type": "integer"}, "step_index": {"type": ["integer", "null"]},
+            "size": {"type": "integer"}, "sha256": {"type": "string"},
+            "content_type": {"enum": list(wire.ARTIFACT_CONTENT_TYPES)}, "created_at": {"type": "string"}}}}}},
     "Me": {"type": "object", "properties": {
         "name": {"type": "string"}, "scopes": _SCOPES, "expires_at": {"type": ["string", "null"]},
         "token_id": {"type": ["string", "null"]}}},
@@ -217,6 +226,12 @@ _DEVICE_STATUS = {"enum": list(wire.values(wire.DeviceStatus))}
 _OFFSET_PAGE = {"limit": _limit(*limits.TOKENS_LIMIT), "cursor": _integer(0, limits.OFFSET_CURSOR_MAX)}
 # A feed position, <ms>-<seq> or <ms> (coordinator/feed.py StreamId); empty is "from now".
 _STREAM_ID = {"type": "string", "pattern": "^([0-9]{1,19}(-[0-9]{1,19})?)?$"}
+# The artifact routes (coordinator/artifact_api.py): the upload takes the raw bytes and names its
+# lease's task and attempt in the query; a read answers the bytes in their own type.
+_UPLOAD = ("put", "/internal/v1/hosts/{host_id}/leases/{lease_id}/artifacts/{name}")
+_ARTIFACT_BYTES = ("get", "/api/v1/tasks/{task_id}/artifacts/{name}")
+_REQUIRED_QUERY: dict[tuple[str, str], frozenset[str]] = {_UPLOAD: frozenset({"task_id", "attempt"})}
+_ARTIFACT_NAME = {"type": "string", "pattern": f"^{wire.ARTIFACT_NAME_PATTERN}$"}
 # The query parameters of each operation that takes some, as the handlers read them.
 _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     # Any finite number of seconds; more than COORDINATOR_CLAIM_WAIT_MAX_S waits that long.
@@ -235,6 +250,8 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/enrollment-tokens"): _OFFSET_PAGE,
     ("get", "/api/v1/operator-tokens"): _OFFSET_PAGE,
     ("get", "/api/v1/events"): {**dict.fromkeys(FEED_FILTERS, _ID), "last_event_id": _STREAM_ID},
+    _UPLOAD: {"task_id": _ID, "attempt": _integer(1), "step_index": _integer(0)},
+    _ARTIFACT_BYTES: {"attempt": _integer(1)},
 }
 _HEADERS: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/events"): {"Last-Event-ID": _STREAM_ID},
@@ -269,7 +286,10 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         {"name": name, "in": "path", "required": True, "schema": _ID}
         for name in _PATH_PARAMETERS if "{" + name + "}" in path
     ]
-    params += [{"name": name, "in": "query", "required": False, "schema": schema}
+    if "{name}" in path:  # an artifact's name
+        params.append({"name": "name", "in": "path", "required": True, "schema": _ARTIFACT_NAME})
+    required = _REQUIRED_QUERY.get((method, path), frozenset())
+    params += [{"name": name, "in": "query", "required": name in required, "schema": schema}
                for name, schema in _QUERY.get((method, path), {}).items()]
     params += [{"name": name, "in": "header", "required": False, "schema": schema}
                for name, schema in _HEADERS.get((method, path), {}).items()]
@@ -282,7 +302,11 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         op["security"] = [{security: [] if scope in (None, "any") else [scope]}]
         if scope is not None:
             op["x-required-scope"] = scope
-    if request:
+    if request == "ArtifactBody":  # the raw bytes, in one of the allowed types
+        op["requestBody"] = {"required": True, "content": {
+            media_type: {"schema": {"type": "string", "format": "binary"}}
+            for media_type in wire.ARTIFACT_CONTENT_TYPES}}
+    elif request:
         op["requestBody"] = {"required": request not in _OPTIONAL_BODIES, "content": {
             "application/json": {"schema": {"$ref": f"#/components/schemas/{request}"}}}}
     responses = {**_errors(endpoint, bool(params)), **endpoint.responses}
@@ -290,6 +314,9 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         response: dict[str, Any] = {"description": str(status)}
         if schema:
             response["content"] = {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}
+        elif status == 200 and (method, path) == _ARTIFACT_BYTES:
+            response["content"] = {media_type: {"schema": {"type": "string", "format": "binary"}}
+                                   for media_type in wire.ARTIFACT_CONTENT_TYPES}
         elif 200 <= status < 300 and (method, path) in _CONTENT:
             response["content"] = {_CONTENT[(method, path)]: {"schema": {"type": "string"}}}
         op["responses"][str(status)] = response

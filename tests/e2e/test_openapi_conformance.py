@@ -42,6 +42,10 @@ FEED_READ_S = 0.5
 FEED_EXAMPLES = 3
 
 
+# An artifact upload's raw body may be video/mp4, which schemathesis has no serializer for: bytes,
+# as it sends application/octet-stream (images it knows already).
+schemathesis.serializer.alias("video/mp4", "application/octet-stream")
+
 # The document as the app serves it at /openapi.json (a test below holds them equal), loaded at
 # collection so each operation is a test of its own. (schemathesis's lazy loader,
 # ``schemathesis.pytest.from_fixture``, fails on pytest 9.2, which renamed a node's ``_nodeid``.)
