@@ -110,3 +110,36 @@ def test_the_task_view_shows_a_thumbnail_per_step_a_click_opens_it_and_the_log_r
     page.click("#detail-close")
     page.wait_for("document.getElementById('detail').hidden", what="the view closed")
     assert page.js(loads) is False
+
+
+def test_the_strip_orders_by_attempt_then_step_and_an_artifact_moves_no_chart(
+    coordinator: Coordinator, dashboard: Dashboard
+) -> None:
+    # The pure parts, in the browser: the strip's order over attempts, listed descriptions and
+    # feed events alike (an event has `at` and no `step_index` when it is no step's); and the
+    # charts, which count waiting tasks from the feed, unmoved by artifact events.
+    dashboard.open()
+    listed = [
+        {"name": "final.png", "attempt": 1, "step_index": None, "created_at": "2026-12-03T10:00:09.000Z"},
+        {"name": "step-1.png", "attempt": 2, "step_index": 1, "created_at": "2026-12-03T10:00:21.000Z"},
+        {"name": "log.txt", "attempt": 1, "step_index": None, "created_at": "2026-12-03T10:00:10.000Z"},
+        {"name": "step-10.png", "attempt": 1, "step_index": 10, "created_at": "2026-12-03T10:00:08.000Z"},
+        {"name": "step-2.png", "attempt": 1, "step_index": 2, "created_at": "2026-12-03T10:00:05.000Z"},
+    ]
+    event = {"type": "artifact", "at": "2026-12-03T10:00:20.000Z", "task_id": "t", "attempt": 2, "name": "log.txt",
+             "size": 3, "content_type": "text/plain"}
+    answer = dashboard.page.js(f"""(async () => {{
+        const {{ compareArtifacts, describe }} = await import('/ui/artifacts.js');
+        const {{ Activity }} = await import('/ui/activity.js');
+        const all = [...{json.dumps(listed)}, {json.dumps(event)}].map(describe);
+        const activity = new Activity();
+        activity.add({{ type: "created", at: "2026-12-03T10:00:00.000Z", task_id: "t", attempt: 1, status: "queued" }});
+        activity.add({json.dumps(event)});
+        return {{
+            order: all.sort(compareArtifacts).map(a => `${{a.attempt}}:${{a.name}}`),
+            waiting: activity.changes.reduce((n, c) => n + c.d, 0),
+        }};
+    }})()""")
+    assert answer["order"] == ["1:step-2.png", "1:step-10.png", "1:final.png", "1:log.txt", "2:step-1.png",
+                               "2:log.txt"]
+    assert answer["waiting"] == 1  # still queued: an artifact is no transition
