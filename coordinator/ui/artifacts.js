@@ -4,14 +4,17 @@
 // grows with the feed's `artifact` events while the view is open (the view passes them on).
 //
 // The bytes are the hosts' and need the token: an <img src> cannot send it, so each is fetched
-// as a Blob and shown through an object URL; every URL made is revoked when the view closes, and
-// fetches still running are aborted. A click opens the artifact whole in the viewer
-// (artifactviewer.js): an image at full size, a log as text.
+// as a Blob (once it is near the strip's visible part) and shown through an object URL; every URL
+// made is revoked when the view closes, and fetches still running are aborted. A click opens the
+// artifact whole in the viewer (artifactviewer.js): an image at full size, a log as text.
 
 import { ArtifactViewer } from "./artifactviewer.js";
 import { el } from "./dom.js";
 
 const FETCHES_AT_ONCE = 4; // thumbnails read in parallel: a long run's strip does not flood the coordinator
+// A thumbnail is read once it comes within a strip's width of the strip's visible part: a run of
+// hundreds of steps costs the tab the screenshots looked at, not all of them.
+const READ_AHEAD = "0px 100%";
 
 /** Strip order: attempt, then step (no step last), then upload time, then name. */
 export function compareArtifacts(a, b) {
@@ -55,6 +58,16 @@ export class ArtifactStrip {
     // same element back, thumbnails and all.
     this.element = el("div", { id: "task-artifacts", class: "artifacts", hidden: "" },
       el("h3", { text: "Artifacts " }, this.count), this.list);
+    this.byNode = new Map(); // a thumbnail's node -> its entry, until it is read
+    this.near = new IntersectionObserver((records) => {
+      for (const record of records) {
+        const entry = this.byNode.get(record.target);
+        if (!record.isIntersecting || !entry) continue;
+        this.near.unobserve(record.target);
+        this.byNode.delete(record.target);
+        this.#fetchSoon(entry);
+      }
+    }, { root: this.list, rootMargin: READ_AHEAD });
   }
 
   /** The artifacts stored so far (the feed brings the ones that follow). */
@@ -85,12 +98,17 @@ export class ArtifactStrip {
     }
     this.element.hidden = false;
     this.count.textContent = String(this.entries.length);
-    if (entry.img) this.#fetchSoon(entry);
+    if (entry.img) {
+      this.byNode.set(entry.node, entry);
+      this.near.observe(entry.node);
+    }
   }
 
   close() {
     this.closed = true;
     this.aborts.abort();
+    this.near.disconnect();
+    this.byNode.clear();
     this.waiting = [];
     this.viewer.close();
     for (const url of this.urls) URL.revokeObjectURL(url);

@@ -143,3 +143,28 @@ def test_the_strip_orders_by_attempt_then_step_and_an_artifact_moves_no_chart(
     assert answer["order"] == ["1:step-2.png", "1:step-10.png", "1:final.png", "1:log.txt", "2:step-1.png",
                                "2:log.txt"]
     assert answer["waiting"] == 1  # still queued: an artifact is no transition
+
+
+@pytest.mark.parametrize("coordinator_settings", [{"COORDINATOR_LEASE_TTL_S": "60"}])
+def test_a_long_run_s_thumbnails_are_read_as_the_strip_scrolls_to_them(
+    coordinator: Coordinator, dashboard: Dashboard
+) -> None:
+    coordinator.heartbeat("host-a", {"phone-1": "available"})
+    task = coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "x", "device_id": "phone-1"})
+    lease = coordinator.api.post("/internal/v1/hosts/host-a/claim?wait_s=0",
+                                 headers={"authorization": f"Bearer {HOSTS['host-a']}"}).json()
+    for step in range(60):
+        upload(coordinator, lease, f"step-{step}.png", solid_png(40, 30, (step * 4, 0, 0)), "image/png", step)
+    dashboard.open_signed_in()
+    page = dashboard.page
+    page.js(f"location.hash = '#task/{task['task_id']}'")
+    page.wait_for("document.querySelectorAll('#task-artifacts li.artifact').length === 60", what="sixty tiles")
+    page.wait_for("document.querySelector('#task-artifacts li[data-step=\"0\"] img').naturalWidth === 40",
+                  what="the first thumbnail")
+    read = len([url for url in page.requests if "/artifacts/step-" in url])
+    assert 5 <= read < 60, read  # the ones in reach of the strip's visible part, not all sixty
+    assert not page.js("document.querySelector('#task-artifacts li[data-step=\"59\"] img').src")
+
+    page.js("(list => { list.scrollLeft = list.scrollWidth; })(document.querySelector('#task-artifacts ol'))")
+    page.wait_for("document.querySelector('#task-artifacts li[data-step=\"59\"] img').naturalWidth === 40",
+                  what="the last thumbnail, once scrolled to")
