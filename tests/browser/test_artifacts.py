@@ -159,10 +159,10 @@ def test_a_long_run_s_thumbnails_are_read_as_the_strip_scrolls_to_them(
     page = dashboard.page
     page.js(f"location.hash = '#task/{task['task_id']}'")
     page.wait_for("document.querySelectorAll('#task-artifacts li.artifact').length === 60", what="sixty tiles")
-    page.wait_for("document.querySelector('#task-artifacts li[data-step=\"0\"] img').naturalWidth === 40",
-                  what="the first thumbnail")
+    page.wait_for("document.querySelector('#task-artifacts li[data-step=\"6\"] img').naturalWidth === 40",
+                  what="the thumbnails in view")
     read = len([url for url in page.requests if "/artifacts/step-" in url])
-    assert 5 <= read < 60, read  # the ones in reach of the strip's visible part, not all sixty
+    assert 7 <= read < 60, read  # the ones in reach of the strip's visible part, not all sixty
     assert not page.js("document.querySelector('#task-artifacts li[data-step=\"59\"] img').src")
 
     page.js("(list => { list.scrollLeft = list.scrollWidth; })(document.querySelector('#task-artifacts ol'))")
