@@ -51,7 +51,11 @@ def _save(client: Client, args: Namespace, out: Output) -> int:
         _write(stdout, data)
         return 0
     path = Path(args.output)
-    path.write_bytes(data)
+    try:
+        path.write_bytes(data)
+    except OSError as exc:  # no such folder, no permission, a full disk: the operator's to fix
+        print(f"tether: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     saved = {"task_id": args.task, "name": args.name, "attempt": args.attempt, "size": len(data),
              "path": str(path)}
     if out.as_json:

@@ -147,6 +147,8 @@ def test_a_missing_artifact_exits_1_with_its_code_and_writes_no_file(coordinator
         assert not target.exists()
     unknown = coordinator.tether("artifacts", "t_no_such_task")
     assert unknown.code == 1 and "(not_found)" in unknown.err
+    nowhere = coordinator.tether("artifacts", uploaded["task_id"], "log.txt", "-o", str(tmp_path / "no" / "log.txt"))
+    assert nowhere.code == 1 and "cannot write" in nowhere.err and "Traceback" not in nowhere.err, nowhere
 
 
 def test_o_and_attempt_without_a_name_are_bad_usage(coordinator: Coordinator, uploaded: dict[str, Any]) -> None:
