@@ -238,3 +238,23 @@ async def test_a_hanging_upload_holds_up_neither_renewal_nor_the_result(
     assert gate.renewals_while_held >= 2
     assert any("not done after 0.3s; giving them up" in r.getMessage() for r in caplog.records)
     assert await artifacts(api, task["task_id"]) == {}
+
+
+async def test_a_goal_run_leaves_a_screen_per_device_step(coordinator: tuple[Api, Gate], workflows: Path) -> None:
+    api, gate = coordinator
+    async with running_agent(api, gate, workflows, ArtifactMode.ALL):
+        created = await api.create_task(goal="Turn on airplane mode", device_id=DEVICE, max_attempts=1)
+        task_id = created.json()["task_id"]
+
+        async def finished() -> dict[str, Any] | None:
+            task = await api.task(task_id)
+            return task if task["status"] in ("succeeded", "failed") else None
+
+        task = await wait_until_async(finished, timeout=20, what="the goal's result")
+    assert task["status"] == "succeeded"
+    found = await artifacts(api, task_id)
+    steps = sorted(name for name in found if name.startswith("step-"))
+    assert steps and steps == [f"step-{i:03d}.png" for i in range(len(steps))]
+    assert [found[name]["step_index"] for name in steps] == list(range(len(steps)))
+    assert len(steps) == task["result"]["metadata"]["steps"]  # one per device action, none for "done"
+    assert "log.txt" in found and "final.png" not in found
