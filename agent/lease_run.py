@@ -139,8 +139,9 @@ class LeasedRun:
                     outcome = await self._execute()
             # The evidence goes up before the report, while renewal still keeps the lease: the
             # result ends the lease, and the coordinator refuses uploads to an ended lease. The
-            # wait is bounded (a few seconds); what is not up by then is given up.
-            if self._lease_lost is None:
+            # wait is bounded (a few seconds); what is not up by then is given up. Not when the
+            # agent is shutting down: then the report comes first, within the grace it has.
+            if self._lease_lost is None and self.control.stop_reason != SHUTDOWN:
                 await self.evidence.finish(outcome)
             await self.evidence.abandon()
             # Renewal stops before the report, and before the lease state below is read.
