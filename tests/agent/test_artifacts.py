@@ -76,18 +76,18 @@ class Gate:
 
 
 @asynccontextmanager
-async def running_agent(api: Api, gate: Gate, workflows: Path, mode: ArtifactMode,
-                        drain_s: float = 5.0) -> AsyncIterator[HostAgent]:
+async def running_agent(api: Api, gate: Gate, workflows: Path, mode: ArtifactMode, drain_s: float = 5.0,
+                        shutdown: asyncio.Event | None = None) -> AsyncIterator[HostAgent]:
     manager = await DeviceManager.discover(parse_device_specs(f"sim:{DEVICE}"))
     manager.bind_identity()
     executor = RuntimeExecutor(manager, TaskRunner(make_planner("scripted", None, None, None)),
                                WorkflowRunner(workflows))
     config = HostConfig(hostname="lab", version="test", poll_wait_s=1, heartbeat_interval_s=0.2,
-                        shutdown_grace_s=1.0, retry_policy=RetryPolicy(base_s=0.01, cap_s=0.05),
+                        shutdown_grace_s=0.2, retry_policy=RetryPolicy(base_s=0.01, cap_s=0.05),
                         min_poll_interval_s=0.01, artifacts=mode, artifact_drain_s=drain_s)
     client = CoordinatorClient("http://coordinator", transport=httpx.ASGITransport(app=gate))
     agent = HostAgent(client.host(HOST, SecretStr(HOSTS[HOST])), executor, config)
-    shutdown = asyncio.Event()
+    shutdown = shutdown or asyncio.Event()
     task = asyncio.create_task(agent.run(shutdown))
     try:
         yield agent
@@ -258,3 +258,19 @@ async def test_a_goal_run_leaves_a_screen_per_device_step(coordinator: tuple[Api
     assert [found[name]["step_index"] for name in steps] == list(range(len(steps)))
     assert len(steps) == task["result"]["metadata"]["steps"]  # one per device action, none for "done"
     assert "log.txt" in found and "final.png" not in found
+
+
+async def test_a_run_stopped_by_shutdown_reports_without_waiting_for_its_uploads(
+        coordinator: tuple[Api, Gate], workflows: Path) -> None:
+    api, gate = coordinator
+    write_workflow(workflows, "slow", [{"action": "key", "key": "home"}, {"action": "wait", "ms": 60_000}])
+    gate.hold_uploads = True
+    shutdown = asyncio.Event()
+    # The drain could take a minute; the shutdown waits for reports only about a second.
+    async with running_agent(api, gate, workflows, ArtifactMode.ALL, drain_s=60, shutdown=shutdown):
+        created = await api.create_task(kind="workflow", workflow={"name": "slow", "params": {}}, device_id=DEVICE,
+                                        max_attempts=1)
+        await wait_until_async(lambda: gate.held == 1, timeout=10, what="the first screen's upload hanging")
+        shutdown.set()
+    task = await api.task(created.json()["task_id"])
+    assert (task["status"], task["result"]["failure_reason"]) == ("failed", "shutdown")  # reported, not lapsed
