@@ -28,7 +28,8 @@ import logging
 from dataclasses import dataclass
 from enum import Enum
 
-from agent.client import Assignment, HostClient, ProtocolError, TransientError
+from agent.answers import Assignment, ProtocolError, TransientError
+from agent.client import HostClient
 from agent.retry import RetryPolicy
 from agent.run_log import RunLog
 from agent.runtime import DEVICE_GONE, DEVICE_LOST, DEVICE_UNAVAILABLE, Driver, Outcome

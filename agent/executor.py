@@ -21,13 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from agent.client import (
-    Assignment,
-    MalformedAnswer,
-    Rejected,
-    TransientError,
-    Unauthorized,
-)
+from agent.answers import Assignment, MalformedAnswer, Rejected, TransientError, Unauthorized
 from agent.runtime import (
     DEVICE_GONE,
     DEVICE_LOST,

@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from agent.client import Conflict, HostClient, MalformedAnswer, ProtocolError, Rejected, TransientError, Unauthorized
+from agent.answers import Conflict, MalformedAnswer, ProtocolError, Rejected, TransientError, Unauthorized
+from agent.client import HostClient
 from agent.host_config import HostConfig
 from agent.retry import retry
 from agent.runtime import Executor

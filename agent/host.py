@@ -30,7 +30,8 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from agent.client import Assignment, HostClient, MalformedAnswer, Rejected, Unauthorized
+from agent.answers import Assignment, MalformedAnswer, Rejected, Unauthorized
+from agent.client import HostClient
 from agent.heartbeat import Heartbeat, Pause, wait_event
 from agent.host_config import HostConfig
 from agent.lease_run import LeasedRun

@@ -39,14 +39,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from agent.client import (
-    Conflict,
-    CoordinatorClient,
-    HostClient,
-    MalformedAnswer,
-    Rejected,
-    Unauthorized,
-)
+from agent.answers import Conflict, MalformedAnswer, Rejected, Unauthorized
+from agent.client import CoordinatorClient, HostClient
 from agent.retry import RetryPolicy, retry
 from agent.runtime import DeviceRecord
 from agent.settings import ENV_PREFIX, IDENTITY_FILE, AgentSettings, ConfigError

@@ -31,7 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.artifacts import DRAIN_S, ArtifactMode, RunArtifacts
-from agent.client import Assignment, Conflict, HostClient, ProtocolError, Unauthorized
+from agent.answers import Assignment, Conflict, ProtocolError, Unauthorized
+from agent.client import HostClient
 from agent.retry import RetryPolicy, retry
 from agent.runtime import (
     DEVICE_GONE,

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from agent.client import TransientError
+from agent.answers import TransientError
 
 T = TypeVar("T")
 ExceptionTypes = type[Exception] | tuple[type[Exception], ...]

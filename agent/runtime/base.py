@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from wire import ResultStatus
 
 if TYPE_CHECKING:  # only named in hints: the runtime does not need the HTTP client to run
-    from agent.client import Assignment
+    from agent.answers import Assignment
 
     from .driver import Driver
 

@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from agent.client import Assignment, CoordinatorClient
+from agent.answers import Assignment
+from agent.client import CoordinatorClient
 from agent.host import HostAgent
 from agent.host_config import HostConfig
 from agent.retry import RetryPolicy

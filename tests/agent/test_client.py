@@ -10,12 +10,10 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from agent.client import (
-    CLAIM_TIMEOUT_MARGIN_S,
+from agent.answers import (
     Assignment,
     BadRequest,
     Conflict,
-    CoordinatorClient,
     Forbidden,
     MalformedAnswer,
     ProtocolError,
@@ -23,6 +21,7 @@ from agent.client import (
     TransientError,
     Unauthorized,
 )
+from agent.client import CLAIM_TIMEOUT_MARGIN_S, CoordinatorClient
 
 pytestmark = pytest.mark.anyio
 

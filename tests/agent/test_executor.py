@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent.client import Assignment
+from agent.answers import Assignment
 from agent.executor import RuntimeExecutor
 from agent.runtime import (
     EXAMPLE_WORKFLOWS_DIR,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.client import Assignment
+from agent.answers import Assignment
 from agent.executor import RuntimeExecutor
 from agent.host import EXIT_FATAL, EXIT_OK
 from agent.runtime import (
