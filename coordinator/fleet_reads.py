@@ -172,6 +172,33 @@ class FleetReads(Reader):
             for i, h in enumerate(host_ids)
         ]
 
+    async def workflows(self) -> list[dict[str, Any]]:
+        """What the fleet can run now: each workflow some online host lists, by name, with those
+        hosts (ids, sorted) and how many pooled devices they have between them. A host that
+        lists nothing (an agent older than capabilities) runs anything but names nothing, so it
+        is in no entry. Reads every online host: bounded by the fleet's size."""
+        k = self.keys
+        now = await self.redis_time_ms()
+        online = [text(h) for h in await self.redis.zrangebyscore(
+            k.hosts_online, f"({now - self._offline_after_ms}", "+inf")]
+        if not online:
+            return []
+        async with self._pipeline() as pipe:
+            pipe.hmget(k.host_capabilities, online)
+            for host_id in online:
+                pipe.scard(k.host_devices(host_id))
+            capabilities, *device_counts = await pipe.execute()
+        hosts_of: dict[str, list[str]] = {}
+        devices_of: dict[str, int] = {}
+        for host_id, raw, count in zip(online, capabilities, device_counts, strict=True):
+            if raw is None:
+                continue
+            for name in orjson.loads(raw).get("workflows", []):
+                hosts_of.setdefault(name, []).append(host_id)
+                devices_of[name] = devices_of.get(name, 0) + int(count)
+        return [{"name": name, "hosts": sorted(hosts_of[name]), "devices": devices_of[name]}
+                for name in sorted(hosts_of)]
+
     async def host_exists(self, host_id: str) -> bool:
         return bool(await self.redis.hexists(self.keys.hosts, host_id))
 

@@ -93,7 +93,8 @@ SCHEMAS: dict[str, Any] = {
         "waiting_reason": {"enum": [*wire.values(wire.WaitingReason), None]},
         "candidates": {"type": ["object", "null"], "properties": {
             name: {"type": "integer"} for name in (
-                "matching", "busy", "unavailable", "host_offline", "host_draining", "disabled", "host_stalled")}},
+                "matching", "busy", "unavailable", "host_offline", "host_draining", "disabled", "host_stalled",
+                "no_workflow")}},
         "queue_timeout_s": {"type": ["integer", "null"]}}},
     "Events": {"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object", "properties": {
         "at": {"type": "string"}, "type": {"enum": list(wire.values(wire.EventType))}, "task_id": _ID,
@@ -123,6 +124,9 @@ SCHEMAS: dict[str, Any] = {
     "Hosts": {"type": "object", "properties": {
         "hosts": {"type": "array", "items": {"$ref": "#/components/schemas/Host"}},
         "next_cursor": {"type": ["string", "null"]}}},
+    "Workflows": {"type": "object", "properties": {"workflows": {"type": "array", "items": {
+        "type": "object", "properties": {"name": _ID, "hosts": {"type": "array", "items": _ID},
+                                         "devices": {"type": "integer", "minimum": 0}}}}}},
     "TokenCreate": {"type": "object", "properties": {
         "ttl_s": {"type": "integer", "minimum": 1}, "max_uses": {"type": "integer", "minimum": 1}, "labels": _LABELS}},
     "TokenCreated": {"type": "object", "properties": {
