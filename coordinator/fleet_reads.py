@@ -34,14 +34,16 @@ class FleetReads(Reader):
             pipe.hmget(k.devices, ids)
             pipe.hmget(k.reservations, ids)
             pipe.hmget(k.disabled_devices, ids)
+            pipe.hmget(k.enrolled_devices, ids)
             pipe.eval(CLOCK_SCRIPT, 1, self.keys.tasks)
-            raw_devices, reservations, disabled, clock = await pipe.execute()
+            raw_devices, reservations, disabled, enrolled, clock = await pipe.execute()
         records = [
-            (DeviceRecord.from_json(d, raw), reserved, off)
-            for d, raw, reserved, off in zip(ids, raw_devices, reservations, disabled, strict=True)
+            (DeviceRecord.from_json(d, raw), reserved, off, enrollment)
+            for d, raw, reserved, off, enrollment in zip(ids, raw_devices, reservations, disabled, enrolled,
+                                                         strict=True)
             if raw is not None
         ]
-        online, draining, stalled = await self._host_flags(sorted({r.host_id for r, _, _ in records}),
+        online, draining, stalled = await self._host_flags(sorted({r[0].host_id for r in records}),
                                                            clock_ms(clock))
         return [
             DeviceState(
@@ -51,8 +53,9 @@ class FleetReads(Reader):
                 host_online=record.host_id in online,
                 host_draining=record.host_id in draining,
                 host_stalled=record.host_id in stalled,
+                local_id=None if enrollment is None else orjson.loads(enrollment).get("local_id"),
             )
-            for record, reserved, off in records
+            for record, reserved, off, enrollment in records
         ]
 
     async def list_devices(self, *, host_id: str | None, driver: str | None, status: str | None,

@@ -105,7 +105,7 @@ SCHEMAS: dict[str, Any] = {
         "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/Task"}},
         "next_cursor": {"type": ["string", "null"]}}},
     "Device": {"type": "object", "properties": {
-        "device_id": _ID, "host_id": _ID, "driver": _ID, "status": {"type": "string"},
+        "device_id": _ID, "name": {"type": "string"}, "host_id": _ID, "driver": _ID, "status": {"type": "string"},
         "attributes": {"type": "object"}, "labels": _LABELS, "host_online": {"type": "boolean"},
         "reserved_by": {"type": ["string", "null"]}, "disabled": {"type": "boolean"},
         "disabled_reason": {"type": ["string", "null"]}}},
@@ -120,7 +120,7 @@ SCHEMAS: dict[str, Any] = {
         "host_id": _ID, "kind": {"enum": ["static", "enrolled"]}, "online": {"type": "boolean"},
         "last_seen": {"type": ["string", "null"]}, "devices": {"type": "integer"},
         "revoked": {"type": "boolean"}, "draining": {"type": "boolean"}, "labels": _LABELS,
-        "enrollment_token_id": {"type": ["string", "null"]}}},
+        "hostname": {"type": ["string", "null"]}, "enrollment_token_id": {"type": ["string", "null"]}}},
     "Hosts": {"type": "object", "properties": {
         "hosts": {"type": "array", "items": {"$ref": "#/components/schemas/Host"}},
         "next_cursor": {"type": ["string", "null"]}}},

@@ -131,7 +131,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.told = Told()
         self.cloud: dict[str, str] = {}  # the managed host's local device id -> its cloud id
         self.reported: dict[str, list[dict[str, Any]]] = {}  # host -> the devices it last reported
-        self.snapshots: dict[str, tuple[str, str]] = {}  # host -> the last snapshot and capabilities it sent
+        self.snapshots: dict[str, tuple[str, str]] = {}  # host -> the last snapshot and capabilities sent
         self.counter = itertools.count()
         self.before: Stored | None = None
         self.run(self.store.load_scripts())
