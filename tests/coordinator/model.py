@@ -169,7 +169,8 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # (Few rules, each with its variants as an argument: hypothesis turns whole rules off at
     # random in each sequence, so a variant of its own would often never run.)
-    @rule(host=st.sampled_from(sorted(FLEET)), how=st.sampled_from(["all available", "any", "unchanged", "new capabilities"]),
+    @rule(host=st.sampled_from(sorted(FLEET)),
+          how=st.sampled_from(["all available", "any", "unchanged", "new capabilities"]),
           can_run=st.sampled_from(CAPABILITIES), data=st.data())
     def heartbeat(self, host: str, how: str, can_run: tuple[str, ...] | None, data: st.DataObject) -> None:
         """A snapshot: every device available; any subset of the devices (none, some missing),
