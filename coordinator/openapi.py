@@ -47,7 +47,9 @@ SCHEMAS: dict[str, Any] = {
                     "properties": {"device_id": _ID, "driver": _ID,
                                    "status": {"enum": list(wire.values(wire.DeviceStatus))},
                                    "attributes": {"type": "object"}, "labels": _LABELS}}},
-        "agent": {"type": "object", "properties": {"version": {"type": "string"}, "hostname": {"type": "string"}}}}},
+        "agent": {"type": "object", "properties": {"version": {"type": "string"}, "hostname": {"type": "string"},
+                  "capabilities": {"type": "object", "properties": {
+                      kind: {"type": "array", "items": _ID, "maxItems": 1000} for kind in ("workflows", "planners")}}}}}},
     "Claim": {"type": "object", "properties": {"claim_id": _ID}},
     "Assignment": {"type": "object", "properties": {
         "task_id": _ID, "attempt": {"type": "integer"}, "lease_id": _ID, "lease_ttl_ms": {"type": "integer"},
