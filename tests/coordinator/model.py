@@ -169,19 +169,14 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # (Few rules, each with its variants as an argument: hypothesis turns whole rules off at
     # random in each sequence, so a variant of its own would often never run.)
-    @rule(host=st.sampled_from(sorted(FLEET)),
-          how=st.sampled_from(["all available", "any", "unchanged", "new capabilities"]),
+    @rule(host=st.sampled_from(sorted(FLEET)), how=st.sampled_from(["all available", "any", "unchanged"]),
           can_run=st.sampled_from(CAPABILITIES), data=st.data())
     def heartbeat(self, host: str, how: str, can_run: tuple[str, ...] | None, data: st.DataObject) -> None:
         """A snapshot: every device available; any subset of the devices (none, some missing),
-        each in any status; the same snapshot as last time; or the same devices as last time, the
-        agent now listing other workflows. Its agent lists the workflows ``can_run``, or (None)
-        lists nothing."""
+        each in any status; or the same snapshot as last time. Its agent lists the workflows
+        ``can_run``, or (None) lists nothing."""
         if how == "unchanged" and host in self.snapshots:
             self._heartbeat(host, *self.snapshots[host])
-            return
-        if how == "new capabilities" and host in self.reported:
-            self._send_snapshot(host, self.reported[host], can_run)
             return
         if how == "any":
             chosen = data.draw(st.lists(st.sampled_from(sorted(FLEET[host])), unique=True), label="devices")
@@ -190,6 +185,20 @@ class ProtocolMachine(RuleBasedStateMachine):
         else:
             devices = [self._device(host, d, "available") for d in sorted(FLEET[host])]
         self._send_snapshot(host, devices, can_run)
+
+    @precondition(lambda self: bool(self.reported))
+    @rule(data=st.data())
+    def relist(self, data: st.DataObject) -> None:
+        """A heartbeat with the same devices as the host's last one, its agent now listing other
+        workflows (one was added to its folder, or the agent was upgraded or downgraded)."""
+        host = data.draw(st.sampled_from(sorted(self.reported)), label="host")
+        sent = self.snapshots.get(host, ("", ""))[1]
+        others = [c for c in CAPABILITIES if (canonical_json(self._capabilities(c)) if c is not None else "") != sent]
+        self._send_snapshot(host, self.reported[host], data.draw(st.sampled_from(others), label="can run"))
+
+    @staticmethod
+    def _capabilities(can_run: tuple[str, ...]) -> dict[str, list[str]] | None:
+        return parse_capabilities(Body({"capabilities": {"workflows": list(can_run)}}))
 
     def _device(self, host: str, device_id: str, status: str) -> dict[str, Any]:
         """A device as its host reports it: the managed host by cloud id (one it never got, for a
@@ -204,7 +213,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         parsed = parse_snapshot(Body({"devices": devices}), 100)
         agent: dict[str, Any] = {}
         if can_run is not None:
-            agent["capabilities"] = parse_capabilities(Body({"capabilities": {"workflows": list(can_run)}}))
+            agent["capabilities"] = self._capabilities(can_run)
         capabilities = canonical_json(agent["capabilities"]) if can_run is not None else ""
         self._heartbeat(host, canonical_json({"agent": agent, "devices": parsed}), capabilities)
         self.reported[host] = devices
