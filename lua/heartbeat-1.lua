@@ -35,7 +35,8 @@
   assignment back to the queue; a host coming back online publishes `host_online`, and each of
   its free devices takes the oldest waiting task it matches, whether or not a sweep had taken the
   host offline (no task waits beside a device it could run on); a host whose capabilities
-  changed has each of its free devices take the oldest waiting task it may now run, the same way.
+  changed has each of its free devices take the oldest waiting task it may now run, the same way,
+  and its unclaimed assignments of workflows it no longer lists go back to the queue.
   Only enrollment creates an
   enrolled host's record; a static host's is created by its first accepted heartbeat.
 ]]
@@ -165,6 +166,17 @@ else
   rcall('HSET', S.key.host_capabilities, hostId, capabilitiesJson)
 end
 local capabilitiesChanged = previousCapabilities ~= capabilitiesJson
+-- Assignments this host has not claimed and can no longer run (its agent stopped listing their
+-- workflow) go back to the queue, same attempt, for a host that can run them.
+if capabilitiesChanged and capabilitiesJson ~= '' then
+  local workflows = hostWorkflows(S, hostId)
+  for _, taskId in ipairs(rcall('LRANGE', derived(S, 'assigned', hostId), 0, -1)) do
+    local task = getJson(S.key.tasks, taskId)
+    if task and not runsTask(workflows, task) then
+      unassignTask(S, task, now, 'workflow_unlisted')
+    end
+  end
+end
 
 -- A host that was not online (its deadline passed, swept or not) had no free device in the eyes
 -- of placement, so tasks may have queued beside devices the sweep had yet to take out of `free`:

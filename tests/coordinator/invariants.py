@@ -7,6 +7,7 @@ one before it:
 - no queued task waits beside a device it could run on (a free, available, enabled device of an
   online host, by the offline deadline itself, that is neither draining nor stalled, and that
   lists the task's workflow or lists nothing);
+- an assignment waiting for its claim is one its host may run;
 - first in, first out within a target: a task assigned in this step had no older task of the
   same target, that its host could run, still queued after it;
 - a device holds at most one task, a task at most one live lease;
@@ -216,6 +217,14 @@ def check_nothing_stranded(s: Stored, offline_after_ms: int) -> None:
         assert not beside, f"queued task {task_id} waits beside {beside} it could run on"
 
 
+def check_assignments_runnable(s: Stored) -> None:
+    """An assignment waiting for its host's claim is one that host may run (its capabilities
+    list the workflow, or list nothing)."""
+    for task_id, task in s.tasks.items():
+        if task["status"] == "assigned":
+            assert host_runs(s, task["host_id"], task), f"{task_id} is assigned to a host that does not list it"
+
+
 def check_first_in_first_out(s: Stored, before: Stored | None) -> None:
     if before is None:
         return
@@ -248,6 +257,7 @@ def check_accounted(s: Stored, before: Stored | None, created: dict[str, Any]) -
 def check_stored(s: Stored, before: Stored | None, offline_after_ms: int, created: dict[str, Any]) -> None:
     check_indexes(s)
     check_nothing_stranded(s, offline_after_ms)
+    check_assignments_runnable(s)
     check_first_in_first_out(s, before)
     check_accounted(s, before, created)
     running_devices = [t["device_id"] for t in s.tasks.values() if t["status"] in ("assigned", "running")]

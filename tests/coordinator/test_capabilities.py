@@ -119,3 +119,16 @@ async def test_the_fleets_workflows_come_from_the_online_hosts_capabilities(api:
     # a heartbeat without capabilities (an agent downgraded) takes the host's list away
     await api.heartbeat("host-b", ["b1"])
     assert (await api.client.get("/api/v1/workflows", headers=api.admin_headers)).json() == {"workflows": []}
+
+
+async def test_an_unclaimed_assignment_the_host_stops_listing_goes_back_to_the_queue(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"], agent=runs("note-smoke"))
+    task = (await api.create_task(**workflow_task("note-smoke"))).json()
+    assert task["status"] == "assigned" and task["host_id"] == "host-a"
+    await api.heartbeat("host-b", ["b1"], agent=runs("note-smoke"))
+    await api.heartbeat("host-a", ["a1"], agent=runs("home-smoke"))  # its agent dropped note-smoke
+    moved = await api.task(task["task_id"])
+    assert (moved["status"], moved["host_id"], moved["attempt"]) == ("assigned", "host-b", 1)
+    events = (await api.client.get(f"/api/v1/tasks/{task['task_id']}/events", headers=api.admin_headers)).json()
+    assert [e["reason"] for e in events["events"] if e["type"] == "unassigned"] == ["workflow_unlisted"]
+    assert (await api.claim("host-a")).status_code == 204
