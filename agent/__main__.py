@@ -3,20 +3,36 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import signal
 import sys
 
-from agent.app import run_agent
+from agent.app import agent_version, run_agent
 from agent.identity import StartupError
 from agent.settings import AgentSettings, ConfigError, load_settings
+from agent.usage import description, settings_help
 
 EXIT_STARTUP = 1
 EXIT_CONFIG = 2
 
 
-def main() -> int:
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """Only ``--help`` and ``--version``: the agent is configured by its environment. Both answer
+    before any setting is read, so they work with no configuration at all."""
+    parser = argparse.ArgumentParser(
+        prog="python -m agent",
+        description=description(),
+        epilog=settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"tether agent {agent_version()}")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parse_arguments(argv)
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,

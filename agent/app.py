@@ -37,6 +37,7 @@ from agent.identity import (
 )
 from agent.retry import RetryPolicy
 from agent.runtime import (
+    EXAMPLE_WORKFLOWS_DIR,
     DeviceManager,
     DriverError,
     TaskRunner,
@@ -137,6 +138,7 @@ async def run_agent(
                 settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
             )
             workflows = WorkflowRunner(settings.workflows_dir) if settings.workflows_dir else None
+            log_workflows(workflows)
             executor = RuntimeExecutor(manager, TaskRunner(planner), workflows, enroll=enroller.enroll)
             config = HostConfig.from_settings(settings, version=version, retry_policy=retry_policy,
                                               managed=identity.managed)
@@ -189,6 +191,21 @@ async def run_agent(
                 log.error("stopped: %s%s", _REFUSED, _hint(settings, identity, refused is not None))
                 return EXIT_FATAL
             may_reenroll, refused = False, identity
+
+
+def log_workflows(runner: WorkflowRunner | None) -> None:
+    """One line at start: which workflows this agent can run, and the folder they come from, so
+    a ``workflow_not_found`` can be told from the log alone. (The folder is read again at each
+    run: a file dropped in later is run without a restart, but not listed here.)"""
+    if runner is None:
+        log.info("workflows: none (%sWORKFLOWS_DIR=none)", ENV_PREFIX)
+        return
+    names = ", ".join(sorted(runner.workflows())) or "none (no valid *.json file there)"
+    if runner.workflows_dir == EXAMPLE_WORKFLOWS_DIR:
+        log.info("workflows: %s, the examples from %s (set %sWORKFLOWS_DIR to a folder of your own, "
+                 "or to none)", names, runner.workflows_dir, ENV_PREFIX)
+    else:
+        log.info("workflows: %s, from %s", names, runner.workflows_dir)
 
 
 async def _follow(outer: asyncio.Event, inner: asyncio.Event) -> None:

@@ -216,15 +216,57 @@ class CoordinatorClient:
                 timeout=timeout if timeout is not None else self.timeout,
             )
         except httpx.TransportError as exc:  # connect, read, write, timeouts, protocol errors
-            raise TransientError(f"{method} {path}: {type(exc).__name__}") from None
-        return _decode(method, path, response)
+            url = _url_for_log(exc.request.url) if _has_request(exc) else f"{self._http.base_url}{path}"
+            raise TransientError(f"{method} {url}: {_transport_cause(exc)}") from None
+        return _decode(method, _url_for_log(response.request.url), response)
 
 
-def _decode(method: str, path: str, response: httpx.Response) -> Any:
+def _has_request(exc: httpx.TransportError) -> bool:
+    try:
+        exc.request  # noqa: B018 -- a property that raises when the error was raised without one
+    except RuntimeError:
+        return False
+    return True
+
+
+def _url_for_log(url: httpx.URL) -> str:
+    """The whole URL the request went to, so a wrong ``HOST_AGENT_URL`` shows; never user info.
+    (No credential travels in a URL: the token is in the ``Authorization`` header.)"""
+    return str(url.copy_with(username=None, password=None))
+
+
+def _transport_cause(exc: httpx.TransportError) -> str:
+    """Why no answer came, in words: ``connection refused`` rather than a bare ``ConnectError``."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, httpx.ConnectError):
+        if _refused(exc) or "refused" in text.lower():
+            return "connection refused (is the coordinator running, and is this its address?)"
+        if "name or service not known" in text.lower() or "nodename nor servname" in text.lower():
+            return "cannot resolve the host name"
+        return f"cannot connect ({text or type(exc).__name__})"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer in time ({type(exc).__name__})"
+    return f"{type(exc).__name__}{': ' + text if text else ''}"
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a ``ConnectionRefusedError`` lies under ``exc`` (httpx words it "All connection
+    attempts failed" once it has tried every address)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ConnectionRefusedError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _decode(method: str, url: str, response: httpx.Response) -> Any:
     status = response.status_code
     if status == 204:
         return None
-    where = f"{method} {path}: HTTP {status}"
+    where = f"{method} {url}: HTTP {status}"
     if 200 <= status < 300:
         try:
             return response.json()
@@ -233,6 +275,11 @@ def _decode(method: str, path: str, response: httpx.Response) -> Any:
     code, details = _error_code(response)
     if code:
         where = f"{where} {code}"
+        message = _error_message(response)
+        if message:
+            where = f"{where}: {message}"
+    elif status == 404:
+        where = f"{where} (not a coordinator's answer: is HOST_AGENT_URL the coordinator's base URL?)"
     if status >= 500 or status in (408, 429):
         raise TransientError(where, status=status, code=code)
     if status == 401:
@@ -244,6 +291,21 @@ def _decode(method: str, path: str, response: httpx.Response) -> Any:
     if 400 <= status < 500:
         raise BadRequest(where, status=status, code=code, details=details)
     raise TransientError(f"{where} (unexpected status)", status=status, code=code)
+
+
+ERROR_MESSAGE_MAX_CHARS = 200
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The error answer's ``message``, on one line and clipped: it goes into a log line."""
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    if not isinstance(message, str):
+        return ""
+    message = " ".join(message.split())
+    return message if len(message) <= ERROR_MESSAGE_MAX_CHARS else message[: ERROR_MESSAGE_MAX_CHARS - 1] + "…"
 
 
 def _error_code(response: httpx.Response) -> tuple[str | None, dict[str, Any] | None]:

@@ -4,7 +4,10 @@
   the device's lock), then runs the ``Executor``, and reports the outcome until the coordinator
   answers (``200``, or a ``409`` which means give up).
 - Renewal starts at once, so the lease is kept while the run still waits for its device: every
-  ``lease_ttl_ms * renew_fraction``, carrying the latest progress. A ``409``, or the local lease
+  ``lease_ttl_ms * renew_fraction``, carrying the latest progress. When the step changes (its
+  index or status) the renewal comes early, at most once every ``EARLY_RENEW_MIN_GAP_S`` per
+  lease (PROTOCOL.md, renew), so an operator sees each step as it happens, not at the lease's
+  rhythm, and a fast workflow still costs at most one request a second. A ``409``, or the local lease
   deadline (claim receipt + ``lease_ttl_ms``, moved on by each successful renewal) passing
   without a renewal, stops the run and nothing is reported: the lease is no longer ours.
   ``cancel_requested`` stops the run and it reports ``cancelled``.
@@ -41,6 +44,10 @@ from agent.runtime import (
 from wire import PROGRESS_SUMMARY_MAX_CHARS, ResultStatus
 
 log = logging.getLogger("agent.lease_run")
+
+# The shortest time between two renewals of one lease when the earlier one was not yet due: a
+# step change renews early, but never more often than this.
+EARLY_RENEW_MIN_GAP_S = 1.0
 
 
 class _DeadlinePassed(Exception):
@@ -86,7 +93,11 @@ class LeasedRun:
     ) -> None:
         self.assignment = assignment
         self._clock = clock
-        self.control = RunControl()
+        self.control = RunControl(on_progress=self._on_progress)
+        # Set when the published step differs from the one the latest renewal carried: the
+        # renewal loop wakes and renews early (rate-limited).
+        self._step_changed = asyncio.Event()
+        self._renewed_step: tuple[int, str] | None = None
         self._client = client
         self._executor = executor
         self._device_lock = device_lock
@@ -179,6 +190,10 @@ class LeasedRun:
 
     # -- renewal -----------------------------------------------------------------------------
 
+    def _on_progress(self, progress: Progress) -> None:
+        if _step_of(progress) != self._renewed_step:
+            self._step_changed.set()
+
     async def _renew(self) -> None:
         """The renewal task. A crash here is logged and ends renewal, not the run."""
         try:
@@ -198,17 +213,36 @@ class LeasedRun:
             base_s=min(self._retry.base_s, ttl_s / 10), cap_s=ttl_s * self._renew_fraction
         )
         sent_at = clock()  # of the latest try; set again by every one
+        last_sent = -float("inf")  # no renewal yet: the first step change renews at once
 
         async def sleep_within_lease(seconds: float) -> None:
             wait = min(clock() + seconds, self._deadline) - clock()
             if wait > 0:
                 await asyncio.sleep(wait)
 
+        async def until_due() -> None:
+            """Until the next renewal is due: the periodic one, or an early one a step change
+            asked for, no sooner than EARLY_RENEW_MIN_GAP_S after the previous renewal. Each
+            wait is measured once on the clock (tests may hold it still)."""
+            if not self._step_changed.is_set():
+                wait = min(next_at, self._deadline) - clock()
+                if wait <= 0:
+                    return
+                try:
+                    async with asyncio.timeout(wait):
+                        await self._step_changed.wait()
+                except TimeoutError:
+                    return  # the periodic renewal is due
+            await sleep_within_lease(min(next_at, last_sent + EARLY_RENEW_MIN_GAP_S) - clock())
+
         async def renew() -> dict[str, Any]:
-            nonlocal sent_at
-            sent_at = clock()
+            nonlocal sent_at, last_sent
+            sent_at = last_sent = clock()
             if sent_at >= self._deadline:
                 raise _DeadlinePassed("local lease deadline passed")
+            latest = self.control.latest
+            self._step_changed.clear()  # a change from here on asks for the next renewal
+            self._renewed_step = _step_of(latest)
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
                 async with asyncio.timeout(self._deadline - sent_at):
@@ -216,13 +250,13 @@ class LeasedRun:
                         assignment.lease_id,
                         task_id=assignment.task_id,
                         attempt=assignment.attempt,
-                        progress=progress_body(self.control.latest),  # the latest, on every try
+                        progress=progress_body(latest),  # the latest, on every try
                     )
             except TimeoutError:
                 raise _DeadlinePassed("local lease deadline passed during renewal") from None
 
         while True:
-            await sleep_within_lease(next_at - clock())
+            await until_due()
             try:
                 # Any other failure (no answer, 5xx, a 4xx other than 401/409) may pass: retry
                 # while the lease lasts.
@@ -304,3 +338,8 @@ class LeasedRun:
             # What the task became: "queued" means the coordinator will run it again.
             f"; task is now {task_status}" if isinstance(task_status, str) else "",
         )
+
+
+def _step_of(progress: Progress | None) -> tuple[int, str] | None:
+    """What makes a renewal come early when it changes: the step and its status."""
+    return None if progress is None else (int(progress.step_index), str(progress.status))

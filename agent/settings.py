@@ -15,10 +15,12 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from agent.runtime import DeviceSpec, parse_device_specs, validate_workflows_dir
+from agent.runtime import EXAMPLE_WORKFLOWS_DIR, DeviceSpec, parse_device_specs, validate_workflows_dir
 
 ENV_PREFIX = "HOST_AGENT_"
 IDENTITY_FILE = "identity.json"  # inside HOST_AGENT_STATE_DIR; see agent/identity.py
+# ``HOST_AGENT_WORKFLOWS_DIR=none``: no workflows at all (unset: the shipped examples).
+NO_WORKFLOWS = "none"
 
 
 class ConfigError(Exception):
@@ -42,7 +44,9 @@ class AgentSettings(BaseSettings):
     state_dir: Path | None = None
     # Comma-separated ``driver:local_id``: ``sim:phone-1,sim:phone-2`` or ``adb:*``.
     devices: str = ""
-    workflows_dir: Path | None = None
+    # Unset: the examples shipped with the agent, so the README's first workflow runs as written;
+    # ``none``: no workflows (every workflow task then fails ``workflow_not_found``).
+    workflows_dir: Path | None = EXAMPLE_WORKFLOWS_DIR
     poll_wait_s: int = Field(default=25, ge=0, le=600)
     # Only until the coordinator's first heartbeat answer: from then on its interval is followed.
     heartbeat_interval_s: float = Field(default=15.0, gt=0)
@@ -78,7 +82,6 @@ class AgentSettings(BaseSettings):
         "token",
         "enrollment_token",
         "state_dir",
-        "workflows_dir",
         "llm_base_url",
         "llm_model",
         "llm_api_key",
@@ -88,6 +91,16 @@ class AgentSettings(BaseSettings):
     def _blank_is_unset(cls, value: object) -> object:
         if isinstance(value, str) and not value.strip():
             return None
+        return value
+
+    @field_validator("workflows_dir", mode="before")
+    @classmethod
+    def _workflows_default_or_none(cls, value: object) -> object:
+        if isinstance(value, str):
+            if not value.strip():
+                return EXAMPLE_WORKFLOWS_DIR
+            if value.strip().lower() == NO_WORKFLOWS:
+                return None
         return value
 
     @field_validator("labels", mode="before")

@@ -104,7 +104,7 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    and answers: every hop of Tether's path and none of its work; 4g, the same two processes doing
    the contract's work, the lifecycle floor's create (8f) on one waking its waiting claim on the
    other through the process's inbox, as Tether's do; and 4s, saq's two stock workers as
-   `python -m bench.peers` runs them (`bench/peers`, the `bench` extra): enqueue -> the job
+   `.venv/bin/python -m bench.peers` runs them (`bench/peers`, the `bench` extra): enqueue -> the job
    function starts in a worker. Issue 12's target is p50 <= saq's; the verdict says when the
    floor doing the work (4g) is itself above saq's.
 5. **Long-poll scale**: N polls (`wait_s=60`) from N static hosts park on one process; Redis
@@ -158,7 +158,8 @@ def document(rows: list[Row], info: dict[str, str], preset: str, seconds: float)
 Run them with one command from the repository root (a real Redis must answer at `REDIS_URL`,
 default `redis://127.0.0.1:6379/0`):
 
-```
+<!-- doc-test: check (minutes of benchmarks) -->
+```sh
 .venv/bin/python -m bench --preset small   # about 2 minutes
 .venv/bin/python -m bench --preset full    # the issue's sizes: 10,000 polls, 10,000 hosts, 100,000 tasks
 ```

@@ -1,9 +1,10 @@
-"""python -m coordinator serve [--host H] [--port P] | demo"""
+"""python -m coordinator serve [--host H] [--port P] | demo [--keep]"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 
 from pydantic import ValidationError
@@ -24,8 +25,20 @@ def _settings() -> Settings | None:
                              for e in exc.errors())
         print(f"coordinator: invalid configuration: {problems}", file=sys.stderr)
     except SettingsError as exc:  # a value that is not even parseable (bad JSON)
-        print(f"coordinator: invalid configuration: {exc}", file=sys.stderr)
+        print(f"coordinator: invalid configuration: {_unparseable(exc)}", file=sys.stderr)
     return None
+
+
+def _unparseable(exc: SettingsError) -> str:
+    """pydantic-settings says 'error parsing value for field "static_hosts" from source
+    "EnvSettingsSource"': name the variable instead, and what JSON's parser said (a position,
+    never the value)."""
+    field = re.search(r'field "([^"]+)"', str(exc))
+    if field is None:
+        return str(exc)
+    cause = exc.__cause__ or exc.__context__
+    why = f"not valid JSON ({cause})" if isinstance(cause, ValueError) else "cannot be parsed"
+    return f"{Settings.variable(field[1])}: {why}"
 
 
 def _reason(message: str) -> str:
@@ -86,13 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="run the coordinator")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=None, help="default: $PORT, else 8000")
-    commands.add_parser("demo", help="coordinator + simulated hosts on the embedded Redis")
+    demo = commands.add_parser("demo", help="coordinator + simulated hosts on the embedded Redis")
+    demo.add_argument("--keep", action="store_true",
+                      help="keep the fleet and the dashboard up after the summary, until Ctrl-C")
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     from coordinator.demo import run_demo
 
-    return run_demo()
+    return run_demo(keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from coordinator.artifacts import Artifacts, open_blob_store, run_orphan_sweeper
 from coordinator.auth import ACCESS, Authenticator
 from coordinator.boundary import RequestBoundary
 from coordinator.clock import ShiftedClock
@@ -98,6 +99,7 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
                   claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms,
                   durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
                   scripts=scripts, clock=clock)
+    metrics = Metrics()
     return Context(
         settings=settings,
         store=store,
@@ -105,9 +107,12 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
                         read_waiting=scripts["readWaiting"], clock=clock),
         auth=Authenticator(redis.client, keys, settings.admin_token, settings.static_hosts, epoch, store),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
-        metrics=Metrics(),
+        metrics=metrics,
         feed=EventFeed(redis.client, keys.feed),
         epoch=epoch,
+        artifacts=Artifacts(open_blob_store(settings), redis.client, keys, metrics,
+                            max_uploads=settings.max_concurrent_uploads,
+                            orphan_grace_s=settings.artifact_orphan_grace_s),
     )
 
 
@@ -130,7 +135,8 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        log.info("coordinator using %s, key prefix %s", description, settings.key_prefix)
+        log.info("coordinator using %s, key prefix %s, artifacts in %r", description, settings.key_prefix,
+                 ctx.artifacts.blobs)
         if settings.admin_token is None:
             log.warning("COORDINATOR_ADMIN_TOKEN is not set: the operator API refuses every call")
         elif len(settings.admin_token.get_secret_value()) < ADMIN_TOKEN_MIN_CHARS:
@@ -140,14 +146,17 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
         await ctx.epoch.check()  # the epoch this process's caches belong to (written if missing)
         loops = [asyncio.create_task(ctx.waiter.run(), name="waiter"),
                  asyncio.create_task(ctx.feed.run(), name="feed"),
-                 asyncio.create_task(run_reaper(ctx.store, settings.reaper_interval_s, outage),
-                                     name="reaper")]
+                 asyncio.create_task(run_reaper(ctx.store, ctx.artifacts, settings.reaper_interval_s, outage),
+                                     name="reaper"),
+                 asyncio.create_task(run_orphan_sweeper(ctx.artifacts, settings.artifact_sweep_interval_s),
+                                     name="orphan sweep")]
         try:
             yield
         finally:
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            await ctx.artifacts.blobs.aclose()
             await redis.aclose()
 
     routes = [Route(e.path, _Endpoint(e, ctx), methods=[e.method], name=e.handler.__name__)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.artifacts import Artifacts
 from coordinator.auth import Authenticator
 from coordinator.epoch import Epoch
 from coordinator.feed import EventFeed
@@ -24,3 +25,4 @@ class Context:
     metrics: Metrics
     feed: EventFeed
     epoch: Epoch
+    artifacts: Artifacts

@@ -7,6 +7,10 @@ does, over the operator HTTP API: submits goal and workflow tasks, follows them 
 prints a summary, and stops the processes (SIGTERM, then waits). Exit status 0 when every task
 ended as expected (two fail on purpose) and every process stopped cleanly.
 
+With ``--keep`` it leaves the fleet and the dashboard up after the summary, until Ctrl-C (SIGINT)
+or SIGTERM, so the dashboard can be opened and signed in to (the admin token's file stays until
+then) and more work submitted; then it stops the processes the same way.
+
 It imports nothing from the coordinator or the agent: it is a client of the contract, like any
 operator's script, and the processes are started as a person would start them.
 """
@@ -90,8 +94,10 @@ class _Process:
         self.name = name
         self.log_path = workdir / f"{name}.log"
         with open(self.log_path, "wb") as log:
+            # A session of its own: a Ctrl-C at the terminal reaches the demo alone, which then
+            # stops the agents before the coordinator, so their last reports are answered.
             self.popen = subprocess.Popen([sys.executable, "-m", module, *args], env=env, cwd=workdir,
-                                          stdout=log, stderr=subprocess.STDOUT)
+                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def check_running(self) -> None:
         if self.popen.poll() is not None:
@@ -199,7 +205,45 @@ def _plan(devices: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
     ]
 
 
-def _run(workdir: Path, processes: list[_Process]) -> bool:
+def _as_typed(path: Path) -> str:
+    """``path`` as a person here would type it: relative to the working directory when inside it."""
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path.absolute())
+
+
+def _tether_command() -> str:
+    """How to run ``tether`` from here: the script beside this interpreter (``.venv/bin/tether``
+    when the demo was started as ``.venv/bin/python``), else the module."""
+    script = Path(sys.executable).parent / "tether"
+    return _as_typed(script) if script.is_file() else f"{_as_typed(Path(sys.executable))} -m tether"
+
+
+def _keep(processes: list[_Process], url: str, token_file: Path) -> bool:
+    """Leave everything running until Ctrl-C or SIGTERM (a ``KeyboardInterrupt`` here, the
+    expected end: True); False if a process exits meanwhile."""
+    _out(f"\nThe fleet keeps running: dashboard {url}/ui, sign in with the token in {token_file}")
+    _out(f"  try: TETHER_URL={url} TETHER_TOKEN=$(cat {token_file}) {_tether_command()} submit "
+         "--workflow note-smoke --param text=hello --driver sim --wait")
+    _out("Press Ctrl-C to stop it.")
+    try:
+        while True:
+            for process in processes:
+                process.check_running()
+            time.sleep(0.5)  # a child's exit is noticed within this; signals end it at once
+    except KeyboardInterrupt:
+        _out("\nStopping the hosts and the coordinator.")
+        return True
+    except DemoError as exc:
+        print(f"tether demo: {exc}; the end of its log:", file=sys.stderr)
+        for process in processes:
+            if process.popen.poll() is not None:
+                print(process.log_tail(), file=sys.stderr)
+        return False
+
+
+def _run(workdir: Path, processes: list[_Process], keep: bool = False) -> bool:
     admin = "demo-admin-" + secrets.token_hex(16)
     static_token = "demo-host-" + secrets.token_hex(16)
     workflows = workdir / "workflows"
@@ -238,7 +282,7 @@ def _run(workdir: Path, processes: list[_Process]) -> bool:
     token_file.touch(mode=0o600)
     token_file.write_text(admin)
     _out(f"  dashboard: {url}/ui  (the admin token is in {token_file})")
-    _out(f"  command line: TETHER_URL={url} TETHER_TOKEN=$(cat {token_file}) tether tasks")
+    _out(f"  command line: TETHER_URL={url} TETHER_TOKEN=$(cat {token_file}) {_tether_command()} tasks")
 
     with httpx.Client(base_url=url, headers={"authorization": f"Bearer {admin}"}, timeout=10) as api:
         token = api.post("/api/v1/enrollment-tokens",
@@ -292,6 +336,10 @@ def _run(workdir: Path, processes: list[_Process]) -> bool:
          "failed (a workflow no host can run times out in the queue, and a goal the scripted planner "
          "cannot do fails, on purpose).")
     _out("Every task ended as expected." if ok else "Some task did not end as expected.")
+    if keep:
+        return _keep(processes, url, token_file) and ok
+    _out(f"The dashboard goes with the demo: `{_as_typed(Path(sys.executable))} -m coordinator demo --keep` "
+         "keeps it and the fleet up until Ctrl-C.")
     return ok
 
 
@@ -311,12 +359,13 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # so the processes are stopped on the way out
 
 
-def run_demo() -> int:
+def run_demo(keep: bool = False) -> int:
+    """``keep``: leave the fleet and the dashboard up after the summary until Ctrl-C/SIGTERM."""
     processes: list[_Process] = []
     previous = signal.signal(signal.SIGTERM, _interrupt)
     with tempfile.TemporaryDirectory(prefix="tether-demo-") as workdir:
         try:
-            ok = _run(Path(workdir), processes)
+            ok = _run(Path(workdir), processes, keep)
         except (DemoError, httpx.HTTPError) as exc:
             print(f"tether demo: {exc}", file=sys.stderr)
             ok = False

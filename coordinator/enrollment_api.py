@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
+from coordinator import limits
 from coordinator.auth import access_of, bearer_secret, token_digest
 from coordinator.context import Context
 from coordinator.errors import (
@@ -25,16 +26,16 @@ from coordinator.errors import (
 from coordinator.responses import json_response, offset_page, token_view
 from coordinator.validation import Query, canonical_json, has_control, read_json, require_id
 
-MAX_TOKEN_TTL_S = 30 * 24 * 3600
+MAX_TOKEN_TTL_S = limits.MAX_TOKEN_TTL_S
 
 
 # -- operator --------------------------------------------------------------------------------
 
 
 async def create_token(ctx: Context, request: Request) -> Response:
-    body = await read_json(request, ctx.settings.max_body_bytes, required=False)
-    ttl_s = body.integer("ttl_s", default=3600, low=1, high=MAX_TOKEN_TTL_S)
-    max_uses = body.integer("max_uses", default=1, low=1, high=100_000)
+    body = await read_json(request, ctx.settings.max_body_bytes, required=False, fields=limits.TOKEN_FIELDS)
+    ttl_s = body.integer("ttl_s", default=limits.DEFAULT_TOKEN_TTL_S, low=1, high=MAX_TOKEN_TTL_S)
+    max_uses = body.integer("max_uses", default=1, low=1, high=limits.MAX_TOKEN_USES)
     labels = body.labels("labels")
     secret = wire.ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = await ctx.store.create_enrollment_token(
@@ -70,7 +71,7 @@ async def _parse_enroll(ctx: Context, request: Request) -> tuple[str, str, str, 
     # not be the one the agent holds (a control character cannot travel in its bearer header).
     if not isinstance(host_token, str) or not low <= len(host_token) <= high or has_control(host_token):
         raise InvalidRequest(f"host_token must be a string of {low}..{high} characters, with no control character")
-    hostname = body.text("hostname", max_len=255) or ""
+    hostname = body.text("hostname", max_len=limits.HOSTNAME_MAX_CHARS) or ""
     return enrollment_id, host_token, hostname, canonical_json(body.labels("labels"))
 
 

@@ -153,6 +153,8 @@ class ScriptError(IntEnum):
     DEVICE_BUSY = -17
     TOKEN_LIMIT = -18
     NOT_OWNER = -19
+    ARTIFACT_CONFLICT = -20
+    ARTIFACT_LIMIT = -21
 
 
 _CONFLICT_MESSAGES = {
@@ -171,6 +173,9 @@ _CONFLICT_MESSAGES = {
     ScriptError.DEVICE_BUSY: "the device holds a task; cancel it or let it finish first",
     ScriptError.TOKEN_LIMIT: "as many live operator tokens as COORDINATOR_MAX_OPERATOR_TOKENS allows exist; "
                              "revoke one first",
+    ScriptError.ARTIFACT_CONFLICT: "an artifact of this name with other bytes exists for this attempt",
+    ScriptError.ARTIFACT_LIMIT: "the task's artifacts would exceed COORDINATOR_MAX_TASK_ARTIFACT_BYTES "
+                                "or COORDINATOR_MAX_TASK_ARTIFACTS",
 }
 
 

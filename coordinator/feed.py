@@ -21,6 +21,10 @@ watcher makes it start again from the stream's newest entry (watchers behind tha
 Redis). After a Redis failure it retries with jittered backoff from the last id it read, so
 watchers miss nothing the stream still keeps.
 
+Each entry is decoded once, when read, and its ``at`` (the scripts write the epoch milliseconds
+of Redis's clock) is rewritten as the contract's RFC 3339 UTC string with milliseconds, so every
+watcher gets timestamps in the one format the API uses.
+
 fakeredis (the embedded default) implements ``XREAD BLOCK`` on asyncio without blocking the
 event loop, so the same code serves it.
 """
@@ -43,6 +47,7 @@ from redis.asyncio import Redis
 
 from coordinator.cancellation import cancelling
 from coordinator.outage import OutageLog
+from coordinator.responses import iso_ms
 
 log = logging.getLogger("coordinator.feed")
 
@@ -329,4 +334,8 @@ def _decode(raw_id: bytes | str, fields: Mapping[Any, Any]) -> _Kept:
             event = orjson.loads(data)
     if not isinstance(event, dict):
         return _Kept(stream_id, Entry(str(stream_id), b""), None)
+    at = event.get("at")
+    if isinstance(at, int) and not isinstance(at, bool):
+        event["at"] = iso_ms(at)
+        data = orjson.dumps(event)
     return _Kept(stream_id, Entry(str(stream_id), data), event)

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
+from coordinator import limits
 from coordinator.auth import access_of
 from coordinator.context import Context
 from coordinator.errors import NotFound
@@ -18,7 +19,7 @@ from coordinator.responses import device_view, host_view, json_response, run_vie
 from coordinator.validation import Query, read_json, require_id
 
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
-MAX_REASON_CHARS = 256
+MAX_REASON_CHARS = limits.MAX_REASON_CHARS
 
 
 # -- devices -------------------------------------------------------------------------------
@@ -30,8 +31,8 @@ async def list_devices(ctx: Context, request: Request) -> Response:
         host_id=query.id("host_id"),
         driver=query.id("driver"),
         status=query.choice("status", _DEVICE_STATUSES),
-        limit=query.limit(default=100, high=1000),
-        cursor=query.text("cursor"),
+        limit=query.limit(*limits.DEVICES_LIMIT),
+        cursor=query.text("cursor", max_len=limits.CURSOR_MAX_CHARS),
     )
     return json_response({"devices": [device_view(d) for d in page.items], "next_cursor": page.next_cursor})
 
@@ -58,7 +59,7 @@ async def device_history(ctx: Context, request: Request) -> Response:
 
 async def disable_device(ctx: Context, request: Request) -> Response:
     device_id = require_id(request.path_params["device_id"], "device_id")
-    body = await read_json(request, ctx.settings.max_body_bytes, required=False)
+    body = await read_json(request, ctx.settings.max_body_bytes, required=False, fields=limits.DISABLE_FIELDS)
     reason = body.text("reason", max_len=MAX_REASON_CHARS) or ""
     await ctx.store.set_device_disabled(device_id, True, reason, actor=access_of(request).operator.name)
     return json_response(await _device(ctx, device_id))
@@ -117,7 +118,7 @@ async def host_view_for(ctx: Context, host_id: str) -> dict[str, Any]:
 
 async def list_hosts(ctx: Context, request: Request) -> Response:
     query = Query(request)
-    page = await ctx.queries.host_ids_page(ctx.auth.static_host_ids, query.limit(default=100, high=1000),
+    page = await ctx.queries.host_ids_page(ctx.auth.static_host_ids, query.limit(*limits.HOSTS_LIMIT),
                                            query.id("cursor"))
     entries = await ctx.queries.hosts(page.items, _static_digests(ctx, page.items))
     return json_response({"hosts": [_host_view(ctx, e) for e in entries], "next_cursor": page.next_cursor})

@@ -16,6 +16,7 @@ import wire
 from coordinator.auth import HostPrincipal
 from coordinator.context import Context
 from coordinator.errors import ApiError, InvalidRequest, device_limit
+from coordinator.limits import CAPABILITY_KINDS, MAX_CAPABILITY_NAMES
 from coordinator.longpoll import claim_until_assigned
 from coordinator.responses import assignment_view, iso_ms, json_response
 from coordinator.server import CONNECTION
@@ -28,9 +29,6 @@ from coordinator.validation import (
 )
 
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
-# agent.capabilities: the kinds of names a host lists, and how many of each at most.
-CAPABILITY_KINDS = ("workflows", "planners")
-MAX_CAPABILITY_NAMES = 1000
 _RESULT_STATUSES = wire.values(wire.ResultStatus)
 
 

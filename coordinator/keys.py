@@ -64,6 +64,11 @@ class Keys:
         self.lease_deadlines = p + "lease_deadlines"  # task id -> its running lease's expiry
         self.claims = p + "claims"
         self.progress = p + "progress"
+        # artifacts: their descriptions (the bytes live in the blob store, coordinator/blobs.py)
+        self.artifacts = p + "artifacts"
+        self.artifact_index = p + "artifact_index"
+        self.artifact_usage = p + "artifact_usage"
+        self.artifact_blobs = p + "artifact_blobs"
         # hosts and credentials
         self.hosts = p + "hosts"
         self.host_ids = p + "host_ids"

@@ -1,10 +1,10 @@
 """Prometheus metrics, in a registry of the process's own (no globals).
 
 Two kinds. Per-process ones are counted where they happen (requests, claims, renewals, results,
-the schedule-to-start histogram, waiting polls, feed watchers); with several worker processes each
-scrape sees the process that answered it. Deployment-wide ones are read from Redis at scrape time
-(tasks by status, queue depth by waiting reason, expiries, timeouts, retries, deletions), so every
-process answers the same figures.
+artifact uploads, the schedule-to-start and blob-store histograms, waiting polls, feed watchers);
+with several worker processes each scrape sees the process that answered it. Deployment-wide ones
+are read from Redis at scrape time (tasks by status, queue depth by waiting reason, expiries,
+timeouts, retries, deletions, artifact bytes stored), so every process answers the same figures.
 """
 
 from __future__ import annotations
@@ -95,6 +95,9 @@ class _DeploymentCollector(Collector):
         for name, help_text in STAT_COUNTERS.items():
             yield CounterMetricFamily(f"tether_{name}", f"{help_text} (deployment-wide)",
                                       value=d.counters.get(name, 0))
+        yield GaugeMetricFamily("tether_artifact_bytes",
+                                "Bytes of artifacts in the blob store that descriptions name (deployment-wide)",
+                                value=d.counters.get("artifact_bytes", 0))
 
 
 class Metrics:
@@ -114,6 +117,14 @@ class Metrics:
             "tether_schedule_to_start_seconds",
             "From a task's attempt entering the queue (its creation, for the first) to its claim",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+            registry=self.registry,
+        )
+        self.artifact_uploads = _LabelledCounter(
+            "tether_artifact_uploads", "Artifact uploads by outcome (stored, replayed or the error code)",
+            ["outcome"], self.registry)
+        self.artifact_store_seconds = Histogram(
+            "tether_artifact_store_seconds", "Blob store calls by operation (put, get, delete, list)",
+            ["operation"], buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=self.registry,
         )
         self.waiting_polls = Gauge(

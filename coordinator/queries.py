@@ -1,7 +1,8 @@
 """Reads of the operator API, one class (`Queries`) assembled from one module per thing read:
 tasks and their counters (``task_reads``), devices and hosts (``fleet_reads``), tokens
-(``token_reads``); what they share is ``reads``. Here: the Redis connection they read through,
-the Redis clock, and the candidates of waiting work (a script's read).
+(``token_reads``), artifacts' descriptions (``artifact_reads``); what they share is ``reads``.
+Here: the Redis connection they read through, the Redis clock, and the candidates of waiting work
+(a script's read).
 
 Nothing here changes state (``store.py`` does, through scripts). Every read is bounded: listings
 page through an index with a cursor, and a filter that has no index of its own examines at most
@@ -16,6 +17,7 @@ from typing import Any
 
 
 import wire
+from coordinator.artifact_reads import ArtifactReads
 from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.fleet_reads import FleetReads
 from coordinator.keys import Keys
@@ -28,7 +30,7 @@ from coordinator.token_reads import TokenReads
 from coordinator.wait_reasons import CANDIDATES_SCANNED, candidates_from_reply, target_of, workflow_name
 
 
-class Queries(TaskReads, FleetReads, TokenReads):
+class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
     """Every read of the operator API, through one Redis client."""
 
     def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int, read_waiting: Script,

@@ -4,7 +4,8 @@
 - hosts silent past the offline threshold: offline, their unclaimed assignments requeued;
 - assignments not claimed within the claim timeout: requeued, their host stalled until it polls;
 - queued tasks past their queue deadline: failed with ``queue_timeout``;
-- terminal tasks past their retention: deleted, with everything hanging off them;
+- terminal tasks past their retention: deleted, with everything hanging off them (their
+  artifacts' blobs deleted from the blob store after the script: coordinator/artifacts.py);
 - entries of an earlier Redis layout: rewritten in the current one (a pass with none left costs
   one read).
 
@@ -22,6 +23,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
+from coordinator.artifacts import Artifacts
 from coordinator.cancellation import cancelling
 from coordinator.outage import OutageLog
 from coordinator.store import Store, Sweep
@@ -42,25 +44,26 @@ async def _drain(call: Callable[[int], Awaitable[int | Sweep]]) -> int:
             return total
 
 
-async def sweep(store: Store) -> dict[str, int]:
+async def sweep(store: Store, artifacts: Artifacts) -> dict[str, int]:
     """One full sweep; how many of each kind it acted on."""
     return {
         "leases": await _drain(store.expire_leases),
         "hosts": await _drain(store.expire_hosts),
         "claims": await _drain(store.expire_assignments),
         "queued": await _drain(store.expire_queued),
-        "purged": await _drain(store.purge_tasks),
+        "purged": await artifacts.purge(store),
         "upgraded": await _drain(store.upgrade_status_index),
     }
 
 
-async def run_reaper(store: Store, interval_s: float, outage: OutageLog | None = None) -> None:
+async def run_reaper(store: Store, artifacts: Artifacts, interval_s: float,
+                     outage: OutageLog | None = None) -> None:
     """Sweep every ``interval_s`` (jittered) until cancelled. Failures go to ``outage`` (the
     process's, shared with its requests: a sweep that works ends an outage they noticed)."""
     outage = outage if outage is not None else OutageLog(log, "reaper")
     while True:
         try:
-            await sweep(store)
+            await sweep(store, artifacts)
             outage.succeeded()
         except asyncio.CancelledError:
             raise

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 import wire
 from coordinator import (
+    artifact_api,
     enrollment_api,
     feed_api,
     fleet_api,
@@ -66,7 +67,7 @@ class Endpoint:
 
 
 async def _openapi(ctx: Context, request: Request) -> Response:
-    return json_response(_document())
+    return json_response(_document(ctx.settings.max_devices_per_host))
 
 
 ENDPOINTS: list[Endpoint] = [
@@ -79,6 +80,9 @@ ENDPOINTS: list[Endpoint] = [
              "host", "Renew", {200: "Renewed", 409: "Error", **_HOST_ERRORS}),
     Endpoint("POST", f"{HOST}/results", host_api.results, "Report a terminal result (idempotent)", "host",
              "Result", {200: "Recorded", 409: "Error", **_HOST_ERRORS}),
+    Endpoint("PUT", f"{HOST}/leases/{{lease_id}}/artifacts/{{name}}", artifact_api.upload,
+             "Upload an artifact of the running attempt (raw body)", "host", "ArtifactBody",
+             {200: "ArtifactStored", 201: "ArtifactStored", 409: "Error", **_HOST_ERRORS}),
     Endpoint("POST", "/internal/v1/enroll", enrollment_api.enroll, "Enroll a managed host", "enrollment",
              "Enroll", {200: "Enrolled", 201: "Enrolled", 400: "Error", 401: "Error", 409: "Error", 413: "Error",
                         429: "Error"}),
@@ -92,6 +96,12 @@ ENDPOINTS: list[Endpoint] = [
              {200: "Task", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("GET", "/api/v1/tasks/{task_id}/events", task_api.task_events, "A task's history, oldest first",
              "operator", None, {200: "Events", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("GET", "/api/v1/tasks/{task_id}/artifacts", artifact_api.list_artifacts,
+             "A task's artifacts, every attempt's", "operator", None, {200: "Artifacts", 404: "Error", **_ADMIN_ERRORS},
+             scope=READ),
+    Endpoint("GET", "/api/v1/tasks/{task_id}/artifacts/{name}", artifact_api.get_artifact,
+             "One artifact's bytes (latest attempt unless ?attempt=N)", "operator", None,
+             {200: None, 400: "Error", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("POST", "/api/v1/tasks/{task_id}/cancel", task_api.cancel_task, "Cancel a task", "operator",
              None, {200: "Task", 404: "Error", 409: "Error", **_ADMIN_ERRORS}, scope=CONTROL, own_scope=SUBMIT),
     Endpoint("GET", "/api/v1/devices", fleet_api.list_devices, "The aggregated device pool", "operator",
@@ -154,6 +164,6 @@ ENDPOINTS: list[Endpoint] = [
 ]
 
 
-@lru_cache(maxsize=1)
-def _document() -> dict[str, Any]:
-    return openapi_document(ENDPOINTS)
+@lru_cache(maxsize=4)
+def _document(max_devices_per_host: int) -> dict[str, Any]:
+    return openapi_document(ENDPOINTS, max_devices_per_host)

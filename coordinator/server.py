@@ -289,6 +289,14 @@ class Server(uvicorn.Server):
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # One process bound its own socket: say where it listens (uvicorn's own line is below
+        # the level we log at). Under gunicorn (sockets handed in) the arbiter says it, once.
+        if self.started and sockets is None:
+            for address in listening_addresses(self.servers):
+                log.info("coordinator listening on %s (dashboard %s/ui)", address, address)
+
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         # As uvicorn's, less the re-raising of the caught signals once the server has stopped.
@@ -309,6 +317,21 @@ class Server(uvicorn.Server):
         if first and self._loop is not None:
             # A signal handler may run between any two bytecodes of the loop: schedule, not call.
             self._loop.call_soon_threadsafe(self._on_exit)
+
+
+def listening_addresses(servers: list[asyncio.AbstractServer]) -> list[str]:
+    """``http://HOST:PORT`` of every listening socket (the port actually bound)."""
+    addresses = []
+    for server in servers:
+        for sock in server.sockets:
+            name = sock.getsockname()
+            if sock.family == socket.AF_INET6:
+                addresses.append(f"http://[{name[0]}]:{name[1]}")
+            elif sock.family == socket.AF_INET:
+                addresses.append(f"http://{name[0]}:{name[1]}")
+            else:  # a unix socket
+                addresses.append(f"unix:{name}")
+    return addresses
 
 
 def raise_nofile() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -67,6 +68,24 @@ class Settings(BaseSettings):
     # Behind a proxy, the client address is the rightmost X-Forwarded-For entry (the one that
     # proxy appended); otherwise the connection's peer. Only a proxy that appends it may be trusted.
     trust_forwarded_for: bool = False
+    # Artifacts (PROTOCOL.md, the upload route; docs/operations.md, "Artifacts"). The bytes go to
+    # a local folder (relative to the working directory), or to an S3-compatible bucket when
+    # artifacts_url is s3://bucket/prefix (artifacts_endpoint: MinIO and the like; credentials
+    # from the standard AWS_* variables). Redis holds only their descriptions.
+    artifacts_dir: Path = Path("tether-artifacts")
+    artifacts_url: str | None = None
+    artifacts_endpoint: str | None = None
+    max_artifact_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    max_task_artifact_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+    # Artifacts per task, whatever their size (each is a description in Redis); at most 5,000 so
+    # that retention deletes a task's descriptions in one command.
+    max_task_artifacts: int = Field(default=1000, gt=0, le=5000)
+    # Uploads this process streams at once; one more is answered 503 unavailable (Retry-After).
+    max_concurrent_uploads: int = Field(default=16, gt=0)
+    # A blob that no description names is an orphan (its upload died between the two writes)
+    # once it is this old; the orphan sweep looks at a page of blobs every interval.
+    artifact_orphan_grace_s: float = Field(default=3600.0, gt=0)
+    artifact_sweep_interval_s: float = Field(default=60.0, gt=0)
     # Worker processes of `serve` (Heroku's name), and the log format: "text" or "json".
     web_concurrency: int = Field(default=1, ge=1, le=64, validation_alias=AliasChoices("WEB_CONCURRENCY"))
     log_format: Literal["text", "json"] = "text"
@@ -79,6 +98,15 @@ class Settings(BaseSettings):
         if value is not None and not value.get_secret_value().startswith(REDIS_URL_SCHEMES):
             raise ValueError("must start with redis://, rediss:// or unix:// "
                              "(for example redis://127.0.0.1:6379/0)")
+        return value
+
+    @field_validator("artifacts_url")
+    @classmethod
+    def _artifacts_url_is_s3(cls, value: str | None) -> str | None:
+        if value is not None and value.strip() == "":
+            return None
+        if value is not None and not value.startswith("s3://"):
+            raise ValueError("must look like s3://bucket/prefix (unset: the local folder COORDINATOR_ARTIFACTS_DIR)")
         return value
 
     @field_validator("static_hosts")

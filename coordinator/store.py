@@ -68,6 +68,25 @@ class AuthFailure:
 
 
 @dataclass(frozen=True)
+class ArtifactRecorded:
+    """An artifact's description as recorded (JSON of lua/recordArtifact), and whether this call
+    only replayed an earlier, identical upload."""
+
+    description: dict[str, Any]
+    replayed: bool
+
+
+@dataclass(frozen=True)
+class Purge:
+    """What one retention call did: due tasks taken, tasks deleted, and the blob keys their
+    artifacts left that no description names any more (for the caller to delete)."""
+
+    taken: int
+    acted: int
+    blobs: list[str]
+
+
+@dataclass(frozen=True)
 class Sweep:
     """What one reaper call did: deadlines it took, and how many of them moved a task."""
 
@@ -206,16 +225,41 @@ class Store:
         reply = await self._schedule("expireQueued", [limit])
         return Sweep(int(reply[1]), int(reply[2]))
 
-    async def purge_tasks(self, limit: int = 100) -> int:
-        """Retention: terminal tasks deleted."""
+    async def purge_tasks(self, limit: int = 100, artifact_budget: int = 10_000) -> Purge:
+        """Retention: terminal tasks deleted, and the blobs of theirs to delete now. A call stops
+        taking tasks once it deleted ``artifact_budget`` artifact descriptions."""
         k = self.keys
         reply = await self._run(
             "purgeTasks",
             [k.tasks, k.tasks_by_status, k.retention, k.idempotency, k.claims,
-             k.progress, k.stats],
-            [limit],
+             k.progress, k.stats, k.artifacts, k.artifact_index, k.artifact_usage, k.artifact_blobs],
+            [limit, artifact_budget],
         )
-        return int(reply[1])
+        return Purge(taken=int(reply[2]), acted=int(reply[1]), blobs=[_text(b) for b in reply[3:]])
+
+    # -- artifacts -------------------------------------------------------------------------
+
+    async def check_lease(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int) -> None:
+        """The renewal's refusal (409, or 401 for a revoked credential) if the lease is not the
+        task's current one; nothing changes either way (lua/checkLease)."""
+        k = self.keys
+        await self._run("checkLease", [k.tasks, k.lease_deadlines, k.revoked_tokens],
+                        [host.host_id, lease_id, task_id, attempt, host.digest])
+
+    async def record_artifact(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
+                              name: str, *, size: int, sha256: str, content_type: str,
+                              step_index: int | None, blob: str, max_task_bytes: int,
+                              max_task_artifacts: int) -> ArtifactRecorded:
+        """Describe an artifact whose bytes are stored as ``blob`` (lua/recordArtifact)."""
+        k = self.keys
+        reply = await self._run(
+            "recordArtifact",
+            [k.tasks, k.lease_deadlines, k.revoked_tokens, k.artifacts, k.artifact_index, k.artifact_usage,
+             k.artifact_blobs, k.stats, k.feed],
+            [host.host_id, lease_id, task_id, attempt, host.digest, name, size, sha256, content_type,
+             "" if step_index is None else step_index, blob, max_task_bytes, max_task_artifacts],
+        )
+        return ArtifactRecorded(orjson.loads(reply[1]), reply[2] == 1)
 
     async def upgrade_status_index(self, limit: int = 100) -> int:
         """Entries of the earlier ``tasks_by_status`` layout converted (lua/upgradeStatusIndex)."""

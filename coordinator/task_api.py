@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
+from coordinator import limits
 from coordinator.auth import access_of
 from coordinator.context import Context
 from coordinator.errors import InvalidRequest, NotFound
@@ -19,7 +20,7 @@ from coordinator.responses import event_view, json_response, task_view
 from coordinator.validation import Body, Query, canonical_json, read_json, require_id
 
 _TASK_STATUSES = wire.values(wire.TaskStatus)
-MAX_QUEUE_TIMEOUT_S = 365 * 24 * 3600
+MAX_QUEUE_TIMEOUT_S = limits.MAX_QUEUE_TIMEOUT_S
 
 
 def parse_task(body: Body, default_queue_timeout_ms: int) -> dict[str, Any]:
@@ -27,12 +28,17 @@ def parse_task(body: Body, default_queue_timeout_ms: int) -> dict[str, Any]:
     kind = body.get("kind")
     task: dict[str, Any] = {"kind": kind}
     if kind == "goal":
+        if "workflow" in body:
+            raise InvalidRequest("a goal task has no workflow")
         task["goal"] = body.text("goal", max_len=wire.MAX_GOAL_CHARS, required=True)
-        task["max_steps"] = body.integer("max_steps", default=30, low=1, high=10_000)
+        task["max_steps"] = body.integer("max_steps", default=limits.DEFAULT_GOAL_MAX_STEPS, low=1,
+                                         high=limits.MAX_STEPS)
     elif kind == "workflow":
-        workflow = body.object("workflow", required=True)
+        if "goal" in body:
+            raise InvalidRequest("a workflow task has no goal")
+        workflow = body.object("workflow", required=True, fields=limits.WORKFLOW_FIELDS)
         task["workflow"] = canonical_json({"name": workflow.id("name"), "params": workflow.free_object("params")})
-        task["max_steps"] = body.integer("max_steps", low=1, high=10_000)
+        task["max_steps"] = body.integer("max_steps", low=1, high=limits.MAX_STEPS)
     else:
         raise InvalidRequest("kind must be goal or workflow")
 
@@ -42,10 +48,11 @@ def parse_task(body: Body, default_queue_timeout_ms: int) -> dict[str, Any]:
     if has_device:
         task["target_device"] = body.id("device_id")
     else:
-        selector = body.object("selector", required=True)
+        selector = body.object("selector", required=True, fields=limits.SELECTOR_FIELDS)
         task["driver"] = selector.id("driver")
         task["labels"] = canonical_json(selector.labels("labels"))
-    task["max_attempts"] = body.integer("max_attempts", default=3, low=1, high=100)
+    task["max_attempts"] = body.integer("max_attempts", default=limits.DEFAULT_MAX_ATTEMPTS, low=1,
+                                        high=limits.MAX_ATTEMPTS)
     queue_timeout_s = body.integer("queue_timeout_s", low=1, high=MAX_QUEUE_TIMEOUT_S)
     task["queue_timeout_ms"] = queue_timeout_s * 1000 if queue_timeout_s is not None else default_queue_timeout_ms
     if body.get("idempotency_key") is not None:
@@ -62,7 +69,7 @@ async def _views(ctx: Context, tasks: list[TaskRecord]) -> list[dict[str, Any]]:
 
 
 async def create_task(ctx: Context, request: Request) -> Response:
-    body = await read_json(request, ctx.settings.max_body_bytes)
+    body = await read_json(request, ctx.settings.max_body_bytes, fields=limits.TASK_FIELDS)
     task = parse_task(body, ctx.settings.queue_timeout_ms)
     task["id"] = "t_" + secrets.token_hex(12)
     # Who created it: named in its view, and what a submit-only token's cancel is checked against.
@@ -92,8 +99,8 @@ async def list_tasks(ctx: Context, request: Request) -> Response:
     query = Query(request)
     status = query.choice("status", _TASK_STATUSES)
     host_id, device_id = query.id("host_id"), query.id("device_id")
-    limit = query.limit()
-    cursor = query.integer("cursor", default=-1, low=0, high=2**63 - 1)
+    limit = query.limit(*limits.TASKS_LIMIT)
+    cursor = query.integer("cursor", default=-1, low=0, high=limits.TASK_CURSOR_MAX)
     page = await ctx.queries.list_tasks(status=status, host_id=host_id, device_id=device_id, limit=limit,
                                         cursor=None if cursor < 0 else cursor)
     return json_response({"tasks": await _views(ctx, page.items), "next_cursor": page.next_cursor})

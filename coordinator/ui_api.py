@@ -35,6 +35,13 @@ ASSETS: dict[str, str] = {
     "views.js": "text/javascript; charset=utf-8",
     "table.js": "text/javascript; charset=utf-8",
     "dom.js": "text/javascript; charset=utf-8",
+    "time.js": "text/javascript; charset=utf-8",
+    "story.js": "text/javascript; charset=utf-8",
+    "taskview.js": "text/javascript; charset=utf-8",
+    "devicehistory.js": "text/javascript; charset=utf-8",
+    "detail.js": "text/javascript; charset=utf-8",
+    "activity.js": "text/javascript; charset=utf-8",
+    "charts.js": "text/javascript; charset=utf-8",
 }
 PREFIX = "/ui/"
 

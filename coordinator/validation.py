@@ -12,6 +12,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 
 import wire
+from coordinator import limits
 from coordinator.errors import InvalidRequest, PayloadTooLarge
 
 # C0 control characters, tab and newline aside: never stored (they corrupt terminals and logs).
@@ -95,11 +96,15 @@ def _check_depth(value: Any, depth: int) -> None:
 
 
 async def read_json(request: Request, limit: int, *, required: bool = True,
-                    unchecked: tuple[str, ...] = ()) -> Body:
+                    unchecked: tuple[str, ...] = (), fields: frozenset[str] | None = None) -> Body:
     """The body as a JSON object, at most ``wire.MAX_JSON_DEPTH`` deep, its strings as sent: each
     field's reader judges it (an id exactly, free text without C0 controls). An empty body is
     ``{}`` when not ``required``. Top-level fields named in ``unchecked`` skip the depth check,
-    for a caller that judges them itself."""
+    for a caller that judges them itself.
+
+    ``fields``: the body's every field (an operator body, PROTOCOL.md "Conventions"): any other is
+    a typo, refused naming it, and a field sent as null is refused rather than read as absent.
+    Without it (the host API) unknown fields are ignored, so older and newer agents keep working."""
     raw = await read_body(request, limit)
     if not raw.strip():
         if required:
@@ -118,7 +123,23 @@ async def read_json(request: Request, limit: int, *, required: bool = True,
         for key, value in body.items():
             if key not in unchecked:
                 _check_depth(value, 2)
+    if fields is not None:
+        only_fields(body, fields)
     return Body(body, escaped=b"\\" in raw)
+
+
+def only_fields(body: dict[str, Any], fields: frozenset[str], path: str = "") -> None:
+    """400 naming the first field of ``body`` (an object at ``path``) that is not one of
+    ``fields``, or that is null: an operator's typo (``max_atempts``) is not a wish."""
+    for key in sorted(body):
+        name = f"{path}.{key}" if path else key
+        if len(name) > 100:  # named, not echoed whole
+            name = name[:100] + "…"
+        if key not in fields:
+            raise InvalidRequest(f"unknown field {name!r}"
+                                 + (f" (known: {', '.join(sorted(fields))})" if fields else ""))
+        if body[key] is None:
+            raise InvalidRequest(f"{name} must not be null: give a value or leave it out")
 
 
 class Body(dict[str, Any]):
@@ -143,6 +164,8 @@ class Body(dict[str, Any]):
             if required:
                 raise InvalidRequest(f"{self._name(field)} is required")
             return default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 3.0 is the integer 3, in JSON as in JSON Schema
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise InvalidRequest(f"{self._name(field)} must be an integer in [{low}, {high}]")
         return value
@@ -153,19 +176,23 @@ class Body(dict[str, Any]):
             if required:
                 raise InvalidRequest(f"{self._name(field)} is required")
             return None
-        if isinstance(value, str):
+        # At most max_len characters as sent, and not empty once its controls are gone.
+        if isinstance(value, str) and len(value) <= max_len:
             value = clean_text(value)
         if not isinstance(value, str) or not value or len(value) > max_len:
             raise InvalidRequest(f"{self._name(field)} must be a non-empty string of at most {max_len} characters")
         return value
 
-    def object(self, field: str, *, required: bool = False) -> Body:
-        """A nested object ({} when absent and not ``required``), its fields to be read in turn."""
+    def object(self, field: str, *, required: bool = False, fields: frozenset[str] | None = None) -> Body:
+        """A nested object ({} when absent and not ``required``), its fields to be read in turn;
+        with ``fields``, as ``read_json`` reads an operator body's."""
         value = self.get(field)
         if value is None and not required:
             return Body({}, self._name(field), escaped=False)
         if not isinstance(value, dict):
             raise InvalidRequest(f"{self._name(field)} must be an object")
+        if fields is not None:
+            only_fields(value, fields, self._name(field))
         return Body(value, self._name(field), escaped=self._escaped)
 
     def free_object(self, field: str) -> dict[str, Any]:
@@ -173,7 +200,8 @@ class Body(dict[str, Any]):
         value = dict(self.object(field))
         return _clean(value) if self._escaped else value
 
-    def labels(self, field: str, *, max_items: int = 64, max_len: int = 256) -> dict[str, str]:
+    def labels(self, field: str, *, max_items: int = limits.LABELS_MAX_ITEMS,
+               max_len: int = limits.LABEL_MAX_CHARS) -> dict[str, str]:
         """A flat object of short strings. Selectors match labels by equality, so names and
         values are keys, taken as sent: one holding a C0 control is refused, not stripped."""
         value = self.get(field)
@@ -244,7 +272,8 @@ class Query:
 
     def offset_page(self) -> tuple[int, int]:
         """``limit`` and the offset ``cursor`` of a listing paged by position (the tokens)."""
-        return self.limit(default=100, high=1000), self.integer("cursor", default=0, low=0, high=2**31 - 1)
+        return (self.limit(*limits.TOKENS_LIMIT),
+                self.integer("cursor", default=0, low=0, high=limits.OFFSET_CURSOR_MAX))
 
     def text(self, name: str, *, max_len: int = 300) -> str | None:
         """A cursor or similar opaque text: printable ASCII, bounded."""

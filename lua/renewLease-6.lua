@@ -44,17 +44,10 @@ local progress = ARGV[6]
 local credential = ARGV[7]
 
 local task = getJson(tasksKey, taskId)
-local lease, failure = presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
+local now = nowMs()
+local lease, failure = runningLease(revokedKey, deadlinesKey, credential, leaseId, hostId, taskId, attempt, task, now)
 if not lease then
   return {failure}
-end
-if task.attempt > attempt then
-  return {E.LEASE_REPLACED}
-end
-local now = nowMs()
-local deadline = rcall('ZSCORE', deadlinesKey, taskId)
-if task.status ~= 'running' or task.lease_id ~= leaseId or not deadline or tonumber(deadline) <= now then
-  return {E.LEASE_EXPIRED}
 end
 rcall('ZADD', deadlinesKey, now + ttl, taskId)
 rcall('SET', leaseKey, cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt}), 'PX', ttl)

@@ -211,7 +211,7 @@ class Api:
         """One reaper sweep: how many leases, hosts, claims, queued tasks and purges it acted on."""
         from coordinator.reaper import sweep
 
-        return await sweep(self.ctx.store)
+        return await sweep(self.ctx.store, self.ctx.artifacts)
 
 
 @pytest.fixture

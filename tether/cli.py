@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 import wire
 from tether import commands
@@ -50,6 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _version() -> str:
+    """The installed package's version (``pyproject.toml``), as ``pip show tether`` gives it."""
+    try:
+        return metadata.version("tether")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     # The connection and output options are accepted before or after the command
     # (`tether --json tasks`, `tether tasks --json`): every parser has them, none gives a
@@ -63,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="tether", parents=[common],
                                      description="Operate a Tether coordinator: tasks, hosts, devices, tokens.")
+    parser.add_argument("--version", action="version", version=f"tether {_version()}")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
     def command(name: str, run: commands.Command, help: str) -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from argparse import Namespace
 from collections.abc import Callable
@@ -31,6 +32,11 @@ class Output:
         stream.write(text + "\n")
         stream.flush()  # a watch is read live, through pipes too
 
+    def warn(self, text: str) -> None:
+        """A warning for people, on stderr: it never mixes with the JSON or ids a script reads."""
+        sys.stderr.write(f"warning: {text}\n")
+        sys.stderr.flush()
+
     def show(self, document: Json, text: Callable[[Json], str]) -> int:
         self.line(json.dumps(document, indent=2) if self.as_json else text(document))
         return 0
@@ -44,6 +50,9 @@ def submit(client: Client, args: Namespace, out: Output) -> int:
     task = client.create_task(goal=args.goal, workflow=args.workflow, params=dict(args.param or []),
                               device_id=args.device, selector=selector, max_attempts=args.max_attempts,
                               queue_timeout_s=args.queue_timeout)
+    if args.driver and not _driver_pooled(client, args.driver):
+        out.warn(f"no pooled device has driver {args.driver!r}: the task waits until one does "
+                 "(a typo? `tether devices` lists the pool)")
     if not args.wait:
         return out.show(task, lambda t: t["task_id"])
     if not out.as_json:
@@ -51,11 +60,22 @@ def submit(client: Client, args: Namespace, out: Output) -> int:
     return _watch(client, task["task_id"], out)
 
 
+def _driver_pooled(client: Client, driver: str) -> bool:
+    """Whether any pooled device has ``driver``: one page of one device. A token that may not read
+    the pool (submit only) cannot tell, and gets no warning."""
+    try:
+        return bool(client.list_devices(driver=driver, limit=1)["devices"])
+    except TetherError:
+        return True
+
+
 def tasks(client: Client, args: Namespace, out: Output) -> int:
     page = _collect(lambda limit, cursor: client.list_tasks(status=args.status, host_id=args.host,
                                                             device_id=args.device, limit=limit, cursor=cursor),
                     "tasks", args.limit)
-    return out.show(page, lambda p: render.tasks_table(p["tasks"]))
+    # At least TASKS_TABLE_WIDTH columns; a wider terminal shows more of the work and the device.
+    width = max(render.TASKS_TABLE_WIDTH, shutil.get_terminal_size((render.TASKS_TABLE_WIDTH, 24)).columns)
+    return out.show(page, lambda p: render.tasks_table(p["tasks"], width))
 
 
 def task(client: Client, args: Namespace, out: Output) -> int:

@@ -65,11 +65,37 @@ def result(task: Json) -> str | None:
     return text
 
 
-def tasks_table(tasks: Iterable[Json]) -> str:
-    return table(["TASK", "STATUS", "ATTEMPT", "WORK", "TARGET", "HOST", "DEVICE", "UPDATED", "WHY"],
-                 ([t["task_id"], t["status"], attempts(t), work(t), target(t), t.get("host_id"),
-                   t.get("device_id") if t.get("host_id") else None, short_time(t.get("updated_at")), why(t)]
-                  for t in tasks))
+# ``tether tasks`` fits a terminal of this many columns, whatever the work's text or the ids.
+TASKS_TABLE_WIDTH = 100
+_CLIPPED_MIN = 10  # the narrowest a clipped column gets
+
+
+def where(task: Json) -> str:
+    """Where a task runs or ran (its device: ids are unique across hosts), else what it waits for."""
+    if task.get("host_id") and task.get("device_id"):
+        return str(task["device_id"])
+    return target(task)
+
+
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def tasks_table(tasks: Iterable[Json], width: int = TASKS_TABLE_WIDTH) -> str:
+    """One line per task within ``width`` columns: the id, status, attempts and reason whole
+    (people copy and grep them), the work and where it runs clipped to share what is left. The
+    host and the times are in ``tether task ID`` (and every field in ``--json``)."""
+    rows = [[cell(t["task_id"]), cell(t["status"]), attempts(t), cell(work(t)), cell(where(t)), cell(why(t))]
+            for t in tasks]
+    headers = ["TASK", "STATUS", "ATTEMPT", "WORK", "ON", "WHY"]
+    natural = [max(len(line[i]) for line in [headers, *rows]) for i in range(len(headers))]
+    room = width - 2 * (len(headers) - 1) - natural[0] - natural[1] - natural[2] - natural[5]
+    # Half each; what one does not need, the other may use.
+    on_width = min(natural[4], max(_CLIPPED_MIN, room // 2, room - natural[3]))
+    work_width = min(natural[3], max(_CLIPPED_MIN, room - on_width))
+    for row in rows:
+        row[3], row[4] = clip(row[3], work_width), clip(row[4], on_width)
+    return table(headers, rows)
 
 
 def task_fields(task: Json) -> str:

@@ -1,8 +1,9 @@
 """Text for people: aligned tables, ``name  value`` blocks and short timestamps.
 
-Times are shown in UTC, as the API gives them (and as the coordinator's logs are), shortened:
-``MM-DD HH:MM:SS`` in tables, ``HH:MM:SS.mmm`` on the lines of a live watch. The feed's events
-carry ``at`` in milliseconds, the API's documents RFC 3339 strings; both are accepted.
+Times are shown in the one format of every Tether surface (the dashboard shows them the same
+way): local time with its explicit UTC offset, ``2026-12-03 16:04:24 +01:00``, the date left out
+when it is today's, ``16:04:24 +01:00``. The API and the feed give RFC 3339 UTC strings;
+epoch milliseconds (older coordinators' feeds) are accepted too.
 """
 
 from __future__ import annotations
@@ -55,16 +56,28 @@ def parse_time(value: str | float | None) -> datetime | None:
         return None
 
 
-def short_time(value: str | float | None) -> str:
-    """``12-02 08:00:00`` (UTC), or ``-``."""
+def short_time(value: str | float | None, *, now: datetime | None = None) -> str:
+    """``16:04:24 +01:00`` today, ``2026-12-02 08:00:00 +01:00`` another day (local time, with its
+    offset), or ``-``. ``now`` (aware) is when "today" is; the current time when not given."""
     moment = parse_time(value)
-    return moment.astimezone(UTC).strftime("%m-%d %H:%M:%S") if moment else EMPTY
+    if moment is None:
+        return EMPTY
+    local = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone()
+    today = (now.astimezone() if now is not None else datetime.now().astimezone()).date()
+    text = local.strftime("%H:%M:%S" if local.date() == today else "%Y-%m-%d %H:%M:%S")
+    return f"{text} {_offset(local)}"
+
+
+def _offset(moment: datetime) -> str:
+    """The UTC offset as ``+01:00`` (``%z`` has no colon before Python 3.12)."""
+    delta = moment.utcoffset()
+    minutes = round(delta.total_seconds() / 60) if delta is not None else 0
+    sign = "-" if minutes < 0 else "+"
+    hours, rest = divmod(abs(minutes), 60)
+    return f"{sign}{hours:02d}:{rest:02d}"
 
 
 def clock(value: str | float | None) -> str:
-    """``08:00:00.123`` (UTC), the precision a live watch wants; blank-padded when unknown."""
-    moment = parse_time(value)
-    if moment is None:
-        return " " * 12
-    moment = moment.astimezone(UTC)
-    return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+    """The time of a live watch's line: ``short_time``, blank-padded when unknown."""
+    text = short_time(value)
+    return " " * len("00:00:00 +00:00") if text == EMPTY else text

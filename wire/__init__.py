@@ -82,6 +82,7 @@ class EventType(str, Enum):
     OPERATOR_TOKEN_CREATED = "operator_token_created"
     OPERATOR_TOKEN_REVOKED = "operator_token_revoked"
     PROGRESS = "progress"  # a running attempt's new progress (step_index, status, summary)
+    ARTIFACT = "artifact"  # an artifact stored (name, attempt, step_index, size, content_type)
 
 
 class WaitingReason(str, Enum):
@@ -112,6 +113,11 @@ def is_valid_id(value: object) -> bool:
 PROGRESS_FIELDS = frozenset({"step_index", "status", "summary"})
 PROGRESS_SUMMARY_MAX_CHARS = 500
 PROGRESS_STATUS_MAX_CHARS = 32
+
+# Artifacts (PROTOCOL.md, the upload route): a name is 1..128 of these characters, and its
+# Content-Type one of these media types.
+ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
+ARTIFACT_CONTENT_TYPES = ("image/png", "image/jpeg", "image/webp", "text/plain", "application/json", "video/mp4")
 
 MAX_JSON_DEPTH = 32
 MAX_GOAL_CHARS = 4000
@@ -175,3 +181,5 @@ class ErrorCode(str, Enum):
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     DEVICE_BUSY = "device_busy"
     TOKEN_LIMIT = "token_limit"
+    ARTIFACT_CONFLICT = "artifact_conflict"
+    ARTIFACT_LIMIT = "artifact_limit"

@@ -6,6 +6,7 @@
 import { Api, grants } from "./api.js";
 import { Dashboard } from "./dashboard.js";
 import { byId } from "./dom.js";
+import { formatTime } from "./time.js";
 
 const TOKEN_KEY = "tether.token";
 let dashboard = null;
@@ -57,7 +58,7 @@ function showWho(me) {
   }
   who.hidden = false;
   who.textContent = `${me.name} · ${scopeList(me)}`;
-  who.title = me.expires_at ? `expires ${new Date(me.expires_at).toLocaleString()}` : "does not expire";
+  who.title = me.expires_at ? `expires ${formatTime(me.expires_at)}` : "does not expire";
 }
 
 function signOut(message = null) {

@@ -2,10 +2,13 @@
 // feed. Progress events are applied as they come; any other event marks what it touches (a task,
 // a host, a device) to be read again, in rounds (rereads.js). The lists are read again in full
 // every RESYNC_EVERY_MS (device status and newly reported devices come with heartbeats, which
-// publish no event) and after the feed was reconnected. While a list is being read, events wait
-// and are applied after it, in order. What is shown lives in records.js; the operator's buttons
-// act here.
+// publish no event) and after the feed was reconnected; a task's `result` frees its device on
+// screen at once (the agent released it before reporting). While a list is being read, events
+// wait and are applied after it, in order. What is shown lives in records.js; the task view and a
+// device's history in detail.js; the charts in charts.js; the operator's buttons act here.
 
+import { Charts } from "./charts.js";
+import { Detail } from "./detail.js";
 import { byId, el } from "./dom.js";
 import { Feed } from "./feed.js";
 import { Records, RESULTS_SHOWN } from "./records.js";
@@ -50,6 +53,11 @@ export class Dashboard {
       },
     });
     byId("events").replaceChildren();
+    this.detail = new Detail(api, {
+      hostName: (hostId) => this.records.hosts.get(hostId)?.hostname ?? null,
+      onError: (error) => (error.unauthorized ? this.onUnauthorized(error) : this.#banner(`Could not read: ${error.message}`)),
+    });
+    this.charts = new Charts(api, { waiting: () => this.records.queue.size });
 
     this.feed = new Feed({
       headers: () => api.headers(),
@@ -77,6 +85,8 @@ export class Dashboard {
       this.#release();
     }
     this.resync = setInterval(() => this.rereads.mark("everything"), RESYNC_EVERY_MS);
+    this.charts.start();
+    this.detail.show(location.hash);
   }
 
   stop() {
@@ -85,6 +95,8 @@ export class Dashboard {
     clearInterval(this.resync);
     this.rereads.stop();
     this.records.stop();
+    this.detail.stop();
+    this.charts.stop();
   }
 
   // -- reading -----------------------------------------------------------------------------
@@ -152,7 +164,7 @@ export class Dashboard {
         break;
       case "host_draining": {
         const host = records.hosts.get(event.host_id);
-        if (host) records.hosts.put({ ...host, draining: Boolean(event.draining) });
+        if (host) records.putHost({ ...host, draining: Boolean(event.draining) });
         rereads.mark("hosts", event.host_id);
         break;
       }
@@ -170,6 +182,10 @@ export class Dashboard {
         rereads.mark("devices", event.device_id);
         break;
       }
+      case "result":
+        records.resultReported(event.task_id, event.device_id);
+        rereads.mark("tasks", event.task_id);
+        break;
       default:
         if (event.task_id) rereads.mark("tasks", event.task_id);
     }
@@ -195,7 +211,15 @@ export class Dashboard {
 
   #log(event) {
     const list = byId("events");
-    list.prepend(el("li", { text: views.eventLine(event), dataset: { type: event.type } }));
+    const line = el("li", { dataset: { type: event.type } });
+    const text = views.eventLine(event);
+    const at = event.task_id ? text.indexOf(event.task_id) : -1;
+    if (at < 0) line.textContent = text;
+    else {
+      line.append(text.slice(0, at), el("a", { href: views.taskHref(event.task_id), text: event.task_id }),
+        text.slice(at + event.task_id.length));
+    }
+    list.prepend(line);
     while (list.childElementCount > EVENTS_SHOWN) list.lastElementChild.remove();
   }
 
@@ -215,8 +239,8 @@ export class Dashboard {
     const work = [];
     if (tasks.size > BATCH) work.push(this.#reading(async () => records.showTasks(await this.#readTasks())));
     else for (const id of tasks) work.push(this.#rereadTask(id));
-    if (hosts.size > BATCH) work.push(this.api.all("/api/v1/hosts", "hosts", { limit: 1000 }).then((p) => records.hosts.replaceAll(p.items)));
-    else for (const id of hosts) work.push(this.#one(`/api/v1/hosts/${enc(id)}`, (h) => records.hosts.put(h), () => records.hosts.remove(id)));
+    if (hosts.size > BATCH) work.push(this.api.all("/api/v1/hosts", "hosts", { limit: 1000 }).then((p) => records.replaceHosts(p.items)));
+    else for (const id of hosts) work.push(this.#one(`/api/v1/hosts/${enc(id)}`, (h) => records.putHost(h), () => records.removeHost(id)));
     for (const id of devices) {
       work.push(this.#one(`/api/v1/devices/${enc(id)}`, (d) => records.setDevice(d), () => records.dropDevice(id)));
     }
@@ -270,7 +294,7 @@ export class Dashboard {
       const text = `Revoke ${hostId}? Its credential stops working at once and its devices leave the pool.`;
       if (!(await this.ask({ text, reason: false })).ok) return;
     }
-    this.records.hosts.put(await this.api.post(`/api/v1/hosts/${enc(hostId)}/${action}`));
+    this.records.putHost(await this.api.post(`/api/v1/hosts/${enc(hostId)}/${action}`));
   }
 
   async #deviceAction(action, deviceId) {

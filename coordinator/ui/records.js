@@ -9,6 +9,8 @@ import * as views from "./views.js";
 export const RESULTS_SHOWN = 50;
 
 const ACTIVE = new Set(["assigned", "running"]);
+// The order of the device counts: what can take work first, then what cannot.
+const STATE_ORDER = ["available", "busy", "draining", "unavailable", "disabled", "host offline"];
 const WAITING = new Set(["queued", "assigned"]);
 
 export class Records {
@@ -39,7 +41,7 @@ export class Records {
       onAction: (action, key, button) => onCancel(key, button),
     });
     this.results = new KeyedTable(byId("results"), {
-      key: (t) => t.task_id, columns: views.resultColumns, compare: views.finishedNewestFirst,
+      key: (t) => t.task_id, columns: views.resultColumns((id) => this.hosts.get(id)?.hostname ?? null), compare: views.finishedNewestFirst,
       empty: "No finished tasks.",
     });
     this.filterInput = byId("device-filter");
@@ -54,7 +56,7 @@ export class Records {
   // -- whole lists ---------------------------------------------------------------------------
 
   showFleet({ hosts, devices }) {
-    this.hosts.replaceAll(hosts);
+    this.replaceHosts(hosts);
     this.deviceRecords = new Map(devices.map((d) => [d.device_id, d]));
     this.devices.replaceAll(devices.map((d) => this.#row(d)));
     this.totalsSoon();
@@ -106,9 +108,44 @@ export class Records {
     }
   }
 
+  /** A host's record: its row, and its devices' rows when what they show of it changed (a
+   *  draining host's devices are shown draining, with its hostname). */
+  putHost(host) {
+    const before = this.hosts.get(host.host_id);
+    this.hosts.put(host);
+    if (!before || before.draining !== host.draining || before.hostname !== host.hostname ||
+        before.online !== host.online || JSON.stringify(before.labels) !== JSON.stringify(host.labels)) {
+      this.#putHostDevices(host.host_id);
+    }
+    this.totalsSoon();
+  }
+
+  replaceHosts(hosts) {
+    this.hosts.replaceAll(hosts);
+    for (const device of this.deviceRecords.values()) this.devices.put(this.#row(device));
+    this.totalsSoon();
+  }
+
+  removeHost(hostId) {
+    this.hosts.remove(hostId);
+    this.#putHostDevices(hostId);
+  }
+
+  /** The task's result event: its device is free from now (the agent released it before
+   *  reporting), not from the next heartbeat or list read. */
+  resultReported(taskId, deviceId) {
+    if (!deviceId || this.deviceTask.get(deviceId) !== taskId) return;
+    this.deviceTask.delete(deviceId);
+    const device = this.deviceRecords.get(deviceId);
+    if (device) {
+      const free = device.status === "busy" ? { status: "available" } : {};
+      this.setDevice({ ...device, ...free, reserved_by: null });
+    }
+  }
+
   hostOnline(hostId, online) {
     const host = this.hosts.get(hostId);
-    if (host) this.hosts.put({ ...host, online });
+    if (host) this.putHost({ ...host, online });
     for (const device of this.deviceRecords.values()) {
       if (device.host_id === hostId && device.host_online !== online) this.setDevice({ ...device, host_online: online });
     }
@@ -136,7 +173,13 @@ export class Records {
 
   #row(device) {
     const taskId = this.deviceTask.get(device.device_id);
-    return { device, task: taskId ? this.tasks.get(taskId) ?? null : null };
+    return { device, task: taskId ? this.tasks.get(taskId) ?? null : null, host: this.hosts.get(device.host_id) ?? null };
+  }
+
+  #putHostDevices(hostId) {
+    for (const device of this.deviceRecords.values()) {
+      if (device.host_id === hostId) this.devices.put(this.#row(device));
+    }
   }
 
   #putDevice(deviceId) {
@@ -165,13 +208,15 @@ export class Records {
     const online = hosts.filter((h) => views.hostState(h) === "online" || views.hostState(h) === "draining").length;
     const states = new Map();
     for (const device of this.deviceRecords.values()) {
-      const state = views.deviceState({ device });
+      const state = views.deviceState(this.#row(device));
       states.set(state, (states.get(state) || 0) + 1);
     }
     const running = [...this.deviceTask.values()].filter((id) => this.tasks.get(id)?.status === "running").length;
     byId("hosts-count").textContent = `${online} online of ${hosts.length}`;
+    const order = (state) => (STATE_ORDER.includes(state) ? STATE_ORDER.indexOf(state) : STATE_ORDER.length);
     byId("devices-count").textContent = [
-      `${this.deviceRecords.size}`, ...[...states].map(([state, n]) => `${n} ${state}`),
+      `${this.deviceRecords.size}`,
+      ...[...states].sort(([a], [b]) => order(a) - order(b) || (a < b ? -1 : 1)).map(([state, n]) => `${n} ${state}`),
     ].join(" · ");
     byId("queue-count").textContent = `${this.queue.size}${this.queueMore ? "+" : ""} waiting`;
     byId("results-count").textContent = `newest ${this.results.size}`;

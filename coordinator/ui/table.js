@@ -3,7 +3,8 @@
 // few text nodes, not the table.
 //
 // A column is one of
-//   {title, value: item => string, tone?: item => class name, wide?: bool, id?: bool}
+//   {title, value: item => string, tone?: item => class name, wide?: bool, id?: bool,
+//    href?: item => string | null}   (with href, the text is a link there: a task's view)
 //   {title, actions: item => [{label, action}]}   (buttons; clicks go to onAction(action, key))
 
 import { el } from "./dom.js";
@@ -22,7 +23,7 @@ export class KeyedTable {
     this.order = []; // keys in display order (kept sorted by `compare` when given)
     this.matches = null; // the filter: rows whose item does not match are hidden
     table.replaceChildren(
-      el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", { text: c.title })))),
+      el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", { text: c.title, class: c.actions ? "actions" : "" })))),
       (this.body = el("tbody")),
     );
     this.emptyRow = el("tr", { class: "empty" }, el("td", { text: empty, colspan: columns.length }));
@@ -107,7 +108,8 @@ export class KeyedTable {
   }
 
   #build(key, item) {
-    const cells = this.columns.map((column) => el("td", { class: column.wide ? "wrap" : column.id ? "id" : "" }));
+    const cells = this.columns.map((column) =>
+      el("td", { class: column.actions ? "actions" : column.wide ? "wrap" : column.id ? "id" : "" }));
     const tr = el("tr", { dataset: { key } }, ...cells);
     const row = { tr, cells, shown: this.columns.map(() => ({ text: null, tone: null })), item: null };
     this.rows.set(key, row);
@@ -134,7 +136,13 @@ export class KeyedTable {
         return;
       }
       const text = column.value(item) ?? "";
-      if (text !== shown.text) cell.textContent = shown.text = text;
+      const href = column.href && text ? column.href(item) : null;
+      const signature = href ? `${href}\n${text}` : text;
+      if (signature !== shown.text) {
+        shown.text = signature;
+        if (href) cell.replaceChildren(el("a", { href, text }));
+        else cell.textContent = text;
+      }
       const tone = column.tone ? column.tone(item) || "" : "";
       if (tone !== shown.tone) {
         shown.tone = tone;

@@ -1,16 +1,10 @@
 // What each table shows: its columns, how a record reads in a cell, and in which order rows go.
 // Pure functions of the records; the tables do the DOM work.
 
+import { formatTime as clock } from "./time.js";
+
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 export const isTerminal = (task) => TERMINAL.has(task.status);
-
-export function clock(at) {
-  if (at === null || at === undefined || at === "") return "";
-  const date = new Date(at);
-  if (Number.isNaN(date.getTime())) return "";
-  const today = new Date().toDateString() === date.toDateString();
-  return today ? date.toLocaleTimeString() : date.toLocaleString();
-}
 
 export function hostState(host) {
   if (host.revoked) return "revoked";
@@ -25,6 +19,7 @@ const TONES = {
   "host offline": "bad",
 };
 const tone = (word) => TONES[word] || "";
+export const toneOf = tone;
 
 export function work(task) {
   if (task.kind === "workflow" && task.workflow) return `workflow ${task.workflow.name}`;
@@ -42,7 +37,7 @@ export function target(task) {
 const CANDIDATE_WORDS = [
   ["matching", "matching"], ["busy", "busy"], ["unavailable", "unavailable"],
   ["host_offline", "host offline"], ["host_draining", "host draining"], ["disabled", "disabled"],
-  ["host_stalled", "host stalled"],
+  ["host_stalled", "host stalled"], ["no_workflow", "no workflow"],
 ];
 
 export function candidates(counts) {
@@ -52,6 +47,15 @@ export function candidates(counts) {
   if (counts.truncated) parts.push("(first 1,000 examined)");
   return parts.join(", ");
 }
+
+/** Where a task's view opens (app.js follows the address's hash). */
+export const taskHref = (taskId) => (taskId ? `#task/${encodeURIComponent(taskId)}` : null);
+export const deviceHref = (deviceId) => (deviceId ? `#device/${encodeURIComponent(deviceId)}` : null);
+
+/** `name (id)` when the record has a name people use (a hostname, a device's local name). */
+export const named = (name, id) => (name && name !== id ? `${name} (${id})` : id ?? "");
+
+export const labelText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
 
 // -- hosts -----------------------------------------------------------------------------------
 
@@ -65,34 +69,38 @@ export function hostColumns(may) {
     ];
   };
   return withActions([
-    { title: "Host", value: (h) => h.host_id, id: true },
+    { title: "Host", value: (h) => named(h.hostname, h.host_id), id: true },
     { title: "State", value: hostState, tone: (h) => tone(hostState(h)) },
     { title: "Kind", value: (h) => h.kind },
     { title: "Devices", value: (h) => String(h.devices ?? "") },
+    { title: "Labels", value: (h) => labelText(h.labels), wide: true },
     { title: "Last seen", value: (h) => clock(h.last_seen) },
-    { title: "Agent", value: (h) => [h.hostname, h.agent_version].filter(Boolean).join(" · ") },
+    { title: "Agent", value: (h) => h.agent_version ?? "" },
   ], may.drain || may.revoke, actions);
 }
 
 export const byHostId = (a, b) => compareText(a.host_id, b.host_id);
 
-// -- devices (a row is {device, task}: the device and the task it runs, if any) ---------------
+// -- devices (a row is {device, task, host}: the device, the task it runs and its host, if known)
 
-export function deviceState({ device }) {
+/** What a device is to an operator: a draining host's devices take no new work, so they are
+ *  "draining", never counted available, whatever their own status. */
+export function deviceState({ device, host }) {
   if (device.disabled) return "disabled";
   if (!device.host_online) return "host offline";
+  if (host && host.draining) return "draining";
   return device.status;
 }
 
 const progressOf = ({ task }) => (task && task.status === "running" ? task.progress : null);
 
 const deviceFields = [
-  { title: "Device", value: (r) => r.device.device_id, id: true },
-  { title: "Host", value: (r) => r.device.host_id, id: true },
+  { title: "Device", value: (r) => named(r.device.name, r.device.device_id), id: true, href: (r) => deviceHref(r.device.device_id) },
+  { title: "Host", value: (r) => named(r.host?.hostname, r.device.host_id), id: true },
   { title: "Driver", value: (r) => r.device.driver },
   { title: "State", value: deviceState, tone: (r) => tone(deviceState(r)) },
   { title: "Disabled because", value: (r) => r.device.disabled_reason ?? "", wide: true },
-  { title: "Task", value: (r) => (r.task ? r.task.task_id : ""), id: true },
+  { title: "Task", value: (r) => (r.task ? r.task.task_id : ""), id: true, href: (r) => taskHref(r.task?.task_id) },
   {
     title: "Task status",
     value: (r) => (r.task ? (r.task.cancel_requested ? `${r.task.status} (cancelling)` : r.task.status) : ""),
@@ -119,13 +127,14 @@ export const byHostThenDevice = (a, b) =>
   compareText(a.device.host_id, b.device.host_id) || compareText(a.device.device_id, b.device.device_id);
 
 export const deviceSearchText = (r) =>
-  [r.device.device_id, r.device.host_id, r.device.driver, deviceState(r), r.task ? `${r.task.task_id} ${r.task.status}` : ""]
+  [r.device.device_id, r.device.name ?? "", r.device.host_id, r.host?.hostname ?? "", labelText(r.host?.labels),
+    labelText(r.device.labels), r.device.driver, deviceState(r), r.task ? `${r.task.task_id} ${r.task.status}` : ""]
     .join(" ");
 
 // -- the queue (queued and assigned tasks) ------------------------------------------------------
 
 const queueFields = [
-  { title: "Task", value: (t) => t.task_id, id: true },
+  { title: "Task", value: (t) => t.task_id, id: true, href: (t) => taskHref(t.task_id) },
   { title: "Work", value: work, wide: true },
   { title: "Target", value: target },
   { title: "Status", value: (t) => t.status, tone: (t) => tone(t.status) },
@@ -155,14 +164,15 @@ export const newestFirst = (a, b) =>
 
 // -- recent results ----------------------------------------------------------------------------
 
-export const resultColumns = [
+/** @param hostName (host id) => the host's name people use, or null */
+export const resultColumns = (hostName) => [
   { title: "Finished", value: (t) => clock(t.finished_at) },
-  { title: "Task", value: (t) => t.task_id, id: true },
+  { title: "Task", value: (t) => t.task_id, id: true, href: (t) => taskHref(t.task_id) },
   { title: "Work", value: work, wide: true },
   { title: "Outcome", value: (t) => t.status, tone: (t) => tone(t.status) },
   { title: "Failure reason", value: (t) => t.failure_reason ?? (t.result && t.result.failure_reason) ?? "", wide: true },
-  { title: "Device", value: (t) => t.device_id ?? "", id: true },
-  { title: "Host", value: (t) => t.host_id ?? "", id: true },
+  { title: "Device", value: (t) => t.device_id ?? "", id: true, href: (t) => deviceHref(t.device_id) },
+  { title: "Host", value: (t) => (t.host_id ? named(hostName(t.host_id), t.host_id) : ""), id: true },
   { title: "Attempt", value: (t) => `${t.attempt}/${t.max_attempts}` },
   { title: "By", value: (t) => t.created_by ?? "" },
 ];

@@ -131,3 +131,22 @@ local function presentedLease(revokedKey, credential, leaseId, hostId, taskId, a
   end
   return nil, E.LEASE_NOT_OWNED
 end
+
+-- The lease a host presents, checked as a renewal checks it: `presentedLease`, then the attempt
+-- must be the task's current one (else LEASE_REPLACED), and the lease the task's running,
+-- unexpired one (else LEASE_EXPIRED). Returns the lease, or nil and the failure. Renewals and
+-- artifact uploads share it, so the two can never disagree on which lease is current.
+local function runningLease(revokedKey, deadlinesKey, credential, leaseId, hostId, taskId, attempt, task, now)
+  local lease, failure = presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
+  if not lease then
+    return nil, failure
+  end
+  if task.attempt > attempt then
+    return nil, E.LEASE_REPLACED
+  end
+  local deadline = rcall('ZSCORE', deadlinesKey, taskId)
+  if task.status ~= 'running' or task.lease_id ~= leaseId or not deadline or tonumber(deadline) <= now then
+    return nil, E.LEASE_EXPIRED
+  end
+  return lease
+end

@@ -131,6 +131,7 @@ async def test_explicit_legacy_credentials_are_configured(tmp_path: Path) -> Non
         host_id="host-a",
         token=SecretStr("token-a-0123456789"),
         devices="sim:phone-1",
+        workflows_dir="none",
         poll_wait_s=1,
         heartbeat_interval_s=0.2,
     )
@@ -141,7 +142,7 @@ async def test_explicit_legacy_credentials_are_configured(tmp_path: Path) -> Non
     assert await asyncio.wait_for(agent, 10) == 0
     assert coordinator.of("enroll") == [] and coordinator.of("devices_enroll") == []
     assert [d["device_id"] for d in coordinator.of("heartbeat")[0].body["devices"]] == ["phone-1"]
-    # No workflows folder configured: workflow assignments fail cleanly.
+    # No workflows (HOST_AGENT_WORKFLOWS_DIR=none): workflow assignments fail cleanly.
     assert (result(coordinator, task)["status"], result(coordinator, task)["failure_reason"]) == (
         "failed", "workflow_not_found"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from agent import lease_run
 from agent.lease_run import progress_body
 from agent.retry import RetryPolicy
 from agent.runtime import (
@@ -185,3 +186,39 @@ async def test_result_409_means_give_up() -> None:
     assert len(results_for(coordinator, task["task_id"])) == 1
 
 
+
+
+async def test_a_step_change_renews_early_at_most_once_a_second() -> None:
+    # A minute's lease renews on its own every 20 s: every renewal below is an early one.
+    coordinator = FakeCoordinator(lease_ttl_ms=60_000)
+    executor = FakeExecutor()
+    agent, client = make_agent(coordinator, executor)
+    async with Running(agent, client):
+        task = coordinator.assign()
+        await wait_until(lambda: task["task_id"] in executor.started, what="run start")
+        control = executor.controls[task["task_id"]]
+        assert coordinator.of("renew") == []
+
+        publish(control, 0, "running", "open app")
+        await wait_until(lambda: coordinator.of("renew"), timeout=0.5, what="an early renewal")
+        first = coordinator.of("renew")[0]
+        assert first.body["progress"] == {"step_index": 0, "status": "running", "summary": "open app"}
+
+        for step in (1, 2, 3):  # three steps well within a second: one renewal, with the last
+            publish(control, step, "running", f"step {step}")
+        await wait_until(lambda: len(coordinator.of("renew")) >= 2, timeout=2.0, what="the next early renewal")
+        second = coordinator.of("renew")[1]
+        assert second.body["progress"]["step_index"] == 3
+        assert second.at - first.at >= lease_run.EARLY_RENEW_MIN_GAP_S - 0.01
+        assert second.at - first.at < lease_run.EARLY_RENEW_MIN_GAP_S + 0.5
+
+        publish(control, 3, "succeeded", "step 3")  # the step's status counts as a change too
+        await wait_until(lambda: len(coordinator.of("renew")) >= 3, timeout=2.0, what="a renewal for the status")
+        third = coordinator.of("renew")[2]
+        assert third.body["progress"]["status"] == "succeeded"
+        assert third.at - second.at >= lease_run.EARLY_RENEW_MIN_GAP_S - 0.01
+        assert len(coordinator.of("renew")) == 3  # nothing changed since: nothing more sent
+
+        executor.finish(task["task_id"])
+        await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
+    assert len(coordinator.of("renew")) == 3

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from agent.runtime import EXAMPLE_WORKFLOWS_DIR
 from agent.settings import AgentSettings, ConfigError, load_settings
 
 SECRET = "tht_super-secret-host-token-0123456789"
@@ -160,3 +161,16 @@ def test_python_m_agent_exits_nonzero_with_one_line(tmp_path: Path, values: dict
 def test_settings_are_a_plain_object_for_constructors() -> None:
     settings = AgentSettings(_env_file=None, url="http://c", host_id="h", token=SecretStr(SECRET))
     assert settings.legacy and settings.device_specs == []
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, EXAMPLE_WORKFLOWS_DIR),  # unset: the shipped examples, so the README's workflow runs
+    ("", EXAMPLE_WORKFLOWS_DIR),  # a template .env's empty line is "unset"
+    ("none", None),
+    (" NONE ", None),
+])
+def test_workflows_default_to_the_examples_and_none_turns_them_off(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: Path | None
+) -> None:
+    legacy(monkeypatch, **({} if value is None else {"WORKFLOWS_DIR": value}))
+    assert load_settings().workflows_dir == expected

@@ -49,8 +49,8 @@ def page(browser: Chromium) -> Iterator[Page]:
 class Coordinator(CoordinatorProcess):
     """The coordinator process, with the operator and host API calls the tests make."""
 
-    def __init__(self, workdir: Path, prefix: str) -> None:
-        super().__init__(coordinator_env(prefix, **FAST_COORDINATOR), workdir)
+    def __init__(self, workdir: Path, prefix: str, **settings: str) -> None:
+        super().__init__(coordinator_env(prefix, **{**FAST_COORDINATOR, **settings}), workdir)
 
     def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self.api.request(method, path, **kwargs)
@@ -64,17 +64,26 @@ class Coordinator(CoordinatorProcess):
     def call_as(self, token: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return self.api.request(method, path, headers={"authorization": f"Bearer {token}"}, **kwargs)
 
-    def heartbeat(self, host: str, devices: dict[str, str]) -> None:
-        """A host's snapshot: ``{device_id: status}``, all simulated."""
-        body = {"devices": [{"device_id": d, "driver": "sim", "status": s} for d, s in devices.items()]}
+    def heartbeat(self, host: str, devices: dict[str, str], **agent: str) -> None:
+        """A host's snapshot: ``{device_id: status}``, all simulated; ``agent`` its agent's
+        description (``hostname``, ``version``)."""
+        body: dict[str, Any] = {"devices": [{"device_id": d, "driver": "sim", "status": s} for d, s in devices.items()]}
+        if agent:
+            body["agent"] = agent
         response = self.api.put(f"/internal/v1/hosts/{host}/heartbeat", json=body,
                                 headers={"authorization": f"Bearer {HOSTS[host]}"})
         assert response.status_code == 200, response.text
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    with fresh_prefix() as prefix, running(Coordinator(tmp_path, prefix)) as coord:
+def coordinator_settings() -> dict[str, str]:
+    """Settings of the test's coordinator over FAST_COORDINATOR's; a test may parametrize it."""
+    return {}
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path, coordinator_settings: dict[str, str]) -> Iterator[Coordinator]:
+    with fresh_prefix() as prefix, running(Coordinator(tmp_path, prefix, **coordinator_settings)) as coord:
         yield coord
 
 
@@ -84,7 +93,13 @@ def workflows(tmp_path: Path) -> Path:
     folder.mkdir()
     steps = [{"action": "key", "key": "home"}] + [{"action": "wait", "ms": 700} for _ in range(5)]
     (folder / "slow.json").write_text(json.dumps({"name": "slow", "steps": steps}))
+    # Steps of a known length: when each one starts is known from when the task was claimed.
+    steady = [{"action": "wait", "ms": STEADY_STEP_MS} for _ in range(4)]
+    (folder / "steady.json").write_text(json.dumps({"name": "steady", "steps": steady}))
     return folder
+
+
+STEADY_STEP_MS = 2500
 
 
 @pytest.fixture

@@ -102,8 +102,9 @@ async def test_events_arrive_live_in_order(served: Served) -> None:
         got = [await source.event() for _ in ids]
         assert [event_id for event_id, _ in got] == ids
         assert [event["task_id"] for _, event in got] == [f"t{i}" for i in range(5)]
-        assert got[0][1] == {"type": "created", "at": 1_700_000_000_000, "task_id": "t0", "host_id": "h",
-                             "attempt": 1}
+        # `at`, epoch ms in the stream, is sent as the contract's RFC 3339 UTC with milliseconds.
+        assert got[0][1] == {"type": "created", "at": "2023-11-14T22:13:20.000Z", "task_id": "t0",
+                             "host_id": "h", "attempt": 1}
 
 
 async def test_resume_with_last_event_id_gets_exactly_the_missed_then_live_ones(served: Served) -> None:

@@ -115,6 +115,13 @@ def workflows(tmp_path: Path) -> Path:
     return folder
 
 
+def wait_claimed(agent: Process, task_id: str) -> None:
+    """Until the agent itself has the assignment: the coordinator says `running` as soon as the
+    claim is recorded, which can be before the answer reaches the agent, and a signal sent in
+    that gap tests a different story (an orphaned lease)."""
+    wait_until(lambda: f"claimed task {task_id} " in agent.log(), what=f"the agent's claim of {task_id}")
+
+
 def wait_pooled(coordinator: Coordinator, count: int = 1) -> list[dict[str, Any]]:
     def online() -> list[dict[str, Any]] | None:
         devices = [d for d in coordinator.devices() if d["host_online"]]
@@ -229,7 +236,7 @@ def test_sigterm_lets_running_work_finish_then_exits_zero(
     wait_pooled(coordinator)
     task = coordinator.create_task(kind="workflow", workflow={"name": "slow", "params": {"ms": 2000}},
                                    device_id="phone-1")
-    coordinator.wait_task(task["task_id"], ("running",))
+    wait_claimed(agent, task["task_id"])
     agent.signal(signal.SIGTERM)
     assert agent.wait() == 0
     done = coordinator.task(task["task_id"])
@@ -245,7 +252,7 @@ def test_sigterm_past_the_grace_period_stops_the_run_and_reports_it(
     wait_pooled(coordinator)
     task = coordinator.create_task(kind="workflow", workflow={"name": "slow", "params": {"ms": 60000}},
                                    device_id="phone-1")
-    coordinator.wait_task(task["task_id"], ("running",))
+    wait_claimed(agent, task["task_id"])
     started = time.monotonic()
     agent.signal(signal.SIGTERM)
     assert agent.wait() == 0

@@ -3,10 +3,15 @@ through the operator API, stops them and exits 0."""
 
 from __future__ import annotations
 
+import queue
+import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support import child_env
@@ -29,6 +34,7 @@ def test_demo_runs_every_task_to_its_expected_end(tmp_path: Path) -> None:
     assert "6 of 6 tasks finished: 4 succeeded, 2 failed" in out
     assert "Every task ended as expected." in out
     assert "Hosts and coordinator stopped." in out  # each process exited 0 after SIGTERM
+    assert " -m coordinator demo --keep` keeps it and the fleet up until Ctrl-C." in out  # how to explore the dashboard
     assert "tet_" not in out and "demo-admin-" not in out and "demo-host-" not in out  # no secret is printed
 
 
@@ -37,3 +43,64 @@ def test_demo_imports_nothing_from_the_agent() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('agent', 'tether')))")
     result = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, check=True)
     assert result.stdout.decode().strip() == "[]"
+
+
+def _lines(stream: object, into: queue.Queue[str | None]) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        into.put(line)
+    into.put(None)
+
+
+def _read_until(lines: queue.Queue[str | None], needle: str, seen: list[str], timeout: float = 90.0) -> str:
+    """The first line holding ``needle`` (every line read is kept in ``seen``)."""
+    while True:
+        try:
+            line = lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no {needle!r} within {timeout:g} s:\n{''.join(seen)}") from None
+        if line is None:
+            raise AssertionError(f"the demo ended before {needle!r}:\n{''.join(seen)}")
+        seen.append(line)
+        if needle in line:
+            return line
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_demo_keep_stays_up_with_a_working_sign_in_until_ctrl_c(tmp_path: Path, stop: signal.Signals) -> None:
+    demo = subprocess.Popen([sys.executable, "-m", "coordinator", "demo", "--keep"], cwd=tmp_path, env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+    reader = threading.Thread(target=_lines, args=(demo.stdout, lines), daemon=True)
+    reader.start()
+    seen: list[str] = []
+    try:
+        kept = _read_until(lines, "The fleet keeps running: dashboard ", seen)
+        _read_until(lines, "Press Ctrl-C to stop it.", seen)  # the readiness line
+        found = re.search(r"dashboard (http://\S+)/ui, sign in with the token in (\S+)", kept)
+        assert found, kept
+        url, token_file = found[1], Path(found[2])
+        assert "Every task ended as expected." in "".join(seen)
+        token = token_file.read_text()
+        # What the dashboard's sign-in does: who is this token (and the dashboard's page itself).
+        me = httpx.get(f"{url}/api/v1/me", headers={"authorization": f"Bearer {token}"}, timeout=10)
+        assert me.status_code == 200 and "admin" in me.json()["scopes"], me.text
+        assert httpx.get(f"{url}/ui", timeout=10).status_code == 200
+        hosts = httpx.get(f"{url}/api/v1/hosts", headers={"authorization": f"Bearer {token}"}, timeout=10).json()
+        assert [host["online"] for host in hosts["hosts"]] == [True, True]  # the fleet is still up
+
+        demo.send_signal(stop)
+        assert demo.wait(60) == 0, "".join(seen)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+        reader.join(10)  # the demo's stdout is at its end once it and its children exited
+        assert demo.stdout is not None
+        demo.stdout.close()
+    rest = []
+    while (line := lines.get_nowait()) is not None:
+        rest.append(line)
+    assert "Hosts and coordinator stopped." in "".join(rest), "".join(seen + rest)
+    assert not token_file.exists()  # the secret's file goes with the demo
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{url}/readyz", timeout=2)  # and so does the coordinator

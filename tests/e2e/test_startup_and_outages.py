@@ -20,6 +20,7 @@ from tests.support import (
     coordinator_env,
     coordinator_process,
     free_port,
+    fresh_prefix,
     redis_server,
     unique_prefix,
     wait_until,
@@ -61,6 +62,24 @@ def test_a_redis_url_without_a_scheme_is_one_line_naming_redis_url(url: str) -> 
     assert result.returncode == BAD_CONFIGURATION
     line = _one_line(result)
     assert "REDIS_URL" in line and "redis://" in line and SECRET not in line
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ('{"lab-1": "' + SECRET + '"', "not valid JSON"),  # unparseable: once named EnvSettingsSource
+    ('["' + SECRET + '"]', "valid dictionary"),
+])
+def test_bad_static_hosts_are_one_line_naming_the_variable(value: str, why: str) -> None:
+    result = _serve(coordinator_env(unique_prefix(), COORDINATOR_STATIC_HOSTS=value))
+    assert result.returncode == BAD_CONFIGURATION
+    line = _one_line(result)
+    assert line.startswith("coordinator: invalid configuration: COORDINATOR_STATIC_HOSTS: "), line
+    assert why in line and "EnvSettingsSource" not in line and SECRET not in line
+
+
+def test_a_single_process_logs_the_address_it_listens_on(tmp_path: Path) -> None:
+    with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix), tmp_path) as coordinator:
+        assert f"coordinator listening on {coordinator.url} (dashboard {coordinator.url}/ui)" in \
+            coordinator.process.log()  # type: ignore[union-attr]
 
 
 def test_a_prefix_without_a_hash_tag_is_refused_on_a_cluster(local_cluster: LocalCluster) -> None:

@@ -4,9 +4,12 @@ real coordinator and a real agent: its output (tables and ``--json``) and its ex
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import subprocess
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import httpx
 import pytest
@@ -26,6 +29,12 @@ def one_line(text: str) -> str:
 
 
 # -- usage and expected failures ------------------------------------------------------------
+
+
+def test_version_is_the_installed_package_s(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "tether", "--version"], cwd=tmp_path, env=child_env(),
+                            capture_output=True, text=True, timeout=30, check=False)
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"tether {metadata.version('tether')}\n", "")
 
 
 def test_bad_usage_exits_2(coordinator: Coordinator) -> None:
@@ -93,7 +102,8 @@ def test_submit_wait_shows_progress_and_exits_0_when_it_succeeds(coordinator: Co
     task_id = lines[0]
     assert task_id.startswith("t_")
     assert f"task {task_id} attempt 1/3" in lines[1]
-    assert lines[1].split()[1] in ("queued", "assigned", "running")  # however far it got when read
+    # After the time ("16:04:24 +01:00", the date too on another day), however far it got when read.
+    assert re.sub(r"^.*? [+-]\d\d:\d\d\s+", "", lines[1]).split()[0] in ("queued", "assigned", "running")
     assert "runner/run-ok" in result.out
     progress = [line for line in lines if " progress " in line]
     assert progress and all("step " in line for line in progress), result.out

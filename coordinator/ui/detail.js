@@ -1,0 +1,53 @@
+// The panel beside the tables that the address's hash opens: #task/<id> (the task view) or
+// #device/<id> (the device's history); an empty hash closes it. Links anywhere on the page are
+// plain <a href="#task/…">, so the back button and a shared address work too.
+
+import { byId } from "./dom.js";
+import { DeviceHistory } from "./devicehistory.js";
+import { TaskView } from "./taskview.js";
+
+export class Detail {
+  constructor(api, { hostName, onError }) {
+    this.api = api;
+    this.hostName = hostName;
+    this.onError = onError;
+    this.view = null;
+    this.onHash = () => this.show(location.hash);
+    window.addEventListener("hashchange", this.onHash);
+    byId("detail-close").onclick = (event) => {
+      event.preventDefault();
+      history.pushState(null, "", location.pathname + location.search); // no hashchange: close here
+      this.show("");
+    };
+  }
+
+  show(hash) {
+    if (this.view) this.view.close();
+    this.view = null;
+    const match = /^#(task|device)\/(.+)$/.exec(hash);
+    const panel = byId("detail");
+    if (!match) {
+      panel.hidden = true;
+      return;
+    }
+    const [, kind, raw] = match;
+    const id = decodeURIComponent(raw);
+    const body = byId("detail-body");
+    byId("detail-title").textContent = kind === "task" ? `Task ${id}` : `Device ${id}`;
+    panel.dataset.kind = kind;
+    panel.dataset.id = id;
+    panel.hidden = false;
+    this.view = kind === "task"
+      ? new TaskView(this.api, body, id, { hostName: this.hostName, onError: this.onError })
+      : new DeviceHistory(this.api, body, id, { onError: this.onError });
+    this.view.open();
+  }
+
+  stop() {
+    window.removeEventListener("hashchange", this.onHash);
+    if (this.view) this.view.close();
+    this.view = null;
+    byId("detail").hidden = true;
+    byId("detail-body").replaceChildren();
+  }
+}

@@ -1,0 +1,170 @@
+// The task view, opened by a click on any task id (#task/<id>): the task, its durations, its
+// attempts with device and host, and its timeline: every transition of its history (GET
+// /api/v1/tasks/{id}/events) and every step the feed kept of it. The steps come from the feed
+// itself: the view follows GET /api/v1/events?task_id=<id> from its oldest kept event (0-0), so
+// the feed replays the task's past progress (the deployment's last 10,000 events are kept), then
+// keeps the view live. Transitions arriving on it re-read the task and its history.
+
+import { el } from "./dom.js";
+import { Feed } from "./feed.js";
+import * as story from "./story.js";
+import { formatDuration, formatTime } from "./time.js";
+import * as views from "./views.js";
+
+const REREAD_AFTER_MS = 150; // transitions of one step come together: one read for all of them
+const TICK_MS = 1000; // the running durations move on while the view is open
+
+export class TaskView {
+  /**
+   * @param api       the Api
+   * @param root      the element the view fills
+   * @param taskId    the task to show
+   * @param hostName  (host id) => the host's name people use, or null
+   * @param onError   (error) => void: a read failed
+   */
+  constructor(api, root, taskId, { hostName = () => null, onError = () => {} } = {}) {
+    this.api = api;
+    this.root = root;
+    this.taskId = taskId;
+    this.hostName = hostName;
+    this.onError = onError;
+    this.task = null;
+    this.events = [];
+    this.steps = [];
+    this.timer = null;
+    this.closed = false;
+    this.feed = new Feed({
+      url: `/api/v1/events?task_id=${encodeURIComponent(taskId)}`,
+      headers: () => api.headers(),
+      onEvent: (event) => this.#onEvent(event),
+    });
+    this.feed.lastEventId = "0-0"; // from the oldest event kept: the task's past steps too
+  }
+
+  async open() {
+    this.root.replaceChildren(el("p", { class: "muted", text: `Loading ${this.taskId}…` }));
+    await this.#read();
+    if (this.closed) return;
+    this.feed.start();
+    this.ticker = setInterval(() => this.#tick(), TICK_MS);
+  }
+
+  close() {
+    this.closed = true;
+    this.feed.stop();
+    clearTimeout(this.timer);
+    clearInterval(this.ticker);
+  }
+
+  #onEvent(event) {
+    if (this.closed || event.task_id !== this.taskId) return;
+    if (event.type === "progress") {
+      this.steps.push(event);
+      this.#render();
+      return;
+    }
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.#read().then(() => this.#render()), REREAD_AFTER_MS);
+  }
+
+  async #read() {
+    const id = encodeURIComponent(this.taskId);
+    try {
+      const [task, history] = await Promise.all([
+        this.api.get(`/api/v1/tasks/${id}`),
+        this.api.get(`/api/v1/tasks/${id}/events`),
+      ]);
+      this.task = task;
+      this.events = history.events;
+    } catch (error) {
+      if (this.closed) return;
+      if (error.status === 404) {
+        this.root.replaceChildren(el("p", { class: "error", text: `No task ${this.taskId} (gone after its retention, or never made).` }));
+        this.close();
+        return;
+      }
+      this.onError(error);
+    }
+    this.#render();
+  }
+
+  /** Only the durations move with the clock: the rest is drawn again when something changed. */
+  #tick() {
+    const { task } = this;
+    if (this.closed || task === null || ["succeeded", "failed", "cancelled"].includes(task.status)) return;
+    const times = story.durations(task, this.events);
+    for (const dd of this.root.querySelectorAll("#task-durations dd")) dd.textContent = formatDuration(times[dd.dataset.key]);
+  }
+
+  #render() {
+    const { task } = this;
+    if (this.closed || task === null) return;
+    const times = story.durations(task, this.events);
+    const current = task.status === "running" ? task.progress : null;
+    this.root.replaceChildren(
+      el("dl", { class: "facts" },
+        ...fact("Status", task.cancel_requested ? `${task.status} (cancelling)` : task.status, views.toneOf(task.status)),
+        ...fact("Work", views.work(task)),
+        ...fact("Target", views.target(task)),
+        ...fact("Attempt", `${task.attempt}/${task.max_attempts}`),
+        ...fact("Created", `${formatTime(task.created_at)}${task.created_by ? ` by ${task.created_by}` : ""}`),
+        ...(task.finished_at ? fact("Finished", formatTime(task.finished_at)) : []),
+        ...(task.status === "queued" ? fact("Waiting", `${task.waiting_reason ?? ""} ${views.candidates(task.candidates)}`) : []),
+        ...(task.failure_reason ? fact("Failure", task.failure_reason, "bad") : []),
+      ),
+      el("h3", { text: "Durations" }),
+      el("dl", { class: "facts durations", id: "task-durations" },
+        ...fact("Queued", formatDuration(times.queued), "", "queued"),
+        ...fact("Running", formatDuration(times.running), "", "running"),
+        ...fact(times.ended ? "Total" : "Total so far", formatDuration(times.total), "", "total"),
+      ),
+      el("h3", { text: "Attempts" }),
+      this.#attempts(),
+      el("h3", { text: "Timeline" }),
+      this.#timeline(current),
+      // Issue 30: the strip of artifact thumbnails (GET /api/v1/tasks/{id}/artifacts) goes here,
+      // under the timeline.
+      el("div", { id: "task-artifacts", class: "artifacts", hidden: "" }),
+    );
+  }
+
+  #attempts() {
+    const rows = story.attempts(this.events);
+    if (rows.length === 0) return el("p", { class: "muted", text: "Not run yet." });
+    return el("table", { id: "task-attempts" },
+      el("thead", {}, el("tr", {}, ...["Attempt", "Device", "Host", "Claimed", "Ended", "Outcome"].map((t) => el("th", { text: t })))),
+      el("tbody", {}, ...rows.map((a) => el("tr", { dataset: { attempt: String(a.attempt) } },
+        el("td", { text: String(a.attempt) }),
+        el("td", { class: "id" }, a.device_id ? el("a", { href: views.deviceHref(a.device_id), text: a.device_id }) : ""),
+        el("td", { class: "id", text: views.named(this.hostName(a.host_id), a.host_id) }),
+        el("td", { text: formatTime(a.claimed_at) }),
+        el("td", { text: formatTime(a.ended_at) }),
+        el("td", { text: a.outcome ?? (a.claimed_at ? "running" : ""), class: views.toneOf(a.outcome?.split(" ")[0] ?? "") }),
+      ))));
+  }
+
+  #timeline(current) {
+    const entries = story.timeline(this.events, this.steps, current, this.task.attempt);
+    return el("ol", { id: "task-timeline", class: "timeline" }, ...entries.map((entry) => {
+      if (entry.kind === "step") {
+        const s = entry.step;
+        return el("li", { class: "step", dataset: { step: String(s.step_index), status: s.status ?? "" } },
+          el("time", { text: s.current ? "now" : formatTime(s.at) }),
+          el("span", { class: `what ${views.toneOf(s.status)}`, text: `step ${s.step_index} ${s.status ?? ""}` }),
+          el("span", { class: "detail", text: `${s.summary ?? ""}${s.attempt ? ` · attempt ${s.attempt}` : ""}` }));
+      }
+      const e = entry.event;
+      const where = [e.device_id, e.host_id && views.named(this.hostName(e.host_id), e.host_id)].filter(Boolean).join(" on ");
+      const detail = [e.attempt ? `attempt ${e.attempt}` : "", where, e.status ?? "", e.reason ? `(${e.reason})` : "",
+        e.actor ? `by ${e.actor}` : ""].filter(Boolean).join(" · ");
+      return el("li", { class: "event", dataset: { type: e.type } },
+        el("time", { text: formatTime(e.at) }),
+        el("span", { class: "what", text: e.type }),
+        el("span", { class: "detail", text: detail }));
+    }));
+  }
+}
+
+function fact(name, value, tone = "", key = null) {
+  return [el("dt", { text: name }), el("dd", { text: value ?? "", class: tone, ...(key ? { dataset: { key } } : {}) })];
+}

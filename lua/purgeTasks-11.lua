@@ -1,0 +1,111 @@
+--[[
+  Reaper: delete terminal tasks whose retention has passed, with everything hanging off them:
+  the record (which carries its history and its leases), its index entries, its idempotency key,
+  its progress, its claim records and its artifacts' descriptions. The artifacts' bytes live
+  outside Redis: the blob keys no description names any more are answered, for the caller to
+  delete from the blob store (coordinator/artifacts.py); a blob the caller never gets to delete
+  is an orphan, which the orphan sweep finds.
+
+  Input:
+    KEYS[1] tasks            hash  task id -> task JSON
+    KEYS[2] tasks_by_status  zset  task id -> its status and age
+    KEYS[3] retention        zset  task id -> when it is deleted (ms); the index this sweep reads
+    KEYS[4] idempotency      hash  idempotency key -> task id
+    KEYS[5] claims           hash  "host id\0claim id" -> assignment JSON
+    KEYS[6] progress         hash  task id -> latest progress JSON
+    KEYS[7] stats            hash  deployment-wide counters
+    KEYS[8] artifacts        hash  "task id\0attempt\0name" -> description JSON
+    KEYS[9] artifact_index   zset  "task id\0attempt\0name", score 0 (lex)
+    KEYS[10] artifact_usage  hash  task id -> bytes of its artifacts
+    KEYS[11] artifact_blobs  set   blob keys some description names
+    ARGV[1] at most this many tasks per call
+    ARGV[2] take no further task once this many artifact descriptions were deleted (bounds the
+            call's work; the tasks left stay due for the next call)
+  Output:
+    {0, number of tasks deleted, number of due tasks taken, blob key, blob key, ...}
+
+  Invariants: only terminal tasks are deleted, each once; afterwards no key of the deployment
+  names the task (so a late result or renewal for it finds no lease: lease_not_owned), and an
+  idempotency key pointing at a newer task is left alone. A blob key is answered once, when the
+  last description naming it goes (blob keys are per task, so no other task's artifact names it),
+  and artifact_bytes falls by its size then.
+]]
+--- @include "includes/common"
+local tasksKey = KEYS[1]
+local byStatusKey = KEYS[2]
+local retentionKey = KEYS[3]
+local idempotencyKey = KEYS[4]
+local claimsKey = KEYS[5]
+local progressKey = KEYS[6]
+local statsKey = KEYS[7]
+local limit = tonumber(ARGV[1])
+
+local artifactsKey = KEYS[8]
+local indexKey = KEYS[9]
+local usageKey = KEYS[10]
+local blobsKey = KEYS[11]
+local artifactBudget = tonumber(ARGV[2])
+
+local TERMINAL = {succeeded = true, failed = true, cancelled = true}
+
+-- The task's artifact descriptions deleted; the blob keys they freed appended to `freed`.
+-- Returns how many descriptions and how many bytes of blobs went.
+local function dropArtifacts(taskId, freed)
+  local members = rcall('ZRANGEBYLEX', indexKey, prefixRange(taskId))
+  local bytes = 0
+  for _, raw in ipairs(#members > 0 and rcall('HMGET', artifactsKey, unpack(members)) or {}) do
+    if raw then
+      local artifact = cjson.decode(raw)
+      if rcall('SREM', blobsKey, artifact.blob) == 1 then
+        freed[#freed + 1] = artifact.blob
+        bytes = bytes + artifact.size
+      end
+    end
+  end
+  if #members > 0 then
+    rcall('HDEL', artifactsKey, unpack(members))
+    rcall('ZREM', indexKey, unpack(members))
+  end
+  rcall('HDEL', usageKey, taskId)
+  return #members, bytes
+end
+
+local now = nowMs()
+local deleted = 0
+local taken = 0
+local described = 0
+local freedBytes = 0
+local reply = {0, 0, 0}
+local due = rcall('ZRANGEBYSCORE', retentionKey, '-inf', now, 'LIMIT', 0, limit)
+for _, taskId in ipairs(due) do
+  if described >= artifactBudget then
+    break
+  end
+  taken = taken + 1
+  rcall('ZREM', retentionKey, taskId)
+  local task = getJson(tasksKey, taskId)
+  if task and TERMINAL[task.status] then
+    rcall('HDEL', tasksKey, taskId)
+    rcall('ZREM', byStatusKey, taskId)
+    rcall('HDEL', progressKey, taskId)
+    if task.idempotency_key and rcall('HGET', idempotencyKey, task.idempotency_key) == taskId then
+      rcall('HDEL', idempotencyKey, task.idempotency_key)
+    end
+    for _, claimField in ipairs(task.claims or {}) do
+      rcall('HDEL', claimsKey, claimField)
+    end
+    local count, bytes = dropArtifacts(taskId, reply)
+    described = described + count
+    freedBytes = freedBytes + bytes
+    deleted = deleted + 1
+  end
+end
+if deleted > 0 then
+  rcall('HINCRBY', statsKey, 'purged', deleted)
+end
+if freedBytes > 0 then
+  rcall('HINCRBY', statsKey, 'artifact_bytes', -freedBytes)
+end
+reply[2] = deleted
+reply[3] = taken
+return reply

@@ -1,0 +1,129 @@
+"""``python -m agent`` as a person runs it, a real process: its help needs no configuration, it
+loads the shipped example workflows unless told otherwise and says which at start, and its
+errors name the URL it called and the cause."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agent.settings import AgentSettings
+from agent.usage import MEANINGS
+from tests.support import (
+    ADMIN,
+    HOSTS,
+    Process,
+    agent_process,
+    child_env,
+    coordinator_env,
+    coordinator_process,
+    free_port,
+    fresh_prefix,
+    wait_until,
+)
+
+pytestmark = pytest.mark.e2e
+
+HOST = "host-a"
+
+
+def run_agent(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agent", *args], cwd=cwd, env=child_env(),
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_help_needs_no_configuration_and_names_every_setting(tmp_path: Path) -> None:
+    result = run_agent("--help", cwd=tmp_path)  # no HOST_AGENT_* at all, no .env
+    assert result.returncode == 0, result.stderr
+    assert "configuration error" not in result.stdout + result.stderr
+    for name in AgentSettings.model_fields:
+        assert f"HOST_AGENT_{name.upper()}" in result.stdout
+    assert "HOST_AGENT_LABELS" in result.stdout and "HOST_AGENT_HOSTNAME" in result.stdout
+    assert "[default: 25]" in result.stdout  # defaults are read from the settings themselves
+
+
+def test_every_setting_has_a_meaning() -> None:
+    assert set(MEANINGS) == set(AgentSettings.model_fields)
+
+
+def test_version_and_an_unknown_argument(tmp_path: Path) -> None:
+    version = run_agent("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.startswith("tether agent ")
+    unknown = run_agent("--bogus", cwd=tmp_path)
+    assert unknown.returncode == 2 and "unrecognized arguments: --bogus" in unknown.stderr
+
+
+def log_has(process: Process, *needles: str) -> bool:
+    text = process.log()
+    return all(needle in text for needle in needles)
+
+
+def test_a_refused_connection_names_the_url_and_the_cause(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    agent = agent_process(url, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1")
+    try:
+        wait_until(lambda: log_has(agent, f"PUT {url}/internal/v1/hosts/{HOST}/heartbeat: connection refused"),
+                   what="the refused heartbeat in the agent's log")
+        assert "ConnectError" not in agent.log()
+    finally:
+        agent.stop()
+
+
+@pytest.fixture
+def coordinator_url(tmp_path: Path) -> Iterator[str]:
+    with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix), tmp_path / "c") as coordinator:
+        yield coordinator.url
+
+
+def test_a_wrong_base_url_names_the_whole_url_status_and_the_error(tmp_path: Path, coordinator_url: str) -> None:
+    wrong = f"{coordinator_url}/tether"  # a base URL with a path the coordinator does not have
+    agent = agent_process(wrong, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1")
+    try:
+        wait_until(lambda: log_has(agent, f"PUT {wrong}/internal/v1/hosts/{HOST}/heartbeat: HTTP 404 not_found: "),
+                   what="the 404 heartbeat with its URL and error in the agent's log")
+    finally:
+        agent.stop()
+
+
+def submit_note_smoke(coordinator_url: str) -> str:
+    body = {"kind": "workflow", "workflow": {"name": "note-smoke", "params": {"text": "hello"}},
+            "selector": {"driver": "sim"}}
+    response = httpx.post(f"{coordinator_url}/api/v1/tasks", json=body, headers={"authorization": f"Bearer {ADMIN}"})
+    assert response.status_code == 201, response.text
+    return str(response.json()["task_id"])
+
+
+def task_end(coordinator_url: str, task_id: str) -> tuple[str, str | None] | None:
+    task = httpx.get(f"{coordinator_url}/api/v1/tasks/{task_id}", headers={"authorization": f"Bearer {ADMIN}"}).json()
+    if task["status"] in ("succeeded", "failed", "cancelled"):
+        return task["status"], task["result"]["failure_reason"]
+    return None
+
+
+def test_the_example_workflows_are_loaded_by_default_and_listed_at_start(tmp_path: Path, coordinator_url: str) -> None:
+    agent = agent_process(coordinator_url, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1")
+    try:
+        wait_until(lambda: log_has(agent, "workflows: home-smoke, note-smoke, settings-smoke, the examples from ",
+                                   "example_workflows"), what="the loaded workflows in the agent's log")
+        task_id = submit_note_smoke(coordinator_url)
+        assert wait_until(lambda: task_end(coordinator_url, task_id), what="note-smoke to end") == ("succeeded", None)
+    finally:
+        agent.stop()
+
+
+def test_workflows_none_loads_none_and_says_so(tmp_path: Path, coordinator_url: str) -> None:
+    agent = agent_process(coordinator_url, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1",
+                          WORKFLOWS_DIR="none")
+    try:
+        wait_until(lambda: log_has(agent, "workflows: none (HOST_AGENT_WORKFLOWS_DIR=none)"),
+                   what="'workflows: none' in the agent's log")
+        task_id = submit_note_smoke(coordinator_url)
+        assert wait_until(lambda: task_end(coordinator_url, task_id),
+                          what="note-smoke to end") == ("failed", "workflow_not_found")
+    finally:
+        agent.stop()
