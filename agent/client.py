@@ -203,14 +203,20 @@ class CoordinatorClient:
         json: Any = None,
         params: dict[str, Any] | None = None,
         timeout: httpx.Timeout | None = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
     ) -> Any:
-        """Send one request; return the decoded body (``None`` for 204) or raise."""
+        """Send one request; return the decoded body (``None`` for 204) or raise. The body is
+        ``json``, or raw ``content`` of ``content_type`` (an artifact)."""
         headers = {"Authorization": f"Bearer {credential.get_secret_value()}"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         try:
             response = await self._http.request(
                 method,
                 path,
                 json=json,
+                content=content,
                 params=params,
                 headers=headers,
                 timeout=timeout if timeout is not None else self.timeout,
@@ -409,3 +415,31 @@ class HostClient:
         if retryable:
             body["retryable"] = True
         return await self._client.request("POST", f"{self._prefix}/results", self._token, json=body)
+
+    async def upload_artifact(
+        self,
+        lease_id: str,
+        name: str,
+        content: bytes,
+        *,
+        content_type: str,
+        task_id: str,
+        attempt: int,
+        step_index: int | None = None,
+    ) -> dict[str, Any]:
+        """``PUT .../leases/{lease_id}/artifacts/{name}``: one artifact of the running attempt
+        (``201``, or ``200`` for the same bytes again) → ``{"name", "size", "sha256", ...}``."""
+        params: dict[str, Any] = {"task_id": task_id, "attempt": attempt}
+        if step_index is not None:
+            params["step_index"] = step_index
+        answer = await self._client.request(
+            "PUT",
+            f"{self._prefix}/leases/{_segment(lease_id)}/artifacts/{_segment(name)}",
+            self._token,
+            content=content,
+            content_type=content_type,
+            params=params,
+        )
+        if not isinstance(answer, dict):
+            raise MalformedAnswer("artifact answer is not an object")
+        return answer

@@ -125,6 +125,12 @@ class RuntimeExecutor:
             # Assigned before the coordinator saw it ``unavailable``: fail fast, and say why.
             log.warning("task %s: device %s is not reachable", assignment.task_id, assignment.device_id)
             return Outcome.retryable_failure(DEVICE_UNAVAILABLE, {"device_id": assignment.device_id})
+        outcome = await self._checked(assignment, driver, control)
+        await control.after_run(outcome, driver)
+        return outcome
+
+    async def _checked(self, assignment: Assignment, driver: Driver, control: RunControl) -> Outcome:
+        """The run's outcome, a driver failure looked at again: the device's fault or the task's."""
         outcome = await self._run(assignment, driver, control)
         if outcome.status == ResultStatus.FAILED and outcome.failure_reason in (_DRIVER_ERROR, DEVICE_LOST):
             # The device may have gone away mid-run: ask once more (one listing for adb), so the

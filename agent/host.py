@@ -265,6 +265,8 @@ class HostAgent:
             retry_policy=self._retry,
             on_unauthorized=self._revoked,
             clock=self._clock,
+            artifacts=self._config.artifacts,
+            artifact_drain_s=self._config.artifact_drain_s,
         )
         task = asyncio.create_task(
             self._guard(f"run of {assignment.task_id}", self._run, run, device_lock is not None, fatal=False)

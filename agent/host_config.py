@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agent.artifacts import DRAIN_S, ArtifactMode
 from agent.retry import RetryPolicy
 from agent.settings import AgentSettings
 
@@ -28,6 +29,9 @@ class HostConfig:
       pause, so a coordinator answering at once does not make the agent spin.
     - ``managed``: an enrolled host, whose devices are enrolled again when the coordinator no
       longer knows one (a legacy host never enrolls).
+    - ``artifacts``: which evidence of each run is uploaded (``agent/artifacts.py``); off unless
+      configured, so a test's coordinator double need not take uploads. ``artifact_drain_s``:
+      how long a run that has ended waits for its pending uploads before it reports.
     """
 
     hostname: str
@@ -41,6 +45,8 @@ class HostConfig:
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     min_poll_interval_s: float = 1.0
     managed: bool = False
+    artifacts: ArtifactMode = ArtifactMode.OFF
+    artifact_drain_s: float = DRAIN_S
 
     @classmethod
     def from_settings(cls, settings: AgentSettings, *, version: str, retry_policy: RetryPolicy,
@@ -57,4 +63,5 @@ class HostConfig:
             shutdown_grace_s=settings.shutdown_grace_s,
             retry_policy=retry_policy,
             managed=managed,
+            artifacts=ArtifactMode(settings.artifacts),
         )

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from agent.artifacts import DRAIN_S, ArtifactMode, RunArtifacts
 from agent.client import Assignment, Conflict, HostClient, ProtocolError, Unauthorized
 from agent.retry import RetryPolicy, retry
 from agent.runtime import (
@@ -90,10 +91,15 @@ class LeasedRun:
         retry_policy: RetryPolicy,
         on_unauthorized: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
+        artifacts: ArtifactMode = ArtifactMode.OFF,
+        artifact_drain_s: float = DRAIN_S,
     ) -> None:
         self.assignment = assignment
         self._clock = clock
-        self.control = RunControl(on_progress=self._on_progress)
+        # The run's screens and log (``agent/artifacts.py``): public, so a test can see what
+        # became of each upload.
+        self.evidence = RunArtifacts(client, assignment, artifacts, retry_policy, drain_s=artifact_drain_s)
+        self.control = RunControl(on_progress=self._on_progress, evidence=self.evidence)
         # Set when the published step differs from the one the latest renewal carried: the
         # renewal loop wakes and renews early (rate-limited).
         self._step_changed = asyncio.Event()
@@ -110,6 +116,13 @@ class LeasedRun:
         self._cancel_requested = False
 
     async def run(self) -> None:
+        if self.evidence.mode == ArtifactMode.OFF:
+            await self._run()
+            return
+        with self.evidence.log.capturing():  # this run's log lines, and its tasks', for log.txt
+            await self._run()
+
+    async def _run(self) -> None:
         assignment = self.assignment
         lock = self._device_lock
         if lock is None:
@@ -124,6 +137,13 @@ class LeasedRun:
                     outcome = None  # lease lost or shutting down before it could start
                 else:
                     outcome = await self._execute()
+            # The evidence goes up before the report, while renewal still keeps the lease: the
+            # result ends the lease, and the coordinator refuses uploads to an ended lease. The
+            # wait is bounded (a few seconds); what is not up by then is given up. Not when the
+            # agent is shutting down: then the report comes first, within the grace it has.
+            if self._lease_lost is None and self.control.stop_reason != SHUTDOWN:
+                await self.evidence.finish(outcome)
+            await self.evidence.abandon()
             # Renewal stops before the report, and before the lease state below is read.
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
@@ -160,6 +180,7 @@ class LeasedRun:
         finally:
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
+            await self.evidence.abandon()
 
     def _device_gone(self) -> Outcome:
         """The one verdict for an assignment naming a device this host does not have (any more):

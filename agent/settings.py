@@ -65,6 +65,8 @@ class AgentSettings(BaseSettings):
     device_refresh_s: float = Field(default=5.0, gt=0)
     request_timeout_s: float = Field(default=10.0, gt=0)
     backoff_cap_s: float = Field(default=30.0, gt=0)
+    # Which evidence of each run goes up to the coordinator (agent/artifacts.py).
+    artifacts: Literal["off", "failures", "all"] = "all"
 
     @field_validator("url")
     @classmethod

@@ -46,6 +46,9 @@ MEANINGS: dict[str, str] = {
     "device_refresh_s": "how often device state is re-read (one adb devices -l per round)",
     "request_timeout_s": "timeout of each request to the coordinator (a claim adds its wait)",
     "backoff_cap_s": "longest pause between retries when the coordinator does not answer",
+    "artifacts": "evidence of each run uploaded to the coordinator: all (a screenshot per step, the "
+                 "final screen of a failed run, the run's log), failures (only a failed run's final "
+                 "screen and log), off",
 }
 
 

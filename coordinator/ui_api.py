@@ -42,11 +42,16 @@ ASSETS: dict[str, str] = {
     "detail.js": "text/javascript; charset=utf-8",
     "activity.js": "text/javascript; charset=utf-8",
     "charts.js": "text/javascript; charset=utf-8",
+    "artifacts.js": "text/javascript; charset=utf-8",
+    "artifactviewer.js": "text/javascript; charset=utf-8",
 }
 PREFIX = "/ui/"
 
 HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    # blob: for images and video only: the artifacts' bytes, fetched with the token and shown
+    # through object URLs (an <img src> to the API could not carry the token).
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' blob:; media-src 'self' blob:; base-uri 'none'; "
+                               "form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-cache",
     "Referrer-Policy": "no-referrer",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 import wire
-from tether import commands
+from tether import artifacts_cmd, commands
 from tether.client import Client
 from tether.errors import TetherError
 
@@ -148,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(run=commands.operator_tokens_revoke)
     t.add_argument("id", metavar="ID")
     command("me", commands.me, "who this token is: its name, scopes and expiry")
+    artifacts_cmd.add_arguments(command("artifacts", artifacts_cmd.artifacts,
+                                        "list a task's artifacts (screenshots, log); save one with NAME"))
     return parser
 
 

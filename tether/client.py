@@ -14,6 +14,8 @@ from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
 
+import re
+
 import httpx
 
 import wire
@@ -96,6 +98,19 @@ class Client:
 
     def cancel_task(self, task_id: str) -> Json:
         return self._call("POST", f"/api/v1/tasks/{_id(task_id, 'task id')}/cancel")
+
+    # -- artifacts (a run's screenshots, log, final screen) ----------------------------------
+
+    def list_artifacts(self, task_id: str) -> Json:
+        """Every attempt's artifacts, by attempt: ``{"artifacts": [{"name", "attempt",
+        "step_index", "size", "sha256", "content_type", "created_at"}]}``."""
+        return self._call("GET", f"/api/v1/tasks/{_id(task_id, 'task id')}/artifacts")
+
+    def get_artifact(self, task_id: str, name: str, *, attempt: int | None = None) -> bytes:
+        """One artifact's bytes: of ``attempt``, or of the latest attempt that has ``name``."""
+        path = f"/api/v1/tasks/{_id(task_id, 'task id')}/artifacts/{_artifact_name(name)}"
+        response = self._send("GET", path, params={"attempt": attempt})
+        return response.content
 
     # -- devices -------------------------------------------------------------------------------
 
@@ -210,8 +225,9 @@ class Client:
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-              json: Any = None) -> Json:
+    def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+              json: Any = None) -> httpx.Response:
+        """The answer of one call that succeeded (2xx or 3xx); ``TetherError`` otherwise."""
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
         try:
             response = self._http.request(method, path, params=query, json=json)
@@ -219,6 +235,11 @@ class Client:
             raise TetherError.unreachable(self.url, exc) from exc
         if response.status_code >= 400:
             raise TetherError.from_response(response)
+        return response
+
+    def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+              json: Any = None) -> Json:
+        response = self._send(method, path, params=params, json=json)
         try:
             answer = response.json()
         except ValueError:
@@ -245,3 +266,14 @@ def _id(value: str, what: str) -> str:
     if not wire.is_valid_id(value):
         raise TetherError("invalid_request", f"not a valid {what}: {value!r}")
     return quote(value, safe="")
+
+
+_ARTIFACT_NAME = re.compile(wire.ARTIFACT_NAME_PATTERN)
+
+
+def _artifact_name(name: str) -> str:
+    """An artifact's name as a path segment: refused here unless it is in the contract's grammar
+    (which needs no quoting, and has no ``/`` to turn it into another path)."""
+    if not isinstance(name, str) or not _ARTIFACT_NAME.fullmatch(name) or name in (".", ".."):
+        raise TetherError("invalid_request", f"not a valid artifact name: {name!r}")
+    return name

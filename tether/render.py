@@ -154,6 +154,8 @@ def event_line(event: Json) -> str:
     kind = str(event.get("type"))
     if kind == "progress":
         return _line(event.get("at"), kind, cell(progress(event)))
+    if kind == "artifact":
+        return _line(event.get("at"), kind, artifact_text(event))
     parts = [f"attempt {event['attempt']}"] if event.get("attempt") is not None else []
     where = _where(event)
     if where:
@@ -178,6 +180,35 @@ def _where(item: Json) -> str | None:
 
 def _line(at: Any, label: str, text: str) -> str:
     return f"{clock(at)}  {label:<16}  {text}".rstrip()
+
+
+# -- artifacts -------------------------------------------------------------------------------
+
+
+def size(n: int | None) -> str:
+    """Bytes for people: ``812 B``, ``14.2 KiB``, ``3.1 MiB``."""
+    if n is None:
+        return EMPTY
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def artifact_text(artifact: Json) -> str:
+    """``step-3.png (attempt 1, step 3, 14.2 KiB, image/png)``: a watch's line, an artifact event."""
+    about = [f"attempt {artifact['attempt']}"] if artifact.get("attempt") is not None else []
+    if artifact.get("step_index") is not None:
+        about.append(f"step {artifact['step_index']}")
+    about += [size(artifact.get("size")), str(artifact.get("content_type") or EMPTY)]
+    return f"{cell(artifact.get('name'))} ({', '.join(about)})"
+
+
+def artifacts_table(artifacts: Iterable[Json]) -> str:
+    return table(["NAME", "ATTEMPT", "STEP", "SIZE", "TYPE", "CREATED"],
+                 ([a["name"], a.get("attempt"), a.get("step_index"), size(a.get("size")), a.get("content_type"),
+                   short_time(a.get("created_at"))] for a in artifacts))
 
 
 # -- fleet -----------------------------------------------------------------------------------

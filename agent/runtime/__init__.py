@@ -19,6 +19,7 @@ from .base import (
     Outcome,
     Progress,
     RunControl,
+    RunEvidence,
 )
 from .devices import DeviceManager, parse_device_specs
 from .driver import Driver, Observation
@@ -52,6 +53,7 @@ __all__ = [
     "PlannerError",
     "Progress",
     "RunControl",
+    "RunEvidence",
     "ScriptedPlanner",
     "Task",
     "TaskRunner",

@@ -45,7 +45,8 @@ APP_ALIASES = {
     "contacts": "com.android.contacts",
     "camera": "com.android.camera2",
 }
-ADB_READY = "device"  # the one ``adb devices`` state in which a device takes commands
+ADB_READY = "device"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # the one ``adb devices`` state in which a device takes commands
 _BOUNDS = re.compile(r"\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]")
 # What adb prints when it has lost the device: "adb: device 'SERIAL' not found", "error: device
 # offline", "error: no devices/emulators found", and its connection to the device failing
@@ -221,8 +222,17 @@ class AdbDriver(Driver):
         if "ERROR" in status:
             raise DriverError(f"uiautomator dump failed: {status.strip()[:200]}")
         tree = parse_ui_dump(await self._shell("cat", DUMP_PATH, what="cat dump"))
-        shot = await self._adb("exec-out", "screencap", "-p", what="screencap") if screenshot else None
+        shot = await self.screenshot() if screenshot else None
         return Observation.from_tree(tree, shot)
+
+    async def screenshot(self) -> bytes:
+        """``adb exec-out screencap -p``: the PNG as the device encodes it (``exec-out``, unlike
+        ``shell``, passes the bytes through untouched). Anything that is not a PNG is an error, so
+        a device's complaint on stdout never becomes an "image"."""
+        shot = await self._adb("exec-out", "screencap", "-p", what="screencap")
+        if not shot.startswith(PNG_SIGNATURE):
+            raise DriverError(f"adb screencap gave no PNG ({len(shot)} bytes)")
+        return shot
 
     async def tap(self, x: int, y: int) -> None:
         await self._shell("input", "tap", str(int(x)), str(int(y)), what="input tap")

@@ -19,6 +19,8 @@ from wire import ResultStatus
 if TYPE_CHECKING:  # only named in hints: the runtime does not need the HTTP client to run
     from agent.client import Assignment
 
+    from .driver import Driver
+
 
 @dataclass(frozen=True)
 class DeviceSpec:
@@ -85,15 +87,32 @@ class Outcome:
         return cls(ResultStatus.FAILED, failure_reason, dict(metadata or {}), retryable=True)
 
 
+class RunEvidence(Protocol):
+    """Where a run's screens go (the agent's ``agent/artifacts.py``). Neither method raises nor
+    waits for an upload: a screen is taken (bounded in time) and queued, or let go."""
+
+    async def after_step(self, step_index: int, driver: Driver) -> None:
+        """A device step has ended (succeeded or failed): its screen, if screens are wanted."""
+        ...
+
+    async def after_run(self, outcome: Outcome, driver: Driver) -> None:
+        """The run has ended as ``outcome``: the final screen of a failed run."""
+        ...
+
+
 class RunControl:
     """Passed to a runner for one run: a place to publish progress and a stop signal.
 
     ``stop(reason)`` is called by the agent (lease lost, cancel requested, shutdown). Runners
     check ``stopped`` between steps and use ``sleep`` for waits, so a stop interrupts a wait.
+    Runners call ``after_step`` when a device step ends, the executor ``after_run`` when the run
+    has; both go to ``evidence`` when there is one (the screens of the run), else do nothing.
     """
 
-    def __init__(self, on_progress: Callable[[Progress], None] | None = None) -> None:
+    def __init__(self, on_progress: Callable[[Progress], None] | None = None,
+                 evidence: RunEvidence | None = None) -> None:
         self._on_progress = on_progress
+        self._evidence = evidence
         self._stopped = asyncio.Event()
         self.stop_reason: str | None = None
         self.latest: Progress | None = None
@@ -102,6 +121,14 @@ class RunControl:
         self.latest = progress
         if self._on_progress is not None:
             self._on_progress(progress)
+
+    async def after_step(self, step_index: int, driver: Driver) -> None:
+        if self._evidence is not None:
+            await self._evidence.after_step(step_index, driver)
+
+    async def after_run(self, outcome: Outcome, driver: Driver) -> None:
+        if self._evidence is not None:
+            await self._evidence.after_run(outcome, driver)
 
     def stop(self, reason: str) -> None:
         if self.stop_reason is None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypedDict
 
-from .errors import ElementNotFound
+from .errors import DriverError, ElementNotFound
 
 Bounds = tuple[int, int, int, int]  # x1, y1, x2, y2 in screen pixels, x2/y2 exclusive
 
@@ -151,6 +151,14 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     async def observe(self, *, screenshot: bool = False) -> Observation: ...
+
+    async def screenshot(self) -> bytes:
+        """The screen now, as PNG bytes (a run's evidence: ``agent/artifacts.py``). Drivers with
+        a cheaper way than a full ``observe`` override it."""
+        shot = (await self.observe(screenshot=True)).screenshot
+        if not shot:
+            raise DriverError(f"{self.driver} device {self.local_id} gave no screenshot")
+        return shot
 
     @abc.abstractmethod
     async def tap(self, x: int, y: int) -> None: ...

@@ -14,12 +14,11 @@ from collections.abc import Callable
 
 from .driver import Bounds, Driver, Observation, UINode, contains, make_node
 from .errors import DriverError
+from .screen_png import render_png
 
 WIDTH, HEIGHT = 1080, 1920
 APPS = {"settings": "com.android.settings", "notes": "com.tether.notes"}
 TOGGLES = {"Airplane mode": "airplane_mode", "Wi-Fi": "wifi", "Bluetooth": "bluetooth"}
-# Smallest valid-looking PNG header: screenshots exist, but are never worth real bytes here.
-FAKE_SCREENSHOT = b"\x89PNG\r\n\x1a\n"
 
 _ROW_HEIGHT = 180
 _NOTE_HEIGHT = 120
@@ -51,7 +50,18 @@ class SimDriver(Driver):
     async def observe(self, *, screenshot: bool = False) -> Observation:
         await asyncio.sleep(0)  # a real device call is a suspension point; keep the sim honest
         tree, _ = self._render()
-        return Observation.from_tree(tree, FAKE_SCREENSHOT if screenshot else None)
+        return Observation.from_tree(tree, await self._picture(tree) if screenshot else None)
+
+    async def screenshot(self) -> bytes:
+        """A PNG of the screen as drawn now, captioned with the last thing done to the phone."""
+        await asyncio.sleep(0)
+        tree, _ = self._render()
+        return await self._picture(tree)
+
+    async def _picture(self, tree: UINode) -> bytes:
+        caption = self.actions[-1] if self.actions else "ready"
+        # Drawn from the tree taken above, off the event loop: renewals do not wait for pixels.
+        return await asyncio.to_thread(render_png, tree, WIDTH, HEIGHT, f"{self.screen}: {caption}")
 
     async def tap(self, x: int, y: int) -> None:
         await asyncio.sleep(0)

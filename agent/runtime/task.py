@@ -141,12 +141,14 @@ class TaskRunner:
             except (ElementNotFound, AssertionFailed) as exc:
                 # The planner aimed at something that is not there: it sees this in history.
                 record(action, summary, False, str(exc))
+                await control.after_step(history[-1].index, driver)
                 continue
             except Exception as exc:
                 return cancelled() if control.stopped else _driver_failure(exc, finish)
             if stopped:
                 return cancelled()
             record(action, summary, True)
+            await control.after_step(history[-1].index, driver)
 
 
 def _driver_failure(exc: Exception, finish: Callable[..., Outcome]) -> Outcome:

@@ -168,11 +168,14 @@ class WorkflowRunner:
                     reason, retryable = DEVICE_LOST, True
             if reason is not None:
                 control.publish(Progress(index, "failed", summary))
+                if not retryable:  # a lost device has no screen to take
+                    await control.after_step(index, driver)
                 failure = {**meta, "steps": index, "failed_step": index, "error": clip(error)}
                 return Outcome(ResultStatus.FAILED, reason, failure, retryable=retryable)
             if stopped:
                 return Outcome(ResultStatus.CANCELLED, control.stop_reason, {**meta, "steps": index})
             control.publish(Progress(index, "succeeded", summary))
+            await control.after_step(index, driver)
         return Outcome(ResultStatus.SUCCEEDED, None, {**meta, "steps": len(actions)})
 
     @staticmethod

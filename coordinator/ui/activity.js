@@ -8,6 +8,7 @@ const HOUR_MS = 3_600_000;
 const MINUTE_MS = 60_000;
 const WAITING = new Set(["queued", "assigned"]);
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const NO_TRANSITION = new Set(["progress", "cancel_requested", "artifact"]); // the task's status stays
 const WAITING_BEFORE = new Set(["assigned", "claimed", "unassigned", "queue_timeout", "cancelled"]);
 
 export class Activity {
@@ -19,7 +20,7 @@ export class Activity {
 
   /** One feed event, in feed order. */
   add(event) {
-    if (!event.task_id || event.type === "progress" || event.type === "cancel_requested") return;
+    if (!event.task_id || NO_TRANSITION.has(event.type)) return;
     const t = Date.parse(event.at);
     if (Number.isNaN(t)) return;
     const id = event.task_id;

@@ -62,6 +62,20 @@ export class Api {
     return this.#request("POST", path, init);
   }
 
+  /** The bytes of a GET as a Blob (an artifact: an <img src> cannot carry the token, so the
+   *  page fetches the bytes and shows them through an object URL). `signal` aborts it. */
+  async blob(path, params = {}, signal = undefined) {
+    let response;
+    try {
+      response = await fetch(withQuery(path, params), { headers: this.headers(), cache: "no-store", credentials: "omit", signal });
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
+      throw new ApiError(0, "network", `the coordinator did not answer (${error.message})`);
+    }
+    if (!response.ok) throw await errorOf(response);
+    return response.blob();
+  }
+
   /** Every item of a paged listing, following `next_cursor` for at most `maxPages` pages.
    *  Resolves to `{items, more}`, `more` true when pages were left. */
   async all(path, key, params = {}, maxPages = 10) {
@@ -89,13 +103,16 @@ export class Api {
     } catch (error) {
       throw new ApiError(0, "network", `the coordinator did not answer (${error.message})`);
     }
-    const body = await response.json().catch(() => null);
-    if (!response.ok) {
-      const error = body && body.error ? body.error : { code: "http", message: response.statusText };
-      throw new ApiError(response.status, error.code, error.message);
-    }
-    return body;
+    if (!response.ok) throw await errorOf(response);
+    return response.json().catch(() => null);
   }
+}
+
+/** The contract's `{"error": {code, message}}` of a refused call, as an ApiError. */
+async function errorOf(response) {
+  const body = await response.json().catch(() => null);
+  const error = body && body.error ? body.error : { code: "http", message: response.statusText };
+  return new ApiError(response.status, error.code, error.message);
 }
 
 function withQuery(path, params) {

@@ -153,6 +153,9 @@ export class Dashboard {
       this.#progress(event);
       return;
     }
+    // A stored screenshot or log changes nothing the tables show, and a run makes one a step:
+    // the task view's strip shows them (artifacts.js); the live log would only be flooded.
+    if (event.type === "artifact") return;
     this.#log(event);
     const { records, rereads } = this;
     switch (event.type) {

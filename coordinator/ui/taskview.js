@@ -3,8 +3,10 @@
 // /api/v1/tasks/{id}/events) and every step the feed kept of it. The steps come from the feed
 // itself: the view follows GET /api/v1/events?task_id=<id> from its oldest kept event (0-0), so
 // the feed replays the task's past progress (the deployment's last 10,000 events are kept), then
-// keeps the view live. Transitions arriving on it re-read the task and its history.
+// keeps the view live. Transitions arriving on it re-read the task and its history; its
+// `artifact` events go to the strip of artifacts under the timeline (artifacts.js).
 
+import { ArtifactStrip } from "./artifacts.js";
 import { el } from "./dom.js";
 import { Feed } from "./feed.js";
 import * as story from "./story.js";
@@ -33,6 +35,7 @@ export class TaskView {
     this.steps = [];
     this.timer = null;
     this.closed = false;
+    this.strip = new ArtifactStrip(api, taskId, { onError });
     this.feed = new Feed({
       url: `/api/v1/events?task_id=${encodeURIComponent(taskId)}`,
       headers: () => api.headers(),
@@ -46,12 +49,14 @@ export class TaskView {
     await this.#read();
     if (this.closed) return;
     this.feed.start();
+    this.strip.load();
     this.ticker = setInterval(() => this.#tick(), TICK_MS);
   }
 
   close() {
     this.closed = true;
     this.feed.stop();
+    this.strip.close();
     clearTimeout(this.timer);
     clearInterval(this.ticker);
   }
@@ -61,6 +66,10 @@ export class TaskView {
     if (event.type === "progress") {
       this.steps.push(event);
       this.#render();
+      return;
+    }
+    if (event.type === "artifact") {
+      this.strip.add(event); // no transition: nothing to read again
       return;
     }
     clearTimeout(this.timer);
@@ -122,9 +131,8 @@ export class TaskView {
       this.#attempts(),
       el("h3", { text: "Timeline" }),
       this.#timeline(current),
-      // Issue 30: the strip of artifact thumbnails (GET /api/v1/tasks/{id}/artifacts) goes here,
-      // under the timeline.
-      el("div", { id: "task-artifacts", class: "artifacts", hidden: "" }),
+      this.strip.element, // the same element each time: its thumbnails stay
+
     );
   }
 

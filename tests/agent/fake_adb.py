@@ -6,11 +6,14 @@ so a test can change what "the device" answers between calls.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from PIL import Image
 
 DEVICES_OUTPUT = """\
 * daemon not running; starting now at tcp:5037
@@ -38,7 +41,16 @@ content-desc="Search settings" checkable="false" checked="false" clickable="true
 </node>\
 </hierarchy>"""
 
-SCREENSHOT = b"\x89PNG\r\n\x1a\nfake-screen"
+
+
+def _png(width: int = 72, height: int = 128) -> bytes:
+    """What a device's ``screencap -p`` writes: a real PNG (small, one colour)."""
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (16, 96, 160)).save(out, format="PNG")
+    return out.getvalue()
+
+
+SCREENSHOT = _png()
 
 _SCRIPT = """#!{python}
 import json, sys, time

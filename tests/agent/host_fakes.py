@@ -120,7 +120,8 @@ class FakeCoordinator:
     # -- the fake server ---------------------------------------------------------------------
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content) if request.content else None
+        is_json = request.headers.get("content-type", "").startswith("application/json")
+        body = json.loads(request.content) if request.content and is_json else request.content or None
         call = Call(request.method, request.url.path, body, dict(request.url.params), dict(request.headers))
         self.calls.append(call)
         endpoint = _endpoint(call.path)
@@ -217,6 +218,14 @@ class FakeCoordinator:
             },
         )
 
+    async def _artifacts(self, call: Call) -> httpx.Response:
+        """Every upload is taken (what a test checks is in ``calls``; the real route is tested
+        against the real coordinator)."""
+        name = call.path.rsplit("/", 1)[-1]
+        return httpx.Response(201, json={"name": name, "size": len(call.body or b""), "sha256": "0" * 64,
+                                         "content_type": call.headers.get("content-type"),
+                                         "step_index": call.params.get("step_index")})
+
     async def _results(self, call: Call) -> httpx.Response:
         key = (call.body["task_id"], call.body["attempt"])
         recorded = self.results.get(key)
@@ -229,6 +238,8 @@ class FakeCoordinator:
 
 
 def _endpoint(path: str) -> str:
+    if "/artifacts/" in path:
+        return "artifacts"
     if path.endswith("/renew"):
         return "renew"
     if path.endswith("/devices/enroll"):

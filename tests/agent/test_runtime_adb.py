@@ -161,6 +161,15 @@ async def test_screenshot_bytes_come_from_exec_out(adb: FakeAdb, phone: AdbDrive
     assert adb.calls()[-1] == ["-s", SERIAL, "exec-out", "screencap", "-p"]
 
 
+async def test_screenshot_alone_is_one_screencap_and_must_be_a_png(adb: FakeAdb, phone: AdbDriver) -> None:
+    before = len(adb.calls())
+    assert await phone.screenshot() == SCREENSHOT
+    assert adb.calls()[before:] == [["-s", SERIAL, "exec-out", "screencap", "-p"]]  # no UI dump
+    adb.set(screenshot_hex=b"Error: could not take screenshot".hex())
+    with pytest.raises(DriverError, match="no PNG"):
+        await phone.screenshot()
+
+
 async def test_dump_errors_are_driver_errors(adb: FakeAdb, phone: AdbDriver) -> None:
     adb.set(dump_status="ERROR: null root node returned by UiTestAutomationBridge.")
     with pytest.raises(DriverError, match="uiautomator dump failed"):

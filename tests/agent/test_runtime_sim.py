@@ -6,7 +6,11 @@ import pytest
 
 from agent.runtime.driver import centre, find_node
 from agent.runtime.errors import DriverError, ElementNotFound
-from agent.runtime.sim import FAKE_SCREENSHOT, SimDriver
+import io
+
+from PIL import Image
+
+from agent.runtime.sim import SimDriver
 
 pytestmark = pytest.mark.anyio
 
@@ -119,7 +123,27 @@ async def test_unknown_keys_apps_and_elements_are_driver_errors() -> None:
 async def test_screenshot_only_when_asked_and_attributes() -> None:
     phone = SimDriver("phone-9")
     shot = await phone.observe(screenshot=True)
-    assert shot.screenshot == FAKE_SCREENSHOT
+    assert shot.screenshot is not None and shot.screenshot.startswith(b"\x89PNG\r\n\x1a\n")
     assert "PNG" not in repr(shot) and "bytes" in repr(shot)
     assert phone.attributes()["model"] == "Tether Sim"
     assert phone.driver == "sim" and phone.local_id == "phone-9"
+
+
+def _decoded(png: bytes) -> Image.Image:
+    image = Image.open(io.BytesIO(png))
+    image.load()  # decodes every pixel: a truncated or corrupt PNG raises here
+    return image
+
+
+async def test_screenshot_is_a_real_png_that_changes_with_the_screen() -> None:
+    phone = SimDriver("phone-1")
+    home = await phone.screenshot()
+    assert home.startswith(b"\x89PNG\r\n\x1a\n") and len(home) < 64 * 1024
+    image = _decoded(home)
+    assert image.format == "PNG" and image.size[0] == 270 and image.size[1] > 480
+    await phone.launch_app("notes")
+    notes = await phone.screenshot()
+    assert _decoded(notes).size == image.size
+    assert notes != home  # another screen, another picture
+    # Same state, same picture: the image is a function of the screen and the last action.
+    assert await phone.screenshot() == notes

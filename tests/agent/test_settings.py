@@ -42,6 +42,7 @@ def test_legacy_settings_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.token == SecretStr(SECRET)
     assert [(s.driver, s.local_id) for s in settings.device_specs] == [("sim", "phone-1"), ("sim", "phone-2")]
     assert (settings.poll_wait_s, settings.heartbeat_interval_s, settings.planner) == (25, 15.0, "scripted")
+    assert settings.artifacts == "all"  # every run leaves its evidence unless told otherwise
 
 
 def test_managed_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -108,6 +109,7 @@ def test_managed_restart_needs_no_enrollment_token(monkeypatch: pytest.MonkeyPat
         ({"URL": "http://c", "HOST_ID": "h", "TOKEN": SECRET, "PLANNER": "magic"}, "HOST_AGENT_PLANNER"),
         ({"URL": "http://c", "HOST_ID": "h", "TOKEN": SECRET, "PLANNER": "openai"}, "HOST_AGENT_LLM_BASE_URL"),
         ({"URL": "http://c", "HOST_ID": "h", "TOKEN": SECRET, "LABELS": "site=berlin"}, "HOST_AGENT_LABELS"),
+        ({"URL": "http://c", "HOST_ID": "h", "TOKEN": SECRET, "ARTIFACTS": "some"}, "HOST_AGENT_ARTIFACTS"),
     ],
 )
 def test_bad_configuration_is_one_clear_line(

@@ -63,7 +63,12 @@ def test_a_click_on_a_task_id_opens_its_story(
     # Six steps, five of them 700 ms waits: more than 3.5 s running, the rest waiting for the claim.
     assert durations["running"].endswith(" s") and 3 <= int(durations["running"].split()[0]) < 15, durations
     assert durations["queued"] and durations["total"], durations
-    assert page.js("!!document.getElementById('task-artifacts')")  # where issue 30's thumbnails go
+    # The agent's evidence under the timeline: a screenshot of each of the six steps (the sim
+    # phone's own PNGs, drawn by the browser), then the run's log.
+    page.wait_for("[...document.querySelectorAll('#task-artifacts img')].filter(i => i.naturalWidth > 0).length === 6",
+                  what="six thumbnails drawn")
+    strip = page.js("[...document.querySelectorAll('#task-artifacts li.artifact')].map(li => [li.dataset.name, li.dataset.step])")
+    assert strip == [*([f"step-{i:03d}.png", str(i)] for i in range(6)), ["log.txt", ""]], strip
 
     page.click("#task-attempts tbody a")  # the device's history
     page.wait_for("location.hash === '#device/phone-1'")

@@ -52,8 +52,8 @@ class Coordinator(CoordinatorProcess):
     """The coordinator process, with this suite's hosts, a shorter lease, and the ``tether``
     command run against it."""
 
-    def __init__(self, prefix: str, workdir: Path) -> None:
-        super().__init__(coordinator_env(prefix, **{**FAST_COORDINATOR, "COORDINATOR_LEASE_TTL_S": "0.6"},
+    def __init__(self, prefix: str, workdir: Path, **settings: str) -> None:
+        super().__init__(coordinator_env(prefix, **{**FAST_COORDINATOR, "COORDINATOR_LEASE_TTL_S": "0.6", **settings},
                                          COORDINATOR_STATIC_HOSTS=json.dumps(HOSTS)), workdir)
 
     def heartbeat(self, host: str, *devices: str, agent: dict[str, Any] | None = None) -> None:

@@ -109,6 +109,11 @@ def test_submit_wait_shows_progress_and_exits_0_when_it_succeeds(coordinator: Co
     assert progress and all("step " in line for line in progress), result.out
     assert " result " in lines[-2] and "succeeded" in lines[-2]
     assert " succeeded " in lines[-1] and task_id in lines[-1]
+    # The agent's screenshots and log as they arrived: every one stored (all before its result
+    # ended the lease; uploads are best effort, so which ones is the agent's tests' business).
+    arrived = [line.split(" artifact ")[1].split()[0] for line in lines if " artifact " in line]
+    listing = coordinator.tether("artifacts", task_id)
+    assert listing.code == 0 and sorted(row.split()[0] for row in listing.out.splitlines()[1:]) == sorted(arrived)
 
     # ... and what it left: the task, its history, the device's runs, the listing.
     shown = coordinator.tether("task", task_id)
