@@ -68,6 +68,14 @@ class RuntimeExecutor:
     def devices(self) -> list[DeviceRecord]:
         return self.manager.bound_devices()
 
+    def capabilities(self) -> dict[str, list[str]]:
+        """The workflows loaded now (none without a workflows folder) and the planner goals run
+        with; the coordinator places a workflow task only on a host that lists it."""
+        workflows = self.workflow_runner.names() if self.workflow_runner is not None else []
+        # A planner class names itself (``name``); one that does not is not reported.
+        planner = getattr(self.task_runner.planner, "name", None)
+        return {"workflows": workflows, "planners": [planner] if isinstance(planner, str) else []}
+
     async def refresh(self) -> None:
         """Re-read device state, then enroll devices found since the last refresh. A failed
         enrollment leaves them unreported (a transient failure is tried again next refresh);

@@ -1,5 +1,7 @@
 """The host agent's heartbeat loop (`Heartbeat`): the complete device snapshot at the interval the
-coordinator's last answer gave, and soon after the snapshot changes.
+coordinator's last answer gave, and soon after the snapshot changes. Each carries the agent's
+``capabilities`` as they are at that moment (the workflows loaded, the planner), which is what the
+coordinator places workflow tasks by.
 
 - The interval is the answer's ``heartbeat_interval_s``, kept within
   ``HEARTBEAT_INTERVAL_BOUNDS_S``; the configured one is only used until the first answer.
@@ -91,7 +93,10 @@ class Heartbeat:
 
         async def send() -> Any:
             self._dirty.clear()  # this snapshot is the newest the coordinator will have
-            return await self._client.heartbeat(self._snapshot(), self._agent_info)
+            # Capabilities are read each time: a workflow file dropped into the folder is listed
+            # (and so placed here) from the next heartbeat on.
+            agent = {**self._agent_info, "capabilities": self._executor.capabilities()}
+            return await self._client.heartbeat(self._snapshot(), agent)
 
         async def pause(seconds: float) -> None:
             await self._pause(self._dirty, seconds)

@@ -159,7 +159,8 @@ def _follow(api: httpx.Client, tasks: list[dict[str, Any]], started: float) -> d
             state = (current["status"], current["attempt"], progress.get("step_index"), progress.get("status"))
             if seen.get(task_id) != state:
                 seen[task_id] = state
-                where = f"{current['host_id']}/{current['device_id']}" if current["host_id"] else "waiting"
+                where = (f"{current['host_id']}/{current['device_id']}" if current["host_id"]
+                         else f"waiting: {current['waiting_reason']}" if current["waiting_reason"] else "waiting")
                 if current["status"] in TERMINAL:
                     reason = current["result"]["failure_reason"]
                     detail = f"({reason})" if reason else ""
@@ -196,8 +197,10 @@ def _plan(devices: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
         ({"kind": "goal", "goal": "Write a note saying hello world", "device_id": managed[0]}, "succeeded"),
         ({"kind": "workflow", "workflow": {"name": "note-smoke", "params": {"text": "Tether says hi"}},
           "selector": {"driver": "sim", "labels": {"site": "demo-lab"}}}, "succeeded"),
-        ({"kind": "workflow", "workflow": {"name": "factory-reset", "params": {}}, "selector": {"driver": "sim"}},
-         "failed"),
+        # No host lists this workflow: it waits (no_capable_host) rather than fail on a device, and
+        # its short queue timeout ends it.
+        ({"kind": "workflow", "workflow": {"name": "factory-reset", "params": {}}, "selector": {"driver": "sim"},
+          "queue_timeout_s": 3}, "failed"),
         ({"kind": "goal", "goal": "Order a pizza", "selector": {"driver": "sim"}}, "failed"),
     ]
 
@@ -330,7 +333,8 @@ def _run(workdir: Path, processes: list[_Process], keep: bool = False) -> bool:
     succeeded = sum(1 for t in final.values() if t["status"] == "succeeded")
     _out(f"\n{_table(rows)}\n")
     _out(f"{len(final)} of {len(submitted)} tasks finished: {succeeded} succeeded, {len(final) - succeeded} "
-         "failed (an unknown workflow and a goal the scripted planner cannot do fail on purpose).")
+         "failed (a workflow no host can run times out in the queue, and a goal the scripted planner "
+         "cannot do fails, on purpose).")
     _out("Every task ended as expected." if ok else "Some task did not end as expected.")
     if keep:
         return _keep(processes, url, token_file) and ok

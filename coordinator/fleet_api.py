@@ -1,4 +1,5 @@
-"""The operator API for the fleet: devices (/api/v1/devices) and hosts (/api/v1/hosts).
+"""The operator API for the fleet: devices (/api/v1/devices), hosts (/api/v1/hosts), and what
+they can run (/api/v1/workflows).
 Bearer = an operator credential; its scope was checked before any handler here runs (app.py)."""
 
 from __future__ import annotations
@@ -147,3 +148,12 @@ async def revoke_host(ctx: Context, request: Request) -> Response:
     await ctx.store.revoke_host(host_id, ctx.auth.static_digest(host_id), actor=access_of(request).operator.name)
     ctx.auth.forget(host_id)
     return json_response(await host_view_for(ctx, host_id))
+
+
+# -- workflows -----------------------------------------------------------------------------
+
+
+async def list_workflows(ctx: Context, request: Request) -> Response:
+    """What the fleet can run: ``{"workflows": [{"name", "hosts", "devices"}]}`` from the online
+    hosts' capabilities (``hosts``: their ids; ``devices``: how many pooled devices they have)."""
+    return json_response({"workflows": await ctx.queries.workflows()})

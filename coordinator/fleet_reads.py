@@ -34,14 +34,16 @@ class FleetReads(Reader):
             pipe.hmget(k.devices, ids)
             pipe.hmget(k.reservations, ids)
             pipe.hmget(k.disabled_devices, ids)
+            pipe.hmget(k.enrolled_devices, ids)
             pipe.eval(CLOCK_SCRIPT, 1, self.keys.tasks)
-            raw_devices, reservations, disabled, clock = await pipe.execute()
+            raw_devices, reservations, disabled, enrolled, clock = await pipe.execute()
         records = [
-            (DeviceRecord.from_json(d, raw), reserved, off)
-            for d, raw, reserved, off in zip(ids, raw_devices, reservations, disabled, strict=True)
+            (DeviceRecord.from_json(d, raw), reserved, off, enrollment)
+            for d, raw, reserved, off, enrollment in zip(ids, raw_devices, reservations, disabled, enrolled,
+                                                         strict=True)
             if raw is not None
         ]
-        online, draining, stalled = await self._host_flags(sorted({r.host_id for r, _, _ in records}),
+        online, draining, stalled = await self._host_flags(sorted({r[0].host_id for r in records}),
                                                            clock_ms(clock))
         return [
             DeviceState(
@@ -51,8 +53,9 @@ class FleetReads(Reader):
                 host_online=record.host_id in online,
                 host_draining=record.host_id in draining,
                 host_stalled=record.host_id in stalled,
+                local_id=None if enrollment is None else orjson.loads(enrollment).get("local_id"),
             )
-            for record, reserved, off in records
+            for record, reserved, off, enrollment in records
         ]
 
     async def list_devices(self, *, host_id: str | None, driver: str | None, status: str | None,
@@ -171,6 +174,33 @@ class FleetReads(Reader):
             )
             for i, h in enumerate(host_ids)
         ]
+
+    async def workflows(self) -> list[dict[str, Any]]:
+        """What the fleet can run now: each workflow some online host lists, by name, with those
+        hosts (ids, sorted) and how many pooled devices they have between them. A host that
+        lists nothing (an agent older than capabilities) runs anything but names nothing, so it
+        is in no entry. Reads every online host: bounded by the fleet's size."""
+        k = self.keys
+        now = await self.redis_time_ms()
+        online = [text(h) for h in await self.redis.zrangebyscore(
+            k.hosts_online, f"({now - self._offline_after_ms}", "+inf")]
+        if not online:
+            return []
+        async with self._pipeline() as pipe:
+            pipe.hmget(k.host_capabilities, online)
+            for host_id in online:
+                pipe.scard(k.host_devices(host_id))
+            capabilities, *device_counts = await pipe.execute()
+        hosts_of: dict[str, list[str]] = {}
+        devices_of: dict[str, int] = {}
+        for host_id, raw, count in zip(online, capabilities, device_counts, strict=True):
+            if raw is None:
+                continue
+            for name in orjson.loads(raw).get("workflows", []):
+                hosts_of.setdefault(name, []).append(host_id)
+                devices_of[name] = devices_of.get(name, 0) + int(count)
+        return [{"name": name, "hosts": sorted(hosts_of[name]), "devices": devices_of[name]}
+                for name in sorted(hosts_of)]
 
     async def host_exists(self, host_id: str) -> bool:
         return bool(await self.redis.hexists(self.keys.hosts, host_id))

@@ -16,6 +16,7 @@ import wire
 from coordinator.auth import HostPrincipal
 from coordinator.context import Context
 from coordinator.errors import ApiError, InvalidRequest, device_limit
+from coordinator.limits import CAPABILITY_KINDS, MAX_CAPABILITY_NAMES
 from coordinator.longpoll import claim_until_assigned
 from coordinator.responses import assignment_view, iso_ms, json_response
 from coordinator.server import CONNECTION
@@ -59,18 +60,39 @@ def parse_snapshot(body: Body, max_devices: int) -> list[dict[str, str]]:
     return parsed
 
 
-async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[str, int]:
-    """The canonical snapshot JSON and its device count."""
+def parse_capabilities(agent: Body) -> dict[str, list[str]] | None:
+    """``agent.capabilities``: what the host can run, each kind a list of names (ids), sorted and
+    without repeats; ``None`` when the agent sent none (an older agent: it runs anything)."""
+    if agent.get("capabilities") is None:
+        return None
+    capabilities = agent.object("capabilities")
+    parsed: dict[str, list[str]] = {}
+    for kind in CAPABILITY_KINDS:
+        names = capabilities.get(kind, [])
+        field = f"agent.capabilities.{kind}"
+        if not isinstance(names, list) or len(names) > MAX_CAPABILITY_NAMES:
+            raise InvalidRequest(f"{field} must be a list of at most {MAX_CAPABILITY_NAMES} names")
+        parsed[kind] = sorted({require_id(name, f"{field}[{i}]") for i, name in enumerate(names)})
+    return parsed
+
+
+async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[str, int, str]:
+    """The canonical snapshot JSON, its device count, and its capabilities' canonical JSON ("" for
+    none)."""
     body = await read_json(request, ctx.settings.max_body_bytes)
     devices = parse_snapshot(body, ctx.settings.max_devices_per_host)
     agent = body.free_object("agent")
-    return canonical_json({"agent": agent, "devices": devices}), len(devices)
+    capabilities = parse_capabilities(body.object("agent"))
+    if capabilities is not None:
+        agent["capabilities"] = capabilities
+    return (canonical_json({"agent": agent, "devices": devices}), len(devices),
+            "" if capabilities is None else canonical_json(capabilities))
 
 
 async def heartbeat(ctx: Context, request: Request) -> Response:
     principal = await _authorize(ctx, request)
-    snapshot, count = await ctx.auth.parse_for(principal, _parse_heartbeat(ctx, request))
-    draining = await ctx.auth.run_for(principal, ctx.store.heartbeat(principal, snapshot))
+    snapshot, count, capabilities = await ctx.auth.parse_for(principal, _parse_heartbeat(ctx, request))
+    draining = await ctx.auth.run_for(principal, ctx.store.heartbeat(principal, snapshot, capabilities))
     return json_response({
         "host_id": principal.host_id,
         "devices": count,

@@ -74,6 +74,7 @@ class Keys:
         self.host_ids = p + "host_ids"
         self.host_seen = p + "host_seen"
         self.host_snapshots = p + "host_snapshots"
+        self.host_capabilities = p + "host_capabilities"  # what a host's agent said it can run
         self.revoked_tokens = p + "revoked_tokens"  # digests of revoked host credentials
         self.host_tokens = p + "host_tokens"
         self.enrollment_tokens = p + "enrollment_tokens"

@@ -33,6 +33,10 @@ LABELS_MAX_ITEMS = 64
 LABEL_MAX_CHARS = 256
 HOSTNAME_MAX_CHARS = 255
 
+# A heartbeat's agent.capabilities: each kind a list of at most this many names (ids).
+CAPABILITY_KINDS = ("workflows", "planners")
+MAX_CAPABILITY_NAMES = 1000
+
 # Listings: (default, maximum) of ``limit``.
 TASKS_LIMIT = (50, 500)
 DEVICES_LIMIT = (100, 1000)

@@ -91,7 +91,10 @@ def request_schemas(max_devices: int) -> dict[str, Any]:
                     "device_id": _ID, "driver": _ID, "status": {"enum": list(wire.values(wire.DeviceStatus))},
                     "attributes": free_object, "labels": _nullable(_LABELS)}}},
             "agent": _nullable({"type": "object", "properties": {
-                "version": {"type": "string"}, "hostname": {"type": "string"}}})}},
+                "version": {"type": "string"}, "hostname": {"type": "string"},
+                "capabilities": _nullable({"type": "object", "properties": {
+                    kind: {"type": "array", "maxItems": limits.MAX_CAPABILITY_NAMES, "items": _ID}
+                    for kind in limits.CAPABILITY_KINDS}})}})}},
         "Claim": {"type": "object", "properties": {"claim_id": _nullable(_ID)}},
         # progress: any value; a bad one is answered "rejected", never a failed renewal.
         "Renew": {"type": "object", "required": ["task_id", "attempt"], "properties": {
@@ -158,7 +161,8 @@ SCHEMAS: dict[str, Any] = {
         "waiting_reason": {"enum": [*wire.values(wire.WaitingReason), None]},
         "candidates": {"type": ["object", "null"], "properties": {
             name: {"type": "integer"} for name in (
-                "matching", "busy", "unavailable", "host_offline", "host_draining", "disabled", "host_stalled")}},
+                "matching", "busy", "unavailable", "host_offline", "host_draining", "disabled", "host_stalled",
+                "no_workflow")}},
         "queue_timeout_s": {"type": ["integer", "null"]}}},
     "Events": {"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object", "properties": {
         "at": {"type": "string"}, "type": {"enum": list(wire.values(wire.EventType))}, "task_id": _ID,
@@ -169,7 +173,7 @@ SCHEMAS: dict[str, Any] = {
         "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/Task"}},
         "next_cursor": {"type": ["string", "null"]}}},
     "Device": {"type": "object", "properties": {
-        "device_id": _ID, "host_id": _ID, "driver": _ID, "status": {"type": "string"},
+        "device_id": _ID, "name": {"type": "string"}, "host_id": _ID, "driver": _ID, "status": {"type": "string"},
         "attributes": {"type": "object"}, "labels": _LABELS, "host_online": {"type": "boolean"},
         "reserved_by": {"type": ["string", "null"]}, "disabled": {"type": "boolean"},
         "disabled_reason": {"type": ["string", "null"]}}},
@@ -183,10 +187,13 @@ SCHEMAS: dict[str, Any] = {
         "host_id": _ID, "kind": {"enum": ["static", "enrolled"]}, "online": {"type": "boolean"},
         "last_seen": {"type": ["string", "null"]}, "devices": {"type": "integer"},
         "revoked": {"type": "boolean"}, "draining": {"type": "boolean"}, "labels": _LABELS,
-        "enrollment_token_id": {"type": ["string", "null"]}}},
+        "hostname": {"type": ["string", "null"]}, "enrollment_token_id": {"type": ["string", "null"]}}},
     "Hosts": {"type": "object", "properties": {
         "hosts": {"type": "array", "items": {"$ref": "#/components/schemas/Host"}},
         "next_cursor": {"type": ["string", "null"]}}},
+    "Workflows": {"type": "object", "properties": {"workflows": {"type": "array", "items": {
+        "type": "object", "properties": {"name": _ID, "hosts": {"type": "array", "items": _ID},
+                                         "devices": {"type": "integer", "minimum": 0}}}}}},
     "TokenCreated": {"type": "object", "properties": {
         "id": _ID, "token": {"type": "string"}, "expires_at": {"type": "string"}}},
     "Tokens": {"type": "object", "properties": {

@@ -27,7 +27,7 @@ from coordinator.redis_transport import RedisTransport
 from coordinator.scripts import Script
 from coordinator.task_reads import TaskReads
 from coordinator.token_reads import TokenReads
-from coordinator.wait_reasons import CANDIDATES_SCANNED, candidates_from_reply, target_of
+from coordinator.wait_reasons import CANDIDATES_SCANNED, candidates_from_reply, target_of, workflow_name
 
 
 class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
@@ -65,8 +65,9 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
         reply = await self._read_waiting(
             self.transport,
             [k.devices, k.reservations, k.disabled_devices, k.hosts_online, k.hosts_draining, k.hosts_stalled,
-             k.devices_by_driver],
-            [self._offline_after_ms, task.target_device or "", task.driver or "", CANDIDATES_SCANNED],
+             k.devices_by_driver, k.host_capabilities],
+            [self._offline_after_ms, task.target_device or "", task.driver or "", CANDIDATES_SCANNED,
+             workflow_name(task) or ""],
             clock_offset_ms=offset_ms(self.clock),
         )
         return candidates_from_reply(task, reply)

@@ -58,3 +58,7 @@ class Reader:
     async def get_task(self, task_id: str) -> TaskRecord | None:
         """The task (see `TaskReads`)."""
         raise NotImplementedError
+
+    async def redis_time_ms(self) -> int:
+        """The Redis clock, as the scripts read it (see `Queries`)."""
+        raise NotImplementedError

@@ -120,6 +120,8 @@ def device_view(state: DeviceState) -> dict[str, Any]:
     device = state.device
     return {
         "device_id": device.device_id,
+        # What people call it: an enrolled device's local id on its host (its serial), else its id.
+        "name": state.local_id or device.device_id,
         "host_id": device.host_id,
         "driver": device.driver,
         "status": device.status,
@@ -145,7 +147,8 @@ def host_view(host: HostRecord, *, kind: str, online: bool, revoked: bool, drain
         "draining": draining,
         "labels": _json_field(host.labels) or {},
         "enrollment_token_id": host.token_id,
-        "hostname": host.hostname or agent.get("hostname"),
+        # What the host calls itself: its agent's latest word, else what it enrolled with.
+        "hostname": agent.get("hostname") or host.hostname or None,
         "agent_version": agent.get("version"),
         "created_at": iso_ms(host.created_at),
     }

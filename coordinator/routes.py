@@ -119,6 +119,8 @@ ENDPOINTS: list[Endpoint] = [
              "operator", None, {200: "Device", 404: "Error", **_ADMIN_ERRORS}, scope=CONTROL),
     Endpoint("GET", "/api/v1/hosts", fleet_api.list_hosts, "List hosts", "operator", None,
              {200: "Hosts", 400: "Error", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("GET", "/api/v1/workflows", fleet_api.list_workflows, "What the fleet can run", "operator", None,
+             {200: "Workflows", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("GET", "/api/v1/hosts/{host_id}", fleet_api.get_host, "Get a host", "operator", None,
              {200: "Host", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("POST", "/api/v1/hosts/{host_id}/drain", fleet_api.drain_host, "Drain a host", "operator", None,

@@ -137,9 +137,11 @@ class Store:
 
     # -- hosts' protocol -------------------------------------------------------------------
 
-    async def heartbeat(self, host: HostPrincipal, snapshot_json: str) -> bool:
-        """Whether the host is draining."""
-        reply = await self._schedule("heartbeat", [host.host_id, host.kind, snapshot_json, host.digest])
+    async def heartbeat(self, host: HostPrincipal, snapshot_json: str, capabilities_json: str = "") -> bool:
+        """Whether the host is draining. ``capabilities_json``: the snapshot's
+        ``agent.capabilities``, canonical, or "" when the agent sent none (it runs anything)."""
+        reply = await self._schedule("heartbeat", [host.host_id, host.kind, snapshot_json, host.digest,
+                                                   capabilities_json])
         return reply[1] == 1
 
     async def claim(self, host: HostPrincipal, claim_id: str, lease_id: str, ttl_ms: int,

@@ -19,7 +19,7 @@ from coordinator.records import DeviceRecord, DeviceState, TaskRecord
 
 CANDIDATES_SCANNED = 1000
 # Host flags in a candidates reply (lua/includes/candidates.lua, hostFlags).
-_ONLINE, _DRAINING, _STALLED = 1, 2, 4
+_ONLINE, _DRAINING, _STALLED, _RUNS_WORKFLOW = 1, 2, 4, 8
 
 
 def labels_match(wanted: dict[str, str], have: dict[str, str]) -> bool:
@@ -29,16 +29,18 @@ def labels_match(wanted: dict[str, str], have: dict[str, str]) -> bool:
 
 def count_candidates(devices: list[DeviceState], truncated: bool = False) -> dict[str, Any]:
     """The contract's ``candidates`` object. Each matching device is counted once, under the
-    first reason in this order that keeps it from work: disabled, host offline, host draining,
-    busy (reserved, or reported busy), unavailable, host stalled (it let a claim time out and
-    has not polled since)."""
+    first reason in this order that keeps it from work: disabled, host offline, no workflow (its
+    online host does not list the task's workflow), host draining, busy (reserved, or reported
+    busy), unavailable, host stalled (it let a claim time out and has not polled since)."""
     counts = {"matching": len(devices), "busy": 0, "unavailable": 0, "host_offline": 0,
-              "host_draining": 0, "disabled": 0, "host_stalled": 0}
+              "host_draining": 0, "disabled": 0, "host_stalled": 0, "no_workflow": 0}
     for device in devices:
         if device.disabled is not None:
             counts["disabled"] += 1
         elif not device.host_online:
             counts["host_offline"] += 1
+        elif not device.host_runs_workflow:
+            counts["no_workflow"] += 1
         elif device.host_draining:
             counts["host_draining"] += 1
         elif device.reserved_by is not None or device.device.status == wire.DeviceStatus.BUSY:
@@ -53,18 +55,33 @@ def count_candidates(devices: list[DeviceState], truncated: bool = False) -> dic
 
 
 def waiting_reason(candidates: dict[str, Any]) -> str:
+    """The contract's rule, in its order. ``no_capable_host``: devices match, and every one that
+    is not disabled or offline is on an online host that does not list the task's workflow."""
     if candidates["matching"] == 0:
         return wire.WaitingReason.NO_MATCHING_DEVICE.value
+    no_workflow = candidates.get("no_workflow", 0)
+    if no_workflow > 0 and candidates["matching"] == candidates["disabled"] + candidates["host_offline"] + no_workflow:
+        return wire.WaitingReason.NO_CAPABLE_HOST.value
     if candidates["busy"] > 0:
         return wire.WaitingReason.MATCHING_DEVICES_BUSY.value
     return wire.WaitingReason.NO_SCHEDULABLE_DEVICE.value
 
 
-def target_of(task: TaskRecord) -> tuple[str, str]:
-    """What a task waits for, as a cache key: ("device", id) or ("driver", driver + labels)."""
+def workflow_name(task: TaskRecord) -> str | None:
+    """A workflow task's workflow name (what a host must list to run it); None for a goal."""
+    if task.kind != wire.TaskKind.WORKFLOW or not task.workflow:
+        return None
+    name = orjson.loads(task.workflow).get("name")
+    return name if isinstance(name, str) else None
+
+
+def target_of(task: TaskRecord) -> tuple[str, str, str]:
+    """What a task waits for, as a cache key: ("device", id, workflow) or ("driver", driver +
+    labels, workflow); the workflow's name ("" for a goal) decides which hosts count."""
+    workflow = workflow_name(task) or ""
     if task.target_device:
-        return "device", task.target_device
-    return "driver", f"{task.driver}\0{task.labels or '{}'}"
+        return "device", task.target_device, workflow
+    return "driver", f"{task.driver}\0{task.labels or '{}'}", workflow
 
 
 def selector_labels(task: TaskRecord) -> dict[str, str]:
@@ -89,5 +106,6 @@ def candidates_from_reply(task: TaskRecord, reply: list[Any]) -> dict[str, Any]:
             host_online=bool(flags & _ONLINE),
             host_draining=bool(flags & _DRAINING),
             host_stalled=bool(flags & _STALLED),
+            host_runs_workflow=bool(flags & _RUNS_WORKFLOW),
         ))
     return count_candidates(states, truncated=int(reply[0]) == 1)

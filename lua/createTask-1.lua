@@ -30,7 +30,6 @@
 --- @include "includes/events"
 --- @include "includes/placement"
 --- @include "includes/candidates"
---- @include "includes/candidates"
 local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[8])
 local seqKey = S.key.task_seq
@@ -64,6 +63,7 @@ taskEvent(S, task, 'created', now)
 placeTask(S, task, now)
 local encoded = saveTask(S, task, nil)
 if task.status == 'queued' then
-  return {0, encoded, 1, waitingCandidates(S, task.target_device, task.driver, tonumber(ARGV[7]), now)}
+  return {0, encoded, 1, waitingCandidates(S, task.target_device, task.driver, tonumber(ARGV[7]), now,
+                                           workflowOf(task))}
 end
 return {0, encoded, 1}

@@ -12,12 +12,15 @@
                 canonical (sorted), with attributes and labels as JSON strings; a byte-equal
                 repeat of the stored snapshot from an online host only refreshes last-seen
     ARGV[9]     SHA-256 of the credential the request came with (revocation is bound to it)
+    ARGV[10]    the snapshot's agent.capabilities as canonical JSON {workflows, planners}, or ""
+                when the agent sent none (it runs any workflow)
   Keys it touches besides those of its includes:
     hosts             hash  host id -> host record JSON
     host_seen         zset  host id -> last heartbeat (ms), never swept
     enrolled_devices  hash  device id -> {host_id, local_id, driver}
     revoked_tokens    set   SHA-256 digests of revoked host tokens
     host_ids          zset  every host id with a record (score 0, lexicographic)
+    host_capabilities hash  host id -> what its agent says it can run (ARGV[10])
   Output:
     {0, draining (0|1)}
     {DEVICE_CONFLICT, device id}  static host: the id belongs to an online host or is enrolled
@@ -31,7 +34,10 @@
   is offline passes to the new reporter; a device that disappears takes its unclaimed
   assignment back to the queue; a host coming back online publishes `host_online`, and each of
   its free devices takes the oldest waiting task it matches, whether or not a sweep had taken the
-  host offline (no task waits beside a device it could run on). Only enrollment creates an
+  host offline (no task waits beside a device it could run on); a host whose capabilities
+  changed has each of its free devices take the oldest waiting task it may now run, the same way,
+  and its unclaimed assignments of workflows it no longer lists go back to the queue.
+  Only enrollment creates an
   enrolled host's record; a static host's is created by its first accepted heartbeat.
 ]]
 --- @include "includes/common"
@@ -50,6 +56,7 @@ local hostId = ARGV[6]
 local kind = ARGV[7]
 local snapshotJson = ARGV[8]
 local credential = ARGV[9]
+local capabilitiesJson = ARGV[10]
 
 if rcall('SISMEMBER', revokedKey, credential) == 1 then
   return {E.REVOKED}
@@ -152,11 +159,31 @@ end
 if not wasOnline then
   publish(S, {type = 'host_online', host_id = hostId, at = now})
 end
+local previousCapabilities = rcall('HGET', S.key.host_capabilities, hostId) or ''
+if capabilitiesJson == '' then
+  rcall('HDEL', S.key.host_capabilities, hostId)
+else
+  rcall('HSET', S.key.host_capabilities, hostId, capabilitiesJson)
+end
+local capabilitiesChanged = previousCapabilities ~= capabilitiesJson
+-- Assignments this host has not claimed and can no longer run (its agent stopped listing their
+-- workflow) go back to the queue, same attempt, for a host that can run them.
+if capabilitiesChanged and capabilitiesJson ~= '' then
+  local workflows = hostWorkflows(S, hostId)
+  for _, taskId in ipairs(rcall('LRANGE', derived(S, 'assigned', hostId), 0, -1)) do
+    local task = getJson(S.key.tasks, taskId)
+    if task and not runsTask(workflows, task) then
+      unassignTask(S, task, now, 'workflow_unlisted')
+    end
+  end
+end
 
 -- A host that was not online (its deadline passed, swept or not) had no free device in the eyes
 -- of placement, so tasks may have queued beside devices the sweep had yet to take out of `free`:
--- each of its devices becomes free anew, and so takes the oldest matching waiting task.
+-- each of its devices becomes free anew, and so takes the oldest matching waiting task. So does
+-- each device of a host whose capabilities changed: a workflow task that waited for a host listing
+-- its workflow may run on it now.
 for _, reported in ipairs(snapshot.devices) do
-  refreshDevice(S, reported.device_id, now, nil, false, not wasOnline)
+  refreshDevice(S, reported.device_id, now, nil, false, not wasOnline or capabilitiesChanged)
 end
 return {0, rcall('SISMEMBER', S.key.hosts_draining, hostId)}

@@ -145,13 +145,17 @@ class Api:
 
     admin_headers = {"authorization": f"Bearer {ADMIN}"}
 
-    async def heartbeat(self, host: str, devices: list[dict[str, Any]] | list[str]) -> httpx.Response:
+    async def heartbeat(self, host: str, devices: list[dict[str, Any]] | list[str],
+                        agent: dict[str, Any] | None = None) -> httpx.Response:
         body = [
             d if isinstance(d, dict) else {"device_id": d, "driver": "sim", "status": "available"}
             for d in devices
         ]
+        payload: dict[str, Any] = {"devices": body}
+        if agent is not None:
+            payload["agent"] = agent
         return await self.client.put(
-            f"/internal/v1/hosts/{host}/heartbeat", json={"devices": body}, headers=self.host_headers(host)
+            f"/internal/v1/hosts/{host}/heartbeat", json=payload, headers=self.host_headers(host)
         )
 
     async def create_task(self, **body: Any) -> httpx.Response:

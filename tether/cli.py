@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("revoke", commands.revoke, "revoke a host's credential").add_argument("id", metavar="HOST")
 
     p = command("devices", commands.devices, "list the pooled devices")
-    p.add_argument("--host", metavar="H")
+    p.add_argument("--host", metavar="H", help="a host id, or a hostname")
     p.add_argument("--driver", metavar="D")
     p.add_argument("--status", choices=_DEVICE_STATUSES)
     command("history", commands.history, "who ran what on a device").add_argument("id", metavar="DEVICE")
@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", metavar="TEXT", required=True)
     command("enable", commands.enable, "give a disabled device work again").add_argument("id", metavar="DEVICE")
     command("forget", commands.forget, "un-enroll a managed host's device").add_argument("id", metavar="DEVICE")
+    command("workflows", commands.workflows, "what the fleet can run, and where")
 
     p = command("tokens", commands.tokens, "list enrollment tokens; create or revoke one")
     tokens = p.add_subparsers(title="token commands", metavar="COMMAND")

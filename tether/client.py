@@ -143,6 +143,13 @@ class Client:
         """Un-enroll a managed host's device (``DELETE``); ``device_busy`` while it holds a task."""
         return self._call("DELETE", f"/api/v1/devices/{_id(device_id, 'device id')}")
 
+    # -- what the fleet can run ----------------------------------------------------------------
+
+    def list_workflows(self) -> Json:
+        """``{"workflows": [{"name", "hosts", "devices"}]}``: each workflow an online host lists,
+        with those hosts' ids and how many pooled devices they have."""
+        return self._call("GET", "/api/v1/workflows")
+
     # -- hosts ---------------------------------------------------------------------------------
 
     def list_hosts(self, *, limit: int | None = None, cursor: str | None = None) -> Json:

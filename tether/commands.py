@@ -10,6 +10,7 @@ from argparse import Namespace
 from collections.abc import Callable
 from typing import Any, TextIO
 
+import wire
 from tether import render
 from tether.client import Client
 from tether.errors import TetherError
@@ -131,10 +132,31 @@ def revoke(client: Client, args: Namespace, out: Output) -> int:
 
 
 def devices(client: Client, args: Namespace, out: Output) -> int:
-    page = _collect(lambda limit, cursor: client.list_devices(host_id=args.host, driver=args.driver,
-                                                              status=args.status, limit=limit, cursor=cursor),
-                    "devices")
+    pages = [_collect(lambda limit, cursor: client.list_devices(host_id=host_id, driver=args.driver,
+                                                                status=args.status, limit=limit, cursor=cursor),
+                      "devices")
+             for host_id in (_host_ids(client, args.host) if args.host else [None])]
+    page = pages[0] if len(pages) == 1 else {"devices": [d for p in pages for d in p["devices"]], "next_cursor": None}
     return out.show(page, lambda p: render.devices_table(p["devices"]))
+
+
+def _host_ids(client: Client, host: str) -> list[str]:
+    """``--host``: a host id, or else the hostname of one or more hosts (their ids). A name that
+    is neither is passed on as an id: the coordinator answers no devices for it."""
+    if wire.is_valid_id(host):
+        try:
+            return [client.get_host(host)["host_id"]]
+        except TetherError as exc:
+            if exc.code != "not_found":
+                raise
+    return [h["host_id"] for h in client.iter_hosts() if h.get("hostname") == host] or [host]
+
+
+# -- what the fleet can run ------------------------------------------------------------------
+
+
+def workflows(client: Client, args: Namespace, out: Output) -> int:
+    return out.show(client.list_workflows(), lambda w: render.workflows_table(w["workflows"]))
 
 
 def history(client: Client, args: Namespace, out: Output) -> int:

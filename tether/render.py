@@ -215,10 +215,19 @@ def artifacts_table(artifacts: Iterable[Json]) -> str:
 
 
 def hosts_table(hosts: Iterable[Json]) -> str:
-    return table(["HOST", "KIND", "ONLINE", "DEVICES", "DRAINING", "REVOKED", "LAST SEEN", "AGENT", "LABELS"],
-                 ([h["host_id"], h.get("kind"), h.get("online"), h.get("devices"), h.get("draining"),
-                   h.get("revoked"), short_time(h.get("last_seen")), h.get("agent_version"), h.get("labels")]
-                  for h in hosts))
+    """One state column (``tether host ID`` shows each flag) keeps the table narrow."""
+    return table(["HOST", "HOSTNAME", "KIND", "STATE", "DEVICES", "LAST SEEN", "LABELS"],
+                 ([h["host_id"], h.get("hostname"), h.get("kind"), _host_word(h), h.get("devices"),
+                   short_time(h.get("last_seen")), h.get("labels")] for h in hosts))
+
+
+def _host_word(host: Json) -> str:
+    """The one state that matters most: revoked, offline, draining, else online."""
+    if host.get("revoked"):
+        return "revoked"
+    if not host.get("online"):
+        return "offline"
+    return "draining" if host.get("draining") else "online"
 
 
 def host_fields(host: Json) -> str:
@@ -239,20 +248,29 @@ def host_state(host: Json) -> str:
 
 
 def devices_table(devices: Iterable[Json]) -> str:
-    return table(["DEVICE", "HOST", "DRIVER", "STATUS", "HOST ONLINE", "RESERVED BY", "DISABLED", "LABELS"],
-                 ([d["device_id"], d.get("host_id"), d.get("driver"), d.get("status"), d.get("host_online"),
-                   d.get("reserved_by"), disabled(d), d.get("labels")] for d in devices))
+    """``NAME`` is what people call the device (an enrolled one's serial); one status column says
+    what keeps it from work, if anything (disabled, its host offline), else what it reports."""
+    return table(["DEVICE", "NAME", "HOST", "DRIVER", "STATUS", "TASK", "LABELS"],
+                 ([d["device_id"], d.get("name"), d.get("host_id"), d.get("driver"), _device_word(d),
+                   d.get("reserved_by"), d.get("labels")] for d in devices))
 
 
-def disabled(device: Json) -> str:
-    if not device.get("disabled"):
-        return "no"
-    return f"yes ({device['disabled_reason']})" if device.get("disabled_reason") else "yes"
+def _device_word(device: Json) -> str:
+    if device.get("disabled"):
+        return f"disabled ({device['disabled_reason']})" if device.get("disabled_reason") else "disabled"
+    if device.get("host_online") is False:
+        return "host offline"
+    return str(device.get("status"))
 
 
 def device_state(device: Json) -> str:
     state = f"disabled ({device['disabled_reason']})" if device.get("disabled_reason") else "disabled"
     return f"device {device['device_id']}: {state if device.get('disabled') else 'enabled'}"
+
+
+def workflows_table(workflows: Iterable[Json]) -> str:
+    return table(["WORKFLOW", "DEVICES", "HOSTS"],
+                 ([w["name"], w.get("devices"), ", ".join(w.get("hosts") or [])] for w in workflows))
 
 
 def runs_table(runs: Iterable[Json]) -> str:

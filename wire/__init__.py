@@ -89,6 +89,7 @@ class WaitingReason(str, Enum):
     """Why a queued task waits (PROTOCOL.md, "Waiting work")."""
 
     NO_MATCHING_DEVICE = "no_matching_device"
+    NO_CAPABLE_HOST = "no_capable_host"
     MATCHING_DEVICES_BUSY = "matching_devices_busy"
     NO_SCHEDULABLE_DEVICE = "no_schedulable_device"
 

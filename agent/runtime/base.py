@@ -168,6 +168,11 @@ class Executor(Protocol):
         Raises ``DeviceNotFound`` when this host does not have the device it names."""
         ...
 
+    def capabilities(self) -> dict[str, list[str]]:
+        """What this host can run, as the heartbeat reports it (``agent.capabilities``):
+        ``{"workflows": [names], "planners": [names]}``."""
+        ...
+
     async def reenroll(self) -> dict[str, str]:
         """Enroll the bound devices again (managed hosts: the coordinator forgot one of them),
         persist and bind the cloud ids it answers; return ``{local id: new cloud id}`` for the

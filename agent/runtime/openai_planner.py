@@ -45,6 +45,8 @@ JSON object, the next action, and nothing else. Actions:
 
 
 class OpenAIPlanner:
+    name = "openai"  # HOST_AGENT_PLANNER, and what the heartbeat's capabilities list
+
     def __init__(
         self,
         base_url: str,

@@ -41,6 +41,8 @@ _ENDING = r"\s*[.!]?\s*"
 
 
 class ScriptedPlanner:
+    name = "scripted"  # HOST_AGENT_PLANNER, and what the heartbeat's capabilities list
+
     async def next_action(self, goal: str, observation: Observation, history: Sequence[StepRecord]) -> Action:
         goal = goal.strip()
         for pattern in _TOGGLE_GOALS:

@@ -93,6 +93,23 @@ def _param(params: Mapping[str, Any], name: str) -> Any:
 class WorkflowRunner:
     def __init__(self, workflows_dir: Path | str) -> None:
         self.workflows_dir = Path(workflows_dir)
+        # The names last read, and the folder's listing (file, size, mtime) they were read from:
+        # the heartbeat asks every interval, and the files are read again only when they changed.
+        self._names: tuple[str, ...] = ()
+        self._listing: tuple[tuple[str, int, int], ...] | None = None
+
+    def names(self) -> list[str]:
+        """The names of the valid workflows now in the folder, sorted: what this host can run
+        (the heartbeat's ``capabilities.workflows``)."""
+        try:
+            paths = sorted(self.workflows_dir.glob("*.json")) if self.workflows_dir.is_dir() else []
+            listing = tuple((p.name, st.st_size, st.st_mtime_ns) for p in paths for st in [p.stat()])
+        except OSError:
+            listing = None  # a file went away while listing: read the folder the slow way
+        if listing is None or listing != self._listing:
+            self._names = tuple(sorted(self.workflows()))
+            self._listing = listing
+        return list(self._names)
 
     def workflows(self) -> dict[str, Workflow]:
         """Every valid workflow by name, read now. Bad files are logged and skipped, so one typo

@@ -37,7 +37,7 @@ export function target(task) {
 const CANDIDATE_WORDS = [
   ["matching", "matching"], ["busy", "busy"], ["unavailable", "unavailable"],
   ["host_offline", "host offline"], ["host_draining", "host draining"], ["disabled", "disabled"],
-  ["host_stalled", "host stalled"],
+  ["host_stalled", "host stalled"], ["no_workflow", "no workflow"],
 ];
 
 export function candidates(counts) {

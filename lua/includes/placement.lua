@@ -18,8 +18,9 @@
   Invariants kept:
     - a device is in `free` only if it is pooled, `available`, unreserved, not disabled, and its
       host online, not draining and not stalled;
-    - a free device has no matching waiting task (each time a device becomes free it takes the
-      oldest matching one), so a new task never jumps the queue by taking a free device;
+    - a free device has no matching waiting task its host may run (each time a device becomes
+      free, or its host lists new workflows, it takes the oldest such one), so a new task never
+      jumps the queue by taking a free device;
     - a task is in exactly one of: a waiting queue (queued), its host's `assigned` list
       (assigned), a lease (running), or `retention` (terminal); an assigned task has a claim
       deadline, and its device's reservation names it;
@@ -63,17 +64,20 @@ local function assignTask(S, task, deviceId, device, now)
   wakePolls(S, device.host_id, now)
 end
 
--- A free device matching the task, taken out of `free`, or nil. Devices of hosts gone offline
--- but not yet swept by the reaper are skipped.
+-- A free device matching the task, on a host that may run it (a workflow task: one that lists its
+-- workflow, or lists none), taken out of `free`, or nil. Devices of hosts gone offline but not yet
+-- swept by the reaper are skipped.
 local function findDeviceFor(S, task, now)
   if task.target_device then
     local device = getJson(S.key.devices, task.target_device)
-    if device and takeFree(S, task.target_device, device, now) then
+    if device and runsTask(hostWorkflows(S, device.host_id), task)
+        and takeFree(S, task.target_device, device, now) then
       return task.target_device, device
     end
     return nil
   end
   local low, high = prefixRange(task.driver)
+  local hostRuns = {}  -- host id -> whether it may run the task, read once per host
   local offset = 0
   while true do
     local members = rcall('ZRANGEBYLEX', S.key.free, low, high, 'LIMIT', offset, 100)
@@ -81,8 +85,15 @@ local function findDeviceFor(S, task, now)
       local deviceId = splitMember(member)[2]
       local device = getJson(S.key.devices, deviceId)
       if device and hostOnline(S, device.host_id, now) and labelsMatch(task.labels, device.labels) then
-        rcall('ZREM', S.key.free, member)
-        return deviceId, device
+        local runs = hostRuns[device.host_id]
+        if runs == nil then
+          runs = runsTask(hostWorkflows(S, device.host_id), task)
+          hostRuns[device.host_id] = runs
+        end
+        if runs then
+          rcall('ZREM', S.key.free, member)
+          return deviceId, device
+        end
       end
     end
     if #members < 100 then
@@ -111,34 +122,46 @@ local function unqueueTask(S, task)
   rcall('ZREM', S.key.queue_deadlines, task.id)
 end
 
--- Hand a device that just became free the oldest waiting task that matches it: the oldest of
--- the tasks aimed at it, or an older task of its driver whose labels it matches.
-local function feedDevice(S, deviceId, device, now)
-  local directKey = derived(S, 'waiting_device', deviceId)
-  local direct = rcall('ZRANGE', directKey, 0, 0, 'WITHSCORES')
-  local chosen, chosenKey = direct[1], directKey
-  local directSeq = direct[2] and tonumber(direct[2])
-  local driverKey = derived(S, 'waiting', device.driver)
+-- The oldest task of a waiting queue that the device may run, no younger than `beforeSeq` (nil:
+-- any age), or nil; its id and seq. `fits(task)` says whether the task's target takes the device.
+local function oldestRunnable(S, queueKey, beforeSeq, fits)
   local offset = 0
-  local searching = true
-  while searching do
-    local members = rcall('ZRANGE', driverKey, offset, offset + 99, 'WITHSCORES')
+  while true do
+    local members = rcall('ZRANGE', queueKey, offset, offset + 99, 'WITHSCORES')
     for i = 1, #members, 2 do
-      if directSeq and tonumber(members[i + 1]) > directSeq then
-        searching = false
-        break
+      local seq = tonumber(members[i + 1])
+      if beforeSeq and seq > beforeSeq then
+        return nil
       end
       local candidate = getJson(S.key.tasks, members[i])
-      if candidate and labelsMatch(candidate.labels, device.labels) then
-        chosen, chosenKey = members[i], driverKey
-        searching = false
-        break
+      if candidate and fits(candidate) then
+        return members[i], seq
       end
     end
-    if searching and #members < 200 then
-      searching = false
+    if #members < 200 then
+      return nil
     end
     offset = offset + 100
+  end
+end
+
+-- Hand a device that just became free the oldest waiting task that matches it and that its host
+-- may run: the oldest such of the tasks aimed at it, or an older such task of its driver whose
+-- labels it matches. (A workflow task its host does not list stays queued for another host.)
+local function feedDevice(S, deviceId, device, now)
+  local workflows = hostWorkflows(S, device.host_id)
+  local function runnable(task)
+    return runsTask(workflows, task)
+  end
+  local directKey = derived(S, 'waiting_device', deviceId)
+  local chosen, directSeq = oldestRunnable(S, directKey, nil, runnable)
+  local chosenKey = directKey
+  local driverKey = derived(S, 'waiting', device.driver)
+  local older = oldestRunnable(S, driverKey, directSeq, function(task)
+    return labelsMatch(task.labels, device.labels) and runsTask(workflows, task)
+  end)
+  if older then
+    chosen, chosenKey = older, driverKey
   end
   if not chosen then
     return false
@@ -154,9 +177,10 @@ end
 -- Recompute a device's membership of `free`; a device that becomes free is fed at once.
 -- `device` is its record when the caller has just read it; `released` says its reservation was
 -- dropped in this step, so it is neither reserved nor (a reserved device never is) in `free`;
--- `hostReturned` says its host was not online before this step, so being in `free` meant
--- nothing to placement (hostOnline is what every reader checks) and the device is fed anew.
-local function refreshDevice(S, deviceId, now, device, released, hostReturned)
+-- `feedAnew` says being in `free` proves nothing about the waiting tasks, so the device is fed
+-- anew: its host was not online before this step (hostOnline is what every reader checks), or
+-- its host's capabilities changed (a workflow task may now run on it).
+local function refreshDevice(S, deviceId, now, device, released, feedAnew)
   device = device or getJson(S.key.devices, deviceId)
   if not device then
     return
@@ -172,10 +196,10 @@ local function refreshDevice(S, deviceId, now, device, released, hostReturned)
     end
     return
   end
-  if not released and not hostReturned and rcall('ZSCORE', S.key.free, freeKey) ~= false then
+  if not released and not feedAnew and rcall('ZSCORE', S.key.free, freeKey) ~= false then
     return  -- free already, and seen as free: no matching task waits
   end
-  if hostReturned then
+  if feedAnew then
     rcall('ZREM', S.key.free, freeKey)  -- a device that takes a task is not free
   end
   if not feedDevice(S, deviceId, device, now) then

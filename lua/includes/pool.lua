@@ -12,11 +12,16 @@
     unpoolDevice(S, deviceId, device)         take it out
     labelsMatch(wantedJson, haveJson)         every wanted label present with the same value
     takeFree(S, deviceId, device, now)        take a device out of `free` if it is usable there
+    hostWorkflows(S, hostId)                  the workflows a host lists, as a set, or nil: any
+    workflowOf(task)                          a workflow task's workflow name, or nil
+    runsTask(workflows, task)                 whether a host with these workflows may run the task
 
   Invariants kept: a pooled device is in its host's `host_devices:<host>` and in
   `devices_by_driver` under its driver, and in `free` under nothing else; "online" is the
   heartbeat's age against the threshold, read against Redis TIME, never the membership of
-  `hosts_online` alone (a host the reaper has not swept yet is already offline).
+  `hosts_online` alone (a host the reaper has not swept yet is already offline); a workflow task
+  runs only on a host that lists its workflow in `host_capabilities`, or has no entry there (an
+  agent older than capabilities, taken to run anything).
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
@@ -86,4 +91,37 @@ end
 local function takeFree(S, deviceId, device, now)
   return hostOnline(S, device.host_id, now)
     and rcall('ZREM', S.key.free, freeMember(device.driver, deviceId)) == 1
+end
+
+-- The workflows a host's agent listed in its last heartbeat (`host_capabilities`), as a set
+-- {name = true}; nil when it listed none at all: it runs any workflow.
+local function hostWorkflows(S, hostId)
+  local raw = rcall('HGET', S.key.host_capabilities, hostId)
+  if not raw then
+    return nil
+  end
+  local set = {}
+  for _, name in ipairs(cjson.decode(raw).workflows or {}) do
+    set[name] = true
+  end
+  return set
+end
+
+-- The name of a workflow task's workflow (its `workflow` is the JSON {name, params}); nil for a
+-- goal task.
+local function workflowOf(task)
+  if task.kind ~= 'workflow' or not task.workflow then
+    return nil
+  end
+  return cjson.decode(task.workflow).name
+end
+
+-- Whether a host whose workflows are `workflows` (hostWorkflows) may run the task: a goal task
+-- runs anywhere, a workflow task where its workflow is listed or nothing is.
+local function runsTask(workflows, task)
+  if workflows == nil then
+    return true
+  end
+  local name = workflowOf(task)
+  return name == nil or workflows[name] == true
 end

@@ -281,9 +281,14 @@ class FakeExecutor:
         self.max_running_per_device = 0
         self.on_start: Callable[[Assignment, RunControl], Awaitable[None]] | None = None
         self.reenrolled = 0  # calls of ``reenroll``
+        # What ``capabilities`` answers; a test may change it between heartbeats.
+        self.can_run: dict[str, list[str]] = {"workflows": ["note-smoke"], "planners": ["scripted"]}
 
     def devices(self) -> list[DeviceRecord]:
         return list(self._devices)
+
+    def capabilities(self) -> dict[str, list[str]]:
+        return {kind: list(names) for kind, names in self.can_run.items()}
 
     async def refresh(self) -> None:
         pass  # these devices never change

@@ -34,6 +34,23 @@ async def _executor() -> tuple[RuntimeExecutor, DeviceManager]:
     return RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), WorkflowRunner(EXAMPLE_WORKFLOWS_DIR)), manager
 
 
+async def test_capabilities_list_the_loaded_workflows_and_the_planner(tmp_path: Path) -> None:
+    executor, _ = await _executor()
+    assert executor.capabilities() == {
+        "workflows": ["home-smoke", "note-smoke", "settings-smoke"], "planners": ["scripted"]}
+    manager = await DeviceManager.discover([DeviceSpec("sim", "phone-1")])
+    bare = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), None)
+    assert bare.capabilities() == {"workflows": [], "planners": ["scripted"]}, "no folder: no workflow"
+    runner = WorkflowRunner(tmp_path)
+    folder = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), runner)
+    assert folder.capabilities()["workflows"] == []
+    (tmp_path / "late.json").write_text('{"name": "late", "steps": [{"action": "key", "key": "home"}]}')
+    (tmp_path / "broken.json").write_text("{not json")
+    assert folder.capabilities()["workflows"] == ["late"], "a file dropped in is listed; a bad one is not"
+    (tmp_path / "late.json").unlink()
+    assert folder.capabilities()["workflows"] == []
+
+
 def _assignment(**payload: Any) -> Assignment:
     return Assignment.from_wire({"task_id": "t_1", "attempt": 1, "lease_id": "l_1", "lease_ttl_ms": 60000,
                                  "device_id": "d_cloud_1", **payload})

@@ -36,7 +36,8 @@ async def test_heartbeat_sends_complete_snapshot_and_marks_running_device_busy()
                  "attributes": {"model": "Tether Sim"}, "labels": {"site": "berlin"}}
                 for d in ("phone-1", "phone-2")
             ],
-            "agent": {"version": "test", "hostname": "lab-7"},
+            "agent": {"version": "test", "hostname": "lab-7",
+                      "capabilities": {"workflows": ["note-smoke"], "planners": ["scripted"]}},
         }
         task = coordinator.assign("phone-2")
         await wait_until(lambda: task["task_id"] in executor.started, what="run start")
@@ -51,6 +52,21 @@ async def test_heartbeat_sends_complete_snapshot_and_marks_running_device_busy()
             lambda: coordinator.heartbeat_statuses()[seen:]
             and coordinator.heartbeat_statuses()[-1] == {"phone-1": "available", "phone-2": "available"},
             what="device free again",
+        )
+
+
+async def test_heartbeat_reports_what_the_executor_can_run_now() -> None:
+    """Capabilities are read for every heartbeat: a workflow added meanwhile is in the next one."""
+    coordinator = FakeCoordinator()
+    executor = FakeExecutor()
+    agent, client = make_agent(coordinator, executor, heartbeat_interval_s=0.05)
+    async with Running(agent, client):
+        await wait_until(lambda: coordinator.of("heartbeat"), what="first heartbeat")
+        executor.can_run = {"workflows": ["note-smoke", "settings-tour"], "planners": ["scripted"]}
+        await wait_until(
+            lambda: coordinator.of("heartbeat")[-1].body["agent"]["capabilities"]["workflows"]
+            == ["note-smoke", "settings-tour"],
+            what="a heartbeat listing the new workflow",
         )
 
 

@@ -5,9 +5,11 @@ one before it:
 - each index agrees with the records (statuses, waiting queues, assignments, leases, deadlines,
   reservations, the free set, a host's devices, the driver index);
 - no queued task waits beside a device it could run on (a free, available, enabled device of an
-  online host, by the offline deadline itself, that is neither draining nor stalled);
+  online host, by the offline deadline itself, that is neither draining nor stalled, and that
+  lists the task's workflow or lists nothing);
+- an assignment waiting for its claim is one its host may run;
 - first in, first out within a target: a task assigned in this step had no older task of the
-  same target still queued after it;
+  same target, that its host could run, still queued after it;
 - a device holds at most one task, a task at most one live lease;
 - every acknowledged create is stored, or was terminal and purged after its retention, and then
   nothing of it is left behind.
@@ -56,6 +58,8 @@ class Stored:
     claims: dict[str, dict[str, Any]]
     progress: set[str]
     lease_keys: dict[str, dict[str, Any]]  # task id -> its lease key's value
+    # host id -> the workflows it lists; a host with no entry listed nothing (it runs anything)
+    capabilities: dict[str, set[str]]
 
 
 async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
@@ -105,6 +109,8 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         claims={_text(k): orjson.loads(v) for k, v in (await redis.hgetall(keys.claims)).items()},
         progress={_text(k) for k in await redis.hkeys(keys.progress)},
         lease_keys=lease_keys,
+        capabilities={_text(k): set(orjson.loads(v)["workflows"])
+                      for k, v in (await redis.hgetall(keys.host_capabilities)).items()},
     )
 
 
@@ -123,6 +129,14 @@ def fits(task: dict[str, Any], device_id: str, device: dict[str, Any]) -> bool:
     wanted = orjson.loads(task.get("labels") or "{}")
     have = orjson.loads(device.get("labels") or "{}")
     return task["driver"] == device["driver"] and all(have.get(k) == v for k, v in wanted.items())
+
+
+def host_runs(s: Stored, host_id: str, task: dict[str, Any]) -> bool:
+    """A goal runs on any host; a workflow on one that lists it, or lists nothing (older agents)."""
+    listed = s.capabilities.get(host_id)
+    if listed is None or task.get("kind") != "workflow":
+        return True
+    return orjson.loads(task["workflow"])["name"] in listed
 
 
 def same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -198,8 +212,17 @@ def check_nothing_stranded(s: Stored, offline_after_ms: int) -> None:
     for task_id, task in s.tasks.items():
         if task["status"] != "queued":
             continue
-        beside = [d for d in s.devices if fits(task, d, s.devices[d]) and could_run_now(s, d, offline_after_ms)]
+        beside = [d for d in s.devices if fits(task, d, s.devices[d]) and could_run_now(s, d, offline_after_ms)
+                  and host_runs(s, s.devices[d]["host_id"], task)]
         assert not beside, f"queued task {task_id} waits beside {beside} it could run on"
+
+
+def check_assignments_runnable(s: Stored) -> None:
+    """An assignment waiting for its host's claim is one that host may run (its capabilities
+    list the workflow, or list nothing)."""
+    for task_id, task in s.tasks.items():
+        if task["status"] == "assigned":
+            assert host_runs(s, task["host_id"], task), f"{task_id} is assigned to a host that does not list it"
 
 
 def check_first_in_first_out(s: Stored, before: Stored | None) -> None:
@@ -210,7 +233,8 @@ def check_first_in_first_out(s: Stored, before: Stored | None) -> None:
         if task["status"] != "assigned" or (was is not None and was["status"] == "assigned"):
             continue
         older = [other_id for other_id, other in s.tasks.items()
-                 if other["status"] == "queued" and other["seq"] < task["seq"] and same_target(other, task)]
+                 if other["status"] == "queued" and other["seq"] < task["seq"] and same_target(other, task)
+                 and host_runs(s, task["host_id"], other)]
         assert not older, f"{task_id} was assigned while older tasks of its target wait: {older}"
 
 
@@ -233,6 +257,7 @@ def check_accounted(s: Stored, before: Stored | None, created: dict[str, Any]) -
 def check_stored(s: Stored, before: Stored | None, offline_after_ms: int, created: dict[str, Any]) -> None:
     check_indexes(s)
     check_nothing_stranded(s, offline_after_ms)
+    check_assignments_runnable(s)
     check_first_in_first_out(s, before)
     check_accounted(s, before, created)
     running_devices = [t["device_id"] for t in s.tasks.values() if t["status"] in ("assigned", "running")]

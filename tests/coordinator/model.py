@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from coordinator.auth import HostPrincipal, token_digest
 from coordinator.clock import ShiftedClock
 from coordinator.errors import ApiError
-from coordinator.host_api import parse_snapshot
+from coordinator.host_api import parse_capabilities, parse_snapshot
 from coordinator.keys import Keys
 from coordinator.queries import Queries
 from coordinator.scripts import Script, load_scripts
@@ -74,6 +74,15 @@ TARGETS: list[dict[str, Any]] = [
     {"selector": {"driver": "ios"}},  # nothing will ever match it
     {"managed device": "m1"},  # the managed host's m1, by the cloud id it has now
 ]
+# What a task asks to run: a goal (any host), or a workflow, which runs only where its host lists
+# it or lists nothing. What a heartbeat says its host can run: nothing said (an older agent), or
+# these workflows.
+KINDS: list[dict[str, Any]] = [
+    {"kind": "goal", "goal": "Turn on airplane mode"},
+    {"kind": "workflow", "workflow": {"name": "note-smoke", "params": {}}},
+    {"kind": "workflow", "workflow": {"name": "factory-reset", "params": {}}},
+]
+CAPABILITIES: list[tuple[str, ...] | None] = [None, (), ("note-smoke",), ("note-smoke", "factory-reset")]
 
 
 MANAGED_TOKEN = "tht_" + "m" * 40
@@ -121,7 +130,8 @@ class ProtocolMachine(RuleBasedStateMachine):
                                read_waiting=scripts()["readWaiting"], clock=self.clock)
         self.told = Told()
         self.cloud: dict[str, str] = {}  # the managed host's local device id -> its cloud id
-        self.snapshots: dict[str, str] = {}  # host -> the last snapshot it sent
+        self.reported: dict[str, list[dict[str, Any]]] = {}  # host -> the devices it last reported
+        self.snapshots: dict[str, tuple[str, str]] = {}  # host -> the last snapshot and capabilities sent
         self.counter = itertools.count()
         self.before: Stored | None = None
         self.run(self.store.load_scripts())
@@ -160,12 +170,13 @@ class ProtocolMachine(RuleBasedStateMachine):
     # (Few rules, each with its variants as an argument: hypothesis turns whole rules off at
     # random in each sequence, so a variant of its own would often never run.)
     @rule(host=st.sampled_from(sorted(FLEET)), how=st.sampled_from(["all available", "any", "unchanged"]),
-          data=st.data())
-    def heartbeat(self, host: str, how: str, data: st.DataObject) -> None:
+          can_run=st.sampled_from(CAPABILITIES), data=st.data())
+    def heartbeat(self, host: str, how: str, can_run: tuple[str, ...] | None, data: st.DataObject) -> None:
         """A snapshot: every device available; any subset of the devices (none, some missing),
-        each in any status; or the same snapshot as last time."""
+        each in any status; or the same snapshot as last time. Its agent lists the workflows
+        ``can_run``, or (None) lists nothing."""
         if how == "unchanged" and host in self.snapshots:
-            self._heartbeat(host, self.snapshots[host])
+            self._heartbeat(host, *self.snapshots[host])
             return
         if how == "any":
             chosen = data.draw(st.lists(st.sampled_from(sorted(FLEET[host])), unique=True), label="devices")
@@ -173,7 +184,21 @@ class ProtocolMachine(RuleBasedStateMachine):
             devices = [self._device(host, d, data.draw(statuses, label=d)) for d in chosen]
         else:
             devices = [self._device(host, d, "available") for d in sorted(FLEET[host])]
-        self._send_snapshot(host, devices)
+        self._send_snapshot(host, devices, can_run)
+
+    @precondition(lambda self: bool(self.reported))
+    @rule(data=st.data())
+    def relist(self, data: st.DataObject) -> None:
+        """A heartbeat with the same devices as the host's last one, its agent now listing other
+        workflows (one was added to its folder, or the agent was upgraded or downgraded)."""
+        host = data.draw(st.sampled_from(sorted(self.reported)), label="host")
+        sent = self.snapshots.get(host, ("", ""))[1]
+        others = [c for c in CAPABILITIES if (canonical_json(self._capabilities(c)) if c is not None else "") != sent]
+        self._send_snapshot(host, self.reported[host], data.draw(st.sampled_from(others), label="can run"))
+
+    @staticmethod
+    def _capabilities(can_run: tuple[str, ...]) -> dict[str, list[str]] | None:
+        return parse_capabilities(Body({"capabilities": {"workflows": list(can_run)}}))
 
     def _device(self, host: str, device_id: str, status: str) -> dict[str, Any]:
         """A device as its host reports it: the managed host by cloud id (one it never got, for a
@@ -183,27 +208,35 @@ class ProtocolMachine(RuleBasedStateMachine):
             device_id = self.cloud.get(device_id, f"d_never_enrolled_{device_id}")
         return {"device_id": device_id, "driver": driver, "status": status, "labels": labels}
 
-    def _send_snapshot(self, host: str, devices: list[dict[str, Any]]) -> None:
+    def _send_snapshot(self, host: str, devices: list[dict[str, Any]], can_run: tuple[str, ...] | None) -> None:
+        """As the heartbeat route builds them: the canonical snapshot and capabilities."""
         parsed = parse_snapshot(Body({"devices": devices}), 100)
-        self._heartbeat(host, canonical_json({"agent": None, "devices": parsed}))
+        agent: dict[str, Any] = {}
+        if can_run is not None:
+            agent["capabilities"] = self._capabilities(can_run)
+        capabilities = canonical_json(agent["capabilities"]) if can_run is not None else ""
+        self._heartbeat(host, canonical_json({"agent": agent, "devices": parsed}), capabilities)
+        self.reported[host] = devices
 
-    def _heartbeat(self, host: str, snapshot: str) -> None:
-        answer = self.attempt(self.store.heartbeat(self.principal(host), snapshot))
+    def _heartbeat(self, host: str, snapshot: str, capabilities: str) -> None:
+        answer = self.attempt(self.store.heartbeat(self.principal(host), snapshot, capabilities))
         if host in self.told.revoked:
             assert isinstance(answer, ApiError) and answer.status_code == 401, answer
             return
         assert not isinstance(answer, ApiError) or answer.status_code == 409, answer
         if not isinstance(answer, ApiError):
-            self.snapshots[host] = snapshot
+            self.snapshots[host] = (snapshot, capabilities)
 
     # -- operators -----------------------------------------------------------------------
 
     @rule(aim=st.sampled_from(TARGETS), key=st.sampled_from([None, "k1", "k2"]),
-          queue_timeout_s=st.sampled_from(QUEUE_TIMEOUTS_S), max_attempts=st.sampled_from([1, 2, 3]))
-    def create(self, aim: dict[str, Any], key: str | None, queue_timeout_s: int | None, max_attempts: int) -> None:
+          queue_timeout_s=st.sampled_from(QUEUE_TIMEOUTS_S), max_attempts=st.sampled_from([1, 2, 3]),
+          what=st.sampled_from(KINDS))
+    def create(self, aim: dict[str, Any], key: str | None, queue_timeout_s: int | None, max_attempts: int,
+               what: dict[str, Any]) -> None:
         if "managed device" in aim:
             aim = {"device_id": self.cloud.get(aim["managed device"], "d_never_enrolled")}
-        body = {"kind": "goal", "goal": "Turn on airplane mode", "max_attempts": max_attempts, **aim}
+        body = {**what, "max_attempts": max_attempts, **aim}
         if queue_timeout_s is not None:
             body["queue_timeout_s"] = queue_timeout_s
         if key is not None:

@@ -100,7 +100,8 @@ async def test_waiting_reasons_and_candidates(api: Api) -> None:
     waiting = (await api.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
     assert waiting["waiting_reason"] == "matching_devices_busy"
     assert waiting["candidates"] == {"matching": 2, "busy": 2, "unavailable": 0, "host_offline": 0,
-                                     "host_draining": 0, "disabled": 0, "host_stalled": 0}
+                                     "host_draining": 0, "disabled": 0, "host_stalled": 0,
+                                     "no_workflow": 0}
 
     await silence_host(api, "host-a")
     offline = await api.task(waiting["task_id"])
@@ -132,7 +133,8 @@ async def test_a_queued_tasks_candidates_are_the_same_from_its_create_and_from_a
     created = (await api.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
     assert created["status"] == "queued" and created["waiting_reason"] == "matching_devices_busy"
     assert created["candidates"] == {"matching": 5, "busy": 1, "unavailable": 1, "host_offline": 1,
-                                     "host_draining": 1, "disabled": 1, "host_stalled": 0}
+                                     "host_draining": 1, "disabled": 1, "host_stalled": 0,
+                                     "no_workflow": 0}
     assert (await api.task(created["task_id"]))["candidates"] == created["candidates"]
 
     # Past the limit, in device-id order: busy1, dis1, drain1 of the six sim devices.
@@ -140,7 +142,8 @@ async def test_a_queued_tasks_candidates_are_the_same_from_its_create_and_from_a
     monkeypatch.setattr("coordinator.queries.CANDIDATES_SCANNED", 3)
     capped = (await api.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
     assert capped["candidates"] == {"matching": 3, "busy": 1, "unavailable": 0, "host_offline": 0,
-                                    "host_draining": 1, "disabled": 1, "host_stalled": 0, "truncated": True}
+                                    "host_draining": 1, "disabled": 1, "host_stalled": 0, "no_workflow": 0,
+                                        "truncated": True}
     assert (await api.task(capped["task_id"]))["candidates"] == capped["candidates"]
 
 

@@ -326,3 +326,31 @@ async def test_bad_enrollment_requests(api: Api) -> None:
     for headers in ({}, {"authorization": "Bearer nope"}):
         assert (await api.client.post("/internal/v1/enroll", headers=headers,
                                       json={"enrollment_id": "e1", "host_token": "x" * 40})).status_code == 401
+
+
+async def test_operators_see_the_names_people_use(api: Api) -> None:
+    """Enrolled devices carry `name` (their local id on the host, e.g. the serial); a static host's
+    devices are named by their id; hosts carry `hostname` (the agent's latest, else the
+    enrollment's) and `labels`."""
+    host = await new_host(api, labels={"site": "berlin"})
+    enrolled = (await host.enroll_devices(("pixel-a", "sim"), ("R58N12ABC", "sim"))).json()["devices"]
+    cloud = {d["local_id"]: d["device_id"] for d in enrolled}
+    assert (await host.heartbeat(*[(d, "sim") for d in cloud.values()])).status_code == 200
+    await api.heartbeat("host-a", ["a1"])
+    pool = {d["device_id"]: d for d in await _pool(api)}
+    assert {d["name"] for d in pool.values()} == {"pixel-a", "R58N12ABC", "a1"}
+    assert pool[cloud["pixel-a"]]["name"] == "pixel-a" and pool["a1"]["name"] == "a1"
+    one = (await api.client.get(f"/api/v1/devices/{cloud['R58N12ABC']}", headers=api.admin_headers)).json()
+    assert one["name"] == "R58N12ABC"
+    info = await _host(api, host.host_id)
+    assert info["hostname"] == "lab-7" and info["labels"] == {"site": "berlin"}
+    # the agent's own word wins once it heartbeats it (a machine renamed since it enrolled)
+    body = {"devices": [{"device_id": d, "driver": "sim", "status": "available"} for d in cloud.values()],
+            "agent": {"version": "0.1.0", "hostname": "lab-7b"}}
+    assert (await api.client.put(f"{host.path}/heartbeat", json=body, headers=host.headers)).status_code == 200
+    assert (await _host(api, host.host_id))["hostname"] == "lab-7b"
+    await api.heartbeat("host-b", ["b1"], agent={"hostname": "bench-2"})
+    listed = (await api.client.get("/api/v1/hosts", headers=api.admin_headers)).json()["hosts"]
+    hosts = {h["host_id"]: h for h in listed}
+    assert hosts["host-b"]["hostname"] == "bench-2" and hosts["host-b"]["labels"] == {}
+    assert hosts[host.host_id]["hostname"] == "lab-7b"

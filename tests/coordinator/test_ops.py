@@ -125,12 +125,12 @@ async def test_two_versions_of_the_scripts_run_side_by_side(
     old, new = load_scripts()["readWaiting"], load_scripts(changed)["readWaiting"]
     assert old.library.name != new.library.name and old.function != new.function
     keys = [f"{prefix}:{name}" for name in ("devices", "reservations", "disabled", "online", "draining",
-                                            "stalled", "by_driver")]
+                                            "stalled", "by_driver", "capabilities")]
     try:
         await new.library.load(redis_client)
         await old.library.load(redis_client)
         for script in (old, new):
-            assert await script(transport, keys, [60_000, "", "adb", 10]) == [0]
+            assert await script(transport, keys, [60_000, "", "adb", 10, ""]) == [0]
         # it only reads: Redis may run it when out of memory
         assert _flags(await redis_client.function_list(library=new.library.name), new.function) == [b"no-writes"]
     finally:

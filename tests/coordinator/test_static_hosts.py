@@ -76,10 +76,11 @@ async def test_legacy_host_reports_devices(api: Api) -> None:
     # ordered by driver, then device id
     not_disabled = {"disabled": False, "disabled_reason": None, "disabled_at": None}
     assert pool == [
-        {"device_id": "emulator-5554", "host_id": "host-a", "driver": "adb", "status": "available",
+        {"device_id": "emulator-5554", "name": "emulator-5554", "host_id": "host-a", "driver": "adb",
+         "status": "available",
          "attributes": {"model": "Pixel 7", "os_version": "14"}, "labels": {"tier": "a"},
          "host_online": True, "reserved_by": None, **not_disabled},
-        {"device_id": "a2", "host_id": "host-a", "driver": "sim", "status": "busy", "attributes": {},
+        {"device_id": "a2", "name": "a2", "host_id": "host-a", "driver": "sim", "status": "busy", "attributes": {},
          "labels": {}, "host_online": True, "reserved_by": None, **not_disabled},
     ]
     host = (await api.client.get("/api/v1/hosts/host-a", headers=api.admin_headers)).json()

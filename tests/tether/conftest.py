@@ -28,7 +28,7 @@ from tests.support import (
 )
 
 # Static hosts of these tests: the agent's, and hosts whose heartbeats the tests send themselves.
-HOSTS = {name: f"{name}-token-0123456789" for name in ("runner", "fleet-1", "drain-1", "revoke-1")}
+HOSTS = {name: f"{name}-token-0123456789" for name in ("runner", "fleet-1", "drain-1", "revoke-1", "wf-1")}
 RUNNER_DEVICES = ("run-ok", "run-fail", "run-watch", "run-wait")
 WORKFLOWS = {
     # A few waits, so the agent renews (every third of the 0.6 s lease) and reports progress meanwhile.
@@ -56,9 +56,11 @@ class Coordinator(CoordinatorProcess):
         super().__init__(coordinator_env(prefix, **{**FAST_COORDINATOR, "COORDINATOR_LEASE_TTL_S": "0.6", **settings},
                                          COORDINATOR_STATIC_HOSTS=json.dumps(HOSTS)), workdir)
 
-    def heartbeat(self, host: str, *devices: str) -> None:
-        body = {"devices": [{"device_id": d, "driver": "sim", "status": "available", "labels": {"rack": "r1"}}
-                            for d in devices]}
+    def heartbeat(self, host: str, *devices: str, agent: dict[str, Any] | None = None) -> None:
+        body: dict[str, Any] = {"devices": [
+            {"device_id": d, "driver": "sim", "status": "available", "labels": {"rack": "r1"}} for d in devices]}
+        if agent is not None:
+            body["agent"] = agent
         response = httpx.put(f"{self.url}/internal/v1/hosts/{host}/heartbeat", json=body,
                              headers={"authorization": f"Bearer {HOSTS[host]}"})
         assert response.status_code == 200, response.text

@@ -216,12 +216,13 @@ def test_a_queued_task_says_why_it_waits_and_can_be_cancelled(coordinator: Coord
 
 
 def test_hosts_drain_and_undrain(coordinator: Coordinator, capsys: pytest.CaptureFixture[str]) -> None:
-    coordinator.heartbeat("drain-1", "dr-1")
+    coordinator.heartbeat("drain-1", "dr-1", agent={"hostname": "bench-7"})
     hosts = coordinator.tether("hosts")
     assert hosts.code == 0
-    assert hosts.out.splitlines()[0].split()[:4] == ["HOST", "KIND", "ONLINE", "DEVICES"]
+    assert hosts.out.splitlines()[0].split()[:5] == ["HOST", "HOSTNAME", "KIND", "STATE", "DEVICES"]
     row = next(line.split() for line in hosts.out.splitlines() if line.startswith("drain-1 "))
-    assert row[:5] == ["drain-1", "static", "yes", "1", "no"]
+    assert row[:5] == ["drain-1", "bench-7", "static", "online", "1"]
+    assert max(len(line) for line in hosts.out.splitlines()) <= 100, "the table stays narrow"
     assert {h["host_id"] for h in coordinator.tether_here(capsys, "hosts", "--json").json()["hosts"]} >= {"drain-1", "runner"}
 
     shown = coordinator.tether("host", "drain-1")
@@ -230,6 +231,9 @@ def test_hosts_drain_and_undrain(coordinator: Coordinator, capsys: pytest.Captur
     drained = coordinator.tether("drain", "drain-1")
     assert (drained.code, drained.out) == (0, "host drain-1: draining, online\n")
     assert coordinator.tether_here(capsys, "host", "drain-1", "--json").json()["draining"] is True
+    row = next(line.split() for line in coordinator.tether_here(capsys, "hosts").out.splitlines()
+               if line.startswith("drain-1 "))
+    assert row[3] == "draining"
     undrained = coordinator.tether("undrain", "drain-1")
     assert (undrained.code, undrained.out) == (0, "host drain-1: accepting work, online\n")
 
@@ -247,14 +251,18 @@ def test_revoke_a_host(coordinator: Coordinator) -> None:
 
 
 def test_devices_disable_and_enable(coordinator: Coordinator, capsys: pytest.CaptureFixture[str]) -> None:
-    coordinator.heartbeat("fleet-1", "fl-1", "fl-2")
+    coordinator.heartbeat("fleet-1", "fl-1", "fl-2", agent={"hostname": "bench-9"})
     table = coordinator.tether("devices", "--host", "fleet-1")
     assert table.code == 0
     lines = table.out.splitlines()
-    assert lines[0].split()[:4] == ["DEVICE", "HOST", "DRIVER", "STATUS"]
-    assert [line.split()[:4] for line in lines[1:]] == [["fl-1", "fleet-1", "sim", "available"],
-                                                        ["fl-2", "fleet-1", "sim", "available"]]
+    assert lines[0].split()[:5] == ["DEVICE", "NAME", "HOST", "DRIVER", "STATUS"]
+    assert [line.split()[:5] for line in lines[1:]] == [["fl-1", "fl-1", "fleet-1", "sim", "available"],
+                                                        ["fl-2", "fl-2", "fleet-1", "sim", "available"]]
     assert "rack=r1" in lines[1]
+    # --host takes the host's hostname as well as its id
+    by_name = coordinator.tether_here(capsys, "devices", "--host", "bench-9").out.splitlines()
+    assert [line.split()[0] for line in by_name[1:]] == ["fl-1", "fl-2"]
+    assert coordinator.tether_here(capsys, "devices", "--host", "no-such-host").out.splitlines()[1:] == []
     found = coordinator.tether("devices", "--driver", "sim", "--status", "available", "--json").json()
     assert {"fl-1", "fl-2"} <= {d["device_id"] for d in found["devices"]} and found["next_cursor"] is None
 
@@ -262,9 +270,22 @@ def test_devices_disable_and_enable(coordinator: Coordinator, capsys: pytest.Cap
     assert (disabled.code, disabled.out) == (0, "device fl-1: disabled (cracked screen)\n")
     row = next(line for line in coordinator.tether_here(capsys, "devices", "--host", "fleet-1").out.splitlines()
                if line.startswith("fl-1 "))
-    assert "yes (cracked screen)" in row
+    assert "disabled (cracked screen)" in row
     enabled = coordinator.tether("enable", "fl-1", "--json")
     assert enabled.code == 0 and enabled.json()["disabled"] is False
+
+
+def test_workflows_shows_what_the_fleet_can_run(coordinator: Coordinator,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    coordinator.heartbeat("wf-1", "wf-a", "wf-b",
+                          agent={"capabilities": {"workflows": ["note-smoke", "zz-only-here"], "planners": []}})
+    shown = coordinator.tether("workflows")
+    assert shown.code == 0
+    lines = shown.out.splitlines()
+    assert lines[0].split() == ["WORKFLOW", "DEVICES", "HOSTS"]
+    assert ["zz-only-here", "2", "wf-1"] in [line.split() for line in lines[1:]]
+    listed = coordinator.tether_here(capsys, "workflows", "--json").json()["workflows"]
+    assert {"name": "zz-only-here", "hosts": ["wf-1"], "devices": 2} in listed
 
 
 # -- enrollment tokens, and forgetting a managed host's device --------------------------------
@@ -299,6 +320,10 @@ def test_tokens_create_list_revoke_and_forget_a_device(coordinator: Coordinator,
     httpx.put(f"{coordinator.url}/internal/v1/hosts/{host_id}/heartbeat", headers=auth,
               json={"devices": [{"device_id": device_id, "driver": "sim", "status": "available"}]})
     assert device_id in coordinator.tether_here(capsys, "devices", "--host", host_id).out
+    # people find it by the host's name and see the device's own name (its serial) beside its id
+    row = next(line.split() for line in coordinator.tether_here(capsys, "devices", "--host", "lab-9").out.splitlines()
+               if line.startswith(device_id))
+    assert row[:3] == [device_id, "emulator-5554", host_id]
 
     forgotten = coordinator.tether("forget", device_id)
     assert (forgotten.code, forgotten.out) == (0, f"device {device_id}: forgotten\n")
