@@ -123,7 +123,7 @@ def test_coordinator_refuses_bad_configuration() -> None:
     # The line names the environment variable at fault, as the operator wrote it.
     for bad, field in (({"COORDINATOR_LEASE_TTL_S": "-1"}, "COORDINATOR_LEASE_TTL_S"),
                        ({"COORDINATOR_STATIC_HOSTS": '{"bad id!": "t"}'}, "COORDINATOR_STATIC_HOSTS"),
-                       ({"COORDINATOR_STATIC_HOSTS": "{nope"}, "static_hosts")):
+                       ({"COORDINATOR_STATIC_HOSTS": "{nope"}, "COORDINATOR_STATIC_HOSTS")):
         env = coordinator_env(unique_prefix(), **bad)
         result = subprocess.run(
             [sys.executable, "-m", "coordinator", "serve", "--port", "1"], env=env, capture_output=True,
