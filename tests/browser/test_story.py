@@ -176,8 +176,32 @@ def test_hosts_show_their_names_and_the_filter_searches_them(coordinator: Coordi
     dashboard.page.type_into("#device-filter", "lab-9")
     dashboard.page.wait_for("document.querySelectorAll('#devices tbody tr[data-key]:not([hidden])').length === 1")
     assert dashboard.page.js("document.querySelector('#devices tbody tr[data-key]:not([hidden])').dataset.key") == "phone-2"
-    # Device `name` and host `labels` from heartbeats come with the caps branch: the page shows
-    # them when present (views.js `named`, `labelText`); their assertion is added after merging.
+
+
+def test_a_managed_phone_shows_its_serial_and_its_host_its_labels(coordinator: Coordinator, dashboard: Dashboard) -> None:
+    # A managed host as its agent makes one: an enrollment token with labels, enrollment, a phone
+    # enrolled by its serial, a heartbeat. Operators know the serial, not the minted ids.
+    token = coordinator.call("POST", "/api/v1/enrollment-tokens", json={"labels": {"site": "berlin"}})["token"]
+    secret = "s" * 40
+    enrolled = coordinator.api.post("/internal/v1/enroll", headers={"authorization": f"Bearer {token}"},
+                                    json={"enrollment_id": "e-1", "host_token": secret, "hostname": "mac-mini-3"})
+    assert enrolled.status_code == 201, enrolled.text
+    host_id = enrolled.json()["host_id"]
+    auth = {"authorization": f"Bearer {secret}"}
+    devices = coordinator.api.post(f"/internal/v1/hosts/{host_id}/devices/enroll", headers=auth,
+                                   json={"devices": [{"local_id": "R58N12ABC", "driver": "sim"}]})
+    assert devices.status_code == 200, devices.text
+    device_id = devices.json()["devices"][0]["device_id"]
+    beat = coordinator.api.put(f"/internal/v1/hosts/{host_id}/heartbeat", headers=auth,
+                               json={"devices": [{"device_id": device_id, "driver": "sim", "status": "available"}]})
+    assert beat.status_code == 200, beat.text
+    dashboard.open_signed_in()
+    assert dashboard.cell("devices", device_id, "Device") == f"R58N12ABC ({device_id})"
+    assert dashboard.cell("hosts", host_id, "Host") == f"mac-mini-3 ({host_id})"
+    assert dashboard.cell("hosts", host_id, "Labels") == "site=berlin"
+    dashboard.page.type_into("#device-filter", "R58N")
+    dashboard.page.wait_for("document.querySelectorAll('#devices tbody tr[data-key]:not([hidden])').length === 1")
+    assert dashboard.page.js("document.querySelector('#devices tbody tr[data-key]:not([hidden])').dataset.key") == device_id
 
 
 def test_the_charts_show_the_last_hour(coordinator: Coordinator, dashboard: Dashboard) -> None:
