@@ -42,24 +42,18 @@ def _upload_targets(assignments: list[dict[str, Any]], hosts: dict[str, str]) ->
             for (h, t), a in zip(hosts.items(), assignments, strict=True)]
 
 
-async def _uploads_vs_floor(b: Bench, coord: Server, folder: str,
+async def _uploads_vs_floor(b: Bench, coord: Server, floor: Server,
                             targets: list[tuple[str, str, str]]) -> tuple[list[LoadResult], list[LoadResult]]:
     """Rows 9a and 9f: wrk's uploads on the coordinator and on the upload floor, in turns."""
     p = b.preset
-    floor_prefix = b.prefix("art-floor")
-    floor = await start_server("floor", b.env(floor_prefix, COORDINATOR_ARTIFACTS_DIR=folder))
     tether: list[LoadResult] = []
     floors: list[LoadResult] = []
     floor_targets = [("/blob/", "", token) for _, _, token in targets]
-    try:
-        for _ in range(ROUNDS):
-            floors.append(await wrk_uploads(floor.port, floor_targets, SCREENSHOT, p.throughput_s, LEASES,
-                                            {"floor": floor.pid, "redis": b.redis_pid}, p.warmup_s))
-            tether.append(await wrk_uploads(coord.port, targets, SCREENSHOT, p.throughput_s, LEASES,
-                                            {"coordinator": coord.pid, "redis": b.redis_pid}, p.warmup_s))
-    finally:
-        floor.stop()
-        await b.cleanup(floor_prefix)
+    for _ in range(ROUNDS):
+        floors.append(await wrk_uploads(floor.port, floor_targets, SCREENSHOT, p.throughput_s, LEASES,
+                                        {"floor": floor.pid, "redis": b.redis_pid}, p.warmup_s))
+        tether.append(await wrk_uploads(coord.port, targets, SCREENSHOT, p.throughput_s, LEASES,
+                                        {"coordinator": coord.pid, "redis": b.redis_pid}, p.warmup_s))
     return tether, floors
 
 
@@ -96,17 +90,17 @@ async def _peak_rss(pid: int, upload: asyncio.Future[None]) -> float:
 MEMORY_CASES = [("1 MiB", 1, MIB), ("10 MiB", 1, 10 * MIB), ("8 x 10 MiB at once", 8, 10 * MIB)]
 
 
-async def _memory(b: Bench, coord: Server, targets: list[tuple[str, str, str]]) -> tuple[float, dict[str, float]]:
-    """Row 9c: the coordinator's RSS idle, and its largest growth over idle during each case
-    (three times each: the largest of the three)."""
-    idle = rss_mb(coord.pid)
+async def _memory(server: Server, targets: list[tuple[str, str, str]]) -> tuple[float, dict[str, float]]:
+    """Row 9c: a process's RSS idle, and its largest growth over idle during each case (three
+    times each: the largest of the three)."""
+    idle = rss_mb(server.pid)
     growth: dict[str, float] = {}
     for label, count, size in MEMORY_CASES:
         peaks = []
         for _ in range(3):
-            before = rss_mb(coord.pid)
-            upload = asyncio.ensure_future(_upload_at_once(coord.port, targets[:count], size))
-            peaks.append(await _peak_rss(coord.pid, upload) - before)
+            before = rss_mb(server.pid)
+            upload = asyncio.ensure_future(_upload_at_once(server.port, targets[:count], size))
+            peaks.append(await _peak_rss(server.pid, upload) - before)
         growth[label] = max(peaks)
     return idle, growth
 
@@ -146,21 +140,27 @@ async def _lifecycles_on_off(b: Bench, folder: str) -> tuple[list[LoadResult], l
 
 async def artifacts(b: Bench) -> list[Row]:
     folder = tempfile.mkdtemp(prefix="tether-bench-artifacts-")
-    prefix = b.prefix("art")
+    prefix, floor_prefix = b.prefix("art"), b.prefix("art-floor")
     hosts = fleet(LEASES, "art")
     try:
         coord = await start_server("coordinator", b.env(prefix, COORDINATOR_ARTIFACTS_DIR=folder, **SETTINGS), hosts)
+        floor: Server | None = None
         try:
             targets = _upload_targets(await leased_fleet(coord.port, hosts, b.admin), hosts)
-            idle, growth = await _memory(b, coord, targets)
-            tether, floors = await _uploads_vs_floor(b, coord, folder, targets)
+            floor = await start_server("floor", b.env(floor_prefix, COORDINATOR_ARTIFACTS_DIR=folder))
+            memory = await _memory(coord, targets)
+            held = await _memory(floor, [("/held/", "", token) for _, _, token in targets])
+            tether, floors = await _uploads_vs_floor(b, coord, floor, targets)
         finally:
             coord.stop()
+            if floor is not None:
+                floor.stop()
             await b.cleanup(prefix)
+            await b.cleanup(floor_prefix)
         on, off = await _lifecycles_on_off(b, folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return [*_upload_rows(tether, floors), _lifecycle_row(b, on, off), _memory_row(idle, growth)]
+    return [*_upload_rows(tether, floors), _lifecycle_row(b, on, off), *_memory_rows(memory, held)]
 
 
 def _upload_rows(tether: list[LoadResult], floors: list[LoadResult]) -> list[Row]:
@@ -191,9 +191,18 @@ def _lifecycle_row(b: Bench, on: list[LoadResult], off: list[LoadResult]) -> Row
                f"on/off {_spread(ratios, '.2f')} (in turns)", "report", "", cpu_note(merged.cpu, merged.errors))
 
 
-def _memory_row(idle: float, growth: dict[str, float]) -> Row:
-    worst = growth[MEMORY_CASES[-1][0]]
-    return Row("9c", "coordinator RSS while bodies stream in: peak over idle, each case 3 times (largest shown)",
-               f"idle {idle:.0f} MB; " + ", ".join(f"{label} +{mb:.1f} MB" for label, mb in growth.items()),
-               f"8 x 10 MiB: {worst / 80:.3f} MB per MiB in flight", "flat: 8 x 10 MiB grows it < one body (10 MiB)",
-               "met" if worst < 10 else "MISSED", "")
+def _memory_rows(memory: tuple[float, dict[str, float]], held: tuple[float, dict[str, float]]) -> list[Row]:
+    """Row 9c, and its control 9h: the same uploads to a bare endpoint that reads each body whole,
+    which shows the method sees memory that grows with the bodies."""
+    def result(idle: float, growth: dict[str, float]) -> str:
+        return f"idle {idle:.0f} MB; " + ", ".join(f"{label} +{mb:.1f} MB" for label, mb in growth.items())
+
+    worst = memory[1][MEMORY_CASES[-1][0]]
+    held_worst = held[1][MEMORY_CASES[-1][0]]
+    return [
+        Row("9c", "coordinator RSS while bodies stream in: peak over idle, each case 3 times (largest shown)",
+            result(*memory), f"8 x 10 MiB: {worst / 80:.3f} MB per MiB in flight; {worst / held_worst:.2f} x 9h's",
+            "flat: 8 x 10 MiB grows it < one body (10 MiB)", "met" if worst < 10 else "MISSED", ""),
+        Row("9h", "control: the same uploads to a bare endpoint that reads each body whole (bench/floor_app.py)",
+            result(*held), f"8 x 10 MiB: {held_worst / 80:.3f} MB per MiB in flight", "—", "", ""),
+    ]

@@ -20,6 +20,8 @@ another are also the least a dispatch doing the contract's work costs.
 The upload floor is the least an artifact's upload costs: ``PUT /blob/{name}`` streams the body
 to a temporary file, hashing it, renames the file to its SHA-256 in the folder of
 ``COORDINATOR_ARTIFACTS_DIR`` and runs one script (where Tether records the description).
+``PUT /held/{name}`` is its control for memory: it reads the body whole before writing it, as a
+server that does not stream would.
 
 The parking floor is the least a waiting long-poll holds: ``POST /park`` waits on one future
 and one timer, with nothing else, until its ``wait_s`` is up (``GET /parked`` counts them).
@@ -96,9 +98,14 @@ def create_floor_app(settings: Settings) -> Starlette:
         digest = hashlib.sha256()
         tmp = blobs / ("tmp-" + secrets.token_hex(16))
         with open(tmp, "wb") as file:
-            async for chunk in request.stream():
-                digest.update(chunk)
-                file.write(chunk)
+            if request.url.path.startswith("/held/"):
+                whole = await request.body()
+                digest.update(whole)
+                file.write(whole)
+            else:
+                async for chunk in request.stream():
+                    digest.update(chunk)
+                    file.write(chunk)
         os.replace(tmp, blobs / digest.hexdigest())
         await redis.evalsha(sha[0], 0)
         return Response(orjson.dumps({"sha256": digest.hexdigest()}), status_code=201, media_type="application/json")
@@ -162,6 +169,7 @@ def create_floor_app(settings: Settings) -> Starlette:
         Route("/pop", pop, methods=["POST"]),
         Route("/park", park, methods=["POST"]),
         Route("/blob/{name}", blob, methods=["PUT"]),
+        Route("/held/{name}", blob, methods=["PUT"]),
         Route("/api/v1/tasks", create, methods=["POST"]),
         Route("/internal/v1/hosts/{host}/claim", claim, methods=["POST"]),
         Route("/internal/v1/hosts/{host}/leases/{lease}/renew", renew, methods=["POST"]),
