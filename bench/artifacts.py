@@ -169,7 +169,10 @@ def _upload_rows(tether: list[LoadResult], floors: list[LoadResult]) -> list[Row
 
     def result(runs: list[LoadResult]) -> str:
         rates = [r.rate for r in runs]
+        server_ms = [sum(c for name, c in r.cpu.items() if name in ("coordinator", "floor")) / r.rate * 1000
+                     for r in runs]
         return (f"uploads/s {_spread(rates)}, {statistics.median(rates) * SCREENSHOT / 1e6:,.0f} MB/s; "
+                f"server CPU per upload {_spread(server_ms, '.2f')} ms; "
                 f"p50 {fmt_ms(statistics.median(r.extra['p50_ms'] for r in runs))}, "
                 f"p99 median {fmt_ms(statistics.median(r.extra['p99_ms'] for r in runs))} "
                 f"({', '.join(fmt_ms(r.extra['p99_ms']) for r in runs)})")
@@ -182,12 +185,20 @@ def _upload_rows(tether: list[LoadResult], floors: list[LoadResult]) -> list[Row
     ]
 
 
+def _coordinator_ms(load: LoadResult) -> float:
+    """Both coordinator processes' CPU (ms) per lifecycle of one window."""
+    cores = load.cpu["coordinator A"] + load.cpu["coordinator B"]
+    return cores / load.rate * 1000 if load.rate else float("nan")
+
+
 def _lifecycle_row(b: Bench, on: list[LoadResult], off: list[LoadResult]) -> Row:
     ratios = [x.rate / y.rate for x, y in zip(on, off, strict=True)]
     merged = merge(on)
     return Row("9b", f"lifecycles with one 100 KB screenshot each (create, claim, renew, upload, result), "
                f"2 processes, {b.preset.lifecycle_hosts} hosts, wrk (row 3w's driver)",
-               f"on: lifecycles/s {_spread([r.rate for r in on])}; off: {_spread([r.rate for r in off])}",
+               f"on: lifecycles/s {_spread([r.rate for r in on])}; off: {_spread([r.rate for r in off])}; "
+               f"coordinators' CPU per lifecycle on {_spread([_coordinator_ms(r) for r in on], '.2f')} ms, "
+               f"off {_spread([_coordinator_ms(r) for r in off], '.2f')} ms",
                f"on/off {_spread(ratios, '.2f')} (in turns)", "report", "", cpu_note(merged.cpu, merged.errors))
 
 
