@@ -1,4 +1,4 @@
-"""python -m bench [--preset small|full] [--only calls,footprint,lifecycle,longpoll,heartbeat,cost] [--no-docs]
+"""python -m bench [--preset small|full] [--only calls,footprint,lifecycle,longpoll,heartbeat,cost,artifacts] [--no-docs]
 
 Runs every scenario against real Redis, prints one table and writes it to docs/benchmarks.md.
 """

@@ -17,6 +17,12 @@ the least a lifecycle through HTTP can cost here. Its claim waits when asked (``
 through its process's inbox as Tether's is, so a create on one process and a waiting claim on
 another are also the least a dispatch doing the contract's work costs.
 
+The upload floor is the least an artifact's upload costs: ``PUT /blob/{name}`` streams the body
+to a temporary file, hashing it, renames the file to its SHA-256 in the folder of
+``COORDINATOR_ARTIFACTS_DIR`` and runs one script (where Tether records the description).
+``PUT /held/{name}`` is its control for memory: it reads the body whole before writing it, as a
+server that does not stream would.
+
 The parking floor is the least a waiting long-poll holds: ``POST /park`` waits on one future
 and one timer, with nothing else, until its ``wait_s`` is up (``GET /parked`` counts them).
 """
@@ -25,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import os
 import secrets
 from collections.abc import AsyncIterator
 
@@ -82,6 +90,25 @@ def create_floor_app(settings: Settings) -> Starlette:
             return Response(status_code=204)
         value = await redis.evalsha(sha[0], 0)
         return Response(orjson.dumps({"value": value}), media_type="application/json")
+
+    blobs = settings.artifacts_dir.resolve() / "floor"
+
+    async def blob(request: Request) -> Response:
+        blobs.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        tmp = blobs / ("tmp-" + secrets.token_hex(16))
+        with open(tmp, "wb") as file:
+            if request.url.path.startswith("/held/"):
+                whole = await request.body()
+                digest.update(whole)
+                file.write(whole)
+            else:
+                async for chunk in request.stream():
+                    digest.update(chunk)
+                    file.write(chunk)
+        os.replace(tmp, blobs / digest.hexdigest())
+        await redis.evalsha(sha[0], 0)
+        return Response(orjson.dumps({"sha256": digest.hexdigest()}), status_code=201, media_type="application/json")
 
     def json(body: bytes, status_code: int = 200) -> Response:
         return Response(body, status_code=status_code, media_type="application/json")
@@ -141,6 +168,8 @@ def create_floor_app(settings: Settings) -> Starlette:
         Route("/push", push, methods=["POST"]),
         Route("/pop", pop, methods=["POST"]),
         Route("/park", park, methods=["POST"]),
+        Route("/blob/{name}", blob, methods=["PUT"]),
+        Route("/held/{name}", blob, methods=["PUT"]),
         Route("/api/v1/tasks", create, methods=["POST"]),
         Route("/internal/v1/hosts/{host}/claim", claim, methods=["POST"]),
         Route("/internal/v1/hosts/{host}/leases/{lease}/renew", renew, methods=["POST"]),

@@ -142,6 +142,28 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    its ratio to 8f is the scripts' alone. 8a is out of reach when 8f is above its target, 8e
    when 3f's Redis CPU per lifecycle is.
 
+9. **Artifacts** (`bench/artifacts.py`, issue 30), on the default local-folder store in a
+   temporary folder, with `COORDINATOR_MAX_CONCURRENT_UPLOADS=64` (the default, 16, answers the
+   rest of 50 at once 503 for the agent to retry) and per-task caps raised so one lease can take
+   every upload of the run. 9a: 50 static hosts each claim a task; wrk's 50 connections then
+   upload a 100,000-byte PNG-typed body under a new name each time, for the next of the 50
+   leases in turn, to one coordinator process (the bytes are the same for a lease, so each
+   upload writes a temporary file and renames it over its task's one blob; 9b writes a new one
+   each time). 9f, the upload floor, in windows alternating with 9a (three each): the same wrk
+   script against a bare Starlette endpoint (`bench/floor_app.py`) that streams the body to a
+   temporary file, hashing it, renames it to its SHA-256 and runs one EVALSHA: the least the
+   contract asks of an upload's bytes (the loopback HTTP of a 100 KB PUT, the disk write, the
+   hash and one script where Tether records the description). Server CPU per upload is the
+   server's cores over uploads/s. 9b: row 3w's wrk lifecycles, with a PUT of one 100,000-byte
+   screenshot between the renewal and the result (on) and without (off), on two coordinator
+   processes, in windows alternating round by round (three each, each on hosts of its own).
+   9c: the coordinator's `VmRSS`, sampled every 2 ms while the Python client sends 1 MiB,
+   10 MiB, and 8 x 10 MiB at once (random bytes, one lease and connection each), each case three
+   times; the largest growth over the RSS just before is shown. 9h is its control: the same
+   uploads to a bare endpoint that reads each body whole before writing it, which grows by
+   about twice the bytes in flight, so the method sees memory that grows with the bodies.
+   Each 9 row gives the median of its windows and every window's figure.
+
 CPU is in cores (1.00 = one core busy for the whole window); this machine has the cores listed
 above for everything: Redis, every server process and the generator.
 Static hosts reach the coordinator through `bench/server.py`, which reads
@@ -160,7 +182,7 @@ default `redis://127.0.0.1:6379/0`):
 
 <!-- doc-test: check (minutes of benchmarks) -->
 ```sh
-.venv/bin/python -m bench --preset small   # about 2 minutes
+.venv/bin/python -m bench --preset small   # about 4 minutes
 .venv/bin/python -m bench --preset full    # the issue's sizes: 10,000 polls, 10,000 hosts, 100,000 tasks
 ```
 

@@ -21,6 +21,7 @@ from functools import partial
 import orjson
 from redis.asyncio import Redis
 
+from bench.artifacts import artifacts
 from bench.calls import calls_vs_floor
 from bench.context import Bench
 from bench.drivers import (
@@ -368,4 +369,5 @@ SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "longpoll": long_poll_scale,
     "heartbeat": heartbeat_load,
     "cost": cost_growth,
+    "artifacts": artifacts,
 }

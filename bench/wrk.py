@@ -41,12 +41,15 @@ function request()
   next_index = next_index %% #requests + 1
   return raw
 end
+"""
 
+# What every run of a request-counting script prints (its JSON line, read by _run_wrk).
+_DONE = """
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    '{"requests": %%d, "duration_us": %%d, "p50_us": %%d, "p99_us": %%d, "status_errors": %%d, ' ..
-    '"socket_errors": %%d}\\n',
+    '{"requests": %d, "duration_us": %d, "p50_us": %d, "p99_us": %d, "status_errors": %d, ' ..
+    '"socket_errors": %d}\\n',
     summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
     e.status, e.connect + e.read + e.write + e.timeout))
 end
@@ -64,7 +67,7 @@ def _lua_string(raw: bytes) -> str:
 
 def _script(raws: list[bytes], folder: Path) -> Path:
     path = folder / "requests.lua"
-    path.write_text(_SCRIPT % ", ".join(_lua_string(r) for r in raws))
+    path.write_text(_SCRIPT % ", ".join(_lua_string(r) for r in raws) + _DONE)
     return path
 
 
@@ -88,17 +91,58 @@ async def wrk_load(port: int, raws: list[bytes], duration_s: float, connections:
     """Closed-loop load from wrk: ``connections`` keep-alive connections on ``threads`` threads,
     each sending the next of ``raws`` as soon as its last answer came. CPU of the ``watch``
     processes and of wrk itself ("generator") is measured over the window."""
+    with tempfile.TemporaryDirectory(prefix="tether-wrk-") as folder:
+        return await _measured(port, _script(raws, Path(folder)), duration_s, connections, watch, threads, warmup_s)
+
+
+_UPLOADS = """
+-- Each request uploads the same body under a new name, for the next of the leases in turn.
+local leases = {%(leases)s}
+local body = "\\137PNG\\r\\n\\26\\n" .. string.rep("s", %(size)d - 8)
+local thread_count = 0
+
+function setup(thread)
+  thread_count = thread_count + 1
+  thread:set("id", thread_count)
+end
+
+function init(args)
+  n = 0
+end
+
+function request()
+  n = n + 1
+  local lease = leases[n %% #leases + 1]
+  return wrk.format("PUT", lease[1] .. "t" .. id .. "-" .. n .. ".png" .. lease[2],
+    {["Authorization"] = "Bearer " .. lease[3], ["Content-Type"] = "image/png"}, body)
+end
+"""
+
+
+async def wrk_uploads(port: int, leases: list[tuple[str, str, str]], size: int, duration_s: float,
+                      connections: int, watch: dict[str, int], warmup_s: float = 0.0) -> LoadResult:
+    """Closed-loop uploads from wrk: each request a body of ``size`` bytes under a new name, for
+    the next of ``leases`` ((path up to the name, query, bearer token)) in turn."""
+    script = _UPLOADS % {"size": size, "leases": ", ".join(
+        "{" + ", ".join(_lua_string(part.encode()) for part in lease) + "}" for lease in leases)} + _DONE
+    with tempfile.TemporaryDirectory(prefix="tether-wrk-") as folder:
+        path = Path(folder) / "uploads.lua"
+        path.write_text(script)
+        return await _measured(port, path, duration_s, connections, watch, 2, warmup_s)
+
+
+async def _measured(port: int, script: Path, duration_s: float, connections: int, watch: dict[str, int],
+                    threads: int, warmup_s: float) -> LoadResult:
+    """One wrk window of ``script`` (after a warm-up run), with the CPU of ``watch`` and of wrk."""
     if not wrk_available():
         raise RuntimeError(INSTALL_HINT)
-    with tempfile.TemporaryDirectory(prefix="tether-wrk-") as folder:
-        script = _script(raws, Path(folder))
-        if warmup_s:
-            await asyncio.to_thread(_run_wrk, port, script, threads, connections, warmup_s)
-        window = CpuWindow(watch)
-        before = _children_cpu_s()
-        window.start()
-        report = await asyncio.to_thread(_run_wrk, port, script, threads, connections, duration_s)
-        cpu = window.stop()
+    if warmup_s:
+        await asyncio.to_thread(_run_wrk, port, script, threads, connections, warmup_s)
+    window = CpuWindow(watch)
+    before = _children_cpu_s()
+    window.start()
+    report = await asyncio.to_thread(_run_wrk, port, script, threads, connections, duration_s)
+    cpu = window.stop()
     seconds = report["duration_us"] / 1e6
     cpu["generator"] = (_children_cpu_s() - before) / seconds if seconds else 0.0
     result = LoadResult(count=report["requests"], errors=report["status_errors"] + report["socket_errors"],
@@ -144,6 +188,13 @@ function init(args)
   task, lease, attempt = nil, nil, nil
 end
 
+-- With artifacts on, one screenshot of %(upload_bytes)d bytes goes up between renew and result.
+local upload = nil
+if %(upload_bytes)d > 0 then
+  upload = "\\137PNG\\r\\n\\26\\n" .. string.rep("s", %(upload_bytes)d - 8)
+end
+local last = upload and 4 or 3
+
 local function post(path, bearer, body)
   return wrk.format("POST", path, {["Authorization"] = "Bearer " .. bearer,
                                    ["Content-Type"] = "application/json"}, body)
@@ -159,6 +210,10 @@ function request()
     return post("/internal/v1/hosts/" .. host .. "/leases/" .. lease .. "/renew", token,
       '{"task_id":"' .. task .. '","attempt":' .. attempt ..
       ',"progress":{"step_index":1,"status":"running","summary":"Opened Settings"}}')
+  elseif step == 3 and upload then
+    return wrk.format("PUT", "/internal/v1/hosts/" .. host .. "/leases/" .. lease ..
+      "/artifacts/step-1.png?step_index=1&task_id=" .. task .. "&attempt=" .. attempt,
+      {["Authorization"] = "Bearer " .. token, ["Content-Type"] = "image/png"}, upload)
   end
   return post("/internal/v1/hosts/" .. host .. "/results", token,
     '{"task_id":"' .. task .. '","attempt":' .. attempt .. ',"lease_id":"' .. lease ..
@@ -176,7 +231,7 @@ function response(status, headers, body)
     lease = body:match('"lease_id":"([^"]+)"')
     attempt = body:match('"attempt":(%%d+)')
   end
-  step = (step + 1) %% 4
+  step = (step + 1) %% (last + 1)
   if step == 0 then
     lifecycles = lifecycles + 1
   end
@@ -195,9 +250,10 @@ end
 
 
 async def wrk_lifecycles(ports: tuple[int, ...], hosts: list[tuple[str, str]], admin: str, goal: str,
-                         duration_s: float, watch: dict[str, int]) -> LoadResult:
+                         duration_s: float, watch: dict[str, int], upload_bytes: int = 0) -> LoadResult:
     """Closed-loop lifecycles from wrk, one host per wrk thread and connection; the hosts are
-    split between the coordinator processes at ``ports``, one wrk process each."""
+    split between the coordinator processes at ``ports``, one wrk process each. With
+    ``upload_bytes``, each lifecycle also uploads a screenshot of that size after its renewal."""
     if not wrk_available():
         raise RuntimeError(INSTALL_HINT)
     shares = [hosts[i::len(ports)] for i in range(len(ports))]
@@ -208,6 +264,7 @@ async def wrk_lifecycles(ports: tuple[int, ...], hosts: list[tuple[str, str]], a
             path.write_text(_LIFECYCLE_SCRIPT % {
                 "hosts": ", ".join(f"{{{_lua_string(h.encode())}, {_lua_string(t.encode())}}}" for h, t in share),
                 "admin": _lua_string(admin.encode()), "goal": _lua_string(goal.encode()),
+                "upload_bytes": upload_bytes,
             })
             scripts.append(path)
 
