@@ -28,7 +28,5 @@ local taken = sweepDue(S.key.claim_deadlines, S.key.tasks, now, limit, function(
     returned = returned + pauseHost(S, task.host_id, now, 'claim_timeout', false)
   end
 end)
-if returned > 0 then
-  rcall('HINCRBY', S.key.stats, 'claim_timeouts', returned)
-end
+count(S, 'claim_timeouts', returned)
 return {0, taken, returned}

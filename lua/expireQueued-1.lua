@@ -31,7 +31,5 @@ local taken = sweepDue(S.key.queue_deadlines, S.key.tasks, now, limit, function(
     failed = failed + 1
   end
 end)
-if failed > 0 then
-  rcall('HINCRBY', S.key.stats, 'queue_timeouts', failed)
-end
+count(S, 'queue_timeouts', failed)
 return {0, taken, failed}
