@@ -58,10 +58,8 @@ if claimId ~= '' then
   if earlier then
     local assignment = cjson.decode(earlier)
     local leased = getJson(S.key.tasks, assignment.task_id)
-    local deadline = rcall('ZSCORE', S.key.lease_deadlines, assignment.task_id)
     local now = nowMs()
-    if not leased or leased.status ~= 'running' or leased.lease_id ~= assignment.lease_id
-        or not deadline or tonumber(deadline) <= now then
+    if not (leased and leaseLive(S.key.lease_deadlines, assignment.task_id, leased, assignment.lease_id, now)) then
       return {0, false}
     end
     rcall('ZADD', S.key.lease_deadlines, now + ttl, assignment.task_id)
