@@ -78,7 +78,8 @@ class AgentSettings(BaseSettings):
             raise ValueError("must start with http:// or https://")
         return value
 
-    # An empty ``HOST_AGENT_X=`` line (a template .env) means "not set", not an empty value.
+    # An empty ``HOST_AGENT_X=`` line (a template .env) means "not set", not an empty value: each
+    # setting then takes its default (None, the example workflows, no labels).
     @field_validator(
         "host_id",
         "token",
@@ -91,26 +92,23 @@ class AgentSettings(BaseSettings):
     )
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
-        if isinstance(value, str) and not value.strip():
-            return None
-        return value
+        return None if _blank(value) else value
 
     @field_validator("workflows_dir", mode="before")
     @classmethod
     def _workflows_default_or_none(cls, value: object) -> object:
-        if isinstance(value, str):
-            if not value.strip():
-                return EXAMPLE_WORKFLOWS_DIR
-            if value.strip().lower() == NO_WORKFLOWS:
-                return None
+        if _blank(value):
+            return EXAMPLE_WORKFLOWS_DIR
+        if isinstance(value, str) and value.strip().lower() == NO_WORKFLOWS:
+            return None
         return value
 
     @field_validator("labels", mode="before")
     @classmethod
     def _labels_json(cls, value: object) -> object:
+        if _blank(value):
+            return {}
         if isinstance(value, str):
-            if not value.strip():
-                return {}
             try:
                 value = json.loads(value)
             except ValueError:
@@ -183,3 +181,8 @@ def _one_line(exc: ValidationError) -> str:
         else:
             parts.append(message)
     return "; ".join(" ".join(part.split()) for part in parts)
+
+
+def _blank(value: object) -> bool:
+    """An empty or all-blank ``HOST_AGENT_X=`` line: the setting is not set."""
+    return isinstance(value, str) and not value.strip()

@@ -21,7 +21,7 @@ import wire
 from coordinator.auth import HostPrincipal
 from coordinator.blobs import BlobMissing, BlobTooLarge, namespace_of
 from coordinator.context import Context
-from coordinator.errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge
+from coordinator.errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge, found
 from coordinator.responses import iso_ms, json_response
 from coordinator.validation import require_id
 
@@ -136,10 +136,8 @@ async def upload(ctx: Context, request: Request) -> Response:
 
 async def list_artifacts(ctx: Context, request: Request) -> Response:
     task_id = require_id(request.path_params["task_id"], "task_id")
-    found = await ctx.queries.task_artifacts(task_id)
-    if found is None:
-        raise NotFound("no such task")
-    return json_response({"artifacts": [artifact_view(a) for a in found]})
+    artifacts = found(await ctx.queries.task_artifacts(task_id), "task")
+    return json_response({"artifacts": [artifact_view(a) for a in artifacts]})
 
 
 # Served bytes are the hosts' and never trusted: no sniffing, no script, no plugin, and a
@@ -152,9 +150,7 @@ async def get_artifact(ctx: Context, request: Request) -> Response:
     task_id = require_id(request.path_params["task_id"], "task_id")
     name = _name(request)
     attempt = _index(request.query_params.get("attempt"), "attempt", 1)
-    description = await ctx.queries.task_artifact(task_id, name, attempt)
-    if description is None:
-        raise NotFound("no such artifact")
+    description = found(await ctx.queries.task_artifact(task_id, name, attempt), "artifact")
     content_type = description["content_type"]
     headers = {**_SAFE_HEADERS, "content-length": str(description["size"])}
     if not content_type.startswith(_IMAGE):

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator import limits
+from coordinator import limits, token_routes
 from coordinator.auth import access_of, bearer_secret, token_digest
 from coordinator.context import Context
 from coordinator.errors import (
@@ -23,8 +23,8 @@ from coordinator.errors import (
     Unauthorized,
     device_limit,
 )
-from coordinator.responses import json_response, offset_page, token_view
-from coordinator.validation import Query, canonical_json, has_control, read_json, require_id
+from coordinator.responses import json_response, token_view
+from coordinator.validation import canonical_json, has_control, read_json
 
 MAX_TOKEN_TTL_S = limits.MAX_TOKEN_TTL_S
 
@@ -42,20 +42,15 @@ async def create_token(ctx: Context, request: Request) -> Response:
         "et_" + secrets.token_hex(8), token_digest(secret), ttl_s * 1000, max_uses, canonical_json(labels),
         actor=access_of(request).operator.name,
     )
-    view = token_view(token, token.created_at)
-    return json_response({**view, "token": secret}, 201)
+    return token_routes.created(token_view(token, token.created_at), secret)
 
 
 async def list_tokens(ctx: Context, request: Request) -> Response:
-    limit, offset = Query(request).offset_page()
-    tokens, now_ms, more = await ctx.queries.enrollment_tokens(limit, offset)
-    return offset_page("enrollment_tokens", [token_view(t, now_ms) for t in tokens], offset, limit, more)
+    return await token_routes.listing(request, "enrollment_tokens", ctx.queries.enrollment_tokens, token_view)
 
 
 async def revoke_token(ctx: Context, request: Request) -> Response:
-    token_id = require_id(request.path_params["token_id"], "token_id")
-    token = await ctx.store.revoke_enrollment_token(token_id, actor=access_of(request).operator.name)
-    return json_response(token_view(token, await ctx.queries.redis_time_ms()))
+    return await token_routes.revoke(ctx, request, ctx.store.revoke_enrollment_token, token_view)
 
 
 # -- agents ----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ code); ``coordinator/boundary.py`` answers and logs it.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from redis import exceptions as redis_errors
 from starlette.exceptions import HTTPException
@@ -61,6 +61,16 @@ class ApiError(Exception):
 class InvalidRequest(ApiError, status=400, code=ErrorCode.INVALID_REQUEST): ...
 class Forbidden(ApiError, status=403, code=ErrorCode.FORBIDDEN): ...
 class NotFound(ApiError, status=404, code=ErrorCode.NOT_FOUND): ...
+
+
+_Found = TypeVar("_Found")
+
+
+def found(value: _Found | None, what: str) -> _Found:
+    """``value``, or ``NotFound("no such <what>")`` when a read found nothing (None)."""
+    if value is None:
+        raise NotFound(f"no such {what}")
+    return value
 
 
 class InsufficientScope(Forbidden, code=ErrorCode.INSUFFICIENT_SCOPE):

@@ -14,13 +14,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator import limits
+from coordinator import limits, token_routes
 from coordinator.auth import Operator, access_of, token_digest
 from coordinator.context import Context
 from coordinator.errors import InvalidRequest
-from coordinator.records import OperatorToken
-from coordinator.responses import iso_ms, json_response, offset_page, operator_token_view
-from coordinator.validation import Body, Query, read_json, require_id
+from coordinator.responses import iso_ms, json_response, operator_token_view
+from coordinator.validation import Body, read_json
 
 _SCOPES = wire.values(wire.OperatorScope)
 
@@ -47,20 +46,15 @@ async def create_token(ctx: Context, request: Request) -> Response:
         "ot_" + secrets.token_hex(8), token_digest(secret), name, scopes, ttl_s * 1000,
         ctx.settings.max_operator_tokens, actor=access_of(request).operator.name,
     )
-    view = operator_token_view(token, token.created_at)
-    return json_response({**view, "token": secret}, 201)
+    return token_routes.created(operator_token_view(token, token.created_at), secret)
 
 
 async def list_tokens(ctx: Context, request: Request) -> Response:
-    limit, offset = Query(request).offset_page()
-    tokens, now_ms, more = await ctx.queries.operator_tokens(limit, offset)
-    return offset_page("operator_tokens", [operator_token_view(t, now_ms) for t in tokens], offset, limit, more)
+    return await token_routes.listing(request, "operator_tokens", ctx.queries.operator_tokens, operator_token_view)
 
 
 async def revoke_token(ctx: Context, request: Request) -> Response:
-    token_id = require_id(request.path_params["token_id"], "token_id")
-    token: OperatorToken = await ctx.store.revoke_operator_token(token_id, actor=access_of(request).operator.name)
-    return json_response(operator_token_view(token, await ctx.queries.redis_time_ms()))
+    return await token_routes.revoke(ctx, request, ctx.store.revoke_operator_token, operator_token_view)
 
 
 def me_view(operator: Operator) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import wire
 from coordinator import limits
 from coordinator.auth import access_of
 from coordinator.context import Context
-from coordinator.errors import InvalidRequest, NotFound
+from coordinator.errors import InvalidRequest, found
 from coordinator.records import TaskRecord
 from coordinator.responses import event_view, json_response, task_view
 from coordinator.validation import Body, Query, canonical_json, read_json, require_id
@@ -89,9 +89,7 @@ async def create_task(ctx: Context, request: Request) -> Response:
 
 async def get_task(ctx: Context, request: Request) -> Response:
     task_id = require_id(request.path_params["task_id"], "task_id")
-    task = await ctx.queries.get_task(task_id)
-    if task is None:
-        raise NotFound("no such task")
+    task = found(await ctx.queries.get_task(task_id), "task")
     return json_response((await _views(ctx, [task]))[0])
 
 
@@ -108,9 +106,7 @@ async def list_tasks(ctx: Context, request: Request) -> Response:
 
 async def task_events(ctx: Context, request: Request) -> Response:
     task_id = require_id(request.path_params["task_id"], "task_id")
-    events = await ctx.queries.task_events(task_id)
-    if events is None:
-        raise NotFound("no such task")
+    events = found(await ctx.queries.task_events(task_id), "task")
     return json_response({"events": [event_view(e) for e in events]})
 
 

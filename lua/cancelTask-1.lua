@@ -2,9 +2,7 @@
   Cancel a task: at once when it is queued or assigned; a running one is asked to stop.
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     task id
     ARGV[7]     owner: the token id the task must have been created by ("" for any task: a
                 caller allowed to cancel every task)

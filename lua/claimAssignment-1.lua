@@ -2,9 +2,7 @@
   Claim the oldest assignment queued for a host: move it to running under a fresh lease.
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     host id
     ARGV[7]     claim id chosen by the agent, or "" for none
     ARGV[8]     lease id for a new lease (minted by the service)
@@ -42,9 +40,6 @@
 --- @include "includes/wakeups"
 --- @include "includes/hosts"
 local S = deployment(KEYS, ARGV)
-local deadlinesKey = S.key.lease_deadlines
-local claimsKey = S.key.claims
-local revokedKey = S.key.revoked_tokens
 local hostId = ARGV[6]
 local claimId = ARGV[7]
 local leaseId = ARGV[8]
@@ -53,28 +48,26 @@ local credential = ARGV[10]
 local processId = ARGV[11]
 local waitMs = tonumber(ARGV[12])
 
-if rcall('SISMEMBER', revokedKey, credential) == 1 then
+if rcall('SISMEMBER', S.key.revoked_tokens, credential) == 1 then
   return {E.REVOKED}
 end
 
 local claimField = indexMember(hostId, claimId)
 if claimId ~= '' then
-  local earlier = rcall('HGET', claimsKey, claimField)
+  local earlier = rcall('HGET', S.key.claims, claimField)
   if earlier then
     local assignment = cjson.decode(earlier)
     local leased = getJson(S.key.tasks, assignment.task_id)
-    local deadline = rcall('ZSCORE', deadlinesKey, assignment.task_id)
     local now = nowMs()
-    if not leased or leased.status ~= 'running' or leased.lease_id ~= assignment.lease_id
-        or not deadline or tonumber(deadline) <= now then
+    if not (leased and leaseLive(S.key.lease_deadlines, assignment.task_id, leased, assignment.lease_id, now)) then
       return {0, false}
     end
-    rcall('ZADD', deadlinesKey, now + ttl, assignment.task_id)
+    rcall('ZADD', S.key.lease_deadlines, now + ttl, assignment.task_id)
     rcall('PEXPIRE', derived(S, 'lease', assignment.task_id), ttl)
     assignment.lease_ttl_ms = ttl
     assignment.lease_expires_at_ms = now + ttl
     local encoded = cjson.encode(assignment)
-    rcall('HSET', claimsKey, claimField, encoded)
+    rcall('HSET', S.key.claims, claimField, encoded)
     return {0, encoded, -1}
   end
 end
@@ -110,7 +103,7 @@ end
 taskEvent(S, task, 'claimed', now)
 saveTask(S, task, previous)
 
-rcall('ZADD', deadlinesKey, now + ttl, task.id)
+rcall('ZADD', S.key.lease_deadlines, now + ttl, task.id)
 rcall('SET', derived(S, 'lease', task.id),
       cjson.encode({lease_id = leaseId, host_id = hostId, attempt = task.attempt}), 'PX', ttl)
 
@@ -128,6 +121,6 @@ local assignment = {
 }
 local encoded = cjson.encode(assignment)
 if claimId ~= '' then
-  rcall('HSET', claimsKey, claimField, encoded)
+  rcall('HSET', S.key.claims, claimField, encoded)
 end
 return {0, encoded, now - (task.queued_at or task.created_at)}

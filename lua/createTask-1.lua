@@ -2,9 +2,7 @@
   Create a task and, in the same step, reserve a matching free device for it or queue it.
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     task JSON built by the service: id, kind, goal | workflow, max_steps,
                 max_attempts, queue_timeout_ms, target_device | (driver, labels),
                 idempotency_key? with its request_hash, created_by (the operator's name)
@@ -32,14 +30,12 @@
 --- @include "includes/candidates"
 local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[8])
-local seqKey = S.key.task_seq
-local idempotencyKey = S.key.idempotency
 
 local task = cjson.decode(ARGV[6])
 local now = nowMs()
 
 if task.idempotency_key then
-  local existingId = rcall('HGET', idempotencyKey, task.idempotency_key)
+  local existingId = rcall('HGET', S.key.idempotency, task.idempotency_key)
   if existingId then
     local existing = getJson(S.key.tasks, existingId)
     if existing.request_hash ~= task.request_hash then
@@ -47,10 +43,10 @@ if task.idempotency_key then
     end
     return {0, cjson.encode(existing), 0}
   end
-  rcall('HSET', idempotencyKey, task.idempotency_key, task.id)
+  rcall('HSET', S.key.idempotency, task.idempotency_key, task.id)
 end
 
-task.seq = rcall('INCR', seqKey)
+task.seq = rcall('INCR', S.key.task_seq)
 task.status = 'queued'
 task.attempt = 1
 task.created_at = now

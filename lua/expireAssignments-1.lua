@@ -5,9 +5,7 @@
   claim script ends the stall).
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     at most this many deadlines per call
   The index this sweep reads: claim_deadlines.
   Output:
@@ -30,7 +28,5 @@ local taken = sweepDue(S.key.claim_deadlines, S.key.tasks, now, limit, function(
     returned = returned + pauseHost(S, task.host_id, now, 'claim_timeout', false)
   end
 end)
-if returned > 0 then
-  rcall('HINCRBY', S.key.stats, 'claim_timeouts', returned)
-end
+count(S, 'claim_timeouts', returned)
 return {0, taken, returned}

@@ -3,9 +3,7 @@
   failed with `lease_expired` once max_attempts is spent, or cancelled if a cancel was requested.
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     at most this many leases per call
   Keys it touches besides those of its includes:
     lease_deadlines  zset  task id -> its running lease's expiry (ms); the index
@@ -27,15 +25,13 @@
 --- @include "includes/events"
 --- @include "includes/tasks"
 local S = deployment(KEYS, ARGV)
-local deadlinesKey = S.key.lease_deadlines
-local progressKey = S.key.progress
 local limit = tonumber(ARGV[6])
 
 local now = nowMs()
-local taken = sweepDue(deadlinesKey, S.key.tasks, now, limit, function(taskId, task)
+local taken = sweepDue(S.key.lease_deadlines, S.key.tasks, now, limit, function(taskId, task)
   rcall('DEL', derived(S, 'lease', taskId))  -- as a rule gone by its own TTL already
   if task and task.status == 'running' then
-    rcall('HDEL', progressKey, task.id)
+    rcall('HDEL', S.key.progress, task.id)
     count(S, 'lease_expiries')
     endRun(S, task, task.attempt, now, 'lease_expired')
     local previous = task.status

@@ -2,9 +2,7 @@
   Reaper: queued tasks past their queue deadline fail with failure_reason `queue_timeout`.
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     at most this many deadlines per call
   The index this sweep reads: queue_deadlines.
   Output:
@@ -33,7 +31,5 @@ local taken = sweepDue(S.key.queue_deadlines, S.key.tasks, now, limit, function(
     failed = failed + 1
   end
 end)
-if failed > 0 then
-  rcall('HINCRBY', S.key.stats, 'queue_timeouts', failed)
-end
+count(S, 'queue_timeouts', failed)
 return {0, taken, failed}

@@ -4,9 +4,7 @@
   told `unknown_device`.
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     device id
     ARGV[7]     actor: the operator's name, on the `device_forgotten` event
   Keys it touches besides those of its includes:
@@ -28,12 +26,9 @@
 --- @include "includes/pool"
 local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[7])
-local enrolledKey = S.key.enrolled_devices
-local localKey = S.key.local_devices
-local hostsKey = S.key.hosts
 local deviceId = ARGV[6]
 
-local enrolled = getJson(enrolledKey, deviceId)
+local enrolled = getJson(S.key.enrolled_devices, deviceId)
 if not enrolled then
   return {E.NOT_FOUND}
 end
@@ -45,12 +40,12 @@ if current then
   unpoolDevice(S, deviceId, current)
 end
 rcall('HDEL', S.key.disabled_devices, deviceId)
-rcall('HDEL', enrolledKey, deviceId)
-rcall('HDEL', localKey, indexMember(enrolled.host_id, enrolled.local_id))
-local host = getJson(hostsKey, enrolled.host_id)
+rcall('HDEL', S.key.enrolled_devices, deviceId)
+rcall('HDEL', S.key.local_devices, indexMember(enrolled.host_id, enrolled.local_id))
+local host = getJson(S.key.hosts, enrolled.host_id)
 if host and host.devices_enrolled then
   host.devices_enrolled = math.max(0, host.devices_enrolled - 1)
-  putJson(hostsKey, enrolled.host_id, host)
+  putJson(S.key.hosts, enrolled.host_id, host)
 end
 -- The host's stored snapshot forgets it too, so its next heartbeat that still reports the id is
 -- not a byte-equal repeat: it is checked in full and told unknown_device.

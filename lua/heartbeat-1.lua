@@ -3,9 +3,7 @@
   complete snapshot it sent, all or nothing.
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     host id
     ARGV[7]     host kind: "static" or "enrolled"
     ARGV[8]     snapshot JSON {agent, devices: [{device_id, driver, status, attributes, labels}]},
@@ -47,18 +45,13 @@
 --- @include "includes/placement"
 --- @include "includes/tasks"
 local S = deployment(KEYS, ARGV)
-local hostsKey = S.key.hosts
-local seenKey = S.key.host_seen
-local enrolledKey = S.key.enrolled_devices
-local revokedKey = S.key.revoked_tokens
-local hostIdsKey = S.key.host_ids
 local hostId = ARGV[6]
 local kind = ARGV[7]
 local snapshotJson = ARGV[8]
 local credential = ARGV[9]
 local capabilitiesJson = ARGV[10]
 
-if rcall('SISMEMBER', revokedKey, credential) == 1 then
+if rcall('SISMEMBER', S.key.revoked_tokens, credential) == 1 then
   return {E.REVOKED}
 end
 local now = nowMs()
@@ -66,7 +59,7 @@ local wasOnline = hostOnline(S, hostId, now)
 local previousJson = rcall('HGET', S.key.host_snapshots, hostId)
 if wasOnline and previousJson == snapshotJson then
   rcall('ZADD', S.key.hosts_online, now, hostId)
-  rcall('ZADD', seenKey, now, hostId)
+  rcall('ZADD', S.key.host_seen, now, hostId)
   return {0, rcall('SISMEMBER', S.key.hosts_draining, hostId)}
 end
 
@@ -74,7 +67,7 @@ end
 -- data; a process's cached credential may not know yet) is an unknown credential, not a host
 -- with unknown devices, and must not come back as an empty host. The unchanged-snapshot path
 -- above needs no look: the snapshot it compares with is gone with the record.
-local hostRecord = getJson(hostsKey, hostId)
+local hostRecord = getJson(S.key.hosts, hostId)
 if kind == 'enrolled' and (not hostRecord or hostRecord.token_digest ~= credential) then
   return {E.REVOKED}
 end
@@ -82,7 +75,7 @@ end
 local snapshot = cjson.decode(snapshotJson)
 for _, reported in ipairs(snapshot.devices) do
   local id = reported.device_id
-  local enrolled = getJson(enrolledKey, id)
+  local enrolled = getJson(S.key.enrolled_devices, id)
   if kind == 'enrolled' then
     if not enrolled or enrolled.host_id ~= hostId then
       return {E.UNKNOWN_DEVICE, id}
@@ -150,11 +143,11 @@ for _, reported in ipairs(snapshot.devices) do
 end
 
 rcall('ZADD', S.key.hosts_online, now, hostId)
-rcall('ZADD', seenKey, now, hostId)
+rcall('ZADD', S.key.host_seen, now, hostId)
 rcall('HSET', S.key.host_snapshots, hostId, snapshotJson)
 if not hostRecord then
-  putJson(hostsKey, hostId, {kind = kind, created_at = now})
-  rcall('ZADD', hostIdsKey, 0, hostId)
+  putJson(S.key.hosts, hostId, {kind = kind, created_at = now})
+  rcall('ZADD', S.key.host_ids, 0, hostId)
 end
 if not wasOnline then
   publish(S, {type = 'host_online', host_id = hostId, at = now})

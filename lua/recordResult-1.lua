@@ -3,9 +3,7 @@
   failure requeues the task as the next attempt while attempts remain.
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     host id
     ARGV[7]     task id
     ARGV[8]     attempt
@@ -42,9 +40,6 @@
 --- @include "includes/events"
 --- @include "includes/tasks"
 local S = deployment(KEYS, ARGV)
-local deadlinesKey = S.key.lease_deadlines
-local progressKey = S.key.progress
-local revokedKey = S.key.revoked_tokens
 local hostId = ARGV[6]
 local taskId = ARGV[7]
 local attempt = tonumber(ARGV[8])
@@ -53,7 +48,7 @@ local resultJson = ARGV[10]
 local credential = ARGV[11]
 
 local task = getJson(S.key.tasks, taskId)
-local lease, failure = presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
+local lease, failure = presentedLease(S.key.revoked_tokens, credential, leaseId, hostId, taskId, attempt, task)
 if not lease then
   return {failure}
 end
@@ -88,9 +83,9 @@ local now = nowMs()
 local report = cjson.decode(resultJson)
 local retry = report.retryable == true and report.status == 'failed'
   and task.attempt < task.max_attempts and not task.cancel_requested
-rcall('ZREM', deadlinesKey, taskId)
+rcall('ZREM', S.key.lease_deadlines, taskId)
 rcall('DEL', derived(S, 'lease', taskId))
-rcall('HDEL', progressKey, taskId)
+rcall('HDEL', S.key.progress, taskId)
 endRun(S, task, attempt, now, report.status)
 task.result_report = resultJson
 task.result_lease = leaseId

@@ -18,11 +18,6 @@
 local tokensKey = KEYS[1]
 local feedKey = KEYS[2]
 
-local token, now = revokeToken(tokensKey, ARGV[1])
-if not token then
-  return {E.NOT_FOUND}
-end
-if now then
+return revokeToken(tokensKey, ARGV[1], function(token, now)
   publishTo(feedKey, {type = 'enrollment_token_revoked', token_id = token.id, at = now}, ARGV[2])
-end
-return {0, cjson.encode(token)}
+end)

@@ -6,9 +6,7 @@
   host whose token is changed in configuration works again with the new token.
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     host id
     ARGV[7]     a static host's configured token digest (it may have no record yet), "" for an
                 enrolled host (its record holds the digest)
@@ -30,27 +28,24 @@
 --- @include "includes/hosts"
 local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[8])
-local hostsKey = S.key.hosts
-local revokedKey = S.key.revoked_tokens
-local hostTokensKey = S.key.host_tokens
 local hostId = ARGV[6]
 local staticDigest = ARGV[7]
 
 local now = nowMs()
-local host = getJson(hostsKey, hostId)
+local host = getJson(S.key.hosts, hostId)
 local newly
 if staticDigest ~= '' then
   host = host or {kind = 'static', created_at = now}
-  newly = rcall('SADD', revokedKey, staticDigest) == 1
+  newly = rcall('SADD', S.key.revoked_tokens, staticDigest) == 1
 elseif not host then
   return {E.NOT_FOUND}
 else
-  newly = rcall('SADD', revokedKey, host.token_digest) == 1
-  rcall('HDEL', hostTokensKey, host.token_digest)
+  newly = rcall('SADD', S.key.revoked_tokens, host.token_digest) == 1
+  rcall('HDEL', S.key.host_tokens, host.token_digest)
   if not host.revoked then
     host.revoked = true
     host.revoked_at = now
-    putJson(hostsKey, hostId, host)
+    putJson(S.key.hosts, hostId, host)
   end
 end
 detachHost(S, hostId, now, 'host_revoked', true)

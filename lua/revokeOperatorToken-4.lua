@@ -23,14 +23,9 @@ local hashesKey = KEYS[2]
 local liveKey = KEYS[3]
 local feedKey = KEYS[4]
 
-local token, now = revokeToken(tokensKey, ARGV[1])
-if not token then
-  return {E.NOT_FOUND}
-end
-if now then
+return revokeToken(tokensKey, ARGV[1], function(token, now)
   rcall('HDEL', hashesKey, token.digest)
   rcall('ZREM', liveKey, token.id)
   publishTo(feedKey, {type = 'operator_token_revoked', token_id = token.id, name = token.name, at = now},
             ARGV[2])
-end
-return {0, cjson.encode(token)}
+end)

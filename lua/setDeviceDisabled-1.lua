@@ -3,9 +3,7 @@
   goes back to the queue; running work finishes), or enable it again.
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     device id
     ARGV[7]     "1" to disable, "0" to enable
     ARGV[8]     the operator's reason (disable)
@@ -28,13 +26,12 @@
 --- @include "includes/tasks"
 local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[9])
-local enrolledKey = S.key.enrolled_devices
 local deviceId = ARGV[6]
 local disable = ARGV[7] == '1'
 local reason = ARGV[8]
 
 local device = getJson(S.key.devices, deviceId)
-if not device and rcall('HEXISTS', enrolledKey, deviceId) == 0
+if not device and rcall('HEXISTS', S.key.enrolled_devices, deviceId) == 0
     and rcall('HEXISTS', S.key.disabled_devices, deviceId) == 0 then
   return {E.NOT_FOUND}
 end

@@ -3,9 +3,7 @@
   finishes), or undrain it (its devices take work again at once).
 
   Input:
-    KEYS[1]     tasks: names the deployment's slot; every key the script touches is
-                derived from the key base, ARGV[3] (includes/deployment.lua)
-    ARGV[1..5]  the deployment's settings (includes/deployment.lua)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     host id
     ARGV[7]     "1" to drain, "0" to undrain
     ARGV[8]     actor: the operator's name, on every event of this step

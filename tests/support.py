@@ -156,6 +156,18 @@ def coordinator_env(prefix: str, redis_url: str = REAL_REDIS_URL, **overrides: A
     })
 
 
+def stop_process(popen: subprocess.Popen[Any], timeout: float = 15.0) -> int:
+    """SIGTERM if it still runs, wait up to ``timeout``, then SIGKILL; the exit code."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+    return popen.returncode
+
+
 class Process:
     """A child process whose output (stdout and stderr) goes to ``<workdir>/<name>.log``.
     Without a ``workdir`` it gets a temporary one, removed by ``stop``."""
@@ -189,13 +201,7 @@ class Process:
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM, wait up to ``timeout``, then SIGKILL; the log is printed (pytest shows it
         with a failure) unless the process exited 0 or by the SIGTERM."""
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        stop_process(self.popen, timeout)
         if self.popen.returncode not in _STOPPED:
             print(f"--- {self.name} exited with {self.popen.returncode}; its log:\n{self.log()}")
         if self._tempdir is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tether import render
+from tether.arg_types import positive_int
 from tether.client import Client
 from tether.commands import Output
 
@@ -29,7 +30,7 @@ def add_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("name", metavar="NAME", nargs="?", help="save this artifact's bytes")
     command.add_argument("-o", "--output", metavar="FILE",
                          help="where NAME's bytes go (default: stdout, unless it is a terminal)")
-    command.add_argument("--attempt", metavar="N", type=_attempt,
+    command.add_argument("--attempt", metavar="N", type=positive_int,
                          help="NAME of this attempt (default: the latest attempt that has it)")
 
 
@@ -84,13 +85,3 @@ def _is_text(data: bytes) -> bool:
 def _usage(message: str) -> int:
     print(f"tether artifacts: {message}", file=sys.stderr)
     return 2
-
-
-def _attempt(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more: {text!r}")
-    return value

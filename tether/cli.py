@@ -16,6 +16,7 @@ from importlib import metadata
 
 import wire
 from tether import artifacts_cmd, commands
+from tether.arg_types import positive_int
 from tether.client import Client
 from tether.errors import TetherError
 
@@ -90,15 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--device", metavar="ID", help="run on this device")
     where.add_argument("--driver", metavar="D", help="run on any device of this driver (with --label)")
     p.add_argument("--label", metavar="K=V", action="append", type=_label, help="device label to match (repeatable)")
-    p.add_argument("--max-attempts", metavar="N", type=_positive)
-    p.add_argument("--queue-timeout", metavar="S", type=_positive, help="fail it if not assigned within S seconds")
+    p.add_argument("--max-attempts", metavar="N", type=positive_int)
+    p.add_argument("--queue-timeout", metavar="S", type=positive_int, help="fail it if not assigned within S seconds")
     p.add_argument("--wait", action="store_true", help="follow it like `watch` until it ends")
 
     p = command("tasks", commands.tasks, "list tasks, newest first")
     p.add_argument("--status", choices=_TASK_STATUSES)
     p.add_argument("--host", metavar="H")
     p.add_argument("--device", metavar="D")
-    p.add_argument("--limit", metavar="N", type=_positive, default=50, help="at most N tasks (default 50)")
+    p.add_argument("--limit", metavar="N", type=positive_int, default=50, help="at most N tasks (default 50)")
     command("task", commands.task, "show a task, with why it waits").add_argument("id", metavar="ID")
     command("events", commands.events, "a task's history").add_argument("id", metavar="ID")
     command("watch", commands.watch, "follow a task live until it ends; exit 0 if it succeeded").add_argument(
@@ -127,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     tokens = p.add_subparsers(title="token commands", metavar="COMMAND")
     t = tokens.add_parser("create", parents=[common], help="create an enrollment token (its secret shown once)")
     t.set_defaults(run=commands.tokens_create)
-    t.add_argument("--uses", metavar="N", type=_positive, help="how many hosts may enroll with it (default 1)")
-    t.add_argument("--ttl", metavar="S", type=_positive, help="seconds it stays valid (default 3600)")
+    t.add_argument("--uses", metavar="N", type=positive_int, help="how many hosts may enroll with it (default 1)")
+    t.add_argument("--ttl", metavar="S", type=positive_int, help="seconds it stays valid (default 3600)")
     t.add_argument("--label", metavar="K=V", action="append", type=_label,
                    help="a label for the hosts it enrolls (repeatable)")
     t = tokens.add_parser("revoke", parents=[common], help="revoke an enrollment token")
@@ -143,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("name", metavar="NAME", help="who or what holds it (wall-screen, ci, on-call-alice)")
     t.add_argument("--scope", metavar="S", action="append", required=True, choices=_OPERATOR_SCOPES,
                    help=f"what it may do (repeatable): {', '.join(_OPERATOR_SCOPES)}")
-    t.add_argument("--ttl", metavar="S", type=_positive, help="seconds it stays valid (default: the coordinator's)")
+    t.add_argument("--ttl", metavar="S", type=positive_int, help="seconds it stays valid (default: the coordinator's)")
     t = tokens.add_parser("revoke", parents=[common], help="revoke an operator token")
     t.set_defaults(run=commands.operator_tokens_revoke)
     t.add_argument("id", metavar="ID")
@@ -176,16 +177,6 @@ def _param(text: str) -> tuple[str, object]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected K=V or K:=JSON, got {text!r}")
     return key, value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more: {text!r}")
-    return value
 
 
 if __name__ == "__main__":

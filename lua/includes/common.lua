@@ -132,6 +132,14 @@ local function presentedLease(revokedKey, credential, leaseId, hostId, taskId, a
   return nil, E.LEASE_NOT_OWNED
 end
 
+-- Whether `leaseId` is the running lease of the task (`task`, its record) and its deadline in
+-- `deadlinesKey` is still ahead of `now`: the one test of a live lease, for renewals, artifact
+-- uploads and a repeated claim alike.
+local function leaseLive(deadlinesKey, taskId, task, leaseId, now)
+  local deadline = rcall('ZSCORE', deadlinesKey, taskId)
+  return task.status == 'running' and task.lease_id == leaseId and deadline and tonumber(deadline) > now
+end
+
 -- The lease a host presents, checked as a renewal checks it: `presentedLease`, then the attempt
 -- must be the task's current one (else LEASE_REPLACED), and the lease the task's running,
 -- unexpired one (else LEASE_EXPIRED). Returns the lease, or nil and the failure. Renewals and
@@ -144,8 +152,7 @@ local function runningLease(revokedKey, deadlinesKey, credential, leaseId, hostI
   if task.attempt > attempt then
     return nil, E.LEASE_REPLACED
   end
-  local deadline = rcall('ZSCORE', deadlinesKey, taskId)
-  if task.status ~= 'running' or task.lease_id ~= leaseId or not deadline or tonumber(deadline) <= now then
+  if not leaseLive(deadlinesKey, taskId, task, leaseId, now) then
     return nil, E.LEASE_EXPIRED
   end
   return lease

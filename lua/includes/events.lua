@@ -7,7 +7,7 @@
     publish(S, event)                     an event of no task, to the feed
     taskEvent(S, task, kind, now, ...)    an event of a task, to its history and the feed
     endRun(S, task, attempt, now, outcome) an attempt's run, to its device's runs
-    count(S, name)                        one more of a deployment-wide counter (`stats`)
+    count(S, name, by)                    add by (default 1) to a deployment-wide counter (`stats`)
 
   Invariants kept: every transition appends its event to the task's history (the record the
   caller saves in the same step) and to the feed in the same step, so neither can disagree with
@@ -75,6 +75,10 @@ local function endRun(S, task, attempt, now, outcome)
   rcall('PEXPIRE', runs, S.retentionMs)
 end
 
-local function count(S, name)
-  rcall('HINCRBY', S.key.stats, name, 1)
+-- Add `by` (1 when not given) to a deployment-wide counter; adding 0 writes nothing.
+local function count(S, name, by)
+  by = by or 1
+  if by ~= 0 then
+    rcall('HINCRBY', S.key.stats, name, by)
+  end
 end

@@ -3,23 +3,27 @@
   is revoked, for listing and audit.
 
   Functions:
-    revokeToken(tokensKey, tokenId)  mark a token revoked, once
+    revokeToken(tokensKey, tokenId, onRevoked)  mark a token revoked, once; the script's reply
 
   Invariant kept: revocation is final and idempotent: a token revoked again keeps its first
   `revoked_at`, and the caller learns it changed nothing (so it publishes nothing).
 ]]
 --- @include "includes/common"
 
--- Mark the token revoked: its record, or nil when there is none, and the time it was revoked now,
--- or nil when it already was (the record is then left as it was).
-local function revokeToken(tokensKey, tokenId)
+-- Revoke a token, once, and answer as a revoke script does: {0, token JSON}, or {NOT_FOUND} when
+-- there is no such token. `onRevoked(token, now)` runs only when this call revoked it (the
+-- script's own indexes and its event); a repeat leaves the record as it was and runs nothing.
+local function revokeToken(tokensKey, tokenId, onRevoked)
   local token = getJson(tokensKey, tokenId)
-  if not token or token.revoked then
-    return token, nil
+  if not token then
+    return {E.NOT_FOUND}
   end
-  local now = nowMs()
-  token.revoked = true
-  token.revoked_at = now
-  putJson(tokensKey, token.id, token)
-  return token, now
+  if not token.revoked then
+    local now = nowMs()
+    token.revoked = true
+    token.revoked_at = now
+    putJson(tokensKey, token.id, token)
+    onRevoked(token, now)
+  end
+  return {0, cjson.encode(token)}
 end

@@ -26,7 +26,7 @@ from typing import Any, Self
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.support import wait_until
+from tests.support import stop_process, wait_until
 
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CALL_TIMEOUT_S = 15.0
@@ -142,13 +142,7 @@ class Chromium:
 
     def close(self) -> None:
         self._exits.close()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 10)
         if self.process.stderr:
             self.process.stderr.close()
         shutil.rmtree(self.profile, ignore_errors=True)

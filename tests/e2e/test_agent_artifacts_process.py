@@ -1,7 +1,8 @@
 """A real agent's evidence end to end: ``python -m coordinator serve`` on real Redis, blobs in its
 default folder, and ``python -m agent`` with a simulated phone and HOST_AGENT_ARTIFACTS left at
-its default. A 6-step workflow yields 6 step screenshots (real PNGs, tied to their steps) and the
-run's log, listed by the operator's ``GET /api/v1/tasks/{id}/artifacts``."""
+its default. The agent's example note-smoke workflow (its default workflows folder) yields a step
+screenshot per step (real PNGs, tied to their steps) and the run's log, listed by the operator's
+``GET /api/v1/tasks/{id}/artifacts``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from agent.runtime import EXAMPLE_WORKFLOWS_DIR
 from tests.support import (
     FAST_COORDINATOR,
     HOSTS,
@@ -25,30 +27,20 @@ from tests.support import (
 pytestmark = pytest.mark.e2e
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-SIX_STEPS = [
-    {"action": "key", "key": "home"},
-    {"action": "launch", "app": "notes"},
-    {"action": "tap", "id": "notes:id/editor"},
-    {"action": "type", "text": "${text}"},
-    {"action": "tap", "text": "Save"},
-    {"action": "assert_text", "text": "${text}", "timeout_ms": 2000},
-]
 
 
-def test_a_six_step_workflow_leaves_six_step_screenshots_and_a_log(tmp_path: Path) -> None:
-    workflows = tmp_path / "workflows"
-    workflows.mkdir()
-    (workflows / "six.json").write_text(json.dumps({"name": "six", "steps": SIX_STEPS}))
+def test_a_workflow_leaves_a_screenshot_per_step_and_a_log(tmp_path: Path) -> None:
+    step_count = len(json.loads((EXAMPLE_WORKFLOWS_DIR / "note-smoke.json").read_text())["steps"])
     with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix, **FAST_COORDINATOR),
                                                        workdir=tmp_path) as coordinator:
         agent = agent_process(coordinator.url, tmp_path / "agent", HOST_ID="host-a", TOKEN=HOSTS["host-a"],
-                              DEVICES="sim:evidence-1", WORKFLOWS_DIR=str(workflows))
+                              DEVICES="sim:evidence-1")
         try:
             api = coordinator.api
             wait_until(lambda: any(d["device_id"] == "evidence-1" and d["status"] == "available"
                                    for d in api.get("/api/v1/devices").json()["devices"]), what="phone pooled")
             created = api.post("/api/v1/tasks", json={"kind": "workflow", "device_id": "evidence-1",
-                                                      "workflow": {"name": "six", "params": {"text": "hello"}}})
+                                                      "workflow": {"name": "note-smoke", "params": {"text": "hello"}}})
             assert created.status_code == 201, created.text
             task_id = created.json()["task_id"]
             task = wait_until(lambda: (t := coordinator.task(task_id))["status"] in ("succeeded", "failed") and t,
@@ -59,7 +51,7 @@ def test_a_six_step_workflow_leaves_six_step_screenshots_and_a_log(tmp_path: Pat
             listed = api.get(f"/api/v1/tasks/{task_id}/artifacts")
             assert listed.status_code == 200, listed.text
             found = {a["name"]: a for a in listed.json()["artifacts"]}
-            steps = [f"step-{i:03d}.png" for i in range(6)]
+            steps = [f"step-{i:03d}.png" for i in range(step_count)]
             assert sorted(found) == sorted([*steps, "log.txt"])
             sizes = set()
             for index, name in enumerate(steps):
