@@ -186,8 +186,6 @@ async def test_result_409_means_give_up() -> None:
     assert len(results_for(coordinator, task["task_id"])) == 1
 
 
-
-
 async def test_a_step_change_renews_early_at_most_once_a_second() -> None:
     # A minute's lease renews on its own every 20 s: every renewal below is an early one.
     coordinator = FakeCoordinator(lease_ttl_ms=60_000)
