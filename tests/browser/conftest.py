@@ -70,9 +70,20 @@ class Coordinator(CoordinatorProcess):
         body: dict[str, Any] = {"devices": [{"device_id": d, "driver": "sim", "status": s} for d, s in devices.items()]}
         if agent:
             body["agent"] = agent
-        response = self.api.put(f"/internal/v1/hosts/{host}/heartbeat", json=body,
-                                headers={"authorization": f"Bearer {HOSTS[host]}"})
+        response = self.api.put(f"/internal/v1/hosts/{host}/heartbeat", json=body, headers=host_headers(host))
         assert response.status_code == 200, response.text
+
+    def running_goal(self, host: str, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A goal task on ``device``, claimed by ``host`` with the test as its agent: (task, lease)."""
+        self.heartbeat(host, {device: "available"})
+        task = self.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "x", "device_id": device})
+        lease = self.api.post(f"/internal/v1/hosts/{host}/claim?wait_s=0", headers=host_headers(host)).json()
+        assert lease["task_id"] == task["task_id"]
+        return task, lease
+
+
+def host_headers(host: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {HOSTS[host]}"}
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import Coordinator, Dashboard
+from tests.browser.conftest import Coordinator, Dashboard, host_headers
 from tests.pngs import solid_png
-from tests.support import ADMIN, HOSTS
+from tests.support import ADMIN
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,7 @@ def upload(coordinator: Coordinator, lease: dict[str, Any], name: str, body: byt
         params["step_index"] = step_index
     response = coordinator.api.put(f"/internal/v1/hosts/host-a/leases/{lease['lease_id']}/artifacts/{name}",
                                    params=params, content=body,
-                                   headers={"authorization": f"Bearer {HOSTS['host-a']}", "content-type": content_type})
+                                   headers={**host_headers("host-a"), "content-type": content_type})
     assert response.status_code == 201, response.text
 
 
@@ -45,11 +45,8 @@ STRIP = """[...document.querySelectorAll('#task-artifacts li.artifact')].map(li 
 def test_the_task_view_shows_a_thumbnail_per_step_a_click_opens_it_and_the_log_reads_as_text(
     coordinator: Coordinator, dashboard: Dashboard
 ) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
-    task = coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "x", "device_id": "phone-1"})
-    host = {"authorization": f"Bearer {HOSTS['host-a']}"}
-    lease = coordinator.api.post("/internal/v1/hosts/host-a/claim?wait_s=0", headers=host).json()
-    assert lease["task_id"] == task["task_id"]
+    task, lease = coordinator.running_goal("host-a", "phone-1")
+    host = host_headers("host-a")
     for step in (2, 0, 1):  # stored before the view opens, out of order: the listing shows them
         screenshot(coordinator, lease, step)
 
@@ -149,10 +146,7 @@ def test_the_strip_orders_by_attempt_then_step_and_an_artifact_moves_no_chart(
 def test_a_long_run_s_thumbnails_are_read_as_the_strip_scrolls_to_them(
     coordinator: Coordinator, dashboard: Dashboard
 ) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
-    task = coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "x", "device_id": "phone-1"})
-    lease = coordinator.api.post("/internal/v1/hosts/host-a/claim?wait_s=0",
-                                 headers={"authorization": f"Bearer {HOSTS['host-a']}"}).json()
+    task, lease = coordinator.running_goal("host-a", "phone-1")
     for step in range(60):
         upload(coordinator, lease, f"step-{step}.png", solid_png(40, 30, (step * 4, 0, 0)), "image/png", step)
     dashboard.open_signed_in()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import STEADY_STEP_MS, Coordinator, Dashboard
+from tests.browser.conftest import STEADY_STEP_MS, Coordinator, Dashboard, host_headers
 from tests.support import HOSTS, Process
 
 pytestmark = pytest.mark.e2e
@@ -151,10 +151,8 @@ def test_a_device_is_free_at_its_result_event(
     coordinator: Coordinator, dashboard: Dashboard
 ) -> None:
     # No agent, no heartbeat after the result: only the result event can free the device on screen.
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
-    task = coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "x", "device_id": "phone-1"})
-    host = {"authorization": f"Bearer {HOSTS['host-a']}"}
-    lease = coordinator.api.post("/internal/v1/hosts/host-a/claim?wait_s=0", headers=host).json()
+    task, lease = coordinator.running_goal("host-a", "phone-1")
+    host = host_headers("host-a")
     coordinator.heartbeat("host-a", {"phone-1": "busy"})
     dashboard.open_signed_in()
     dashboard.wait_cell("devices", "phone-1", "State", lambda s: s == "busy")
