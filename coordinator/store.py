@@ -135,6 +135,14 @@ class Store:
         """Run a scheduling script: the deployment's key and settings come first."""
         return await self._run(name, self._sched_keys, [*self._sched_args, *args])
 
+    async def _on_lease(self, name: str, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
+                        keys: list[str], args: list[Any]) -> list[Any]:
+        """Run a script about the lease a host presents (lua/includes/common.lua, requestLease):
+        the lease's keys and the request's claim to it come first."""
+        k = self.keys
+        return await self._run(name, [k.tasks, k.lease_deadlines, k.revoked_tokens, *keys],
+                               [host.host_id, lease_id, task_id, attempt, host.digest, *args])
+
     # -- hosts' protocol -------------------------------------------------------------------
 
     async def heartbeat(self, host: HostPrincipal, snapshot_json: str, capabilities_json: str = "") -> bool:
@@ -158,11 +166,8 @@ class Store:
     async def renew(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int, ttl_ms: int,
                     progress_json: str) -> tuple[int, bool]:
         k = self.keys
-        reply = await self._run(
-            "renewLease",
-            [k.tasks, k.lease_deadlines, k.progress, k.revoked_tokens, k.feed, k.lease(task_id)],
-            [host.host_id, lease_id, task_id, attempt, ttl_ms, progress_json, host.digest],
-        )
+        reply = await self._on_lease("renewLease", host, lease_id, task_id, attempt,
+                                     [k.progress, k.feed, k.lease(task_id)], [ttl_ms, progress_json])
         return int(reply[1]), reply[2] == 1
 
     async def record_result(self, host: HostPrincipal, task_id: str, attempt: int, lease_id: str,
@@ -242,9 +247,7 @@ class Store:
     async def check_lease(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int) -> None:
         """The renewal's refusal (409, or 401 for a revoked credential) if the lease is not the
         task's current one; nothing changes either way (lua/checkLease)."""
-        k = self.keys
-        await self._run("checkLease", [k.tasks, k.lease_deadlines, k.revoked_tokens],
-                        [host.host_id, lease_id, task_id, attempt, host.digest])
+        await self._on_lease("checkLease", host, lease_id, task_id, attempt, [], [])
 
     async def record_artifact(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
                               name: str, *, size: int, sha256: str, content_type: str,
@@ -252,12 +255,11 @@ class Store:
                               max_task_artifacts: int) -> ArtifactRecorded:
         """Describe an artifact whose bytes are stored as ``blob`` (lua/recordArtifact)."""
         k = self.keys
-        reply = await self._run(
-            "recordArtifact",
-            [k.tasks, k.lease_deadlines, k.revoked_tokens, k.artifacts, k.artifact_index, k.artifact_usage,
-             k.artifact_blobs, k.stats, k.feed],
-            [host.host_id, lease_id, task_id, attempt, host.digest, name, size, sha256, content_type,
-             "" if step_index is None else step_index, blob, max_task_bytes, max_task_artifacts],
+        reply = await self._on_lease(
+            "recordArtifact", host, lease_id, task_id, attempt,
+            [k.artifacts, k.artifact_index, k.artifact_usage, k.artifact_blobs, k.stats, k.feed],
+            [name, size, sha256, content_type, "" if step_index is None else step_index, blob, max_task_bytes,
+             max_task_artifacts],
         )
         return ArtifactRecorded(orjson.loads(reply[1]), reply[2] == 1)
 

@@ -21,9 +21,7 @@
 ]]
 --- @flags no-writes
 --- @include "includes/common"
-local task = getJson(KEYS[1], ARGV[3])
-local lease, failure = runningLease(KEYS[3], KEYS[2], ARGV[5], ARGV[2], ARGV[1], ARGV[3], tonumber(ARGV[4]), task,
-  nowMs())
+local _, lease, failure = requestLease(KEYS, ARGV, nowMs())
 if not lease then
   return {failure}
 end

@@ -40,32 +40,14 @@
   keeps transitions only), so watchers see it as it arrives.
 ]]
 --- @include "includes/common"
-local tasksKey = KEYS[1]
-local deadlinesKey = KEYS[2]
-local revokedKey = KEYS[3]
-local artifactsKey = KEYS[4]
-local indexKey = KEYS[5]
-local usageKey = KEYS[6]
-local blobsKey = KEYS[7]
-local statsKey = KEYS[8]
-local feedKey = KEYS[9]
-local hostId = ARGV[1]
-local leaseId = ARGV[2]
-local taskId = ARGV[3]
-local attempt = tonumber(ARGV[4])
-local credential = ARGV[5]
-local name = ARGV[6]
-local size = tonumber(ARGV[7])
-local sha256 = ARGV[8]
-local contentType = ARGV[9]
-local stepIndex = tonumber(ARGV[10])
-local blob = ARGV[11]
-local maxBytes = tonumber(ARGV[12])
-local maxCount = tonumber(ARGV[13])
+local artifactsKey, indexKey, usageKey, blobsKey = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local statsKey, feedKey = KEYS[8], KEYS[9]
+local hostId, taskId, attempt = ARGV[1], ARGV[3], tonumber(ARGV[4])
+local name, size, sha256, contentType = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
+local stepIndex, blob, maxBytes, maxCount = tonumber(ARGV[10]), ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
 
-local task = getJson(tasksKey, taskId)
 local now = nowMs()
-local lease, failure = runningLease(revokedKey, deadlinesKey, credential, leaseId, hostId, taskId, attempt, task, now)
+local _, lease, failure = requestLease(KEYS, ARGV, now)
 if not lease then
   return {failure}
 end

@@ -4,17 +4,17 @@
   Input:
     KEYS[1] tasks            hash  task id -> task JSON
     KEYS[2] lease_deadlines  zset  task id -> its running lease's expiry (ms)
-    KEYS[3] progress         hash  task id -> latest progress JSON of its running attempt
-    KEYS[4] revoked_tokens   set   SHA-256 digests of revoked host tokens
+    KEYS[3] revoked_tokens   set   SHA-256 digests of revoked host tokens
+    KEYS[4] progress         hash  task id -> latest progress JSON of its running attempt
     KEYS[5] feed             stream the deployment's live feed
     KEYS[6] lease:<task id>  string the live lease {lease_id, host_id, attempt}, its TTL the time left
     ARGV[1] host id
     ARGV[2] lease id
     ARGV[3] task id
     ARGV[4] attempt
-    ARGV[5] lease TTL (ms)
-    ARGV[6] progress JSON to store, or "" to leave the stored progress as it is
-    ARGV[7] SHA-256 of the credential the request came with (revocation is bound to it)
+    ARGV[5] SHA-256 of the credential the request came with (revocation is bound to it)
+    ARGV[6] lease TTL (ms)
+    ARGV[7] progress JSON to store, or "" to leave the stored progress as it is
   Output:
     {0, new expiry (ms), cancel requested (0|1)}
     {LEASE_NOT_OWNED} unknown lease, another host's, or not this task and attempt
@@ -29,23 +29,12 @@
   keeps transitions only).
 ]]
 --- @include "includes/common"
-local tasksKey = KEYS[1]
-local deadlinesKey = KEYS[2]
-local progressKey = KEYS[3]
-local revokedKey = KEYS[4]
-local feedKey = KEYS[5]
-local leaseKey = KEYS[6]
-local hostId = ARGV[1]
-local leaseId = ARGV[2]
-local taskId = ARGV[3]
-local attempt = tonumber(ARGV[4])
-local ttl = tonumber(ARGV[5])
-local progress = ARGV[6]
-local credential = ARGV[7]
+local deadlinesKey, progressKey, feedKey, leaseKey = KEYS[2], KEYS[4], KEYS[5], KEYS[6]
+local hostId, leaseId, taskId, attempt = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local ttl, progress = tonumber(ARGV[6]), ARGV[7]
 
-local task = getJson(tasksKey, taskId)
 local now = nowMs()
-local lease, failure = runningLease(revokedKey, deadlinesKey, credential, leaseId, hostId, taskId, attempt, task, now)
+local task, lease, failure = requestLease(KEYS, ARGV, now)
 if not lease then
   return {failure}
 end

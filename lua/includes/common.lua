@@ -157,3 +157,15 @@ local function runningLease(revokedKey, deadlinesKey, credential, leaseId, hostI
   end
   return lease
 end
+
+-- The task and the lease of a host's request about one attempt (a renewal, an artifact upload,
+-- its check before the bytes), checked by runningLease. The scripts that ask take the same
+-- leading KEYS, tasks, lease_deadlines and revoked_tokens, and the same leading ARGV, host id,
+-- lease id, task id, attempt and credential digest, so they cannot disagree on what they check.
+-- Returns the task and the lease, or the task, nil and the failure.
+local function requestLease(keys, args, now)
+  local task = getJson(keys[1], args[3])
+  local lease, failure = runningLease(keys[3], keys[2], args[5], args[2], args[1], args[3], tonumber(args[4]), task,
+    now)
+  return task, lease, failure
+end
