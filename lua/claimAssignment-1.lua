@@ -40,13 +40,8 @@
 --- @include "includes/wakeups"
 --- @include "includes/hosts"
 local S = deployment(KEYS, ARGV)
-local hostId = ARGV[6]
-local claimId = ARGV[7]
-local leaseId = ARGV[8]
-local ttl = tonumber(ARGV[9])
-local credential = ARGV[10]
-local processId = ARGV[11]
-local waitMs = tonumber(ARGV[12])
+local hostId, claimId, leaseId, ttl = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
+local credential, processId, waitMs = ARGV[10], ARGV[11], tonumber(ARGV[12])
 
 if rcall('SISMEMBER', S.key.revoked_tokens, credential) == 1 then
   return {E.REVOKED}

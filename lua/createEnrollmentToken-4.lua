@@ -22,10 +22,7 @@
   names who created it (never its secret or digest).
 ]]
 --- @include "includes/common"
-local tokensKey = KEYS[1]
-local hashesKey = KEYS[2]
-local byAgeKey = KEYS[3]
-local feedKey = KEYS[4]
+local tokensKey, hashesKey, byAgeKey, feedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local now = nowMs()
 local token = {

@@ -24,11 +24,7 @@
   creates them; expiry is on the Redis clock; the feed names who created it, never its secret.
 ]]
 --- @include "includes/common"
-local tokensKey = KEYS[1]
-local hashesKey = KEYS[2]
-local byAgeKey = KEYS[3]
-local liveKey = KEYS[4]
-local feedKey = KEYS[5]
+local tokensKey, hashesKey, byAgeKey, liveKey, feedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 local now = nowMs()
 -- Expired tokens no longer count (their records stay, for the listing and the audit).

@@ -24,10 +24,7 @@
   the host record's `devices_enrolled` counts its enrolled devices and never exceeds ARGV[4].
 ]]
 --- @include "includes/common"
-local hostsKey = KEYS[1]
-local localKey = KEYS[2]
-local enrolledKey = KEYS[3]
-local revokedKey = KEYS[4]
+local hostsKey, localKey, enrolledKey, revokedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hostId = ARGV[1]
 local devices = cjson.decode(ARGV[2])
 local credential = ARGV[3]

@@ -29,13 +29,8 @@
   the host); one enrollment id maps to one host for ever; a host token maps to one host.
 ]]
 --- @include "includes/common"
-local hashesKey = KEYS[1]
-local tokensKey = KEYS[2]
-local enrollmentsKey = KEYS[3]
-local hostsKey = KEYS[4]
-local hostTokensKey = KEYS[5]
-local revokedKey = KEYS[6]
-local hostIdsKey = KEYS[7]
+local hashesKey, tokensKey, enrollmentsKey, hostsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local hostTokensKey, revokedKey, hostIdsKey = KEYS[5], KEYS[6], KEYS[7]
 local enrollmentId = ARGV[2]
 local hostTokenDigest = ARGV[3]
 

@@ -45,10 +45,7 @@
 --- @include "includes/placement"
 --- @include "includes/tasks"
 local S = deployment(KEYS, ARGV)
-local hostId = ARGV[6]
-local kind = ARGV[7]
-local snapshotJson = ARGV[8]
-local credential = ARGV[9]
+local hostId, kind, snapshotJson, credential = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local capabilitiesJson = ARGV[10]
 
 if rcall('SISMEMBER', S.key.revoked_tokens, credential) == 1 then

@@ -31,19 +31,11 @@
   and artifact_bytes falls by its size then.
 ]]
 --- @include "includes/common"
-local tasksKey = KEYS[1]
-local byStatusKey = KEYS[2]
-local retentionKey = KEYS[3]
-local idempotencyKey = KEYS[4]
-local claimsKey = KEYS[5]
-local progressKey = KEYS[6]
-local statsKey = KEYS[7]
+local tasksKey, byStatusKey, retentionKey, idempotencyKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local claimsKey, progressKey, statsKey = KEYS[5], KEYS[6], KEYS[7]
 local limit = tonumber(ARGV[1])
 
-local artifactsKey = KEYS[8]
-local indexKey = KEYS[9]
-local usageKey = KEYS[10]
-local blobsKey = KEYS[11]
+local artifactsKey, indexKey, usageKey, blobsKey = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local artifactBudget = tonumber(ARGV[2])
 
 local TERMINAL = {succeeded = true, failed = true, cancelled = true}

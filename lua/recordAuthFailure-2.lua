@@ -22,9 +22,7 @@
 ]]
 local failuresKey = KEYS[1]
 local throttledKey = KEYS[2]
-local allowed = tonumber(ARGV[1])
-local windowMs = tonumber(ARGV[2])
-local throttleMs = tonumber(ARGV[3])
+local allowed, windowMs, throttleMs = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local left = rcall('PTTL', throttledKey)
 if left > 0 then

@@ -40,12 +40,8 @@
 --- @include "includes/events"
 --- @include "includes/tasks"
 local S = deployment(KEYS, ARGV)
-local hostId = ARGV[6]
-local taskId = ARGV[7]
-local attempt = tonumber(ARGV[8])
-local leaseId = ARGV[9]
-local resultJson = ARGV[10]
-local credential = ARGV[11]
+local hostId, taskId, attempt, leaseId = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
+local resultJson, credential = ARGV[10], ARGV[11]
 
 local task = getJson(S.key.tasks, taskId)
 local lease, failure = presentedLease(S.key.revoked_tokens, credential, leaseId, hostId, taskId, attempt, task)

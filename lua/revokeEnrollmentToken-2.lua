@@ -7,9 +7,7 @@
     KEYS[2] feed               stream the deployment's events
     ARGV[1] token id
     ARGV[2] actor: the operator's name, on the `enrollment_token_revoked` event
-  Output:
-    {0, token JSON}
-    {NOT_FOUND}
+  Output: {0, token JSON}, or {NOT_FOUND}
 
   Invariant: revocation is final and idempotent (a repeat publishes nothing).
 ]]

@@ -18,10 +18,7 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/tokens"
-local tokensKey = KEYS[1]
-local hashesKey = KEYS[2]
-local liveKey = KEYS[3]
-local feedKey = KEYS[4]
+local tokensKey, hashesKey, liveKey, feedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 return revokeToken(tokensKey, ARGV[1], function(token, now)
   rcall('HDEL', hashesKey, token.digest)
