@@ -11,6 +11,7 @@ of a URL, an exception message or a ``repr``.
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 from urllib.parse import quote
 
@@ -29,7 +30,7 @@ def _segment(value: str) -> str:
     return quote(value, safe=":._-")
 
 
-class CoordinatorClient:
+class CoordinatorClient(AbstractAsyncContextManager["CoordinatorClient"]):
     """Owns the HTTP connection pool. ``enroll`` uses an enrollment token; ``host(...)`` gives a
     ``HostClient`` for everything under ``/internal/v1/hosts/{host_id}``."""
 
@@ -55,9 +56,6 @@ class CoordinatorClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
-
-    async def __aenter__(self) -> CoordinatorClient:
-        return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()

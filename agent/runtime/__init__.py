@@ -21,9 +21,9 @@ from .base import (
     RunControl,
     RunEvidence,
 )
-from .devices import DeviceManager, parse_device_specs
+from .devices import DeviceManager, DeviceNotFound, parse_device_specs
 from .driver import Driver, Observation
-from .errors import DeviceLost, DeviceNotFound, DriverError, PlannerError
+from .errors import DeviceLost, DriverError, PlannerError
 from .openai_planner import OpenAIPlanner
 from .planners import ScriptedPlanner, make_planner
 from .task import Planner, Task, TaskRunner

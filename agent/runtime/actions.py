@@ -7,7 +7,7 @@ so both runners share this module.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,27 +165,25 @@ async def _assert_text(driver: Driver, text: str, timeout_ms: int, control: RunC
             return True
 
 
+# The line each kind of action is published as; a kind not here shows its reason, if any.
+_SUMMARIES: dict[str, Callable[[Action], str]] = {
+    "tap": lambda a: f"tap {_quote(a.selector)}" if a.selector else f"tap ({a.x}, {a.y})",
+    "type": lambda a: f"type text ({len(a.text or '')} chars)",
+    "swipe": lambda a: f"swipe ({a.x}, {a.y}) -> ({a.x2}, {a.y2})",
+    "key": lambda a: f"key {a.key}",
+    "launch": lambda a: f"launch {a.app}",
+    "wait": lambda a: f"wait {a.ms} ms",
+    "assert_text": lambda a: f"assert text {_quote(a.text)}",
+}
+
+
 def summarize(action: Action) -> str:
     """The short plain-text line a runner publishes for a step. Typed text is counted, never
     shown: it may be a password passed as a workflow parameter."""
-    kind = action.kind
-    if kind == "tap":
-        line = f"tap {_quote(action.selector)}" if action.selector else f"tap ({action.x}, {action.y})"
-    elif kind == "type":
-        line = f"type text ({len(action.text or '')} chars)"
-    elif kind == "swipe":
-        line = f"swipe ({action.x}, {action.y}) -> ({action.x2}, {action.y2})"
-    elif kind == "key":
-        line = f"key {action.key}"
-    elif kind == "launch":
-        line = f"launch {action.app}"
-    elif kind == "wait":
-        line = f"wait {action.ms} ms"
-    elif kind == "assert_text":
-        line = f"assert text {_quote(action.text)}"
-    else:
-        line = f"{kind}: {action.reason}" if action.reason else kind
-    return clip(line)
+    describe = _SUMMARIES.get(action.kind)
+    if describe is not None:
+        return clip(describe(action))
+    return clip(f"{action.kind}: {action.reason}" if action.reason else action.kind)
 
 
 def clip(text: str, limit: int = MAX_SUMMARY_CHARS) -> str:

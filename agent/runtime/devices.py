@@ -17,12 +17,20 @@ from wire import is_valid_id
 from .adb import ADB_READY, AdbDevice, AdbDriver, list_adb_devices, read_os_version
 from .base import DeviceRecord, DeviceSpec
 from .driver import Driver
-from .errors import DeviceNotFound, DriverError
+from .errors import DriverError
 from .sim import SimDriver
 
 logger = logging.getLogger(__name__)
 
 KNOWN_DRIVERS = ("adb", "sim")
+
+
+class DeviceNotFound(KeyError):
+    """No local device is bound to this cloud device id. A ``KeyError``: it is a failed lookup."""
+
+    def __init__(self, device_id: str) -> None:
+        super().__init__(f"no local device is bound to {device_id!r}")
+        self.device_id = device_id
 
 
 def _valid_local_id(local_id: str) -> bool:

@@ -14,9 +14,9 @@ Runners turn every one of them into an ``Outcome`` (a driver never crashes the a
      +-- AssertionFailed      an ``assert_text`` step did not find its text on the screen
      +-- PlannerError         the planner produced no usable action this step (bad reply, HTTP error)
 
-``DeviceNotFound`` is not a run failure but a lookup miss: the assignment names a device this
-host does not have (or no longer has). ``agent/lease_run.py`` is the one place that turns it into
-the ``failed`` / ``device_gone`` outcome (retryable).
+``DeviceNotFound`` (``devices.py``) is not a run failure but a lookup miss: the assignment names a
+device this host does not have (or no longer has). ``agent/lease_run.py`` is the one place that
+turns it into the ``failed`` / ``device_gone`` outcome (retryable).
 """
 
 from __future__ import annotations
@@ -50,11 +50,3 @@ class AssertionFailed(RuntimeFailure):
 
 class PlannerError(RuntimeFailure):
     pass
-
-
-class DeviceNotFound(KeyError):
-    """No local device is bound to this cloud device id. A ``KeyError``: it is a failed lookup."""
-
-    def __init__(self, device_id: str) -> None:
-        super().__init__(f"no local device is bound to {device_id!r}")
-        self.device_id = device_id

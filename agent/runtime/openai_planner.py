@@ -12,6 +12,7 @@ import json
 import logging
 import re
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
@@ -44,7 +45,7 @@ JSON object, the next action, and nothing else. Actions:
 {"action": "fail", "reason": "..."}  if the goal cannot be reached"""
 
 
-class OpenAIPlanner:
+class OpenAIPlanner(AbstractAsyncContextManager["OpenAIPlanner"]):
     name = "openai"  # HOST_AGENT_PLANNER, and what the heartbeat's capabilities list
 
     def __init__(
@@ -67,9 +68,6 @@ class OpenAIPlanner:
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-    async def __aenter__(self) -> OpenAIPlanner:
-        return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
