@@ -41,9 +41,7 @@ const isText = (artifact) => artifact.content_type === "text/plain" || artifact.
 export class ArtifactStrip {
   /** @param onError (error) => void: opening an artifact failed */
   constructor(api, taskId, { onError = () => {} } = {}) {
-    this.api = api;
-    this.taskId = taskId;
-    this.onError = onError;
+    Object.assign(this, { api, taskId, onError });
     this.entries = []; // {artifact, node, img, bytes}, in strip order
     this.keys = new Set();
     this.urls = new Set(); // every object URL made: revoked by close()

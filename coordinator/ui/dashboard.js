@@ -28,9 +28,7 @@ export class Dashboard {
    * @param onUnauthorized (error) => void: the token stopped working
    */
   constructor(api, { may, ask, onUnauthorized }) {
-    this.api = api;
-    this.ask = ask;
-    this.onUnauthorized = onUnauthorized;
+    Object.assign(this, { api, ask, onUnauthorized });
     this.held = null; // events arriving while a list is read, or null
     this.stopped = false;
 

@@ -8,9 +8,7 @@ import { TaskView } from "./taskview.js";
 
 export class Detail {
   constructor(api, { hostName, onError }) {
-    this.api = api;
-    this.hostName = hostName;
-    this.onError = onError;
+    Object.assign(this, { api, hostName, onError });
     this.view = null;
     this.onHash = () => this.show(location.hash);
     window.addEventListener("hashchange", this.onHash);

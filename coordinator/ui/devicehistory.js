@@ -7,10 +7,7 @@ import * as views from "./views.js";
 
 export class DeviceHistory {
   constructor(api, root, deviceId, { onError = () => {} } = {}) {
-    this.api = api;
-    this.root = root;
-    this.deviceId = deviceId;
-    this.onError = onError;
+    Object.assign(this, { api, root, deviceId, onError });
   }
 
   async open() {

@@ -66,11 +66,7 @@ export class SseParser {
  */
 export class Feed {
   constructor({ url = "/api/v1/events", headers, onEvent, onState = () => {}, onOpen = () => {} }) {
-    this.url = url;
-    this.headers = headers;
-    this.onEvent = onEvent;
-    this.onState = onState;
-    this.onOpen = onOpen;
+    Object.assign(this, { url, headers, onEvent, onState, onOpen });
     this.lastEventId = null;
     this.controller = null;
     this.stopped = false;

@@ -25,11 +25,7 @@ export class TaskView {
    * @param onError   (error) => void: a read failed
    */
   constructor(api, root, taskId, { hostName = () => null, onError = () => {} } = {}) {
-    this.api = api;
-    this.root = root;
-    this.taskId = taskId;
-    this.hostName = hostName;
-    this.onError = onError;
+    Object.assign(this, { api, root, taskId, hostName, onError });
     this.task = null;
     this.events = [];
     this.steps = [];
