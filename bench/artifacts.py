@@ -15,7 +15,7 @@ from typing import Any
 from bench.context import Bench
 from bench.drivers import BenchError, fan_out, leased_fleet
 from bench.loadgen import LoadResult, connect, merge
-from bench.procs import Server, start_server
+from bench.procs import Server, server_pair, start_server
 from bench.report import Row, cpu_note, fmt_ms
 from bench.requests import GOAL, fleet, heartbeat_req
 from bench.system import rss_mb
@@ -116,24 +116,17 @@ async def _lifecycles_on_off(b: Bench, folder: str) -> tuple[list[LoadResult], l
     prefix = b.prefix("art-life")
     env = b.env(prefix, COORDINATOR_ARTIFACTS_DIR=folder, **SETTINGS)
     runs: dict[bool, list[LoadResult]] = {True: [], False: []}
-    a = await start_server("coordinator", env, hosts)
     try:
-        c2 = await start_server("coordinator", env, hosts)
-    except BaseException:
-        a.stop()
-        raise
-    try:
-        await fan_out(a.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()])
-        watch = {"coordinator A": a.pid, "coordinator B": c2.pid, "redis": b.redis_pid}
-        window_s = p.lifecycle_s / 2
-        for r in range(ROUNDS):
-            for k, on in enumerate((r % 2 == 0, r % 2 != 0)):
-                share = items[(2 * r + k) * n:(2 * r + k + 1) * n]
-                runs[on].append(await wrk_lifecycles((a.port, c2.port), share, b.admin, GOAL, window_s, watch,
-                                                     SCREENSHOT if on else 0))
+        async with server_pair("coordinator", env, hosts) as (a, c2):
+            await fan_out(a.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()])
+            watch = {"coordinator A": a.pid, "coordinator B": c2.pid, "redis": b.redis_pid}
+            window_s = p.lifecycle_s / 2
+            for r in range(ROUNDS):
+                for k, on in enumerate((r % 2 == 0, r % 2 != 0)):
+                    share = items[(2 * r + k) * n:(2 * r + k + 1) * n]
+                    runs[on].append(await wrk_lifecycles((a.port, c2.port), share, b.admin, GOAL, window_s,
+                                                         watch, SCREENSHOT if on else 0))
     finally:
-        a.stop()
-        c2.stop()
         await b.cleanup(prefix)
     return runs[True], runs[False]
 

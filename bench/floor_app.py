@@ -142,6 +142,13 @@ def create_floor_app(settings: Settings) -> Starlette:
                                           body.pop("attempt"), orjson.dumps(body))
         return json(orjson.dumps({"recorded_at_ms": recorded}))
 
+    lifecycle_routes = [
+        Route("/api/v1/tasks", create, methods=["POST"]),
+        Route("/internal/v1/hosts/{host}/claim", claim, methods=["POST"]),
+        Route("/internal/v1/hosts/{host}/leases/{lease}/renew", renew, methods=["POST"]),
+        Route("/internal/v1/hosts/{host}/results", result, methods=["POST"]),
+    ]
+
     parked = [0]
 
     async def park(request: Request) -> Response:
@@ -160,6 +167,8 @@ def create_floor_app(settings: Settings) -> Starlette:
     async def parked_count(request: Request) -> Response:
         return Response(orjson.dumps({"parked": parked[0]}), media_type="application/json")
 
+    parking_routes = [Route("/park", park, methods=["POST"]), Route("/parked", parked_count, methods=["GET"])]
+
     async def healthz(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
 
@@ -167,14 +176,10 @@ def create_floor_app(settings: Settings) -> Starlette:
         Route("/floor", floor, methods=["POST"]),
         Route("/push", push, methods=["POST"]),
         Route("/pop", pop, methods=["POST"]),
-        Route("/park", park, methods=["POST"]),
         Route("/blob/{name}", blob, methods=["PUT"]),
         Route("/held/{name}", blob, methods=["PUT"]),
-        Route("/api/v1/tasks", create, methods=["POST"]),
-        Route("/internal/v1/hosts/{host}/claim", claim, methods=["POST"]),
-        Route("/internal/v1/hosts/{host}/leases/{lease}/renew", renew, methods=["POST"]),
-        Route("/internal/v1/hosts/{host}/results", result, methods=["POST"]),
-        Route("/parked", parked_count, methods=["GET"]),
+        *lifecycle_routes,
+        *parking_routes,
         Route("/healthz", healthz, methods=["GET"]),
     ], lifespan=lifespan)
 

@@ -124,11 +124,12 @@ async def start_server(kind: str, env: dict[str, str], hosts: dict[str, str] | N
 
 
 @contextlib.asynccontextmanager
-async def server_pair(kind: str, env: dict[str, str]) -> AsyncIterator[tuple[Server, Server]]:
-    """Two ``start_server(kind, env)`` processes, both stopped on the way out."""
-    first = await start_server(kind, env)
+async def server_pair(kind: str, env: dict[str, str],
+                      hosts: dict[str, str] | None = None) -> AsyncIterator[tuple[Server, Server]]:
+    """Two ``start_server(kind, env, hosts)`` processes, both stopped on the way out."""
+    first = await start_server(kind, env, hosts)
     try:
-        second = await start_server(kind, env)
+        second = await start_server(kind, env, hosts)
     except BaseException:
         first.stop()
         raise

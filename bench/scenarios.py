@@ -163,32 +163,25 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
     prefix = b.prefix("life")
     env = b.env(prefix)
     all_hosts = {**hosts, probe_host: probe_token}
-    a = await start_server("coordinator", env, all_hosts)
     try:
-        c2 = await start_server("coordinator", env, all_hosts)
-    except BaseException:
-        a.stop()
-        raise
-    ports = (a.port, c2.port)
-    try:
-        await fan_out(a.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in all_hosts.items()])
-        idle = await idle_dispatch(b, ports, probe_host, probe_token, p.dispatch_probes)
-        watch = {"coordinator A": a.pid, "coordinator B": c2.pid, "redis": b.redis_pid}
-        # Lifecycles from wrk (one host per wrk thread, half the hosts on each process), in turns
-        # with the floors they are judged against.
-        turns = await _lifecycles_in_turns(b, ports, watch, rounds_hosts)
-        life = turns.tether
-        # Dispatch under load: half the throughput of 3w, so the probe sees a busy
-        # coordinator rather than the queue of a saturated closed loop.
-        half = max(life.rate / 2, 1.0)
-        load = asyncio.ensure_future(in_child(lifecycles, ports, probed, b.admin, p.warmup_s,
-                                              p.lifecycle_s, watch, half))
-        # Probe until the generator returns; only samples inside its measured window count.
-        loaded = await tether_dispatch(b, ports, probe_host, probe_token, 100_000, lambda: not load.done())
-        busy: LoadResult = await load
+        async with server_pair("coordinator", env, all_hosts) as (a, c2):
+            ports = (a.port, c2.port)
+            await fan_out(a.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in all_hosts.items()])
+            idle = await idle_dispatch(b, ports, probe_host, probe_token, p.dispatch_probes)
+            watch = {"coordinator A": a.pid, "coordinator B": c2.pid, "redis": b.redis_pid}
+            # Lifecycles from wrk (one host per wrk thread, half the hosts on each process), in turns
+            # with the floors they are judged against.
+            turns = await _lifecycles_in_turns(b, ports, watch, rounds_hosts)
+            life = turns.tether
+            # Dispatch under load: half the throughput of 3w, so the probe sees a busy
+            # coordinator rather than the queue of a saturated closed loop.
+            half = max(life.rate / 2, 1.0)
+            load = asyncio.ensure_future(in_child(lifecycles, ports, probed, b.admin, p.warmup_s,
+                                                  p.lifecycle_s, watch, half))
+            # Probe until the generator returns; only samples inside its measured window count.
+            loaded = await tether_dispatch(b, ports, probe_host, probe_token, 100_000, lambda: not load.done())
+            busy: LoadResult = await load
     finally:
-        a.stop()
-        c2.stop()
         await b.cleanup(prefix)
     # Once Tether's processes have stopped: saq's figures for the rows that compare with them.
     if saq_installed():

@@ -25,21 +25,26 @@ INSTALL_HINT = "wrk is not installed: apt-get update && apt-get install -y wrk"
 _SCRIPT = """
 local requests = {%s}
 local next_index = 1
-local thread_count = 0
-
-function setup(thread)
-  thread_count = thread_count + 1
-  thread:set("first", thread_count)
-end
 
 function init(args)
-  next_index = ((first or 1) * 7) %% #requests + 1
+  next_index = ((id or 1) * 7) %% #requests + 1
 end
 
 function request()
   local raw = requests[next_index]
   next_index = next_index %% #requests + 1
   return raw
+end
+"""
+
+# Every script numbers its threads from 1 (`id`, a global of each thread), so that threads start
+# at different requests and name their uploads apart.
+_NUMBERED = """
+local thread_count = 0
+
+function setup(thread)
+  thread_count = thread_count + 1
+  thread:set("id", thread_count)
 end
 """
 
@@ -67,7 +72,7 @@ def _lua_string(raw: bytes) -> str:
 
 def _script(raws: list[bytes], folder: Path) -> Path:
     path = folder / "requests.lua"
-    path.write_text(_SCRIPT % ", ".join(_lua_string(r) for r in raws) + _DONE)
+    path.write_text(_SCRIPT % ", ".join(_lua_string(r) for r in raws) + _NUMBERED + _DONE)
     return path
 
 
@@ -99,12 +104,6 @@ _UPLOADS = """
 -- Each request uploads the same body under a new name, for the next of the leases in turn.
 local leases = {%(leases)s}
 local body = "\\137PNG\\r\\n\\26\\n" .. string.rep("s", %(size)d - 8)
-local thread_count = 0
-
-function setup(thread)
-  thread_count = thread_count + 1
-  thread:set("id", thread_count)
-end
 
 function init(args)
   n = 0
@@ -123,8 +122,8 @@ async def wrk_uploads(port: int, leases: list[tuple[str, str, str]], size: int, 
                       connections: int, watch: dict[str, int], warmup_s: float = 0.0) -> LoadResult:
     """Closed-loop uploads from wrk: each request a body of ``size`` bytes under a new name, for
     the next of ``leases`` ((path up to the name, query, bearer token)) in turn."""
-    script = _UPLOADS % {"size": size, "leases": ", ".join(
-        "{" + ", ".join(_lua_string(part.encode()) for part in lease) + "}" for lease in leases)} + _DONE
+    listed = ", ".join("{" + ", ".join(_lua_string(part.encode()) for part in lease) + "}" for lease in leases)
+    script = _UPLOADS % {"size": size, "leases": listed} + _NUMBERED + _DONE
     with tempfile.TemporaryDirectory(prefix="tether-wrk-") as folder:
         path = Path(folder) / "uploads.lua"
         path.write_text(script)
