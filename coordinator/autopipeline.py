@@ -32,8 +32,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from coordinator.resp import encode_command, send_packed, stream_writer, write
 
 # The most commands one write carries: bounds the write's size and how long the last of them
-# waits behind the others.
-MAX_BATCH = 64
+# waits behind the others. Redis answers a write only after running every command it read from
+# it, so a turn's commands go as several small writes: Redis's first answers leave while it runs
+# the rest, and this process works on them meanwhile, instead of both idling in turn behind one
+# long write of scripts (docs/benchmarks.md, row 2w create).
+MAX_BATCH = 16
 # Connections the auto-pipeline keeps between its batches instead of giving them back to the pool:
 # a checkout from redis-py's pool and its return cost some 35 µs (a lock, a readiness check that
 # polls the socket, metrics hooks), more than Redis spends on a script, and an idle process pays
