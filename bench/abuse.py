@@ -2,7 +2,7 @@
 
 Abusive clients against a real coordinator process on loopback, before and after the server
 layer's limits: "before" is plain uvicorn defaults (what `python -m coordinator serve` ran until
-coordinator/server.py), "after" is `python -m coordinator serve` as it ships. Prints one table.
+coordinator/serve/server.py), "after" is `python -m coordinator serve` as it ships. Prints one table.
 Needs Redis (REDIS_URL, default 127.0.0.1:6379); each server uses its own key prefix, deleted after.
 Takes about three minutes, most of it the "before" server chewing a 200 MiB header.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 import redis
 
 from bench.system import free_port
-from coordinator.keys import Keys
+from coordinator.state.keys import Keys
 
 REPO = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -40,7 +40,7 @@ CHUNK = b"a" * 256 * 1024
 
 
 def _serve_default(port: int) -> int:
-    """The coordinator as __main__ ran it before coordinator/server.py: plain uvicorn.run."""
+    """The coordinator as __main__ ran it before coordinator/serve/server.py: plain uvicorn.run."""
     import uvicorn
 
     from coordinator.app import create_app

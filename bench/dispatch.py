@@ -27,7 +27,15 @@ from bench.context import Bench
 from bench.drivers import BenchError, expect
 from bench.floor_lifecycle import LifecycleFloor
 from bench.loadgen import Connection, build, connect
-from bench.peers import PROBE_SPACING_S, REDIS_URL, Figures, Peer, make, measure_alone, session
+from bench.peers import (
+    PROBE_SPACING_S,
+    REDIS_URL,
+    Figures,
+    Peer,
+    make,
+    measure_alone,
+    session,
+)
 from bench.procs import server_pair
 from bench.requests import claim_req, create_req, result_req
 

@@ -44,8 +44,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bench.floor_lifecycle import LifecycleFloor
-from coordinator.redis_client import open_redis
 from coordinator.settings import Settings
+from coordinator.transport.open import open_redis
 
 TRIVIAL_SCRIPT = "return 1"
 PUSH_SCRIPT = "return redis.call('LPUSH', KEYS[1], ARGV[1])"

@@ -40,13 +40,13 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from coordinator.auth import HostPrincipal
-from coordinator.autopipeline import AutoPipeline
-from coordinator.redis_transport import AutoPipelinedTransport
-from coordinator.keys import Keys
-from coordinator.store import Store
-from coordinator.task_api import parse_task
-from coordinator.validation import Body
+from coordinator.api.auth import HostPrincipal
+from coordinator.api.tasks import parse_task
+from coordinator.api.validation import Body
+from coordinator.state.keys import Keys
+from coordinator.state.store import Store
+from coordinator.transport.autopipeline import AutoPipeline
+from coordinator.transport.base import AutoPipelinedTransport
 
 CLOCK = """
 local function nowMs()
@@ -305,7 +305,7 @@ class LifecycleFloor(Lifecycles):
 
 
 class TetherScripts(Lifecycles):
-    """Tether's own four scripts, through ``coordinator.store.Store`` as the HTTP handlers call
+    """Tether's own four scripts, through ``coordinator.state.store.Store`` as the HTTP handlers call
     them, driven exactly as ``LifecycleFloor`` is: their gap to the floor is the scripts' alone,
     with no HTTP and no coordinator in it."""
 

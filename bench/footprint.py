@@ -16,7 +16,13 @@ from redis.asyncio import Redis
 
 from bench.context import Bench
 from bench.drivers import expect, fan_out
-from bench.floor_lifecycle import LifecycleFloor, Lifecycles, LifecycleScripts, ScriptFigures, TetherScripts
+from bench.floor_lifecycle import (
+    LifecycleFloor,
+    Lifecycles,
+    LifecycleScripts,
+    ScriptFigures,
+    TetherScripts,
+)
 from bench.loadgen import connect
 from bench.procs import glob_escape, start_server
 from bench.report import Row
@@ -159,7 +165,7 @@ async def footprint(b: Bench) -> list[Row]:
             "(bench/floor_lifecycle.py), driven straight at Redis", f"{lf.commands:.1f} commands",
             f"Redis CPU per lifecycle {lf.cpu_ms_alone:.3f} ms one at a time, {lf.cpu_ms_loaded:.3f} ms "
             f"{FLOOR_CONCURRENCY} at once, auto-pipelined", "—", "", ""),
-        Row("8g", "Tether's four scripts driven as the floor (8f) is (coordinator.store, no HTTP)",
+        Row("8g", "Tether's four scripts driven as the floor (8f) is (coordinator.state.store, no HTTP)",
             f"{ts.commands:.1f} commands",
             f"Redis CPU per lifecycle {ts.cpu_ms_alone:.3f} ms one at a time ({ts.cpu_ms_alone / lf.cpu_ms_alone:.2f}"
             f" x floor), {ts.cpu_ms_loaded:.3f} ms {FLOOR_CONCURRENCY} at once "

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from bench.loadgen import build, connect
 from bench.system import free_port
-from coordinator.keys import Keys
+from coordinator.state.keys import Keys
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -118,7 +118,7 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    connections; CPU from `/proc/PID/stat` (utime + stime) over the window.
 7. **Cost growth**: one request at a time, with 10 hosts and 100 waiting tasks, then with the
    large fleet and queue (tasks aimed at a device that does not exist, written by the
-   coordinator's own create script through `coordinator.store.Store`).
+   coordinator's own create script through `coordinator.state.store.Store`).
 
 8. **Footprint** (`bench/footprint.py`): one coordinator, one host, 500 lifecycles one at a
    time; Redis commands are the change in `INFO commandstats` (which counts the commands the
@@ -138,7 +138,7 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    every merge of structures we could find (its docstring lists each obligation and its command).
    It is driven straight at Redis through the coordinator's auto-pipelining: 500 lifecycles one
    at a time (commands, and Redis CPU as in 8b), then 2,000 with 64 at once (Redis CPU batched,
-   as under load). 8g drives Tether's own scripts the same way, through `coordinator.store`, so
+   as under load). 8g drives Tether's own scripts the same way, through `coordinator.state.store`, so
    its ratio to 8f is the scripts' alone. 8a is out of reach when 8f is above its target, 8e
    when 3f's Redis CPU per lifecycle is.
 

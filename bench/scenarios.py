@@ -24,6 +24,13 @@ from redis.asyncio import Redis
 from bench.artifacts import artifacts
 from bench.calls import calls_vs_floor
 from bench.context import Bench
+from bench.dispatch import (
+    IdleDispatch,
+    idle_dispatch,
+    saq_figures,
+    saq_installed,
+    tether_dispatch,
+)
 from bench.drivers import (
     DEVICES_PER_HOST,
     expect,
@@ -32,10 +39,8 @@ from bench.drivers import (
     heartbeats,
     lifecycles,
 )
-from bench.dispatch import IdleDispatch, idle_dispatch, saq_figures, saq_installed, tether_dispatch
 from bench.floor_lifecycle import LifecycleFloor
 from bench.footprint import footprint, lifecycle_scripts
-from bench.longpoll import long_poll_scale
 from bench.loadgen import (
     LoadResult,
     connect,
@@ -43,6 +48,7 @@ from bench.loadgen import (
     merge,
     percentile,
 )
+from bench.longpoll import long_poll_scale
 from bench.procs import server_pair, start_server
 from bench.report import Row, cpu_note, fmt_ms
 from bench.requests import (
@@ -55,12 +61,11 @@ from bench.requests import (
     result_req,
 )
 from bench.wrk import wrk_lifecycles, wrk_load
-from coordinator.keys import Keys
-from coordinator.redis_transport import PlainTransport
-from coordinator.store import Store
-from coordinator.task_api import parse_task
-from coordinator.validation import Body
-
+from coordinator.api.tasks import parse_task
+from coordinator.api.validation import Body
+from coordinator.state.keys import Keys
+from coordinator.state.store import Store
+from coordinator.transport.base import PlainTransport
 
 LIFECYCLE_FLOOR_SHARE = 0.25  # issue 12: lifecycles/s on two processes >= 0.25 x the floor's req/s
 
@@ -299,7 +304,7 @@ async def _cost_case(b: Bench, label: str, n_hosts: int, n_tasks: int) -> dict[s
     try:
         await fan_out(coord.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()], 64)
         # Waiting tasks aimed at a device that does not exist, written by the coordinator's own
-        # create script (coordinator.store.Store), which is what POST /api/v1/tasks runs.
+        # create script (coordinator.state.store.Store), which is what POST /api/v1/tasks runs.
         store = Store(PlainTransport(Redis.from_url(b.redis_url, max_connections=64)), Keys(prefix),
                       host_offline_after_ms=3_600_000)
         await store.load_scripts()

@@ -61,9 +61,9 @@ def _serve(args: argparse.Namespace) -> int:
     if settings is None:
         return 2
     from coordinator.app import create_app
-    from coordinator.logs import configure_logging
-    from coordinator.preflight import Refused, check_redis
-    from coordinator.server import STARTUP_FAILURE, raise_nofile, run
+    from coordinator.serve.logs import configure_logging
+    from coordinator.serve.preflight import Refused, check_redis
+    from coordinator.serve.server import STARTUP_FAILURE, raise_nofile, run
 
     configure_logging(settings.log_format)
     try:
@@ -77,12 +77,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     workers = _worker_count(settings)
     if workers > 1:
-        from coordinator.gunicorn_serve import run_workers
+        from coordinator.serve.workers import run_workers
 
         # Nothing before this line left a connection open (check_redis closed its own), nor
         # started a loop or a thread: safe to fork. Each worker builds its own app.
         return run_workers(workers, lambda: create_app(settings), host=args.host, port=port,
-                           header_timeout_s=settings.header_timeout_s, one_write=settings.one_write_responses)
+                           header_timeout_s=settings.header_timeout_s)
     try:
         app = create_app(settings)
     except Exception:  # a REDIS_URL redis-py cannot parse, ...: as if the lifespan failed
@@ -90,7 +90,7 @@ def _serve(args: argparse.Namespace) -> int:
         return STARTUP_FAILURE
     # Waiting polls and feed watchers are ended at the signal, instead of holding the stop.
     return run(app, host=args.host, port=port, header_timeout_s=settings.header_timeout_s,
-               on_exit=app.state.stopping, one_write=settings.one_write_responses)
+               on_exit=app.state.stopping)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,73 +7,46 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from coordinator.artifacts import Artifacts, open_blob_store, run_orphan_sweeper
-from coordinator.auth import ACCESS, Authenticator
-from coordinator.boundary import RequestBoundary
+from coordinator.api.auth import ACCESS, Authenticator
+from coordinator.api.boundary import RequestBoundary, response_for
+from coordinator.api.context import Context
+from coordinator.api.routes import ENDPOINTS, Endpoint
+from coordinator.api.throttle import FailureThrottle
+from coordinator.blobs.artifacts import Artifacts, open_blob_store, run_orphan_sweeper
 from coordinator.clock import ShiftedClock
-from coordinator.context import Context
-from coordinator.epoch import Epoch
 from coordinator.feed import EventFeed
-from coordinator.keys import Keys
 from coordinator.longpoll import ClaimWaiter, new_process_id
 from coordinator.metrics import Metrics
 from coordinator.outage import OutageLog
-from coordinator.queries import Queries
 from coordinator.reaper import run_reaper
-from coordinator.redis_client import open_redis
-from coordinator.redis_transport import RedisTransport
-from coordinator.routes import ENDPOINTS, Endpoint
-from coordinator.scripts import Durability, load_scripts
 from coordinator.settings import Settings
-from coordinator.store import Store
-from coordinator.throttle import FailureThrottle
+from coordinator.state.epoch import Epoch
+from coordinator.state.keys import Keys
+from coordinator.state.reads import Queries
+from coordinator.state.scripts import Durability, load_scripts
+from coordinator.state.store import Store
+from coordinator.transport.base import RedisTransport
+from coordinator.transport.open import open_redis
 
 log = logging.getLogger("coordinator")
 
 ADMIN_TOKEN_MIN_CHARS = 32
 
 
-class _Coordinator(Starlette):
-    """Starlette with ``RequestBoundary`` as its outermost and only middleware (any added with
-    ``add_middleware`` would run inside it).
-
-    Starlette's own stack wraps it in ServerErrorMiddleware and ExceptionMiddleware, and neither
-    would ever act here: the boundary answers every exception first, routing's ``HTTPException``
-    included. Leaving them out keeps bench row 5d (memory per waiting poll): with them it rose
-    from 13.4-13.6 to 15.7-18.6 KB/poll, target 10 KB."""
-
-    def __init__(self, metrics: Metrics, outage: OutageLog, throttle: FailureThrottle | None,
-                 **kwargs: Any) -> None:
-        self._metrics = metrics
-        self._outage = outage
-        self._throttle = throttle
-        super().__init__(**kwargs)
-
-    def build_middleware_stack(self) -> ASGIApp:
-        app: ASGIApp = self.router
-        for cls, args, kwargs in reversed(self.user_middleware):
-            app = cls(app, *args, **kwargs)
-        return RequestBoundary(app, self._metrics, self._outage, self._throttle)
-
-
 class _Endpoint:
     """A route's ASGI app: an operator route's credential and scope checked, the one place,
     before its handler reads the path or the body (the handler finds the operator with
     ``auth.access_of``); then its handler, called with the context and the request, and the
-    response sent.
-
-    An ASGI app, not a function for Starlette's ``request_response``, whose nested wrappers every
-    request holds while it lasts: bench row 5d (memory per waiting poll) rose from 13.4-13.6 to
-    15.3-16.0 KB/poll with them, target 10 KB."""
-
-    __slots__ = ("_ctx", "_endpoint")
+    response sent."""
 
     def __init__(self, endpoint: Endpoint, ctx: Context) -> None:
         self._endpoint = endpoint
@@ -161,13 +134,23 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
 
     routes = [Route(e.path, _Endpoint(e, ctx), methods=[e.method], name=e.handler.__name__)
               for e in ENDPOINTS]
-    # Every exception, routing's 404 and 405 included, reaches RequestBoundary, the one place
-    # errors become responses.
+    # Every exception becomes a response in boundary.py: RequestBoundary answers what a route
+    # raises, and routing's own 404 and 405 go through the same response_for.
     throttle = FailureThrottle(
         ctx.store, allowed=settings.auth_failures_max, window_ms=settings.auth_failures_window_ms,
         throttle_ms=settings.auth_throttle_ms, trust_forwarded_for=settings.trust_forwarded_for,
     ) if settings.auth_failures_max else None
-    app = _Coordinator(ctx.metrics, outage, throttle, routes=routes, lifespan=lifespan)
+    def routing_error(request: Request, exc: Exception) -> Response:
+        # Starlette's exception middleware answers routing's 404 and 405 before the boundary
+        # sees them: in the contract's JSON, the same way.
+        return response_for(exc, request.scope, outage)
+
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(RequestBoundary, metrics=ctx.metrics, outage=outage, throttle=throttle)],
+        exception_handlers={HTTPException: routing_error},
+        lifespan=lifespan,
+    )
     app.state.ctx = ctx  # for tests and the demo; routes get ctx explicitly
 
     def stopping() -> None:

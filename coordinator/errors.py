@@ -10,12 +10,12 @@
      ├── Conflict          409    the contract's conflict codes (lease_expired, result_conflict, ...)
      ├── PayloadTooLarge   413    payload_too_large
      ├── RateLimited       429    rate_limited (a failed credential from a throttled client
-     │                            address, coordinator/throttle.py), with Retry-After
+     │                            address, coordinator/api/throttle.py), with Retry-After
      ├── Unavailable       503    unavailable (Redis unreachable), with Retry-After
      └── Internal          500    internal (anything unexpected; logged, never echoed)
 
 ``error_for_exception`` maps any exception to one of these (``error_for`` a script's failure
-code); ``coordinator/boundary.py`` answers and logs it.
+code); ``coordinator/api/boundary.py`` answers and logs it.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def device_limit(limit: int) -> Conflict:
 
 class ScriptError(IntEnum):
     """Failure codes of the Lua scripts: the scripts' table E is generated from it
-    (coordinator/scripts.py, lua_constants)."""
+    (coordinator/state/scripts.py, lua_constants)."""
 
     REVOKED = -1
     LEASE_NOT_OWNED = -2

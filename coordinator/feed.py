@@ -47,7 +47,7 @@ from redis.asyncio import Redis
 
 from coordinator.cancellation import cancelling
 from coordinator.outage import OutageLog
-from coordinator.responses import iso_ms
+from wire import iso_ms
 
 log = logging.getLogger("coordinator.feed")
 

@@ -1,10 +1,11 @@
 """The claim's long-poll: a poll claims its host's oldest assignment or waits for one, and this
 process's waiting polls are woken when work is assigned to their host.
 
-``claim_until_assigned`` is the whole wait of one poll: it registers the poll's ``Wakeup`` with
+``claim_until_assigned`` is the whole wait of one poll: it registers the poll's wake-up (an
+``asyncio.Event``) with
 the process's ``ClaimWaiter``, runs the claim script, and, finding nothing, waits until woken,
 its time is up, its client hangs up (``Hangup``) or the process stops (``ClaimWaiter.close``:
-SIGTERM answers every waiting poll at once). ``host_api.claim`` only turns HTTP into its
+SIGTERM answers every waiting poll at once). ``api.host.claim`` only turns HTTP into its
 arguments and its ``PollEnd`` into a response. The script side is the claimAssignment script
 (registering the poll) and the scripts that assign work (pushing the wake-up).
 
@@ -24,32 +25,27 @@ Spurious wake-ups are harmless (the claim script decides). A registration expire
 poll's wait, and an inbox shortly after its last push, so a crashed process leaves nothing for
 long. After any Redis failure (a failover may lose the last pushes) every waiting poll is woken.
 
-The loop pops again only once the polls a pop woke are done with it: each has answered (its answer
-written), found nothing and waits again, or gone; or ``SETTLE_S`` has passed. A pop issued sooner
-competes for the CPU on a small machine with the woken poll's claim and its answer. Kept for bench
-row 4a (idle dispatch): Tether's p50 over the dispatch floor's (4f) had a median of 0.48 ms in 5
-runs without it (0.43-0.55) and 0.33 ms in 8 runs with it, on a shared 2-core machine whose runs
-spread widely (-0.02-1.19). Pushes made meanwhile wait in the inbox for the next pop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from starlette.types import Receive
 
-from coordinator.auth import HostPrincipal
 from coordinator.cancellation import cancelling
 from coordinator.outage import OutageLog
-from coordinator.redis_transport import RedisTransport
-from coordinator.server import ClientConnection
-from coordinator.store import Claimed, Store
+from coordinator.state.records import HostPrincipal
+from coordinator.state.store import Claimed, Store
+from coordinator.transport.base import RedisTransport
 
 log = logging.getLogger("coordinator.longpoll")
 
@@ -59,61 +55,28 @@ log = logging.getLogger("coordinator.longpoll")
 BLOCK_S = 1
 # The most wake-ups one blocking pop takes.
 POP_BATCH = 100
-# The longest the loop holds its next pop for the polls it just woke to be done with it.
-SETTLE_S = 0.01
+# The ASGI scope extension under which a server offers a request's `ClientConnection`
+# (serve/server.py does); without it a poll reads ASGI messages until ``http.disconnect``.
+CONNECTION = "tether.connection"
+
+
+class ClientConnection(Protocol):
+    """What a waiting poll may ask of the connection its request came on."""
+
+    def peer_closed(self) -> bool:
+        """Whether the client has hung up, asked of the socket now."""
+        ...
+
+    def on_lost(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` when the connection is lost (at once if it already is), instead of
+        any callback set before; ``None`` sets none."""
+        ...
 
 
 def new_process_id() -> str:
     """An id naming this process's inbox: unique per start, so a restarted process never reads
     what was pushed for its previous life."""
     return "p_" + secrets.token_hex(8)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class Wakeup:
-    """What one waiting poll waits on: set when work may be there for its host (``ClaimWaiter``),
-    when the process stops, or when its client hangs up (``Hangup``).
-
-    An ``asyncio.Event`` cut down to what a poll needs, because a process holds thousands: one
-    future, made only while the poll waits, and one timer, where an Event keeps a deque of
-    waiters and a wait with a timeout a task. Without it bench row 5d (memory per waiting poll)
-    rose from 13.4-13.6 to 15.8-15.9 KB/poll, target 10 KB."""
-
-    __slots__ = ("_future", "_is_set")
-
-    def __init__(self) -> None:
-        self._is_set = False
-        self._future: asyncio.Future[None] | None = None
-
-    def is_set(self) -> bool:
-        return self._is_set
-
-    def set(self) -> None:
-        self._is_set = True
-        if self._future is not None:
-            _resolve(self._future)
-
-    def clear(self) -> None:
-        self._is_set = False
-
-    async def wait(self, timeout: float) -> bool:
-        """Return once set, or after ``timeout`` seconds; whether it was set. One waiter at a
-        time (the poll that owns it)."""
-        if self._is_set:
-            return True
-        loop = asyncio.get_running_loop()
-        future = self._future = loop.create_future()
-        timer = loop.call_later(timeout, _resolve, future)
-        try:
-            await future
-        finally:
-            timer.cancel()
-            self._future = None
-        return self._is_set
 
 
 class ClaimWaiter:
@@ -125,13 +88,9 @@ class ClaimWaiter:
         self.process_id = process_id
         # host id -> its waiting polls. A list: a host keeps one poll open (the agent's claim
         # loop), seldom two, and a list of one is 64 bytes where a set is 216.
-        self._waiting: dict[str, list[Wakeup]] = {}
+        self._waiting: dict[str, list[asyncio.Event]] = {}
         self._count = 0
         self.closed = False
-        # The polls the last pop woke that are not done with it yet, and what the loop waits on
-        # until they are.
-        self._owed: set[Wakeup] = set()
-        self._settled = Wakeup()
 
     def close(self) -> None:
         """The process is told to stop: every waiting poll, and every poll that arrives from now
@@ -144,15 +103,14 @@ class ClaimWaiter:
         """How many polls of this process wait right now."""
         return self._count
 
-    def register(self, host_id: str) -> Wakeup:
-        wakeup = Wakeup()
+    def register(self, host_id: str) -> asyncio.Event:
+        wakeup = asyncio.Event()
         self._waiting.setdefault(host_id, []).append(wakeup)
         self._count += 1
         return wakeup
 
-    def unregister(self, host_id: str, wakeup: Wakeup) -> None:
-        """The poll no longer waits. It may still owe the loop its ``settled``: a poll that
-        answers with an assignment is done once the answer is written."""
+    def unregister(self, host_id: str, wakeup: asyncio.Event) -> None:
+        """The poll no longer waits."""
         wakeups = self._waiting.get(host_id)
         if wakeups is None or wakeup not in wakeups:
             return
@@ -161,36 +119,16 @@ class ClaimWaiter:
         if not wakeups:
             del self._waiting[host_id]
 
-    def settled(self, wakeup: Wakeup) -> None:
-        """The poll of ``wakeup`` is done with its wake-up: it found nothing and waits again, its
-        answer is written, or it has gone. The loop pops again once every poll its last pop woke
-        is. Harmless when it owes nothing."""
-        if wakeup in self._owed:
-            self._owed.discard(wakeup)
-            if not self._owed:
-                self._settled.set()
-
     def wake_all(self) -> None:
         for wakeups in self._waiting.values():
             for wakeup in wakeups:
                 wakeup.set()
 
     def _wake_popped(self, popped: list[bytes | str]) -> None:
-        """Wake the polls of every host popped, and note them as owing the loop their ``settled``."""
+        """Wake the polls of every host popped."""
         for value in popped:
             for wakeup in self._waiting.get(value.decode() if isinstance(value, bytes) else value, ()):
-                if not wakeup.is_set():
-                    wakeup.set()
-                    self._owed.add(wakeup)
-
-    async def _until_settled(self) -> None:
-        if not self._owed:
-            return
-        self._settled.clear()
-        try:
-            await self._settled.wait(SETTLE_S)
-        finally:
-            self._owed.clear()
+                wakeup.set()
 
     async def run(self) -> None:
         """Pop this process's inbox until cancelled, on a connection of its own; after any Redis
@@ -212,10 +150,8 @@ class ClaimWaiter:
                     delay = 0.1
                     outage.succeeded()
                     self.wake_all()
-                if not popped:
-                    continue
-                self._wake_popped(popped)
-                await self._until_settled()
+                if popped:
+                    self._wake_popped(popped)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any Redis failure: pop again
@@ -242,15 +178,13 @@ async def _client_gone(receive: Receive) -> None:
 class Hangup:
     """Sets a waiting poll's wake-up when its client hangs up, and says whether it has.
 
-    Through the connection (``server.CONNECTION``) where the server is ours: a callback when it
+    Through the connection (``CONNECTION``) where the server is ours: a callback when it
     is lost, and a look at the socket, since a request handled late, after a stall, may have lost
     its client before the event loop read the hang-up. Elsewhere (another ASGI server, the tests'
     in-process transport) through a task that reads the request's messages until
     ``http.disconnect``, started before the first wait."""
 
-    __slots__ = ("_connection", "_lost", "_reader", "_receive", "_wakeup")
-
-    def __init__(self, connection: ClientConnection | None, receive: Receive, wakeup: Wakeup) -> None:
+    def __init__(self, connection: ClientConnection | None, receive: Receive, wakeup: asyncio.Event) -> None:
         self._receive = receive
         self._wakeup = wakeup
         self._reader: asyncio.Task[None] | None = None
@@ -297,14 +231,12 @@ class Outcome(StrEnum):
     SHUTDOWN = "shutdown"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PollEnd:
-    """How a poll ended, and its assignment if it got one. ``answered``: call once the answer is
-    written (the inbox loop holds its next pop until then)."""
+    """How a poll ended, and its assignment if it got one."""
 
     outcome: Outcome
     claimed: Claimed | None = None
-    answered: Callable[[], None] = lambda: None
 
 
 async def claim_until_assigned(waiter: ClaimWaiter, store: Store, host: HostPrincipal, claim_id: str,
@@ -323,7 +255,6 @@ async def claim_until_assigned(waiter: ClaimWaiter, store: Store, host: HostPrin
     # Minted now, not after a wake-up: an attempt that claims nothing binds no lease, so the id
     # stays unused for the next.
     lease_id = "l_" + secrets.token_hex(16)
-    answering = False
     try:
         while True:
             if hangup.happened():
@@ -334,16 +265,14 @@ async def claim_until_assigned(waiter: ClaimWaiter, store: Store, host: HostPrin
             wait_ms = int((deadline - loop.time()) * 1000)
             claimed = await store.claim(host, claim_id, lease_id, lease_ttl_ms, waiter.process_id, max(wait_ms, 0))
             if claimed is not None:
-                answering = True
-                return PollEnd(Outcome.ASSIGNED, claimed, lambda: waiter.settled(wakeup))
-            waiter.settled(wakeup)
+                return PollEnd(Outcome.ASSIGNED, claimed)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return PollEnd(Outcome.EMPTY)
             hangup.watch()
-            await wakeup.wait(remaining)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await wakeup.wait()
     finally:
         waiter.unregister(host.host_id, wakeup)
         hangup.close()
-        if not answering:
-            waiter.settled(wakeup)

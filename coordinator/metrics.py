@@ -22,8 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 import wire
-from coordinator.queries import Queries
-from coordinator.wait_reasons import waiting_reason
+from coordinator.state.reads import Queries
+from coordinator.state.wait_reasons import waiting_reason
 
 
 class _LabelledCounter(Collector):
@@ -143,7 +143,7 @@ class Metrics:
 
 
 # How many of the oldest queued tasks a scrape computes waiting reasons for (tasks with the same
-# target share one computation; see coordinator/wait_reasons.py for its bound).
+# target share one computation; see coordinator/state/wait_reasons.py for its bound).
 QUEUED_EXAMINED = 500
 
 

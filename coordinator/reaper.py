@@ -5,7 +5,7 @@
 - assignments not claimed within the claim timeout: requeued, their host stalled until it polls;
 - queued tasks past their queue deadline: failed with ``queue_timeout``;
 - terminal tasks past their retention: deleted, with everything hanging off them (their
-  artifacts' blobs deleted from the blob store after the script: coordinator/artifacts.py);
+  artifacts' blobs deleted from the blob store after the script: coordinator/blobs/artifacts.py);
 - entries of an earlier Redis layout: rewritten in the current one (a pass with none left costs
   one read).
 
@@ -23,10 +23,10 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-from coordinator.artifacts import Artifacts
+from coordinator.blobs.artifacts import Artifacts
 from coordinator.cancellation import cancelling
 from coordinator.outage import OutageLog
-from coordinator.store import Store, Sweep
+from coordinator.state.store import Store, Sweep
 
 log = logging.getLogger("coordinator.reaper")
 

@@ -37,16 +37,13 @@ class Settings(BaseSettings):
     # Live (unrevoked, unexpired) operator tokens at most: each is a credential someone holds.
     max_operator_tokens: int = Field(default=1000, gt=0)
     header_timeout_s: float = Field(default=10.0, gt=0)
-    # Each response's head and body in one write (server.OneWriteResponses, which replaces a
-    # transport inside uvicorn's response cycle): false leaves uvicorn's own two writes.
-    one_write_responses: bool = True
     # Managed Redis often presents a self-signed certificate on rediss://; this accepts it.
     redis_tls_insecure: bool = False
     # Connections per process (per node on a cluster), whatever the number of waiting polls or
     # feed watchers: two of them block, one on the wake-up inbox and one on the feed.
     redis_max_connections: int = Field(default=8, ge=3)
     # On a single node, the script calls and reads that requests issue in one turn of the event
-    # loop share one write to Redis (coordinator/autopipeline.py), and the wake-up inbox's pop is
+    # loop share one write to Redis (coordinator/transport/autopipeline.py), and the wake-up inbox's pop is
     # written and read directly on a held connection. Both write to redis-py's connections
     # directly; false sends every call through redis-py's own client instead.
     autopipeline: bool = True
@@ -59,7 +56,7 @@ class Settings(BaseSettings):
     queue_timeout_s: float = Field(default=86400.0, gt=0)
     claim_timeout_s: float = Field(default=60.0, gt=0)
     task_retention_s: float = Field(default=604800.0, gt=0)
-    # Failed credentials (coordinator/throttle.py): more than auth_failures_max from one client
+    # Failed credentials (coordinator/api/throttle.py): more than auth_failures_max from one client
     # address within auth_failures_window_s, and its further failures are answered 429 for
     # auth_throttle_s. 0 turns the throttle off. Valid credentials are never counted nor slowed.
     auth_failures_max: int = Field(default=20, ge=0)

@@ -3,7 +3,7 @@
   the record (which carries its history and its leases), its index entries, its idempotency key,
   its progress, its claim records and its artifacts' descriptions. The artifacts' bytes live
   outside Redis: the blob keys no description names any more are answered, for the caller to
-  delete from the blob store (coordinator/artifacts.py); a blob the caller never gets to delete
+  delete from the blob store (coordinator/blobs/artifacts.py); a blob the caller never gets to delete
   is an orphan, which the orphan sweep finds.
 
   Input:

@@ -18,12 +18,16 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordinator.app import create_app
-from coordinator.keys import Keys
-from coordinator.redis_client import open_cluster
-from coordinator.redis_cluster import ClusterTransport
-from coordinator.redis_transport import AutoPipelinedTransport, PlainTransport, RedisTransport
 from coordinator.settings import Settings
-from coordinator.store import Store
+from coordinator.state.keys import Keys
+from coordinator.state.store import Store
+from coordinator.transport.base import (
+    AutoPipelinedTransport,
+    PlainTransport,
+    RedisTransport,
+)
+from coordinator.transport.cluster import ClusterTransport
+from coordinator.transport.open import open_cluster
 from tests.cluster import LocalCluster, cluster_available, free_port_block
 from tests.support import (
     ADMIN,

@@ -31,7 +31,7 @@ import httpx
 import redis
 import redis.asyncio as aioredis
 
-from coordinator.keys import Keys
+from coordinator.state.keys import Keys
 
 T = TypeVar("T")
 

@@ -14,7 +14,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.history.checker import check
-from tests.history.contract_model import DEVICE_HOST, Builder, appended, end_of, handed_out, histories
+from tests.history.contract_model import (
+    DEVICE_HOST,
+    Builder,
+    appended,
+    end_of,
+    handed_out,
+    histories,
+)
 from tests.history.records import TERMINAL, Op
 
 PROFILE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much,

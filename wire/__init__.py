@@ -11,6 +11,7 @@ them equal.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from enum import Enum
 
 
@@ -183,3 +184,12 @@ class ErrorCode(str, Enum):
     TOKEN_LIMIT = "token_limit"
     ARTIFACT_CONFLICT = "artifact_conflict"
     ARTIFACT_LIMIT = "artifact_limit"
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """A time in milliseconds since the epoch as the contract writes it: RFC 3339 UTC with
+    milliseconds, e.g. ``2026-12-02T08:00:00.123Z``; ``None`` stays ``None``."""
+    if ms is None:
+        return None
+    seconds, millis = divmod(ms, 1000)
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"

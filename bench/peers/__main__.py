@@ -17,6 +17,7 @@ from redis import Redis
 
 from bench.peers import IDLE_ROW, PEERS, REDIS_URL, make, measure
 
+
 def versions(names: list[str]) -> str:
     modules = dict.fromkeys(PEERS[n] for n in names)
     kombu = f" (kombu {version('kombu')})"

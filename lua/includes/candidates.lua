@@ -1,6 +1,6 @@
 --[[
   What the service needs to say why a queued task waits (PROTOCOL.md, "Waiting work"; the
-  counting is coordinator/wait_reasons.py's): the pooled devices its target could use, read in the
+  counting is coordinator/state/wait_reasons.py's): the pooled devices its target could use, read in the
   step that queued it (createTask) or on demand (readWaiting).
 
   Functions:

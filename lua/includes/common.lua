@@ -3,11 +3,11 @@
 
   Errors: scripts answer {code, payload}; code 0 is success, a negative code is one of E.
 
-  Defined above every include, generated from Python as the library loads (coordinator/scripts.py,
+  Defined above every include, generated from Python as the library loads (coordinator/state/scripts.py,
   lua_constants), so the two sides cannot differ: E (coordinator.errors.ScriptError, the failure
   codes), TASK_EVENTS_KEPT, DEVICE_RUNS_KEPT and FEED_EVENTS_KEPT (wire: what is kept),
-  STATUS_CODES and STATUS_SPAN (coordinator.keys: the status index's scores), and KEY_NAMES and
-  KEY_KINDS (coordinator.keys: the names keys are derived by, includes/deployment.lua).
+  STATUS_CODES and STATUS_SPAN (coordinator.state.keys: the status index's scores), and KEY_NAMES and
+  KEY_KINDS (coordinator.state.keys: the names keys are derived by, includes/deployment.lua).
 
   The other includes, by concern, each opening with what it holds and the invariants it keeps:
     deployment  the keys (derived from the key base) and settings a scheduling script runs with
@@ -20,13 +20,13 @@
     candidates  why a queued task waits
     tokens      operator and enrollment tokens: revoked for good
 ]]
--- redis.call, bound by each function as it starts (coordinator/scripts.py): while Redis loads the
+-- redis.call, bound by each function as it starts (coordinator/state/scripts.py): while Redis loads the
 -- library, where these helpers are defined, it offers no redis.call yet.
 local rcall
 
 
 -- How far a test has moved the clock (ms): the last argument of every call, which the function
--- takes off ARGV as it starts (coordinator/scripts.py). Always 0 outside tests (coordinator/clock.py).
+-- takes off ARGV as it starts (coordinator/state/scripts.py). Always 0 outside tests (coordinator/clock.py).
 local clockOffsetMs = 0
 
 -- Milliseconds from the Redis clock, so every coordinator process agrees on lease expiry. The one

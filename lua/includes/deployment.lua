@@ -17,8 +17,8 @@
     deployment(KEYS, ARGV)  the table S
     derived(S, kind, id)    the key of one host, driver, device or process
 
-  Keys, named once, in coordinator/keys.py; the names arrive generated as KEY_NAMES and KEY_KINDS
-  (coordinator/scripts.py, lua_constants), and docs/redis-keys.md documents each:
+  Keys, named once, in coordinator/state/keys.py; the names arrive generated as KEY_NAMES and KEY_KINDS
+  (coordinator/state/scripts.py, lua_constants), and docs/redis-keys.md documents each:
     S.key.<name>             a fixed key of the deployment: base .. name (`S.key.hosts_online`)
     derived(S, kind, id)     a key of one id: base .. kind .. ':' .. id (`derived(S, 'assigned',
                              hostId)`), so an operator reads each with one redis-cli command
@@ -33,7 +33,7 @@ local function fixedKeys(base)
   return setmetatable({}, {__index = function(built, name)
     local suffix = KEY_NAMES[name]
     if not suffix then
-      error('no key named ' .. tostring(name) .. ' in coordinator/keys.py')
+      error('no key named ' .. tostring(name) .. ' in coordinator/state/keys.py')
     end
     local key = base .. suffix
     built[name] = key
@@ -60,7 +60,7 @@ end
 local function derived(S, kind, id)
   local name = KEY_KINDS[kind]
   if not name then
-    error('no key kind ' .. tostring(kind) .. ' in coordinator/keys.py')
+    error('no key kind ' .. tostring(kind) .. ' in coordinator/state/keys.py')
   end
   return S.base .. name .. ':' .. id
 end

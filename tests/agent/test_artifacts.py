@@ -28,7 +28,13 @@ from agent.executor import RuntimeExecutor
 from agent.host import HostAgent
 from agent.host_config import HostConfig
 from agent.retry import RetryPolicy
-from agent.runtime import DeviceManager, TaskRunner, WorkflowRunner, make_planner, parse_device_specs
+from agent.runtime import (
+    DeviceManager,
+    TaskRunner,
+    WorkflowRunner,
+    make_planner,
+    parse_device_specs,
+)
 from tests.conftest import Api
 from tests.support import HOSTS, wait_until_async
 

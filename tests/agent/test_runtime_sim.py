@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from PIL import Image
 
 from agent.runtime.driver import centre, find_node
 from agent.runtime.errors import DriverError, ElementNotFound
-import io
-
-from PIL import Image
-
 from agent.runtime.sim import SimDriver
 
 pytestmark = pytest.mark.anyio

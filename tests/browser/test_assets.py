@@ -9,9 +9,9 @@ import fakeredis
 import httpx
 import pytest
 
-from coordinator import ui_api
+from coordinator.api import ui as ui_api
 from coordinator.app import create_app
-from coordinator.redis_transport import PlainTransport
+from coordinator.transport.base import PlainTransport
 from tests.conftest import make_settings
 from tests.support import unique_prefix
 

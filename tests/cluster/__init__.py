@@ -23,7 +23,15 @@ the replica to take over). Only the stdlib and redis-py's sync client are used h
 """
 
 from tests.cluster.faults import LocalCluster
-from tests.cluster.nodes import HOST, MASTERS, NODES, REPLICAS_PER_MASTER, SLOTS, cluster_available, free_port_block
+from tests.cluster.nodes import (
+    HOST,
+    MASTERS,
+    NODES,
+    REPLICAS_PER_MASTER,
+    SLOTS,
+    cluster_available,
+    free_port_block,
+)
 
 __all__ = [
     "HOST",

@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from tests.cluster import MASTERS, NODES, LocalCluster, cluster_available, free_port_block
+from tests.cluster import (
+    MASTERS,
+    NODES,
+    LocalCluster,
+    cluster_available,
+    free_port_block,
+)
 
 
 def _smoke(failover: bool) -> None:

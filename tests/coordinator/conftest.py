@@ -7,7 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.coordinator.blob_support import S3_ENV, S3Server, moto_available, running_s3_server
+from tests.coordinator.blob_support import (
+    S3_ENV,
+    S3Server,
+    moto_available,
+    running_s3_server,
+)
 
 
 @pytest.fixture(scope="session")

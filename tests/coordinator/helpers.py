@@ -54,7 +54,7 @@ async def enrolled_host(api: Any) -> tuple[str, dict[str, str]]:
 async def redis_state(api: Any) -> dict[str, Any]:
     """Everything the service stores under the test's prefix: its fixed keys and every key
     derived from an id (a host's assignments, a lease, a task's history...). Not the failure
-    throttle's counters (coordinator/throttle.py): counting a refused credential is what they
+    throttle's counters (coordinator/api/throttle.py): counting a refused credential is what they
     are for, and no request's outcome but a later refusal's depends on them."""
     redis, keys = api.ctx.store.redis, api.ctx.store.keys
     throttle_keys = (keys.auth_failures(""), keys.auth_throttled(""))

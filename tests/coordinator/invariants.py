@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from coordinator.keys import STATUS_CODES, STATUS_SPAN, Keys
-from coordinator.queries import Queries
+from coordinator.state.keys import STATUS_CODES, STATUS_SPAN, Keys
+from coordinator.state.reads import Queries
 from tests.support import glob_escape
 
 TERMINAL = {"succeeded", "failed", "cancelled"}

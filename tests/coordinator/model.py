@@ -21,17 +21,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from redis.asyncio import Redis
 
-from coordinator.auth import HostPrincipal, token_digest
+from coordinator.api.auth import HostPrincipal, token_digest
+from coordinator.api.host import parse_capabilities, parse_snapshot
+from coordinator.api.tasks import parse_task
+from coordinator.api.validation import Body, canonical_json
 from coordinator.clock import ShiftedClock
 from coordinator.errors import ApiError
-from coordinator.host_api import parse_capabilities, parse_snapshot
-from coordinator.keys import Keys
-from coordinator.queries import Queries
-from coordinator.scripts import Script, load_scripts
-from coordinator.store import Store
-from coordinator.task_api import parse_task
-from coordinator.validation import Body, canonical_json
-from coordinator.redis_transport import PlainTransport
+from coordinator.state.keys import Keys
+from coordinator.state.reads import Queries
+from coordinator.state.scripts import Script, load_scripts
+from coordinator.state.store import Store
+from coordinator.transport.base import PlainTransport
 from tests.coordinator.invariants import Stored, check_stored, read_stored
 from tests.support import HOSTS, delete_prefix_async, unique_prefix
 

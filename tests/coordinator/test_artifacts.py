@@ -14,7 +14,7 @@ import httpx
 import orjson
 import pytest
 
-from coordinator.blobs import namespace_of
+from coordinator.blobs.folder import namespace_of
 from coordinator.clock import ShiftedClock
 from tests.conftest import Api
 from tests.coordinator.blob_support import S3Server

@@ -1,4 +1,4 @@
-"""Auto-pipelining (coordinator/autopipeline.py) against real Redis, as its callers see it: each
+"""Auto-pipelining (coordinator/transport/autopipeline.py) against real Redis, as its callers see it: each
 call answered with its own reply in the order issued, one command's error kept to itself, and a
 lost connection failing every caller still waiting while the next call works. (Its pipelines'
 replies: test_redis_transport.py.)"""
@@ -14,7 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from coordinator.autopipeline import MAX_BATCH, AutoPipeline
+from coordinator.transport.autopipeline import MAX_BATCH, AutoPipeline
 from tests.coordinator.helpers import ClosedConnection
 from tests.support import REAL_REDIS_URL, free_port, unique_prefix, wait_until_async
 

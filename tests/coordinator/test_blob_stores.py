@@ -11,9 +11,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from coordinator.artifacts import open_blob_store
-from coordinator.blobs import BlobMissing, BlobStore, BlobTooLarge, LocalBlobStore, namespace_of
-from coordinator.blobs_s3 import S3BlobStore, parse_s3_url
+from coordinator.blobs.artifacts import open_blob_store
+from coordinator.blobs.folder import (
+    BlobMissing,
+    BlobStore,
+    BlobTooLarge,
+    LocalBlobStore,
+    namespace_of,
+)
+from coordinator.blobs.s3 import S3BlobStore, parse_s3_url
 from coordinator.settings import Settings
 from tests.coordinator.blob_support import S3Server
 

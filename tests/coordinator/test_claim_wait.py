@@ -1,5 +1,5 @@
 """A waiting long-poll: its wake-up, and its release when the client hangs up, told by the
-server's connection (``server.CONNECTION``) or, on any other server, read from ASGI messages."""
+server's connection (``longpoll.CONNECTION``) or, on any other server, read from ASGI messages."""
 
 from __future__ import annotations
 
@@ -10,24 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.longpoll import Wakeup
-from coordinator.server import CONNECTION
+from coordinator.longpoll import CONNECTION
 from tests.conftest import Api
 from tests.support import HOSTS, wait_until_async
 
 pytestmark = pytest.mark.anyio
-
-
-async def test_a_wakeup_set_before_its_wait_is_kept_and_a_wait_ends_at_its_timeout() -> None:
-    wakeup = Wakeup()
-    wakeup.set()
-    assert await asyncio.wait_for(wakeup.wait(10), 1) is True
-    wakeup.clear()
-    assert await wakeup.wait(0.01) is False
-    waiting = asyncio.ensure_future(wakeup.wait(10))
-    await asyncio.sleep(0)
-    wakeup.set()
-    assert await asyncio.wait_for(waiting, 1) is True
 
 
 @pytest.mark.parametrize(("query", "status"), [

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from coordinator.app import create_app
-from coordinator.redis_client import open_cluster
-from coordinator.redis_cluster import ClusterTransport
+from coordinator.transport.cluster import ClusterTransport
+from coordinator.transport.open import open_cluster
 from tests.cluster import LocalCluster
 from tests.conftest import Api, make_settings
 from tests.coordinator.helpers import claim_one

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from redis import exceptions as redis_errors
 
-from coordinator.keys import Keys, hash_tag
 from coordinator.outage import OutageLog
-from coordinator.preflight import Refused, check_redis
-from coordinator.redis_client import describe_url, open_redis
+from coordinator.serve.preflight import Refused, check_redis
+from coordinator.state.keys import Keys, hash_tag
+from coordinator.transport.open import describe_url, open_redis
 from tests.cluster import LocalCluster
 from tests.conftest import ADMIN, make_settings, unique_prefix
 from tests.support import REAL_REDIS_URL, free_port

@@ -16,9 +16,9 @@ import fakeredis
 import pytest
 import redis.asyncio as aioredis
 
-from coordinator.auth import HostPrincipal
+from coordinator.api.auth import HostPrincipal
 from coordinator.errors import Unauthorized
-from coordinator.store import Store
+from coordinator.state.store import Store
 from tests.conftest import Api, unique_prefix
 from tests.coordinator.helpers import redis_state
 from tests.coordinator.test_managed_hosts import Managed, make_token, new_host

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ClusterError, RedisClusterException
 
 from coordinator.app import create_app
-from coordinator.redis_transport import PlainTransport
+from coordinator.transport.base import PlainTransport
 from tests.conftest import Api, make_settings, unique_prefix
 
 pytestmark = pytest.mark.anyio

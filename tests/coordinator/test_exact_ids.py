@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import Api
-from tests.coordinator.helpers import claim_one, enrolled_host, redis_state, running_task
+from tests.coordinator.helpers import (
+    claim_one,
+    enrolled_host,
+    redis_state,
+    running_task,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordinator.feed import KEEPALIVE, Entry, EventFeed, Notice, StreamId
-from coordinator.keys import Keys
+from coordinator.state.keys import Keys
 from tests.coordinator.feed_support import Probe, xadd, xadd_many
 from tests.support import delete_prefix_async, wait_until_async
 

@@ -19,14 +19,20 @@ import redis.asyncio as aioredis
 import uvicorn
 from starlette.applications import Starlette
 
-from coordinator import feed_api
+from coordinator.api import events as feed_api
 from coordinator.app import create_app
 from coordinator.feed import EventFeed
-from coordinator.keys import Keys
-from coordinator.server import head_limited_protocol
-from coordinator.redis_transport import PlainTransport
+from coordinator.serve.server import head_limited_protocol
+from coordinator.state.keys import Keys
+from coordinator.transport.base import PlainTransport
 from tests.conftest import Unclosable, make_settings
-from tests.coordinator.feed_support import ADMIN_HEADERS, EventSource, Probe, open_events, xadd
+from tests.coordinator.feed_support import (
+    ADMIN_HEADERS,
+    EventSource,
+    Probe,
+    open_events,
+    xadd,
+)
 from tests.support import (
     ADMIN,
     REAL_REDIS_URL,

@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from coordinator.auth import HostPrincipal
-from coordinator.store import Store
+from coordinator.api.auth import HostPrincipal
+from coordinator.state.store import Store
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, enrolled_host
 

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from coordinator.auth import HostPrincipal, token_digest
+from coordinator.api.auth import HostPrincipal, token_digest
 from tests.conftest import HOSTS, Api
 from tests.coordinator.helpers import (
     claim_one,

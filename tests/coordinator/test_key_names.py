@@ -1,4 +1,4 @@
-"""Every Redis key name is defined once, in coordinator/keys.py: the scripts derive keys by the
+"""Every Redis key name is defined once, in coordinator/state/keys.py: the scripts derive keys by the
 names generated from it, docs/redis-keys.md documents exactly those names, and what a lifecycle
 leaves in Redis is named by them alone (real Redis, fakeredis, cluster)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from redis.exceptions import ResponseError
 
-from coordinator.keys import PER_ID_KINDS, Keys
-from coordinator.scripts import load_scripts, lua_constants, lua_dir
+from coordinator.state.keys import PER_ID_KINDS, Keys
+from coordinator.state.scripts import load_scripts, lua_constants, lua_dir
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one
 from tests.support import glob_escape

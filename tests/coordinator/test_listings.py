@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.keys import STATUS_CODES, STATUS_SPAN
+from coordinator.state.keys import STATUS_CODES, STATUS_SPAN
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, silence_host
 
@@ -138,8 +138,8 @@ async def test_a_queued_tasks_candidates_are_the_same_from_its_create_and_from_a
     assert (await api.task(created["task_id"]))["candidates"] == created["candidates"]
 
     # Past the limit, in device-id order: busy1, dis1, drain1 of the six sim devices.
-    monkeypatch.setattr("coordinator.store.CANDIDATES_SCANNED", 3)
-    monkeypatch.setattr("coordinator.queries.CANDIDATES_SCANNED", 3)
+    monkeypatch.setattr("coordinator.state.store.CANDIDATES_SCANNED", 3)
+    monkeypatch.setattr("coordinator.state.reads.CANDIDATES_SCANNED", 3)
     capped = (await api.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
     assert capped["candidates"] == {"matching": 3, "busy": 1, "unavailable": 0, "host_offline": 0,
                                     "host_draining": 1, "disabled": 1, "host_stalled": 0, "no_workflow": 0,

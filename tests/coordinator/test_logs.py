@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from coordinator.logs import REQUESTS_LOGGER, JsonFormatter
+from coordinator.serve.logs import REQUESTS_LOGGER, JsonFormatter
 from tests.conftest import Api
 from tests.support import ADMIN, HOSTS, child_env
 
@@ -135,7 +135,7 @@ async def test_no_request_lines_while_the_requests_logger_is_off(
 # configure_logging changes the whole process's logging: it runs in a child, not under pytest.
 _LOG_EVERYTHING = textwrap.dedent("""
     import logging, sys, warnings
-    from coordinator.logs import configure_logging
+    from coordinator.serve.logs import configure_logging
     configure_logging(sys.argv[1])
     logging.getLogger("coordinator").info("ours %s", "here", extra={"task_id": "t_1"})
     logging.getLogger("coordinator.requests").info("GET /healthz 200", extra={"status": 200})

@@ -13,11 +13,11 @@ import pytest
 from starlette.requests import Request
 
 import wire
-from coordinator.auth import BOOTSTRAP_ADMIN, Access, Operator
+from coordinator.api.auth import BOOTSTRAP_ADMIN, Access, Operator
+from coordinator.api.routes import ENDPOINTS
 from coordinator.clock import ShiftedClock
-from coordinator.logs import REQUESTS_LOGGER
-from coordinator.records import OperatorToken
-from coordinator.routes import ENDPOINTS
+from coordinator.serve.logs import REQUESTS_LOGGER
+from coordinator.state.records import OperatorToken
 from tests.conftest import Api, unique_prefix
 from tests.coordinator.helpers import enrolled_host
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from coordinator.scripts import load_scripts, lua_dir
-from coordinator.redis_transport import PlainTransport, RedisTransport
+from coordinator.state.scripts import load_scripts, lua_dir
+from coordinator.transport.base import PlainTransport, RedisTransport
 from tests.conftest import HOSTS, Api
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
@@ -67,7 +67,7 @@ def test_every_helper_of_the_library_is_defined_before_it_is_called() -> None:
 
 def test_installed_package_ships_the_dashboard(tmp_path: Path) -> None:
     # Outside the checkout: every file the dashboard serves is in the installed package.
-    code = ("from importlib import resources; from coordinator import ui_api; "
+    code = ("from importlib import resources; from coordinator.api import ui as ui_api; "
             "print(all((resources.files('coordinator.ui') / n).is_file() for n in [*ui_api.ASSETS, 'index.html']))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, check=True)
     assert out.stdout.decode().strip() == "True"
@@ -75,7 +75,7 @@ def test_installed_package_ships_the_dashboard(tmp_path: Path) -> None:
 
 def test_installed_package_ships_the_scripts(tmp_path: Path) -> None:
     # Run outside the checkout, so the installed package (not the source tree) is imported.
-    code = "from coordinator.scripts import load_scripts; print(len(load_scripts()))"
+    code = "from coordinator.state.scripts import load_scripts; print(len(load_scripts()))"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, check=True)
     assert int(out.stdout) == len(load_scripts())
 

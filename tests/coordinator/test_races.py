@@ -10,10 +10,10 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from coordinator.auth import HostPrincipal, token_digest
+from coordinator.api.auth import HostPrincipal, token_digest
 from coordinator.errors import Conflict
-from coordinator.keys import Keys
-from coordinator.store import Store
+from coordinator.state.keys import Keys
+from coordinator.state.store import Store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 

@@ -12,10 +12,9 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from coordinator import longpoll as longpoll_module
-from coordinator.keys import STATUS_CODES, STATUS_SPAN
 from coordinator.longpoll import ClaimWaiter
-from coordinator.redis_transport import RedisTransport
+from coordinator.state.keys import STATUS_CODES, STATUS_SPAN
+from coordinator.transport.base import RedisTransport
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 from tests.support import wait_until_async
@@ -165,17 +164,17 @@ async def test_the_inbox_loop_wakes_every_poll_after_a_failure_and_reads_on(
     lost = waiter.register("h1")  # a wake-up pushed while the connection was down may be lost
     loop = asyncio.create_task(waiter.run())
     try:
-        assert await lost.wait(5)
+        assert await asyncio.wait_for(lost.wait(), 5)
         assert client.failed.is_set()
         # the first pop that works wakes every poll again: pushes may have been lost meanwhile
         waiting_through = waiter.register("h3")
         await redis_client.rpush(inbox, "h2")
-        assert await waiting_through.wait(5)
+        assert await asyncio.wait_for(waiting_through.wait(), 5)
         # from then on, only the host pushed is woken
         later = waiter.register("h2")
         bystander = waiter.register("h3")
         await redis_client.rpush(inbox, "h2")
-        assert await later.wait(5)
+        assert await asyncio.wait_for(later.wait(), 5)
         assert not bystander.is_set()
     finally:
         loop.cancel()
@@ -194,7 +193,7 @@ async def test_the_inbox_loop_takes_every_waiting_wake_up_in_one_pop(
     loop = asyncio.create_task(waiter.run())
     try:
         for wakeup in wakeups:
-            assert await wakeup.wait(5)
+            assert await asyncio.wait_for(wakeup.wait(), 5)
         assert await redis_client.llen(inbox) == 0
         assert not bystander.is_set()
     finally:
@@ -203,30 +202,3 @@ async def test_the_inbox_loop_takes_every_waiting_wake_up_in_one_pop(
         await redis_client.delete(inbox)
 
 
-@pytest.mark.parametrize("settles", [True, False])
-async def test_the_inbox_loop_pops_again_once_the_polls_it_woke_are_done_with_it(
-        redis_client: aioredis.Redis, transport: RedisTransport, prefix: str, monkeypatch: pytest.MonkeyPatch,
-        settles: bool) -> None:
-    """A later wake-up waits in the inbox until the poll the last pop woke is done with its
-    wake-up; a poll that never says so holds it for SETTLE_S at most."""
-    monkeypatch.setattr(longpoll_module, "SETTLE_S", 60 if settles else 0.05)
-    inbox = f"{prefix}:inbox:p_settle"
-    waiter = ClaimWaiter(transport, inbox, "p_settle")
-    first, second = waiter.register("h1"), waiter.register("h2")
-    loop = asyncio.create_task(waiter.run())
-    try:
-        await redis_client.rpush(inbox, "h1")
-        assert await first.wait(5)
-        await redis_client.rpush(inbox, "h2")
-        if settles:
-            assert not await second.wait(0.2)
-            assert await redis_client.llen(inbox) == 1  # not popped yet
-            waiter.unregister("h1", first)  # no longer waiting is not done: an answer may be due
-            assert not await second.wait(0.2)
-            waiter.settled(first)
-        assert await second.wait(5)
-        assert await redis_client.llen(inbox) == 0
-    finally:
-        loop.cancel()
-        await asyncio.gather(loop, return_exceptions=True)
-        await redis_client.delete(inbox)

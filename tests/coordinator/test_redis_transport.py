@@ -1,4 +1,4 @@
-"""The one seam to Redis (coordinator/redis_transport.py): every implementation keeps the same
+"""The one seam to Redis (coordinator/transport/base.py): every implementation keeps the same
 contract, as a caller sees it. Run on a real single node (auto-pipelined, and plain as with
 ``COORDINATOR_AUTOPIPELINE=false``), the embedded fakeredis and a real local Redis Cluster."""
 
@@ -14,19 +14,24 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from coordinator.redis_client import open_redis
-from coordinator.redis_cluster import ClusterTransport
-from coordinator.redis_transport import (
+from coordinator.state.scripts import Library
+from coordinator.transport.base import (
     AutoPipelinedTransport,
     Durability,
     NotReplicated,
     PlainTransport,
     RedisTransport,
 )
-from coordinator.scripts import Library
+from coordinator.transport.cluster import ClusterTransport
+from coordinator.transport.open import open_redis
 from tests.conftest import Unclosable, backend_of, make_settings, transport_for
 from tests.coordinator.helpers import ClosedConnection
-from tests.support import REAL_REDIS_URL, delete_prefix_async, unique_prefix, wait_until_async
+from tests.support import (
+    REAL_REDIS_URL,
+    delete_prefix_async,
+    unique_prefix,
+    wait_until_async,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 

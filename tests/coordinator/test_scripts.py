@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from redis.exceptions import ResponseError
 
-from coordinator.redis_transport import NO_WAIT, Durability
-from coordinator.scripts import Library, Script
+from coordinator.state.scripts import Library, Script
+from coordinator.transport.base import NO_WAIT, Durability
 
 pytestmark = pytest.mark.anyio
 

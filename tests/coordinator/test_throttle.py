@@ -1,4 +1,4 @@
-"""Failed credentials are throttled per client address (coordinator/throttle.py): after a burst,
+"""Failed credentials are throttled per client address (coordinator/api/throttle.py): after a burst,
 an address's further failures get 429 rate_limited with Retry-After instead of 401, on every
 process sharing the Redis; a valid credential is never slowed, from any address. On real Redis,
 fakeredis and a real Redis Cluster."""
@@ -14,9 +14,9 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from coordinator.api.throttle import UNKNOWN_ADDRESS, client_address
 from coordinator.app import create_app
-from coordinator.throttle import UNKNOWN_ADDRESS, client_address
-from coordinator.redis_transport import PlainTransport
+from coordinator.transport.base import PlainTransport
 from tests.conftest import Api, make_settings, unique_prefix
 from tests.coordinator.helpers import enrolled_host
 from tests.support import ADMIN, HOSTS, wait_until_async

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator import limits
-from coordinator.routes import ENDPOINTS
+from coordinator.api import limits
+from coordinator.api.routes import ENDPOINTS
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, redis_state
 

@@ -9,9 +9,9 @@ import pytest
 
 import wire
 from coordinator.errors import ApiError, ScriptError, error_for
-from coordinator.keys import STATUS_CODES, STATUS_SPAN
-from coordinator.scripts import lua_constants, lua_dir
-from coordinator.store import Store
+from coordinator.state.keys import STATUS_CODES, STATUS_SPAN
+from coordinator.state.scripts import lua_constants, lua_dir
+from coordinator.state.store import Store
 
 _STATUS_LITERAL = re.compile(r"status\s*(?:==|~=|=)\s*'([a-z_]+)'")
 

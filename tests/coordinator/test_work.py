@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 
-from coordinator import longpoll as longpoll_module
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 from tests.support import wait_until_async
@@ -62,59 +59,6 @@ async def test_waiting_poll_wakes_when_work_is_assigned(api: Api) -> None:
     task = (await api.create_task(device_id="a1")).json()
     response = await asyncio.wait_for(poll, 5)
     assert response.status_code == 200 and response.json()["task_id"] == task["task_id"]
-
-
-def _is_empty(redis: Any, key: str) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return await redis.llen(key) == 0
-    return check
-
-
-async def test_a_poll_woken_for_nothing_lets_the_inbox_loop_pop_again(
-        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The inbox loop holds its next pop until the polls it woke are done with it (longpoll.py): a
-    poll that finds nothing and waits again says so too, or it would hold every other host's
-    wake-up for SETTLE_S."""
-    monkeypatch.setattr(longpoll_module, "SETTLE_S", 60)
-    await api.heartbeat("host-a", ["a1"])
-    await api.heartbeat("host-b", ["b1"])
-    polls = {host: asyncio.ensure_future(api.claim(host, wait_s=30)) for host in ("host-a", "host-b")}
-    try:
-        await wait_until_async(lambda: api.ctx.waiter.waiting == 2, what="both polls waiting")
-        redis, inbox = api.ctx.store.redis, api.ctx.store.keys.inbox(api.ctx.waiter.process_id)
-        await redis.rpush(inbox, "host-a")  # a wake-up with no work behind it
-        await wait_until_async(_is_empty(redis, inbox), what="the wake-up popped")
-        task = (await api.create_task(device_id="b1")).json()
-        # well before the poll's own wait ends (10 s here), when it would claim again unwoken
-        response = await asyncio.wait_for(polls["host-b"], 5)
-        assert response.json()["task_id"] == task["task_id"]
-        assert not polls["host-a"].done()
-    finally:
-        for poll in polls.values():
-            poll.cancel()
-        await asyncio.gather(*polls.values(), return_exceptions=True)
-
-
-async def test_a_poll_woken_for_work_lets_the_inbox_loop_pop_again_once_answered(
-        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A woken poll that claims is done with its wake-up once its answer is written; the next
-    host's wake-up does not wait SETTLE_S for it."""
-    monkeypatch.setattr(longpoll_module, "SETTLE_S", 60)
-    await api.heartbeat("host-a", ["a1"])
-    await api.heartbeat("host-b", ["b1"])
-    first = asyncio.ensure_future(api.claim("host-a", wait_s=30))
-    second = asyncio.ensure_future(api.claim("host-b", wait_s=30))
-    try:
-        await wait_until_async(lambda: api.ctx.waiter.waiting == 2, what="both polls waiting")
-        task_a = (await api.create_task(device_id="a1")).json()
-        assert (await asyncio.wait_for(first, 10)).json()["task_id"] == task_a["task_id"]
-        task_b = (await api.create_task(device_id="b1")).json()
-        # well before the poll's own wait ends (10 s here), when it would claim again unwoken
-        assert (await asyncio.wait_for(second, 5)).json()["task_id"] == task_b["task_id"]
-    finally:
-        for poll in (first, second):
-            poll.cancel()
-        await asyncio.gather(first, second, return_exceptions=True)
 
 
 async def test_claim_id_retry_returns_the_same_assignment(api: Api) -> None:

@@ -14,7 +14,13 @@ import httpx
 import pytest
 
 from tests.coordinator.blob_support import S3_ENV, moto_available, running_s3_server
-from tests.support import HOSTS, coordinator_env, coordinator_process, fresh_prefix, wait_until
+from tests.support import (
+    HOSTS,
+    coordinator_env,
+    coordinator_process,
+    fresh_prefix,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from coordinator.server import GRACEFUL_TIMEOUT_S
+from coordinator.serve.server import GRACEFUL_TIMEOUT_S
 from tests.coordinator.feed_support import ADMIN_HEADERS, open_events
 from tests.support import CoordinatorProcess, coordinator_env, fresh_prefix
 

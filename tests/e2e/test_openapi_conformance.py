@@ -4,7 +4,7 @@ coordinator process, on the operator API and on the host API. A schema-valid req
 refuses, a schema-invalid one it accepts, an undocumented status or a response that does not
 match its schema is a failure: the document must say exactly what the server does.
 
-Every operation the document lists is tested, so a route added to ``coordinator/routes.py`` is
+Every operation the document lists is tested, so a route added to ``coordinator/api/routes.py`` is
 checked without touching this file. Bounded and reproducible: a fixed seed, derandomized
 generation, no example database, a few examples an operation.
 """
@@ -19,8 +19,8 @@ import httpx
 import pytest
 import schemathesis
 
-from coordinator.openapi import openapi_document
-from coordinator.routes import ENDPOINTS
+from coordinator.api.openapi import openapi_document
+from coordinator.api.routes import ENDPOINTS
 from tests.support import (
     ADMIN,
     HOSTS,

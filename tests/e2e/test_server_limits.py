@@ -15,8 +15,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from coordinator.routes import ENDPOINTS
-from tests.support import ADMIN, HOSTS, coordinator_env, coordinator_process, fresh_prefix, wait_until
+from coordinator.api.routes import ENDPOINTS
+from tests.support import (
+    ADMIN,
+    HOSTS,
+    coordinator_env,
+    coordinator_process,
+    fresh_prefix,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e]
 

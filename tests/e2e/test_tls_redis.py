@@ -12,7 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import coordinator_env, coordinator_process, free_port, unique_prefix, wait_until
+from tests.support import (
+    coordinator_env,
+    coordinator_process,
+    free_port,
+    unique_prefix,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,171 @@
+"""Artifacts over HTTP: a host's upload (``PUT /internal/v1/hosts/{host_id}/leases/{lease_id}/
+artifacts/{name}``) and the operators' reads (``GET /api/v1/tasks/{task_id}/artifacts`` and
+``.../artifacts/{name}?attempt=N``). What they rest on: coordinator/blobs/artifacts.py.
+
+The upload: the credential and the path's host first, then everything but the body (name,
+Content-Type, query, a declared length over the cap), then whether the lease is current (a read),
+then the body streamed to the blob store, then one script records the description. Its answer is
+the description's view: 201 when stored, 200 for the same bytes again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
+
+import wire
+from coordinator.api.auth import HostPrincipal
+from coordinator.api.context import Context
+from coordinator.api.responses import json_response
+from coordinator.api.validation import require_id
+from coordinator.blobs.folder import BlobMissing, BlobTooLarge, namespace_of
+from coordinator.errors import (
+    ApiError,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    found,
+)
+from wire import iso_ms
+
+_NAME = re.compile(wire.ARTIFACT_NAME_PATTERN)
+_IMAGE = "image/"
+_MAX_INDEX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Upload:
+    lease_id: str
+    task_id: str
+    attempt: int
+    name: str
+    content_type: str
+    step_index: int | None
+
+
+def _name(request: Request) -> str:
+    name = request.path_params["name"]
+    if not _NAME.fullmatch(name):
+        raise InvalidRequest("an artifact name is 1..128 characters of A-Z, a-z, 0-9, '.', '_' and '-'")
+    return name
+
+
+def _content_type(request: Request) -> str:
+    """The media type, without parameters (``text/plain; charset=utf-8`` is ``text/plain``)."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type not in wire.ARTIFACT_CONTENT_TYPES:
+        raise InvalidRequest(f"Content-Type must be one of {', '.join(wire.ARTIFACT_CONTENT_TYPES)}")
+    return media_type
+
+
+def _index(raw: str | None, name: str, low: int) -> int | None:
+    if raw is None:
+        return None
+    if not raw.isascii() or not raw.isdigit() or not low <= int(raw) <= _MAX_INDEX:
+        raise InvalidRequest(f"{name} must be an integer in [{low}, {_MAX_INDEX}]")
+    return int(raw)
+
+
+async def _parse_upload(ctx: Context, request: Request) -> Upload:
+    lease_id = require_id(request.path_params["lease_id"], "lease_id")
+    name = _name(request)
+    content_type = _content_type(request)
+    query = request.query_params
+    task_id = require_id(query.get("task_id"), "task_id")
+    attempt = _index(query.get("attempt"), "attempt", 1)
+    if attempt is None:
+        raise InvalidRequest("attempt is required")
+    step_index = _index(query.get("step_index"), "step_index", 0)
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > ctx.settings.max_artifact_bytes:
+        raise PayloadTooLarge(f"an artifact is at most {ctx.settings.max_artifact_bytes} bytes")
+    return Upload(lease_id, task_id, attempt, name, content_type, step_index)
+
+
+def artifact_view(description: dict[str, Any]) -> dict[str, Any]:
+    """What the contract shows of a description (never its blob key)."""
+    return {
+        "name": description["name"],
+        "attempt": description["attempt"],
+        "step_index": description.get("step_index"),
+        "size": description["size"],
+        "sha256": description["sha256"],
+        "content_type": description["content_type"],
+        "created_at": iso_ms(description["created_at"]),
+    }
+
+
+async def _store(ctx: Context, principal: HostPrincipal, upload: Upload,
+                 request: Request) -> tuple[dict[str, Any], bool]:
+    """The body streamed to the blob store, then its description recorded: (description,
+    whether it replayed an earlier upload)."""
+    settings = ctx.settings
+    # Refused before any byte is stored when the lease has already ended; checked again as the
+    # description is written (the lease may end while the bytes stream).
+    await ctx.auth.run_for(principal, ctx.store.check_lease(principal, upload.lease_id, upload.task_id,
+                                                            upload.attempt))
+    with ctx.artifacts.upload_slot():
+        try:
+            blob = await ctx.artifacts.put(namespace_of(upload.task_id), request.stream(), settings.max_artifact_bytes)
+        except BlobTooLarge:
+            raise PayloadTooLarge(f"an artifact is at most {settings.max_artifact_bytes} bytes") from None
+        except ClientDisconnect:  # the agent went away mid-body (nothing was stored): its fault, not ours
+            raise InvalidRequest("the client went away before the body ended") from None
+    recorded = await ctx.auth.run_for(principal, ctx.store.record_artifact(
+        principal, upload.lease_id, upload.task_id, upload.attempt, upload.name,
+        size=blob.size, sha256=blob.sha256, content_type=upload.content_type, step_index=upload.step_index,
+        blob=blob.key, max_task_bytes=settings.max_task_artifact_bytes,
+        max_task_artifacts=settings.max_task_artifacts,
+    ))
+    return recorded.description, recorded.replayed
+
+
+async def upload(ctx: Context, request: Request) -> Response:
+    principal = await ctx.auth.host_for_path(request, request.path_params["host_id"])
+    try:
+        parsed = await ctx.auth.parse_for(principal, _parse_upload(ctx, request))
+        description, replayed = await _store(ctx, principal, parsed, request)
+    except ApiError as exc:
+        ctx.metrics.artifact_uploads.inc(exc.code)
+        raise
+    ctx.metrics.artifact_uploads.inc("replayed" if replayed else "stored")
+    view = artifact_view(description)
+    del view["attempt"], view["created_at"]  # the contract's answer: name, size, sha256, type, step
+    return json_response(view, 200 if replayed else 201)
+
+
+# -- operators' reads ----------------------------------------------------------------------
+
+
+async def list_artifacts(ctx: Context, request: Request) -> Response:
+    task_id = require_id(request.path_params["task_id"], "task_id")
+    artifacts = found(await ctx.queries.task_artifacts(task_id), "task")
+    return json_response({"artifacts": [artifact_view(a) for a in artifacts]})
+
+
+# Served bytes are the hosts' and never trusted: no sniffing, no script, no plugin, and a
+# download rather than a page unless it is an image (which a browser only draws).
+_SAFE_HEADERS = {"x-content-type-options": "nosniff", "content-security-policy": "sandbox",
+                 "cache-control": "private, max-age=3600"}
+
+
+async def get_artifact(ctx: Context, request: Request) -> Response:
+    task_id = require_id(request.path_params["task_id"], "task_id")
+    name = _name(request)
+    attempt = _index(request.query_params.get("attempt"), "attempt", 1)
+    description = found(await ctx.queries.task_artifact(task_id, name, attempt), "artifact")
+    content_type = description["content_type"]
+    headers = {**_SAFE_HEADERS, "content-length": str(description["size"])}
+    if not content_type.startswith(_IMAGE):
+        headers["content-disposition"] = f'attachment; filename="{name}"'  # the name's grammar needs no quoting
+    if request.method == "HEAD":  # the head alone: the blob is not read
+        return Response(b"", media_type=content_type, headers=headers)
+    try:
+        chunks = await ctx.artifacts.open(description["blob"])
+    except BlobMissing:
+        raise NotFound("no such artifact") from None
+    return StreamingResponse(chunks, media_type=content_type, headers=headers)

@@ -1,0 +1,28 @@
+"""What every route needs, built once in the lifespan and handed to routes explicitly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.api.auth import Authenticator
+from coordinator.blobs.artifacts import Artifacts
+from coordinator.feed import EventFeed
+from coordinator.longpoll import ClaimWaiter
+from coordinator.metrics import Metrics
+from coordinator.settings import Settings
+from coordinator.state.epoch import Epoch
+from coordinator.state.reads import Queries
+from coordinator.state.store import Store
+
+
+@dataclass
+class Context:
+    settings: Settings
+    store: Store
+    queries: Queries
+    auth: Authenticator
+    waiter: ClaimWaiter
+    metrics: Metrics
+    feed: EventFeed
+    epoch: Epoch
+    artifacts: Artifacts

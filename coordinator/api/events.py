@@ -1,0 +1,103 @@
+"""GET /api/v1/events: the live feed as server-sent events. Bearer = an operator credential with
+the ``read`` scope (checked in app.py). Events an operator caused name it as their ``actor``.
+
+The stream opens with ``retry: 2000`` and ``id: <where it starts>`` (an id with no data: a client
+that loses the connection before the first event resumes from there, not from "now"); then each
+event is ``id: <stream id>`` and ``data: <the
+event's JSON>``, and a comment (``: keepalive``) after every ``KEEPALIVE_S`` of silence, so
+proxies keep the connection. A client resumes with ``Last-Event-ID`` (or ``?last_event_id=``
+for one that cannot set headers); without either it gets events from now on.
+``?task_id=`` and ``?host_id=`` keep only the events that name that task or host.
+
+Everything that can fail with a status (credential, parameters, Redis for the starting position)
+is checked before the response starts. Once it has started, losing Redis ends the stream with a
+comment: the client reconnects after the retry delay and resumes from its last event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Mapping
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from coordinator.api.context import Context
+from coordinator.api.validation import require_id
+from coordinator.errors import REDIS_UNAVAILABLE, InvalidRequest
+from coordinator.feed import Entry, EventFeed, Notice, StreamId
+
+log = logging.getLogger("coordinator.feed")
+
+KEEPALIVE_S = 15.0
+RETRY_MS = 2000
+FILTERS = ("task_id", "host_id")
+_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def events(ctx: Context, request: Request) -> Response:
+    last_id = _last_event_id(request)
+    match = _filters(request)
+    if last_id is None:
+        last_id = await ctx.feed.latest_id()  # "now" is when the request came, not when it streams
+    return EventStream(_stream(ctx.feed, last_id, match))
+
+
+def _last_event_id(request: Request) -> str | None:
+    # The header wins: EventSource reconnects to the same URL, with the id of its last event.
+    value = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    if not value:
+        return None
+    try:
+        return str(StreamId.parse(value))
+    except ValueError:
+        raise InvalidRequest("Last-Event-ID must be a stream id, <ms>-<seq>") from None
+
+
+def _filters(request: Request) -> dict[str, str]:
+    params = request.query_params
+    return {name: require_id(params[name], name) for name in FILTERS if name in params}
+
+
+async def _stream(feed: EventFeed, last_id: str, match: Mapping[str, str]) -> AsyncGenerator[bytes, None]:
+    yield b"retry: %d\nid: %s\n\n" % (RETRY_MS, last_id.encode())
+    items = feed.follow(last_id, match=match or None, keepalive_s=KEEPALIVE_S)
+    async with contextlib.aclosing(items):
+        try:
+            async for item in items:
+                yield _frame(item) if isinstance(item, Entry) else _comment(item)
+        except REDIS_UNAVAILABLE as exc:
+            log.warning("event feed watcher lost Redis (%s); its stream ends", type(exc).__name__)
+            yield _comment(Notice("the feed lost Redis; reconnect to resume"))
+
+
+def _frame(entry: Entry) -> bytes:
+    # A JSON text has no raw line breaks; should one ever come, each line gets its own data field
+    # (the client joins them with "\n"), so it cannot end the event early.
+    data = b"".join(b"data: " + line + b"\n" for line in entry.data.splitlines() or [b""])
+    return b"id: " + entry.id.encode() + b"\n" + data + b"\n"
+
+
+def _comment(notice: Notice) -> bytes:
+    return b": " + " ".join(notice.text.split()).encode() + b"\n\n"
+
+
+class EventStream(StreamingResponse):
+    """``text/event-stream`` that closes its generator however the response ends.
+
+    When the client hangs up, Starlette cancels the task sending the response; if the generator
+    was suspended at a ``yield`` just then, nothing else closes it until the garbage collector
+    does, and its watcher would be counted (and woken) until then.
+    """
+
+    def __init__(self, content: AsyncGenerator[bytes, None]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=_HEADERS)
+        self._content = content
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._content.aclose()

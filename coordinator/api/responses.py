@@ -1,0 +1,200 @@
+"""How stored records look on the wire: every response shape of the API lives here."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+import wire
+from coordinator.state.records import (
+    DeviceState,
+    EnrollmentToken,
+    HostRecord,
+    OperatorToken,
+    TaskRecord,
+)
+from coordinator.state.wait_reasons import waiting_reason
+from wire import iso_ms
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    try:
+        body = orjson.dumps(content)
+    except orjson.JSONEncodeError:
+        # orjson stops at 255 levels. Input deeper than 32 is refused today, but a host may have
+        # stored deeper data before that: the views must still answer whatever is stored.
+        body = json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode()
+    return Response(body, status_code, media_type="application/json")
+
+
+def offset_page(field: str, items: list[Any], offset: int, limit: int, more: bool) -> Response:
+    """A page of a listing paged by position: its items, and the cursor of the next page."""
+    return json_response({field: items, "next_cursor": str(offset + limit) if more else None})
+
+
+def _json_field(raw: str | None) -> Any:
+    return None if raw is None else orjson.loads(raw)
+
+
+def task_result(task: TaskRecord) -> dict[str, Any] | None:
+    if task.status not in wire.TERMINAL_STATUSES:
+        return None
+    if task.result_report and task.result and task.result["attempt"] == task.attempt:
+        report = orjson.loads(task.result_report)
+        return {**report, "attempt": task.result["attempt"], "recorded_at": iso_ms(task.result["recorded_at"])}
+    # Ended by the coordinator itself (cancel, or the lease expired for the last time).
+    return {
+        "status": task.status,
+        "failure_reason": task.failure_reason,
+        "metadata": {},
+        "attempt": task.attempt,
+        "recorded_at": iso_ms(task.finished_at),
+    }
+
+
+def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``candidates`` of a queued task (``queries.candidates``) give its waiting reason."""
+    view: dict[str, Any] = {
+        "task_id": task.id,
+        "kind": task.kind,
+        "status": task.status,
+        "attempt": task.attempt,
+        "max_attempts": task.max_attempts,
+        "device_id": task.device_id or task.target_device,
+        "host_id": task.host_id,
+        "selector": None,
+        "max_steps": task.max_steps,
+        "idempotency_key": task.idempotency_key,
+        "cancel_requested": bool(task.cancel_requested),
+        "failure_reason": task.failure_reason if task.status in wire.TERMINAL_STATUSES else None,
+        # Progress belongs to the running attempt only; once a result is in it is history.
+        "progress": task.progress if task.status == wire.TaskStatus.RUNNING else None,
+        "result": task_result(task),
+        "waiting_reason": waiting_reason(candidates) if candidates is not None else None,
+        "candidates": candidates,
+        "queue_timeout_s": None if task.queue_timeout_ms is None else task.queue_timeout_ms // 1000,
+        "queue_deadline": iso_ms(task.queue_deadline) if task.status == wire.TaskStatus.QUEUED else None,
+        "created_at": iso_ms(task.created_at),
+        "updated_at": iso_ms(task.updated_at),
+        "finished_at": iso_ms(task.finished_at) if task.status in wire.TERMINAL_STATUSES else None,
+        # The operator who created it (a token's name, or "admin"); null for tasks of earlier versions.
+        "created_by": task.created_by,
+    }
+    if task.kind == wire.TaskKind.GOAL:
+        view["goal"] = task.goal
+    else:
+        view["workflow"] = _json_field(task.workflow)
+    if task.driver:
+        view["selector"] = {"driver": task.driver, "labels": _json_field(task.labels) or {}}
+    return view
+
+
+def device_view(state: DeviceState) -> dict[str, Any]:
+    device = state.device
+    return {
+        "device_id": device.device_id,
+        # What people call it: an enrolled device's local id on its host (its serial), else its id.
+        "name": state.local_id or device.device_id,
+        "host_id": device.host_id,
+        "driver": device.driver,
+        "status": device.status,
+        "attributes": _json_field(device.attributes) or {},
+        "labels": _json_field(device.labels) or {},
+        "host_online": state.host_online,
+        "reserved_by": state.reserved_by,
+        "disabled": state.disabled is not None,
+        "disabled_reason": state.disabled.get("reason") if state.disabled is not None else None,
+        "disabled_at": iso_ms(state.disabled.get("at")) if state.disabled is not None else None,
+    }
+
+
+def host_view(host: HostRecord, *, kind: str, online: bool, revoked: bool, draining: bool) -> dict[str, Any]:
+    agent = host.snapshot.get("agent") or {}
+    return {
+        "host_id": host.host_id,
+        "kind": kind,
+        "online": online,
+        "last_seen": iso_ms(host.last_seen),
+        "devices": len(host.snapshot.get("devices", [])),
+        "revoked": revoked,
+        "draining": draining,
+        "labels": _json_field(host.labels) or {},
+        "enrollment_token_id": host.token_id,
+        # What the host calls itself: its agent's latest word, else what it enrolled with.
+        "hostname": agent.get("hostname") or host.hostname or None,
+        "agent_version": agent.get("version"),
+        "created_at": iso_ms(host.created_at),
+    }
+
+
+def token_view(token: EnrollmentToken, now_ms: int) -> dict[str, Any]:
+    return {
+        "id": token.id,
+        "created_at": iso_ms(token.created_at),
+        "expires_at": iso_ms(token.expires_at),
+        "expired": now_ms >= token.expires_at,
+        "max_uses": token.max_uses,
+        "uses": token.uses,
+        "uses_left": max(0, token.max_uses - token.uses),
+        "labels": _json_field(token.labels) or {},
+        "revoked": bool(token.revoked),
+    }
+
+
+def operator_token_view(token: OperatorToken, now_ms: int) -> dict[str, Any]:
+    """An operator token, never its secret nor its digest."""
+    return {
+        "id": token.id,
+        "name": token.name,
+        "scopes": token.scopes,
+        "created_at": iso_ms(token.created_at),
+        "expires_at": iso_ms(token.expires_at),
+        "last_used_at": iso_ms(token.last_used_at),
+        "created_by": token.created_by,
+        "expired": now_ms >= token.expires_at,
+        "revoked": bool(token.revoked),
+    }
+
+
+def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
+    """A claimed assignment, as the claim script stored and returned it."""
+    view = {
+        "task_id": assignment["task_id"],
+        "attempt": assignment["attempt"],
+        "lease_id": assignment["lease_id"],
+        "lease_ttl_ms": assignment["lease_ttl_ms"],
+        "lease_expires_at": iso_ms(assignment["lease_expires_at_ms"]),
+        "device_id": assignment["device_id"],
+        "kind": assignment["kind"],
+        "max_steps": assignment.get("max_steps"),
+    }
+    if assignment["kind"] == wire.TaskKind.GOAL:
+        view["goal"] = assignment["goal"]
+    else:
+        view["workflow"] = orjson.loads(assignment["workflow"])
+    return view
+
+
+# `actor`: the operator whose request caused the event (a token's name, or "admin"); null for
+# what hosts and deadlines caused.
+_EVENT_FIELDS = ("task_id", "attempt", "host_id", "device_id", "reason", "status", "actor")
+
+
+def event_view(event: dict[str, Any]) -> dict[str, Any]:
+    """A task event as the scripts wrote it (lua/includes/events.lua ``taskEvent``)."""
+    return {"at": iso_ms(event.get("at")), "type": event.get("type"), **{f: event.get(f) for f in _EVENT_FIELDS}}
+
+
+def run_view(run: dict[str, Any]) -> dict[str, Any]:
+    """One run of a device (``startRun``/``endRun``); ``outcome`` is null while it runs."""
+    return {
+        "task_id": run.get("task_id"),
+        "attempt": run.get("attempt"),
+        "host_id": run.get("host_id"),
+        "started_at": iso_ms(run.get("started_at")),
+        "ended_at": iso_ms(run.get("ended_at")),
+        "outcome": run.get("outcome"),
+    }

@@ -1,0 +1,124 @@
+"""The operator API for tasks (/api/v1/tasks): create, read, list, history, cancel.
+Bearer = an operator credential; its scope was checked before any handler here runs (app.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+import wire
+from coordinator.api import limits
+from coordinator.api.auth import access_of
+from coordinator.api.context import Context
+from coordinator.api.responses import event_view, json_response, task_view
+from coordinator.api.validation import (
+    Body,
+    Query,
+    canonical_json,
+    read_json,
+    require_id,
+)
+from coordinator.errors import InvalidRequest, found
+from coordinator.state.records import TaskRecord
+
+_TASK_STATUSES = wire.values(wire.TaskStatus)
+MAX_QUEUE_TIMEOUT_S = limits.MAX_QUEUE_TIMEOUT_S
+
+
+def parse_task(body: Body, default_queue_timeout_ms: int) -> dict[str, Any]:
+    """The task record to create, from a validated request (ids and status are added later)."""
+    kind = body.get("kind")
+    task: dict[str, Any] = {"kind": kind}
+    if kind == "goal":
+        if "workflow" in body:
+            raise InvalidRequest("a goal task has no workflow")
+        task["goal"] = body.text("goal", max_len=wire.MAX_GOAL_CHARS, required=True)
+        task["max_steps"] = body.integer("max_steps", default=limits.DEFAULT_GOAL_MAX_STEPS, low=1,
+                                         high=limits.MAX_STEPS)
+    elif kind == "workflow":
+        if "goal" in body:
+            raise InvalidRequest("a workflow task has no goal")
+        workflow = body.object("workflow", required=True, fields=limits.WORKFLOW_FIELDS)
+        task["workflow"] = canonical_json({"name": workflow.id("name"), "params": workflow.free_object("params")})
+        task["max_steps"] = body.integer("max_steps", low=1, high=limits.MAX_STEPS)
+    else:
+        raise InvalidRequest("kind must be goal or workflow")
+
+    has_device, has_selector = body.get("device_id") is not None, body.get("selector") is not None
+    if has_device == has_selector:
+        raise InvalidRequest("give exactly one target: device_id or selector")
+    if has_device:
+        task["target_device"] = body.id("device_id")
+    else:
+        selector = body.object("selector", required=True, fields=limits.SELECTOR_FIELDS)
+        task["driver"] = selector.id("driver")
+        task["labels"] = canonical_json(selector.labels("labels"))
+    task["max_attempts"] = body.integer("max_attempts", default=limits.DEFAULT_MAX_ATTEMPTS, low=1,
+                                        high=limits.MAX_ATTEMPTS)
+    queue_timeout_s = body.integer("queue_timeout_s", low=1, high=MAX_QUEUE_TIMEOUT_S)
+    task["queue_timeout_ms"] = queue_timeout_s * 1000 if queue_timeout_s is not None else default_queue_timeout_ms
+    if body.get("idempotency_key") is not None:
+        task["idempotency_key"] = body.id("idempotency_key")
+        # What makes two requests "the same" for the key; stored only where a key can match.
+        task["request_hash"] = hashlib.sha256(canonical_json(task).encode()).hexdigest()
+    return {k: v for k, v in task.items() if v is not None}
+
+
+async def _views(ctx: Context, tasks: list[TaskRecord]) -> list[dict[str, Any]]:
+    """Task views, with the waiting reason and candidates of the queued ones."""
+    candidates = await ctx.queries.candidates(tasks)
+    return [task_view(t, candidates.get(t.id)) for t in tasks]
+
+
+async def create_task(ctx: Context, request: Request) -> Response:
+    body = await read_json(request, ctx.settings.max_body_bytes, fields=limits.TASK_FIELDS)
+    task = parse_task(body, ctx.settings.queue_timeout_ms)
+    task["id"] = "t_" + secrets.token_hex(12)
+    # Who created it: named in its view, and what a submit-only token's cancel is checked against.
+    # Added after parsing, so the idempotency key's request hash does not depend on the caller.
+    operator = access_of(request).operator
+    task["created_by"] = operator.name
+    if operator.token_id is not None:
+        task["creator_token"] = operator.token_id
+    answer = await ctx.store.create_task(task, actor=operator.name)
+    if answer.candidates is not None or answer.task.status != wire.TaskStatus.QUEUED:
+        # Queued now, the create step read why it waits; not queued, nothing waits.
+        view = task_view(answer.task, answer.candidates)
+    else:  # an earlier task with the same idempotency key, still queued
+        view = (await _views(ctx, [answer.task]))[0]
+    return json_response(view, 201 if answer.created else 200)
+
+
+async def get_task(ctx: Context, request: Request) -> Response:
+    task_id = require_id(request.path_params["task_id"], "task_id")
+    task = found(await ctx.queries.get_task(task_id), "task")
+    return json_response((await _views(ctx, [task]))[0])
+
+
+async def list_tasks(ctx: Context, request: Request) -> Response:
+    query = Query(request)
+    status = query.choice("status", _TASK_STATUSES)
+    host_id, device_id = query.id("host_id"), query.id("device_id")
+    limit = query.limit(*limits.TASKS_LIMIT)
+    cursor = query.integer("cursor", default=-1, low=0, high=limits.TASK_CURSOR_MAX)
+    page = await ctx.queries.list_tasks(status=status, host_id=host_id, device_id=device_id, limit=limit,
+                                        cursor=None if cursor < 0 else cursor)
+    return json_response({"tasks": await _views(ctx, page.items), "next_cursor": page.next_cursor})
+
+
+async def task_events(ctx: Context, request: Request) -> Response:
+    task_id = require_id(request.path_params["task_id"], "task_id")
+    events = found(await ctx.queries.task_events(task_id), "task")
+    return json_response({"events": [event_view(e) for e in events]})
+
+
+async def cancel_task(ctx: Context, request: Request) -> Response:
+    access = access_of(request)
+    task_id = require_id(request.path_params["task_id"], "task_id")
+    # access.owner: a submit-only token, which the script lets cancel only the tasks it created.
+    task = await ctx.store.cancel_task(task_id, actor=access.operator.name, owner=access.owner)
+    return json_response(task_view(task))

@@ -1,0 +1,174 @@
+"""Every Redis key name of one deployment, built in one place (documented in docs/redis-keys.md).
+
+All keys share one prefix that carries a hash tag (``tether:{default}``), so every script's keys
+hash to one slot and the same code runs on Redis Cluster. Most of the layout is a fixed set of
+keys (records in hashes, indexes in sorted sets), named base + name. The rest are keys of one
+host, driver, device or process, named base + kind + ":" + id, each what an operator reads with
+one redis-cli command (a host's queued assignments with LRANGE, a driver's waiting tasks with
+ZRANGE). The scheduling scripts derive both from the base they are given, as they carry the hash
+tag and so live in the same slot: the names they use are generated from this module as the
+library loads (``lua_key_names``), so the two sides cannot differ.
+"""
+
+from __future__ import annotations
+
+# tasks_by_status scores a task by its status and age: code * STATUS_SPAN + seq, so each status is
+# one score range in age order (lua/includes/common.lua ``statusScore``; a test keeps them equal).
+# 2^48: any seq fits below it, and every score is an exact double.
+STATUS_CODES = {"queued": 1, "assigned": 2, "running": 3, "succeeded": 4, "failed": 5, "cancelled": 6}
+STATUS_SPAN = 2**48
+
+
+def hash_tag(key: str) -> str | None:
+    """The part of ``key`` that Redis Cluster hashes to pick its slot, when it is not the whole
+    key: between the first ``{`` and the first ``}`` after it, if that is not empty. Every key of
+    a deployment starts with its prefix, so a prefix with a tag puts them all in one slot."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return key[start + 1:end] if end > start + 1 else None
+
+
+# The kinds of the keys of one id (base + kind + ":" + id): each is the name of the Keys method
+# that builds it, and the name the scripts derive it by (lua/includes/deployment.lua ``derived``).
+PER_ID_KINDS = ("device_runs", "assigned", "waiting", "waiting_device", "host_devices", "lease", "polls", "inbox",
+                "auth_failures", "auth_throttled")
+
+
+class Keys:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        p = prefix + ":"
+        # tasks
+        self.tasks = p + "tasks"
+        self.task_seq = p + "task_seq"
+        self.tasks_by_status = p + "tasks_by_status"
+        self.idempotency = p + "idempotency"
+        # scheduling
+        self.devices = p + "devices"
+        self.reservations = p + "reservations"
+        self.free = p + "free"
+        self.hosts_online = p + "hosts_online"
+        self.devices_by_driver = p + "devices_by_driver"
+        self.disabled_devices = p + "disabled_devices"
+        self.hosts_draining = p + "hosts_draining"
+        self.hosts_stalled = p + "hosts_stalled"  # did not claim in time; no new work until it polls
+        # deadlines (the reaper's sweeps)
+        self.queue_deadlines = p + "queue_deadlines"
+        self.claim_deadlines = p + "claim_deadlines"
+        self.retention = p + "retention"
+        # history: the live feed (a capped stream) and deployment-wide counters
+        self.feed = p + "feed"
+        self.stats = p + "stats"
+        # leases (each lease lives in its task's record, `leases`)
+        self.lease_deadlines = p + "lease_deadlines"  # task id -> its running lease's expiry
+        self.claims = p + "claims"
+        self.progress = p + "progress"
+        # artifacts: their descriptions (the bytes live in the blob store, coordinator/blobs/folder.py)
+        self.artifacts = p + "artifacts"
+        self.artifact_index = p + "artifact_index"
+        self.artifact_usage = p + "artifact_usage"
+        self.artifact_blobs = p + "artifact_blobs"
+        # hosts and credentials
+        self.hosts = p + "hosts"
+        self.host_ids = p + "host_ids"
+        self.host_seen = p + "host_seen"
+        self.host_snapshots = p + "host_snapshots"
+        self.host_capabilities = p + "host_capabilities"  # what a host's agent said it can run
+        self.revoked_tokens = p + "revoked_tokens"  # digests of revoked host credentials
+        self.host_tokens = p + "host_tokens"
+        self.enrollment_tokens = p + "enrollment_tokens"
+        self.enrollment_token_hashes = p + "enrollment_token_hashes"
+        self.enrollment_tokens_by_age = p + "enrollment_tokens_by_age"
+        self.enrollments = p + "enrollments"
+        self.local_devices = p + "local_devices"
+        self.enrolled_devices = p + "enrolled_devices"
+        # operator tokens (the bootstrap admin token is configuration, not a key)
+        self.operator_tokens = p + "operator_tokens"
+        self.operator_token_hashes = p + "operator_token_hashes"  # digests of unrevoked tokens
+        self.operator_tokens_by_age = p + "operator_tokens_by_age"
+        self.operator_tokens_live = p + "operator_tokens_live"  # unrevoked, by expiry
+        # a random value written once: a process that finds another (or none) knows Redis lost
+        # the data its caches mirror (coordinator/state/epoch.py)
+        self.epoch = p + "epoch"
+        # Keys of one host, driver, device or process are this base plus a kind and
+        # the id (the methods below): the scripts derive them, and they carry the hash tag too.
+        self.base = p
+
+    def _of(self, kind: str, id_: str) -> str:
+        return f"{self.base}{kind}:{id_}"
+
+    def device_runs(self, device_id: str) -> str:
+        """A device's ended runs: a list of run JSON, newest first, capped."""
+        return self._of("device_runs", device_id)
+
+    def assigned(self, host_id: str) -> str:
+        """The task ids assigned to a host and not claimed yet: a list, in order."""
+        return self._of("assigned", host_id)
+
+    def waiting(self, driver: str) -> str:
+        """Queued tasks with a selector of this driver: a zset task id -> seq, oldest first."""
+        return self._of("waiting", driver)
+
+    def waiting_device(self, device_id: str) -> str:
+        """Queued tasks aimed at one device: a zset task id -> seq, oldest first."""
+        return self._of("waiting_device", device_id)
+
+    def host_devices(self, host_id: str) -> str:
+        """The pooled device ids of a host: a set."""
+        return self._of("host_devices", host_id)
+
+    def lease(self, task_id: str) -> str:
+        """The task's live lease, for people: a string {lease_id, host_id, attempt} whose TTL is the
+        lease's time left (``redis-cli PTTL``); ``lease_deadlines`` is what the reaper acts on."""
+        return self._of("lease", task_id)
+
+    def polls(self, host_id: str) -> str:
+        """The processes holding a waiting poll of the host: a zset process id -> until (ms)."""
+        return self._of("polls", host_id)
+
+    def inbox(self, process_id: str) -> str:
+        """Host ids with new work, pushed for one process's waiting polls: a list."""
+        return self._of("inbox", process_id)
+
+    def auth_failures(self, address: str) -> str:
+        """Failed credentials from one client address in its current window: a counter whose
+        TTL is what is left of the window (coordinator/api/throttle.py)."""
+        return self._of("auth_failures", address)
+
+    def auth_throttled(self, address: str) -> str:
+        """Present while a client address's failed credentials are answered 429; its TTL is
+        what is left of the throttle."""
+        return self._of("auth_throttled", address)
+
+    # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
+    # joined by NUL.
+
+    @staticmethod
+    def status_scores(status: str, before_seq: int | None = None) -> tuple[str, int]:
+        """ZREVRANGEBYSCORE bounds (max, min) of ``tasks_by_status`` for one status, newest
+        first, below ``before_seq`` when given."""
+        low = STATUS_CODES[status] * STATUS_SPAN
+        return f"({low + (STATUS_SPAN if before_seq is None else before_seq)}", low
+
+    @staticmethod
+    def status_seq(score: float) -> int:
+        """The task's seq, from its score in ``tasks_by_status``."""
+        return int(score) % STATUS_SPAN
+
+    def fixed(self) -> list[str]:
+        """The deployment's fixed keys (not those derived from an id): for inspection, never for
+        a hot path."""
+        return [v for name, v in vars(self).items() if name not in ("prefix", "base")]
+
+    def names(self) -> dict[str, str]:
+        """Each fixed key's attribute -> its name after the base (``tasks_by_status``)."""
+        return {name: key[len(self.base):] for name, key in vars(self).items() if name not in ("prefix", "base")}
+
+
+def lua_key_names() -> str:
+    """The key names the scripts derive keys by, as Lua (coordinator/state/scripts.py puts it above every
+    include): ``KEY_NAMES``, each fixed key's attribute -> its name after the base, and
+    ``KEY_KINDS``, the kinds of the keys of one id."""
+    fixed = ",\n".join(f"  {name} = '{suffix}'" for name, suffix in Keys("").names().items())
+    kinds = ", ".join(f"{kind} = '{kind}'" for kind in PER_ID_KINDS)
+    return f"local KEY_NAMES = {{\n{fixed},\n}}\nlocal KEY_KINDS = {{{kinds}}}\n"

@@ -1,0 +1,232 @@
+"""Reads of the fleet: devices with their reservation and their host's state, pages of them,
+a device's runs, and hosts. Nothing here changes state (``store.py`` does, through scripts)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+import wire
+from coordinator.state.reads.common import (
+    BATCH,
+    CLOCK_SCRIPT,
+    SCAN_BOUND,
+    Page,
+    Reader,
+    clock_ms,
+    text,
+)
+from coordinator.state.records import DeviceRecord, DeviceState, HostRecord
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    host: HostRecord
+    draining: bool
+    static_revoked: bool  # a static host's configured credential is revoked
+    now_ms: int
+
+
+class FleetReads(Reader):
+    """The device and host reads of `Queries`."""
+
+    async def devices(self, ids: list[str]) -> list[DeviceState]:
+        """The pooled ones of these devices, in the given order."""
+        if not ids:
+            return []
+        k = self.keys
+        async with self._pipeline() as pipe:
+            pipe.hmget(k.devices, ids)
+            pipe.hmget(k.reservations, ids)
+            pipe.hmget(k.disabled_devices, ids)
+            pipe.hmget(k.enrolled_devices, ids)
+            pipe.eval(CLOCK_SCRIPT, 1, self.keys.tasks)
+            raw_devices, reservations, disabled, enrolled, clock = await pipe.execute()
+        records = [
+            (DeviceRecord.from_json(d, raw), reserved, off, enrollment)
+            for d, raw, reserved, off, enrollment in zip(ids, raw_devices, reservations, disabled, enrolled,
+                                                         strict=True)
+            if raw is not None
+        ]
+        online, draining, stalled = await self._host_flags(sorted({r[0].host_id for r in records}),
+                                                           clock_ms(clock))
+        return [
+            DeviceState(
+                record,
+                reserved_by=None if reserved is None else text(reserved),
+                disabled=None if off is None else orjson.loads(off),
+                host_online=record.host_id in online,
+                host_draining=record.host_id in draining,
+                host_stalled=record.host_id in stalled,
+                local_id=None if enrollment is None else orjson.loads(enrollment).get("local_id"),
+            )
+            for record, reserved, off, enrollment in records
+        ]
+
+    async def list_devices(self, *, host_id: str | None, driver: str | None, status: str | None,
+                           limit: int, cursor: str | None) -> Page:
+        """Ordered by driver, then device id; the cursor is "driver/device id" of the last device
+        examined. A host's devices come from its snapshot (at most a host's device limit); the
+        status filter examines at most SCAN_BOUND devices per page."""
+        if host_id is not None:
+            members = await self._host_device_members(host_id, driver, cursor)
+            states = [s for s in await self.devices([m[1] for m in members]) if s.device.host_id == host_id]
+            chosen = [s for s in states if status is None or s.device.status == status]
+            more = len(chosen) > limit
+            chosen = chosen[:limit]
+            return Page(chosen, _device_cursor(chosen[-1]) if more else None)
+
+        low = f"({cursor.replace('/', chr(0), 1)}" if cursor else (f"[{driver}\0" if driver else "-")
+        high = f"({driver}\1" if driver else "+"
+        found: list[DeviceState] = []
+        examined = 0
+        last: str | None = None
+        while len(found) < limit and examined < SCAN_BOUND:
+            count = BATCH if status else limit - len(found)
+            members = [text(m) for m in await self.redis.zrangebylex(
+                self.keys.devices_by_driver, low, high, start=0, num=count)]
+            states = {s.device.device_id: s for s in await self.devices([m.split("\0", 1)[1] for m in members])}
+            for member in members:
+                examined += 1
+                last = member
+                state = states.get(member.split("\0", 1)[1])
+                if state is not None and (status is None or state.device.status == status):
+                    found.append(state)
+                    if len(found) == limit:
+                        break
+            if len(members) < count and len(found) < limit:
+                return Page(found, None)  # the index is exhausted
+            low = f"({last}"
+        return Page(found, None if last is None else last.replace("\0", "/", 1))
+
+    async def _host_device_members(self, host_id: str, driver: str | None,
+                                   cursor: str | None) -> list[tuple[str, str]]:
+        raw = await self.redis.hget(self.keys.host_snapshots, host_id)
+        if raw is None:
+            return []
+        members = sorted((d["driver"], d["device_id"]) for d in orjson.loads(raw)["devices"])
+        after = tuple(cursor.split("/", 1)) if cursor else None
+        return [m for m in members if (driver is None or m[0] == driver) and (after is None or m > after)]
+
+    async def device_runs(self, device_id: str, limit: int) -> list[dict[str, Any]]:
+        """The device's runs, newest first: the one in progress (its reserved task, while
+        running), then the ended ones the scripts recorded."""
+        async with self._pipeline() as pipe:
+            pipe.hget(self.keys.reservations, device_id)
+            pipe.lrange(self.keys.device_runs(device_id), 0, limit - 1)
+            holder, ended = await pipe.execute()
+        runs = [orjson.loads(r) for r in ended]
+        current = holder and await self.get_task(text(holder))
+        if current and current.status == wire.TaskStatus.RUNNING and current.device_id == device_id:
+            runs.insert(0, {"task_id": current.id, "attempt": current.attempt, "host_id": current.host_id,
+                            "started_at": current.started_at})
+        return runs[:limit]
+
+    async def device_known(self, device_id: str) -> bool:
+        """Pooled, enrolled, or with runs on record."""
+        k = self.keys
+        async with self._pipeline() as pipe:
+            pipe.hexists(k.devices, device_id)
+            pipe.hexists(k.enrolled_devices, device_id)
+            pipe.exists(k.device_runs(device_id))
+            return any(await pipe.execute())
+
+    async def _host_flags(self, hosts: list[str], now_ms: int) -> tuple[set[str], set[str], set[str]]:
+        """Of these hosts: the online ones, the draining ones, the stalled ones."""
+        if not hosts:
+            return set(), set(), set()
+        k = self.keys
+        async with self._pipeline() as pipe:
+            pipe.zmscore(k.hosts_online, hosts)
+            pipe.smismember(k.hosts_draining, hosts)
+            pipe.smismember(k.hosts_stalled, hosts)
+            seen, draining, stalled = await pipe.execute()
+        threshold = now_ms - self._offline_after_ms
+        return (
+            {h for h, s in zip(hosts, seen, strict=True) if s is not None and s > threshold},
+            {h for h, flag in zip(hosts, draining, strict=True) if flag},
+            {h for h, flag in zip(hosts, stalled, strict=True) if flag},
+        )
+
+    # -- hosts -----------------------------------------------------------------------------
+
+    async def hosts(self, host_ids: list[str], static_digests: dict[str, str]) -> list[HostEntry]:
+        """These hosts, in the given order (a host with no record is still answered: a static
+        host configured but never seen). ``static_digests``: configured token digests."""
+        if not host_ids:
+            return []
+        k = self.keys
+        digests = [static_digests[h] for h in host_ids if h in static_digests]
+        async with self._pipeline() as pipe:
+            pipe.hmget(k.hosts, host_ids)
+            pipe.zmscore(k.host_seen, host_ids)
+            pipe.zmscore(k.hosts_online, host_ids)
+            pipe.hmget(k.host_snapshots, host_ids)
+            pipe.smismember(k.hosts_draining, host_ids)
+            if digests:
+                pipe.smismember(k.revoked_tokens, digests)
+            pipe.eval(CLOCK_SCRIPT, 1, self.keys.tasks)
+            replies = await pipe.execute()
+        records, seen, online, snapshots, draining = replies[:5]
+        revoked = dict(zip(digests, replies[5], strict=True)) if digests else {}
+        now = clock_ms(replies[-1])
+        return [
+            HostEntry(
+                HostRecord.from_parts(h, records[i], snapshots[i], seen[i], online[i]),
+                draining=bool(draining[i]),
+                static_revoked=bool(revoked.get(static_digests.get(h, ""), False)),
+                now_ms=now,
+            )
+            for i, h in enumerate(host_ids)
+        ]
+
+    async def workflows(self) -> list[dict[str, Any]]:
+        """What the fleet can run now: each workflow some online host lists, by name, with those
+        hosts (ids, sorted) and how many pooled devices they have between them. A host that
+        lists nothing (an agent older than capabilities) runs anything but names nothing, so it
+        is in no entry. Reads every online host: bounded by the fleet's size."""
+        k = self.keys
+        now = await self.redis_time_ms()
+        online = [text(h) for h in await self.redis.zrangebyscore(
+            k.hosts_online, f"({now - self._offline_after_ms}", "+inf")]
+        if not online:
+            return []
+        async with self._pipeline() as pipe:
+            pipe.hmget(k.host_capabilities, online)
+            for host_id in online:
+                pipe.scard(k.host_devices(host_id))
+            capabilities, *device_counts = await pipe.execute()
+        hosts_of: dict[str, list[str]] = {}
+        devices_of: dict[str, int] = {}
+        for host_id, raw, count in zip(online, capabilities, device_counts, strict=True):
+            if raw is None:
+                continue
+            for name in orjson.loads(raw).get("workflows", []):
+                hosts_of.setdefault(name, []).append(host_id)
+                devices_of[name] = devices_of.get(name, 0) + int(count)
+        return [{"name": name, "hosts": sorted(hosts_of[name]), "devices": devices_of[name]}
+                for name in sorted(hosts_of)]
+
+    async def host_exists(self, host_id: str) -> bool:
+        return bool(await self.redis.hexists(self.keys.hosts, host_id))
+
+    async def host_ids_page(self, static_ids: Iterable[str], limit: int, cursor: str | None) -> Page:
+        """Host ids in order, after ``cursor``: every host with a record, and the configured
+        static hosts never seen."""
+        low = f"({cursor}" if cursor else "-"
+        ids = [text(h) for h in await self.redis.zrangebylex(self.keys.host_ids, low, "+", start=0, num=limit + 1)]
+        merged = sorted(set(ids) | {h for h in static_ids if cursor is None or h > cursor})
+        # A static id beyond the last Redis id of this page belongs to a later page, unless Redis
+        # has no more ids.
+        if len(ids) > limit:
+            merged = [h for h in merged if h <= ids[limit - 1]]
+        page = merged[:limit]
+        more = len(merged) > limit or len(ids) > limit
+        return Page(page, page[-1] if more and page else None)
+
+
+def _device_cursor(state: DeviceState) -> str:
+    return f"{state.device.driver}/{state.device.device_id}"

@@ -1,0 +1,167 @@
+"""What the store reads back from Redis, as typed records (the scripts write these as JSON).
+
+Times are milliseconds of the Redis clock. Fields that hold JSON the service stored as text
+(labels, workflow, attributes, a host's report) stay text here; views decode them. Fields a
+record gains later in its life (``device_id`` once assigned, ``result`` once reported) are
+optional. Unknown fields are ignored, so a script may add one before the Python side reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+import orjson
+
+R = TypeVar("R")
+_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _from_dict(cls: type[R], data: dict[str, Any], **extra: Any) -> R:
+    known = _FIELDS.get(cls)
+    if known is None:
+        known = _FIELDS[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in known}, **extra)
+
+
+@dataclass(frozen=True)
+class HostPrincipal:
+    """A host whose credential was accepted: the host every host script acts for."""
+
+
+    host_id: str
+    kind: str  # "static" or "enrolled"
+    # SHA-256 of the credential it presented: what revocation is bound to. Not a secret, but
+    # kept out of reprs and logs all the same.
+    digest: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    id: str
+    seq: int
+    kind: str
+    status: str  # a wire.TaskStatus value
+    attempt: int
+    max_attempts: int
+    created_at: int
+    updated_at: int
+    goal: str | None = None
+    workflow: str | None = None  # JSON {name, params}
+    max_steps: int | None = None
+    target_device: str | None = None  # a task aimed at one device...
+    driver: str | None = None  # ...or at any device matching a selector
+    labels: str | None = None  # JSON of the selector's labels
+    idempotency_key: str | None = None
+    device_id: str | None = None
+    host_id: str | None = None
+    lease_id: str | None = None
+    cancel_requested: bool = False
+    failure_reason: str | None = None
+    result_report: str | None = None  # the host's report JSON {status, failure_reason, metadata}
+    result: dict[str, Any] | None = None  # {recorded_at, attempt, task_status} of the last report
+    started_at: int | None = None
+    finished_at: int | None = None
+    queue_timeout_ms: int | None = None
+    queue_deadline: int | None = None  # when it fails queue_timeout if still queued
+    created_by: str | None = None  # the operator's name (a token's, or "admin")
+    creator_token: str | None = None  # the id of the operator token that created it, if one did
+    # The running attempt's latest progress {step_index, status, summary}, when read with it.
+    progress: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, raw: bytes | str, progress: bytes | str | None = None) -> TaskRecord:
+        return _from_dict(cls, orjson.loads(raw), progress=None if progress is None else orjson.loads(progress))
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """A pooled device, as the last accepted heartbeat of its host reported it."""
+
+    device_id: str
+    host_id: str
+    driver: str
+    status: str  # a wire.DeviceStatus value
+    attributes: str = "{}"  # JSON
+    labels: str = "{}"  # JSON
+
+    @classmethod
+    def from_json(cls, device_id: str, raw: bytes | str) -> DeviceRecord:
+        return _from_dict(cls, orjson.loads(raw), device_id=device_id)
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    """A pooled device and what decides whether it could take work now, as operators see it."""
+
+    device: DeviceRecord
+    reserved_by: str | None  # the task holding it
+    disabled: dict[str, Any] | None  # {reason, at} while disabled
+    host_online: bool
+    host_draining: bool
+    host_stalled: bool  # its host let a claim time out and has not polled since
+    # Its host may run the task asked about: it lists the task's workflow, or lists none (older
+    # agents), or the task is a goal. Only the candidates of a waiting task say otherwise.
+    host_runs_workflow: bool = True
+    # What people call it: an enrolled device's local id on its host (the serial, `pixel-a`),
+    # from its enrollment; None for a static host's device, whose id is already its local id.
+    local_id: str | None = None
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    host_id: str
+    kind: str | None = None  # "static" or "enrolled"
+    created_at: int | None = None
+    labels: str | None = None  # JSON, from the enrollment token
+    token_id: str | None = None
+    hostname: str | None = None
+    revoked: bool = False  # enrolled hosts; a static host's revocation follows its credential
+    snapshot: dict[str, Any] = field(default_factory=dict)  # the last accepted heartbeat
+    last_seen: int | None = None
+    online_seen: int | None = None  # last heartbeat while counted online, None once swept
+
+    @classmethod
+    def from_parts(cls, host_id: str, record: bytes | None, snapshot: bytes | None,
+                   last_seen: float | None, online_seen: float | None) -> HostRecord:
+        return _from_dict(
+            cls, orjson.loads(record) if record is not None else {},
+            host_id=host_id,
+            snapshot=orjson.loads(snapshot) if snapshot is not None else {},
+            last_seen=None if last_seen is None else int(last_seen),
+            online_seen=None if online_seen is None else int(online_seen),
+        )
+
+
+@dataclass(frozen=True)
+class EnrollmentToken:
+    id: str
+    created_at: int
+    expires_at: int
+    max_uses: int
+    uses: int
+    labels: str  # JSON
+    revoked: bool
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> EnrollmentToken:
+        return _from_dict(cls, orjson.loads(raw))
+
+
+@dataclass(frozen=True)
+class OperatorToken:
+    """An operator token as stored (its secret's digest is never read back into Python)."""
+
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: int
+    expires_at: int
+    revoked: bool = False
+    last_used_at: int | None = None
+    created_by: str | None = None
+    revoked_at: int | None = None
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> OperatorToken:
+        return _from_dict(cls, orjson.loads(raw))

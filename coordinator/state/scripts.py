@@ -1,0 +1,177 @@
+"""Loads the Lua scripts of lua/ into Redis as one function library and runs them with FCALL.
+
+A script file is named ``verbNoun-N.lua`` where N is its number of KEYS; a call with another
+number of keys is refused before it reaches Redis, so key-order drift fails loudly. Lines
+``--- @include "includes/name"`` name the helpers a script uses; a line ``--- @flags no-writes``
+marks a script that only reads (Redis then runs it even when it is out of memory).
+
+Why a library and not EVALSHA: Redis runs a script's whole text on every call, so each call
+defined every helper of the includes again (some forty closures: 7 µs of a 9 µs empty call).
+A library's top level runs once, when it is loaded: the includes are defined there, once, and
+each script becomes a function (``redis.register_function``) whose body is the file's text,
+with ``KEYS`` and ``ARGV`` as its two parameters. Functions are named after the library's
+content digest (``createTask_<digest>``), so two versions of the coordinator sharing a Redis
+(deployments of different versions, or an upgrade) each call their own. Redis keeps libraries in
+its snapshots and replicates them; when it has lost one anyway (a restart without persistence, a
+flush), the first call that finds its function missing loads the library again and retries.
+
+With ``Durability(replicas=N)`` a call is acknowledged only once Redis's ``WAIT`` says N replicas
+have its writes; the transport (``transport/base.py``) sends WAIT on the call's connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+import wire
+from coordinator.errors import ScriptError
+from coordinator.state.keys import STATUS_CODES, STATUS_SPAN, lua_key_names
+from coordinator.transport.base import (
+    NO_WAIT,
+    Durability,
+    NotReplicated,
+    RedisTransport,
+)
+
+__all__ = ["NO_WAIT", "Durability", "Library", "NotReplicated", "Script", "load_scripts"]
+
+_INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
+_FLAGS = re.compile(r"^--- @flags ([\w -]+?)\s*$", re.MULTILINE)
+_NAME = re.compile(r"^(?P<name>[a-zA-Z]+)-(?P<keys>\d+)\.lua$")
+
+
+def lua_dir() -> Path:
+    """The scripts folder: lua/ beside the package in a checkout, else the installed copy."""
+    checkout = Path(__file__).resolve().parents[2] / "lua"
+    if checkout.is_dir():
+        return checkout
+    return Path(str(resources.files("coordinator") / "lua"))
+
+
+def _expand(source: str, root: Path, seen: set[str]) -> str:
+    def include(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in seen:
+            return ""
+        seen.add(name)
+        return _expand((root / f"{name}.lua").read_text(), root, seen)
+
+    return _INCLUDE.sub(include, source)
+
+
+class Library:
+    """The scripts of lua/ as one Redis function library: its name, its source, and whether this
+    process has loaded it (Redis may have lost it since; a call that finds its function missing
+    loads it again)."""
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
+        self.source = source
+        self.loaded = False
+
+    async def load(self, redis: Redis) -> None:
+        # REPLACE: the same name is the same text (the name is its digest), so loading it
+        # again, from another process or after a restart, changes nothing.
+        await redis.function_load(self.source, replace=True)
+        self.loaded = True
+
+    def forget(self) -> None:
+        """Redis lost its data (``coordinator/state/epoch.py``): load the library before the next call
+        rather than trust that Redis still holds it."""
+        self.loaded = False
+
+    async def present(self, redis: Redis) -> bool:
+        """Whether Redis holds the library (on a cluster: every master does)."""
+        listed = await redis.function_list(library=self.name)
+        if isinstance(listed, dict):  # a cluster answers per master
+            return bool(listed) and all(listed.values())
+        return bool(listed)
+
+
+def _function_missing(exc: ResponseError) -> bool:
+    return str(exc).startswith("Function not found")
+
+
+class Script:
+    def __init__(self, name: str, num_keys: int, function: str, library: Library) -> None:
+        self.name = name
+        self.num_keys = num_keys
+        self.function = function
+        self.library = library
+
+    async def __call__(self, redis: RedisTransport, keys: list[Any], args: list[Any],
+                       durability: Durability = NO_WAIT, clock_offset_ms: int = 0) -> Any:
+        """FCALL the script. ``clock_offset_ms``: how far a test moved the clock the script reads
+        (coordinator/clock.py); always 0 in service."""
+        if len(keys) != self.num_keys:
+            raise ValueError(f"{self.name} takes {self.num_keys} keys, got {len(keys)}")
+        args = [*args, clock_offset_ms]
+        if not self.library.loaded:
+            await self.library.load(redis.client)
+        try:
+            return await redis.fcall(self.function, keys, args, durability)
+        except ResponseError as exc:
+            if not _function_missing(exc):
+                raise
+            # Redis restarted without its data, was flushed, or a node without the library
+            # took over: load it again and retry once.
+            await self.library.load(redis.client)
+            return await redis.fcall(self.function, keys, args, durability)
+
+
+def _function(name: str, flags: list[str], body: str) -> str:
+    """One script as a function of the library: its file's text, with ``KEYS`` and ``ARGV`` as its
+    parameters, ``rcall`` (includes/common.lua) bound to ``redis.call`` as it starts, and the
+    clock's offset taken off the end of ``ARGV`` (``Script.__call__`` always sends it), so the
+    script sees exactly the arguments its header names."""
+    listed = ", ".join(f"'{flag}'" for flag in flags)
+    return (f"redis.register_function{{function_name = '{name}', flags = {{{listed}}},\n"
+            f"callback = function(KEYS, ARGV)\nrcall = redis.call\n"
+            f"clockOffsetMs = tonumber(table.remove(ARGV))\n{body}\nend}}\n")
+
+
+def lua_constants() -> str:
+    """The vocabulary the scripts share with Python, as Lua, generated from Python's own
+    definitions: the failure codes (``E``), what is kept, the status index's scores, and the
+    names of the keys (``KEY_NAMES``, ``KEY_KINDS``: coordinator/state/keys.py). The library defines it
+    above every include."""
+    failures = "".join(f"  {failure.name} = {failure.value},\n" for failure in ScriptError)
+    statuses = ", ".join(f"{status} = {code}" for status, code in STATUS_CODES.items())
+    return (f"local E = {{\n{failures}}}\n"
+            f"local TASK_EVENTS_KEPT = {wire.TASK_EVENTS_KEPT}\n"
+            f"local DEVICE_RUNS_KEPT = {wire.DEVICE_RUNS_KEPT}\n"
+            f"local FEED_EVENTS_KEPT = {wire.FEED_EVENTS_KEPT}\n"
+            f"local STATUS_CODES = {{{statuses}}}\n"
+            f"local STATUS_SPAN = {STATUS_SPAN}\n"
+            f"{lua_key_names()}")
+
+
+def load_scripts(root: Path | None = None) -> dict[str, Script]:
+    """Every script of lua/ by name, all in one library (not loaded into Redis yet)."""
+    root = root or lua_dir()
+    seen: set[str] = set()
+    helpers: list[str] = [lua_constants()]
+    scripts: list[tuple[str, int, list[str], str]] = []
+    for path in sorted(root.glob("*.lua")):
+        match = _NAME.match(path.name)
+        if match is None:
+            raise ValueError(f"{path.name}: Lua scripts are named verbNoun-N.lua")
+        text = path.read_text()
+        # Each include once, at the library's top, the ones it includes before it.
+        helpers += [_expand(f'--- @include "{name}"', root, seen) for name in _INCLUDE.findall(text)]
+        flags = _FLAGS.search(text)
+        scripts.append((match["name"], int(match["keys"]), flags[1].split() if flags else [],
+                        _FLAGS.sub("", _INCLUDE.sub("", text))))
+    content = "\0".join([*helpers, *(f"{name}\0{flags}\0{body}" for name, _, flags, body in scripts)])
+    digest = hashlib.sha1(content.encode()).hexdigest()[:12]
+    library = Library(f"tether_{digest}", "\n".join([
+        f"#!lua name=tether_{digest}", *helpers,
+        *(_function(f"{name}_{digest}", flags, body) for name, _, flags, body in scripts)]))
+    return {name: Script(name, num_keys, f"{name}_{digest}", library) for name, num_keys, _, _ in scripts}

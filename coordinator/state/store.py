@@ -1,0 +1,357 @@
+"""The Redis store: one method per atomic operation, each one Lua script of lua/.
+
+Python never reads protocol state, changes it and writes it back; every change is a script.
+Reads live in ``state/reads/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from coordinator.clock import ShiftedClock, offset_ms
+from coordinator.errors import error_for
+from coordinator.state.keys import Keys
+from coordinator.state.records import (
+    EnrollmentToken,
+    HostPrincipal,
+    OperatorToken,
+    TaskRecord,
+)
+from coordinator.state.scripts import NO_WAIT, Durability, Script, load_scripts
+from coordinator.state.wait_reasons import CANDIDATES_SCANNED, candidates_from_reply
+from coordinator.transport.base import RedisTransport
+
+# How long a process's inbox outlives the last wake-up pushed onto it: a live process drains it
+# at once, so this only bounds what a crashed process leaves behind.
+INBOX_TTL_MS = 60_000
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claim's answer: the assignment, and how long the attempt waited from queued to
+    claimed (None for the replay of an earlier claim)."""
+
+    assignment: dict[str, Any]
+    waited_ms: int | None
+
+
+@dataclass(frozen=True)
+class Created:
+    """A create's answer: the task, whether this call created it (not an idempotent repeat),
+    and, when it was queued now, its candidates as read in the same step."""
+
+    task: TaskRecord
+    created: bool
+    candidates: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A result's answer: when it was recorded (ms), whether this was a replay, and what the
+    task became (``queued`` when a retryable failure requeued it)."""
+
+    recorded_at_ms: int
+    replayed: bool
+    task_status: str
+
+
+@dataclass(frozen=True)
+class AuthFailure:
+    """A failed credential counted: how long its address stays throttled (ms; 0: it is not),
+    and whether this failure began the throttle."""
+
+    throttled_ms: int
+    began: bool
+
+
+@dataclass(frozen=True)
+class ArtifactRecorded:
+    """An artifact's description as recorded (JSON of lua/recordArtifact), and whether this call
+    only replayed an earlier, identical upload."""
+
+    description: dict[str, Any]
+    replayed: bool
+
+
+@dataclass(frozen=True)
+class Purge:
+    """What one retention call did: due tasks taken, tasks deleted, and the blob keys their
+    artifacts left that no description names any more (for the caller to delete)."""
+
+    taken: int
+    acted: int
+    blobs: list[str]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What one reaper call did: deadlines it took, and how many of them moved a task."""
+
+    taken: int
+    acted: int
+
+
+class Store:
+    def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,
+                 claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000,
+                 inbox_ttl_ms: int = INBOX_TTL_MS, durability: Durability = NO_WAIT,
+                 scripts: dict[str, Script] | None = None,
+                 clock: ShiftedClock | None = None) -> None:
+        self.transport = redis  # script calls
+        self.redis = redis.client  # every other command
+        self.keys = keys
+        self.durability = durability
+        self.clock = clock  # tests only (coordinator/clock.py)
+        # Every script of lua/, loaded into Redis by load_scripts(); the read-only ones are
+        # shared with the queries.
+        self._scripts: dict[str, Script] = scripts if scripts is not None else load_scripts()
+        self._library = next(iter(self._scripts.values())).library
+        # KEYS[1] and ARGV[1..5] of every scheduling script (lua/includes/deployment.lua): the key
+        # names the slot, and the scripts derive every key they touch from the key base.
+        self._sched_keys = [keys.tasks]
+        self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
+
+    # -- scripts -------------------------------------------------------------------------
+
+    async def load_scripts(self) -> None:
+        await self._library.load(self.redis)
+
+    async def scripts_loaded(self) -> bool:
+        return self._library.loaded and await self._library.present(self.redis)
+
+    async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        reply = await self._scripts[name](self.transport, keys, args, self.durability, offset_ms(self.clock))
+        if reply[0] != 0:
+            detail = reply[1] if len(reply) > 1 else None
+            if isinstance(detail, bytes):
+                detail = detail.decode()
+            raise error_for(reply[0], detail)
+        return reply
+
+    async def _schedule(self, name: str, args: list[Any]) -> list[Any]:
+        """Run a scheduling script: the deployment's key and settings come first."""
+        return await self._run(name, self._sched_keys, [*self._sched_args, *args])
+
+    async def _on_lease(self, name: str, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
+                        keys: list[str], args: list[Any]) -> list[Any]:
+        """Run a script about the lease a host presents (lua/includes/common.lua, requestLease):
+        the lease's keys and the request's claim to it come first."""
+        k = self.keys
+        return await self._run(name, [k.tasks, k.lease_deadlines, k.revoked_tokens, *keys],
+                               [host.host_id, lease_id, task_id, attempt, host.digest, *args])
+
+    # -- hosts' protocol -------------------------------------------------------------------
+
+    async def heartbeat(self, host: HostPrincipal, snapshot_json: str, capabilities_json: str = "") -> bool:
+        """Whether the host is draining. ``capabilities_json``: the snapshot's
+        ``agent.capabilities``, canonical, or "" when the agent sent none (it runs anything)."""
+        reply = await self._schedule("heartbeat", [host.host_id, host.kind, snapshot_json, host.digest,
+                                                   capabilities_json])
+        return reply[1] == 1
+
+    async def claim(self, host: HostPrincipal, claim_id: str, lease_id: str, ttl_ms: int,
+                    process_id: str = "", wait_ms: int = 0) -> Claimed | None:
+        """Claim the host's oldest assignment. Finding none, a poll that will wait ``wait_ms``
+        is registered as waiting on ``process_id``, whose inbox an assignment then wakes."""
+        reply = await self._schedule(
+            "claimAssignment", [host.host_id, claim_id, lease_id, ttl_ms, host.digest, process_id, wait_ms])
+        if not reply[1]:
+            return None
+        waited = int(reply[2])
+        return Claimed(orjson.loads(reply[1]), waited if waited >= 0 else None)
+
+    async def renew(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int, ttl_ms: int,
+                    progress_json: str) -> tuple[int, bool]:
+        k = self.keys
+        reply = await self._on_lease("renewLease", host, lease_id, task_id, attempt,
+                                     [k.progress, k.feed, k.lease(task_id)], [ttl_ms, progress_json])
+        return int(reply[1]), reply[2] == 1
+
+    async def record_result(self, host: HostPrincipal, task_id: str, attempt: int, lease_id: str,
+                            result_json: str) -> Recorded:
+        reply = await self._schedule("recordResult",
+                                     [host.host_id, task_id, attempt, lease_id, result_json, host.digest])
+        return Recorded(int(reply[1]), reply[2] == 1, _text(reply[3]))
+
+    # -- operators -------------------------------------------------------------------------
+
+    # ``actor``: the operator's name (a token's, or "admin" for the bootstrap token), named on
+    # every event the call writes.
+
+    async def create_task(self, task: dict[str, Any], *, actor: str = "admin") -> Created:
+        reply = await self._schedule("createTask", [orjson.dumps(task), CANDIDATES_SCANNED, actor])
+        stored = TaskRecord.from_json(reply[1])
+        candidates = candidates_from_reply(stored, reply[3]) if len(reply) > 3 else None
+        return Created(stored, reply[2] == 1, candidates)
+
+    async def cancel_task(self, task_id: str, *, actor: str = "admin", owner: str | None = None) -> TaskRecord:
+        """``owner``: cancel only if this operator token created the task (else ``InsufficientScope``)."""
+        reply = await self._schedule("cancelTask", [task_id, owner or "", actor])
+        return TaskRecord.from_json(reply[1])
+
+    async def set_host_draining(self, host_id: str, draining: bool, *, actor: str = "admin") -> bool:
+        """Whether anything changed."""
+        reply = await self._schedule("setHostDraining", [host_id, 1 if draining else 0, actor])
+        return reply[1] == 1
+
+    async def set_device_disabled(self, device_id: str, disabled: bool, reason: str = "", *,
+                                  actor: str = "admin") -> bool:
+        """Whether anything changed (disabling again still updates the reason)."""
+        reply = await self._schedule("setDeviceDisabled", [device_id, 1 if disabled else 0, reason, actor])
+        return reply[1] == 1
+
+    async def forget_device(self, device_id: str, *, actor: str = "admin") -> None:
+        await self._schedule("forgetDevice", [device_id, actor])
+
+    async def revoke_host(self, host_id: str, static_digest: str | None, *, actor: str = "admin") -> None:
+        """Revoke an enrolled host's credential, or the configured one (``static_digest``)."""
+        await self._schedule("revokeHost", [host_id, static_digest or "", actor])
+
+    # -- the reaper's sweeps ---------------------------------------------------------------
+
+    async def expire_leases(self, limit: int = 100) -> int:
+        reply = await self._schedule("expireLeases", [limit])
+        return int(reply[1])
+
+    async def expire_hosts(self, limit: int = 100) -> int:
+        reply = await self._schedule("expireHosts", [limit])
+        return int(reply[1])
+
+    async def expire_assignments(self, limit: int = 100) -> Sweep:
+        """Claim timeouts: (deadlines taken, assignments sent back to the queue)."""
+        reply = await self._schedule("expireAssignments", [limit])
+        return Sweep(int(reply[1]), int(reply[2]))
+
+    async def expire_queued(self, limit: int = 100) -> Sweep:
+        """Queue timeouts: (deadlines taken, tasks failed)."""
+        reply = await self._schedule("expireQueued", [limit])
+        return Sweep(int(reply[1]), int(reply[2]))
+
+    async def purge_tasks(self, limit: int = 100, artifact_budget: int = 10_000) -> Purge:
+        """Retention: terminal tasks deleted, and the blobs of theirs to delete now. A call stops
+        taking tasks once it deleted ``artifact_budget`` artifact descriptions."""
+        k = self.keys
+        reply = await self._run(
+            "purgeTasks",
+            [k.tasks, k.tasks_by_status, k.retention, k.idempotency, k.claims,
+             k.progress, k.stats, k.artifacts, k.artifact_index, k.artifact_usage, k.artifact_blobs],
+            [limit, artifact_budget],
+        )
+        return Purge(taken=int(reply[2]), acted=int(reply[1]), blobs=[_text(b) for b in reply[3:]])
+
+    # -- artifacts -------------------------------------------------------------------------
+
+    async def check_lease(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int) -> None:
+        """The renewal's refusal (409, or 401 for a revoked credential) if the lease is not the
+        task's current one; nothing changes either way (lua/checkLease)."""
+        await self._on_lease("checkLease", host, lease_id, task_id, attempt, [], [])
+
+    async def record_artifact(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
+                              name: str, *, size: int, sha256: str, content_type: str,
+                              step_index: int | None, blob: str, max_task_bytes: int,
+                              max_task_artifacts: int) -> ArtifactRecorded:
+        """Describe an artifact whose bytes are stored as ``blob`` (lua/recordArtifact)."""
+        k = self.keys
+        reply = await self._on_lease(
+            "recordArtifact", host, lease_id, task_id, attempt,
+            [k.artifacts, k.artifact_index, k.artifact_usage, k.artifact_blobs, k.stats, k.feed],
+            [name, size, sha256, content_type, "" if step_index is None else step_index, blob, max_task_bytes,
+             max_task_artifacts],
+        )
+        return ArtifactRecorded(orjson.loads(reply[1]), reply[2] == 1)
+
+    async def upgrade_status_index(self, limit: int = 100) -> int:
+        """Entries of the earlier ``tasks_by_status`` layout converted (lua/upgradeStatusIndex)."""
+        reply = await self._run("upgradeStatusIndex", [self.keys.tasks_by_status], [limit])
+        return int(reply[1])
+
+    # -- managed hosts ---------------------------------------------------------------------
+
+    async def create_enrollment_token(self, token_id: str, digest: str, ttl_ms: int, max_uses: int,
+                                      labels_json: str, *, actor: str = "admin") -> EnrollmentToken:
+        k = self.keys
+        reply = await self._run(
+            "createEnrollmentToken",
+            [k.enrollment_tokens, k.enrollment_token_hashes, k.enrollment_tokens_by_age, k.feed],
+            [token_id, digest, ttl_ms, max_uses, labels_json, actor],
+        )
+        return EnrollmentToken.from_json(reply[1])
+
+    async def revoke_enrollment_token(self, token_id: str, *, actor: str = "admin") -> EnrollmentToken:
+        k = self.keys
+        reply = await self._run("revokeEnrollmentToken", [k.enrollment_tokens, k.feed], [token_id, actor])
+        return EnrollmentToken.from_json(reply[1])
+
+    async def record_auth_failure(self, address: str, allowed: int, window_ms: int,
+                                  throttle_ms: int) -> AuthFailure:
+        """Count a failed credential from ``address`` (coordinator/api/throttle.py). Never waits for
+        replicas: a count a failover loses only lets a few more failures through."""
+        reply = await self._scripts["recordAuthFailure"](
+            self.transport, [self.keys.auth_failures(address), self.keys.auth_throttled(address)],
+            [allowed, window_ms, throttle_ms], NO_WAIT)
+        return AuthFailure(throttled_ms=int(reply[1]), began=reply[2] == 1)
+
+    # -- operator tokens -------------------------------------------------------------------
+
+    async def create_operator_token(self, token_id: str, digest: str, name: str, scopes: list[str],
+                                    ttl_ms: int, max_live: int, *, actor: str = "admin") -> OperatorToken:
+        """``TokenLimit`` (409) when ``max_live`` unrevoked, unexpired tokens exist already."""
+        k = self.keys
+        reply = await self._run(
+            "createOperatorToken",
+            [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_by_age, k.operator_tokens_live,
+             k.feed],
+            [token_id, digest, name, orjson.dumps(scopes), ttl_ms, max_live, actor],
+        )
+        return OperatorToken.from_json(reply[1])
+
+    async def revoke_operator_token(self, token_id: str, *, actor: str = "admin") -> OperatorToken:
+        k = self.keys
+        reply = await self._run(
+            "revokeOperatorToken",
+            [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_live, k.feed], [token_id, actor],
+        )
+        return OperatorToken.from_json(reply[1])
+
+    async def read_operator_token(self, digest: str) -> tuple[OperatorToken, int]:
+        """The live token with this secret's digest and the Redis clock (ms); ``Unauthorized`` if
+        it is unknown, revoked or expired. A read: never waits for replicas."""
+        k = self.keys
+        reply = await self._scripts["readOperatorToken"](
+            self.transport, [k.operator_token_hashes, k.operator_tokens], [digest], NO_WAIT, offset_ms(self.clock))
+        if reply[0] != 0:
+            raise error_for(reply[0])
+        return OperatorToken.from_json(reply[1]), int(reply[2])
+
+    async def touch_operator_token(self, token_id: str, interval_ms: int) -> bool:
+        """Set ``last_used_at`` unless it was set less than ``interval_ms`` ago; whether it was."""
+        reply = await self._run("touchOperatorToken", [self.keys.operator_tokens], [token_id, interval_ms])
+        return reply[1] == 1
+
+    async def enroll_host(self, token_digest: str, enrollment_id: str, host_token_digest: str,
+                          new_host_id: str, hostname: str, labels_json: str) -> tuple[str, bool]:
+        k = self.keys
+        reply = await self._run(
+            "enrollHost",
+            [k.enrollment_token_hashes, k.enrollment_tokens, k.enrollments, k.hosts, k.host_tokens,
+             k.revoked_tokens, k.host_ids],
+            [token_digest, enrollment_id, host_token_digest, new_host_id, hostname, labels_json],
+        )
+        return reply[1].decode(), reply[2] == 1
+
+    async def enroll_devices(self, host: HostPrincipal, devices: list[dict[str, str]],
+                             max_devices: int) -> list[dict[str, str]]:
+        k = self.keys
+        reply = await self._run(
+            "enrollDevices",
+            [k.hosts, k.local_devices, k.enrolled_devices, k.revoked_tokens],
+            [host.host_id, orjson.dumps(devices), host.digest, max_devices],
+        )
+        return orjson.loads(reply[1])

@@ -1,0 +1,148 @@
+"""The one way the coordinator reaches Redis, like httpx's transports: a script call (``fcall``,
+acknowledged after ``WAIT`` when the deployment asks for replicas), a non-transactional pipeline
+of reads, a blocking pop for the wake-up inbox, and redis-py's client for every other command.
+
+``open_redis`` (``open.py``) chooses the implementation once, at start:
+
+- ``PlainTransport``: redis-py as it is. The embedded Redis (fakeredis), and a single node with
+  ``COORDINATOR_AUTOPIPELINE=false``.
+- ``AutoPipelinedTransport``: a single node, with the script calls and reads of one turn of the
+  event loop sharing one write (``autopipeline.py``).
+- ``ClusterTransport`` (``redis_cluster.py``): a Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+
+from coordinator.errors import Unavailable
+from coordinator.transport.autopipeline import AutoPipeline, AutoPipelined
+from coordinator.transport.resp import encode_command, send_packed
+
+
+@dataclass(frozen=True)
+class Durability:
+    """How many replicas must confirm a script's writes before it is acknowledged (0: as soon as
+    the master ran it, Redis's own default), and how long WAIT may take (ms)."""
+
+    replicas: int = 0
+    timeout_ms: int = 1000
+
+
+# Acknowledge once the master ran it: Redis's own default.
+NO_WAIT = Durability()
+
+
+class NotReplicated(Unavailable):
+    """The change ran on the master but too few replicas confirmed it in time: a failover now
+    could lose it, so it is not acknowledged. The client retries (every write is idempotent by
+    its ids: claim id, idempotency key, result replay)."""
+
+
+def acknowledged(reply: Any, acked: Any, durability: Durability) -> Any:
+    """``reply``, once WAIT's answer ``acked`` covers the replicas ``durability`` asks for."""
+    if int(acked) < durability.replicas:
+        raise NotReplicated(f"the change reached {acked} of {durability.replicas} Redis replicas in time; retry")
+    return reply
+
+
+class RedisTransport(Protocol):
+    """What the coordinator asks of Redis. ``client`` is redis-py's (or fakeredis's) client,
+    for every command that is neither a script call, a pipeline nor the inbox's pop."""
+
+    client: Any
+
+    async def fcall(self, function: str, keys: Sequence[Any], args: Sequence[Any],
+                    durability: Durability = NO_WAIT) -> Any:
+        """FCALL ``function``; with replicas, acknowledged once WAIT says they have its writes."""
+
+    def pipeline(self) -> Any:
+        """A non-transactional pipeline, as redis-py's (``async with``, commands, ``execute``)."""
+
+    async def blocking_pop(self, key: str, timeout: float, count: int) -> list[bytes]:
+        """Up to ``count`` values from the head of the list ``key``, waiting up to ``timeout`` s
+        for one (``[]`` when none came); on a connection of its own, so that it never queues
+        behind requests, nor they behind it."""
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+
+
+class PlainTransport:
+    """redis-py's client as it is: a single node or the embedded fakeredis."""
+
+    def __init__(self, client: Redis) -> None:
+        self.client = client
+        self._popper: Redis | None = None  # a client holding one connection, for blocking_pop
+
+    async def fcall(self, function: str, keys: Sequence[Any], args: Sequence[Any],
+                    durability: Durability = NO_WAIT) -> Any:
+        if not durability.replicas:
+            return await self.client.fcall(function, len(keys), *keys, *args)
+        # WAIT covers the writes of its own connection: one pipeline, one connection.
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.execute_command("FCALL", function, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", durability.replicas, durability.timeout_ms)
+            reply, acked = await pipe.execute(raise_on_error=False)
+        for answer in (reply, acked):
+            if isinstance(answer, Exception):
+                raise answer
+        return acknowledged(reply, acked, durability)
+
+    def pipeline(self) -> Any:
+        return self.client.pipeline(transaction=False)
+
+    async def blocking_pop(self, key: str, timeout: float, count: int) -> list[bytes]:
+        if self._popper is None:
+            # redis-py's single-connection client: one connection of the pool, held until closed.
+            self._popper = self.client.client()
+        popped = await self._popper.blmpop(timeout, 1, key, direction="LEFT", count=count)
+        return [] if popped is None else popped[1]
+
+    async def aclose(self) -> None:
+        popper, self._popper = self._popper, None
+        if popper is not None:
+            await popper.aclose()
+        await self.client.aclose()
+
+
+class AutoPipelinedTransport(PlainTransport):
+    """A single node whose script calls and pipelines of one event-loop turn share a write, and
+    whose blocking pop is written and read directly on a connection of the pool it holds (both
+    write on redis-py's connections, which ``COORDINATOR_AUTOPIPELINE=false`` turns off)."""
+
+    def __init__(self, client: Redis) -> None:
+        super().__init__(client)
+        self._auto = AutoPipeline(client)
+        self._held: AbstractConnection | None = None
+
+    async def fcall(self, function: str, keys: Sequence[Any], args: Sequence[Any],
+                    durability: Durability = NO_WAIT) -> Any:
+        if durability.replicas:  # FCALL and WAIT must share a connection: a pipeline of their own
+            return await super().fcall(function, keys, args, durability)
+        return await self._auto.execute_encoded(encode_command(("FCALL", function, len(keys), *keys, *args)))
+
+    def pipeline(self) -> Any:
+        return AutoPipelined(self.client, self._auto)
+
+    async def blocking_pop(self, key: str, timeout: float, count: int) -> list[bytes]:
+        # Not through redis-py's command path (the single-connection client's lock, retries,
+        # hooks, callbacks), which ran between a wake-up's arrival and the poll it wakes. A
+        # failed or cancelled read drops the connection (its reply may still come); the next
+        # pop opens it again. One pop at a time: the process has one inbox reader.
+        if self._held is None:
+            self._held = await self.client.connection_pool.get_connection()
+        await send_packed(self._held, encode_command(("BLMPOP", timeout, 1, key, "LEFT", "COUNT", count)))
+        popped = await self._held.read_response()  # bounded by the socket timeout
+        return [] if popped is None else popped[1]
+
+    async def aclose(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await self.client.connection_pool.release(held)
+        await super().aclose()
