@@ -1,6 +1,8 @@
 """python -m bench [--preset small|full] [--only calls,footprint,lifecycle,longpoll,heartbeat,cost,artifacts] [--no-docs]
+python -m bench ab REF [--only ROWS] [--turns N]
 
-Runs every scenario against real Redis, prints one table and writes it to docs/benchmarks.md.
+Runs every scenario against real Redis, prints one table and writes it to docs/benchmarks.md;
+``ab`` measures another commit against this checkout in turns (bench/ab.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 import uvloop
 from redis.asyncio import Redis
 
+from bench import ab
 from bench.context import PRESETS, Bench
 from bench.procs import redis_info
 from bench.report import Row, machine, table, write_doc
@@ -29,6 +32,11 @@ async def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     bench = Bench(PRESETS[args.preset], redis_url, redis, redis_pid, redis_port)
+    if getattr(args, "ref", None) is not None:
+        try:
+            return await ab.run(args, bench)
+        finally:
+            await redis.aclose()
     names = args.only.split(",") if args.only else list(SCENARIOS)
     started = time.monotonic()
     rows: list[Row] = []
@@ -49,6 +57,9 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["ab"]:
+        raise_nofile()
+        return uvloop.run(run(ab.parse(sys.argv[2:])))
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
     parser.add_argument("--only", help=f"comma-separated subset of: {', '.join(SCENARIOS)}")

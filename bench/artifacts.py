@@ -117,7 +117,7 @@ async def _lifecycles_on_off(b: Bench, folder: str) -> tuple[list[LoadResult], l
     env = b.env(prefix, COORDINATOR_ARTIFACTS_DIR=folder, **SETTINGS)
     runs: dict[bool, list[LoadResult]] = {True: [], False: []}
     try:
-        async with server_pair("coordinator", env, hosts) as (a, c2):
+        async with server_pair("coordinator", env, hosts, b.build) as (a, c2):
             await fan_out(a.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()])
             watch = {"coordinator A": a.pid, "coordinator B": c2.pid, "redis": b.redis_pid}
             window_s = p.lifecycle_s / 2
@@ -136,7 +136,8 @@ async def artifacts(b: Bench) -> list[Row]:
     prefix, floor_prefix = b.prefix("art"), b.prefix("art-floor")
     hosts = fleet(LEASES, "art")
     try:
-        coord = await start_server("coordinator", b.env(prefix, COORDINATOR_ARTIFACTS_DIR=folder, **SETTINGS), hosts)
+        coord = await start_server("coordinator", b.env(prefix, COORDINATOR_ARTIFACTS_DIR=folder, **SETTINGS), hosts,
+                                 checkout=b.build)
         floor: Server | None = None
         try:
             targets = _upload_targets(await leased_fleet(coord.port, hosts, b.admin), hosts)

@@ -26,7 +26,7 @@ async def calls_vs_floor(b: Bench) -> list[Row]:
     p = b.preset
     hosts = fleet(p.concurrency, "calls")
     prefix = b.prefix("calls")
-    coord = await start_server("coordinator", b.env(prefix), hosts)
+    coord = await start_server("coordinator", b.env(prefix), hosts, checkout=b.build)
     floor_server: Server | None = None
     floors: list[LoadResult] = []
     calls: dict[str, list[LoadResult]] = {"renew": [], "empty claim": [], "unchanged heartbeat": [], "create": []}

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from bench.floor_lifecycle import LifecycleScripts
 from bench.peers import Figures
-from bench.procs import delete_prefix
+from bench.procs import Build, delete_prefix
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,8 @@ class Bench:
     saq: Figures | None = None
     # The lifecycle floor's scripts and Tether's, driven alike, once a scenario has measured them.
     lifecycle_scripts: LifecycleScripts | None = None
+    # The coordinator measured: this checkout, or another commit's (bench/ab.py).
+    build: Build = field(default_factory=Build)
 
     def prefix(self, name: str) -> str:
         return f"bench-{self.run_id}-{name}:{{b}}"

@@ -88,7 +88,7 @@ async def lifecycle_scripts(b: Bench) -> LifecycleScripts:
 async def footprint(b: Bench) -> list[Row]:
     ((host, token),) = fleet(1, "foot").items()
     prefix = b.prefix("foot")
-    coord = await start_server("coordinator", b.env(prefix), {host: token})
+    coord = await start_server("coordinator", b.env(prefix), {host: token}, checkout=b.build)
     try:
         await fan_out(coord.port, [heartbeat_req(host, token, [f"{host}-d0"])])
         conn = await connect(coord.port)

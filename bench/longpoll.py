@@ -26,7 +26,7 @@ async def long_poll_scale(b: Bench) -> list[Row]:
     items = list(hosts.items())
     probes = items[:20]
     prefix = b.prefix("poll")
-    coord = await start_server("coordinator", b.env(prefix), hosts)
+    coord = await start_server("coordinator", b.env(prefix), hosts, checkout=b.build)
     conns: list[Connection] = []
     try:
         await fan_out(coord.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in probes])

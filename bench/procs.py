@@ -25,6 +25,15 @@ from coordinator.state.keys import Keys
 REPO = Path(__file__).resolve().parent.parent
 
 
+@dataclass(frozen=True)
+class Build:
+    """The coordinator a run measures: a checkout and the Python that runs it (this one's, or
+    another commit's in a worktree and venv of its own, ``bench/ab.py``)."""
+
+    tree: Path = REPO
+    python: str = sys.executable
+
+
 def _local_ports_to(pid: int, remote_port: int) -> set[int]:
     """Local ports of the process's established TCP connections to ``remote_port``: its sockets
     (from /proc/PID/fd) matched by inode against /proc/net/tcp{,6}."""
@@ -81,12 +90,13 @@ class Server:
 
 
 async def start_server(kind: str, env: dict[str, str], hosts: dict[str, str] | None = None,
-                       tree: Path = REPO) -> Server:
-    """Start ``python -m bench.server KIND`` and wait until it answers; from another checkout
-    of the repository with ``tree``. Static hosts go through a file because Linux caps one
-    environment string at 128 KiB, less than 10,000 hosts' JSON."""
+                       checkout: Build = Build()) -> Server:
+    """Start ``python -m bench.server KIND`` of ``checkout`` and wait until it answers. Static hosts
+    go through a file because Linux caps one environment string at 128 KiB, less than 10,000
+    hosts' JSON."""
     port = free_port()
-    args = [sys.executable, "-m", "bench.server", kind, "--port", str(port)]
+    tree = checkout.tree
+    args = [checkout.python, "-m", "bench.server", kind, "--port", str(port)]
     if tree != REPO:
         env = {**env, "PYTHONPATH": str(tree)}
     log = tempfile.TemporaryFile()
@@ -124,12 +134,12 @@ async def start_server(kind: str, env: dict[str, str], hosts: dict[str, str] | N
 
 
 @contextlib.asynccontextmanager
-async def server_pair(kind: str, env: dict[str, str],
-                      hosts: dict[str, str] | None = None) -> AsyncIterator[tuple[Server, Server]]:
-    """Two ``start_server(kind, env, hosts)`` processes, both stopped on the way out."""
-    first = await start_server(kind, env, hosts)
+async def server_pair(kind: str, env: dict[str, str], hosts: dict[str, str] | None = None,
+                      checkout: Build = Build()) -> AsyncIterator[tuple[Server, Server]]:
+    """Two ``start_server(kind, env, hosts, checkout)`` processes, both stopped on the way out."""
+    first = await start_server(kind, env, hosts, checkout)
     try:
-        second = await start_server(kind, env, hosts)
+        second = await start_server(kind, env, hosts, checkout)
     except BaseException:
         first.stop()
         raise

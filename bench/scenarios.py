@@ -169,7 +169,7 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
     env = b.env(prefix)
     all_hosts = {**hosts, probe_host: probe_token}
     try:
-        async with server_pair("coordinator", env, all_hosts) as (a, c2):
+        async with server_pair("coordinator", env, all_hosts, b.build) as (a, c2):
             ports = (a.port, c2.port)
             await fan_out(a.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in all_hosts.items()])
             idle = await idle_dispatch(b, ports, probe_host, probe_token, p.dispatch_probes)
@@ -279,7 +279,8 @@ async def heartbeat_load(b: Bench) -> list[Row]:
     p = b.preset
     hosts = fleet(p.heartbeat_hosts, "hb")
     prefix = b.prefix("hb")
-    coord = await start_server("coordinator", b.env(prefix, COORDINATOR_HOST_OFFLINE_AFTER_S="45"), hosts)
+    coord = await start_server("coordinator", b.env(prefix, COORDINATOR_HOST_OFFLINE_AFTER_S="45"), hosts,
+                               checkout=b.build)
     try:
         result: LoadResult = await in_child(heartbeats, coord.port, list(hosts.items()), p.heartbeat_window_s,
                                             {"coordinator": coord.pid, "redis": b.redis_pid})
@@ -300,7 +301,7 @@ async def heartbeat_load(b: Bench) -> list[Row]:
 async def _cost_case(b: Bench, label: str, n_hosts: int, n_tasks: int) -> dict[str, list[float]]:
     hosts = fleet(n_hosts, f"cost-{label}")
     prefix = b.prefix(f"cost-{label}")
-    coord = await start_server("coordinator", b.env(prefix), hosts)
+    coord = await start_server("coordinator", b.env(prefix), hosts, checkout=b.build)
     try:
         await fan_out(coord.port, [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()], 64)
         # Waiting tasks aimed at a device that does not exist, written by the coordinator's own

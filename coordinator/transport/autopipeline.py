@@ -38,9 +38,9 @@ from coordinator.transport.resp import encode_command, send_packed, stream_write
 # long write of scripts (docs/benchmarks.md, row 2w create).
 MAX_BATCH = 16
 # Connections the auto-pipeline keeps between its batches instead of giving them back to the pool:
-# a checkout from redis-py's pool and its return cost some 35 µs (a lock, a readiness check that
-# polls the socket, metrics hooks), more than Redis spends on a script, and an idle process pays
-# them on every request. They stay counted against the pool's bound; batches beyond them check
+# a checkout from redis-py's pool and its return (a lock, a readiness check that polls the socket,
+# metrics hooks) cost more than Redis spends on a script, and an idle process pays them on every
+# request. They stay counted against the pool's bound; batches beyond them check
 # connections out of the pool as before.
 KEPT_CONNECTIONS = 2
 
