@@ -187,7 +187,21 @@ default `redis://127.0.0.1:6379/0`):
 ```
 
 It prints the table below and rewrites this file (`--no-docs` to leave it alone,
-`--only calls,lifecycle,...` to run some scenarios, which also leaves it alone).
+`--only calls,lifecycle,...` to run some scenarios, which also leaves it alone). A missed target is
+a verdict in the table; the command exits 0 unless it could not measure (`--strict` also exits 1
+on a missed target).
+
+A change that touches a hot path shows its rows against the commit before it, in turns:
+
+<!-- doc-test: check (minutes of benchmarks) -->
+```sh
+.venv/bin/python -m bench ab HEAD~1 --only calls,lifecycle --turns 3
+```
+
+`ab` checks the other commit out in a temporary worktree with a venv of its own, runs the chosen
+scenarios for both builds in alternating turns (floors, load generators and Redis shared), and
+prints each row's two medians, their ratio and every turn's value, so the difference shows
+beside the spread.
 
 ## Last run: preset `{preset}`, {when}, {seconds:.0f} s
 

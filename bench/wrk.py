@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import resource
 import shutil
 import subprocess
@@ -76,14 +77,22 @@ def _script(raws: list[bytes], folder: Path) -> Path:
     return path
 
 
+def wrk_args(port: int, script: Path, threads: int, connections: int, seconds: float) -> list[str]:
+    """wrk's command line. wrk takes whole seconds (``-d 7.5s`` is an error), so a window is
+    rounded up to the next whole second, and is never under one."""
+    whole = max(1, math.ceil(seconds))
+    return ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{whole}s", "--latency", "-s", str(script),
+            f"http://127.0.0.1:{port}/"]
+
+
 def _run_wrk(port: int, script: Path, threads: int, connections: int, seconds: float) -> dict[str, int]:
-    """One wrk run; the JSON line its script's ``done`` wrote."""
-    out = subprocess.run(
-        ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds:g}s", "--latency", "-s", str(script),
-         f"http://127.0.0.1:{port}/"],
-        capture_output=True, text=True, check=True, timeout=seconds + 60,
-    ).stdout
-    return json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    """One wrk run; the JSON line its script's ``done`` wrote. A failed run raises with wrk's own
+    words, so a reader sees why it could not measure."""
+    args = wrk_args(port, script, threads, connections, seconds)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:-1])} exited {done.returncode}: {(done.stderr or done.stdout).strip()}")
+    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
 
 
 def _children_cpu_s() -> float:
