@@ -156,7 +156,7 @@ class RunArtifacts:
                 return await driver.screenshot()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the driver raises, the run goes on without it
             log.warning("task %s: no screenshot of the %s (%s)", self._assignment.task_id, what,
                         str(exc)[:200] or type(exc).__name__)
             return None

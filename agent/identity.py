@@ -266,7 +266,7 @@ class DeviceEnroller:
         enrolled = await self._host.enroll_devices(body)
         mapping: dict[str, str] = {}
         records: dict[str, dict[str, str]] = {}
-        for sent, got in zip(devices, enrolled):
+        for sent, got in zip(devices, enrolled, strict=True):  # the client checked the lengths
             device_id = got.get("device_id") if isinstance(got, dict) else None
             if not isinstance(device_id, str) or not device_id or got.get("local_id") != sent.local_id:
                 raise MalformedAnswer("device enrollment answer does not match the devices sent")

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.artifacts import DRAIN_S, ArtifactMode, RunArtifacts
 from agent.answers import Assignment, Conflict, ProtocolError, Unauthorized
+from agent.artifacts import DRAIN_S, ArtifactMode, RunArtifacts
 from agent.client import HostClient
 from agent.retry import RetryPolicy, retry
 from agent.runtime import (
@@ -175,7 +175,8 @@ class LeasedRun:
                 metadata = {"steps": 0} if outcome is None else outcome.metadata
                 outcome = Outcome.retryable_failure(SHUTDOWN, metadata)
             elif outcome is None:
-                log.warning("task %s never started (%s); its lease will lapse", assignment.task_id, self.control.stop_reason)
+                log.warning("task %s never started (%s); its lease will lapse", assignment.task_id,
+                            self.control.stop_reason)
                 return
             await self._report(outcome)
         finally:
@@ -313,9 +314,8 @@ class LeasedRun:
     def _lose_lease(self, reason: str) -> None:
         if self._lease_lost is None:
             self._lease_lost = reason
-            log.warning(
-                "task %s attempt %d: lease lost (%s); stopping it", self.assignment.task_id, self.assignment.attempt, reason
-            )
+            log.warning("task %s attempt %d: lease lost (%s); stopping it", self.assignment.task_id,
+                        self.assignment.attempt, reason)
         self.control.stop("lease_lost")
 
     # -- result ------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ class _RunLogHandler(logging.Handler):
             return
         try:
             run.add(self.format(record))
-        except Exception:
+        except Exception:  # noqa: BLE001 - a handler never raises: logging's handleError reports it
             self.handleError(record)
 
 

@@ -56,10 +56,7 @@ def _default(name: str) -> str:
     field = AgentSettings.model_fields[name]
     if name == "hostname":
         return "this machine's hostname"
-    if field.default_factory is not None:
-        value = field.default_factory()  # type: ignore[call-arg]
-    else:
-        value = field.default
+    value = field.get_default(call_default_factory=True)
     if value is None or value == "" or value == {}:
         return "unset"
     if isinstance(value, SecretStr):

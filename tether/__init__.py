@@ -13,6 +13,8 @@ It depends on the contract only (and on ``wire``, its vocabulary), never on the 
 the agent's code: it is a client like any operator's script.
 """
 
+from __future__ import annotations
+
 from tether.client import Client
 from tether.errors import TetherError
 from tether.feed import Feed

@@ -9,12 +9,11 @@ stream. Plain ``httpx``, synchronous: a script, the ``tether`` command, or a not
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
-
-import re
 
 import httpx
 

@@ -132,10 +132,12 @@ def revoke(client: Client, args: Namespace, out: Output) -> int:
 
 
 def devices(client: Client, args: Namespace, out: Output) -> int:
-    pages = [_collect(lambda limit, cursor: client.list_devices(host_id=host_id, driver=args.driver,
-                                                                status=args.status, limit=limit, cursor=cursor),
-                      "devices")
-             for host_id in (_host_ids(client, args.host) if args.host else [None])]
+    def of_host(host_id: str | None) -> Json:
+        return _collect(lambda limit, cursor: client.list_devices(host_id=host_id, driver=args.driver,
+                                                                  status=args.status, limit=limit, cursor=cursor),
+                        "devices")
+
+    pages = [of_host(host_id) for host_id in (_host_ids(client, args.host) if args.host else [None])]
     page = pages[0] if len(pages) == 1 else {"devices": [d for p in pages for d in p["devices"]], "next_cursor": None}
     return out.show(page, lambda p: render.devices_table(p["devices"]))
 

@@ -19,7 +19,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """Left-aligned columns two spaces apart; ``None`` and empty cells show as ``-``."""
     lines = [list(headers)] + [[cell(value) for value in row] for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
-    return "\n".join("  ".join(text.ljust(width) for text, width in zip(line, widths)).rstrip()
+    return "\n".join("  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
                      for line in lines)
 
 

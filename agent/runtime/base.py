@@ -11,8 +11,9 @@ side imports the other to name them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wire import ResultStatus
 
@@ -146,7 +147,7 @@ class RunControl:
         """Sleep up to ``seconds``; return True if the run was stopped meanwhile."""
         try:
             await asyncio.wait_for(self._stopped.wait(), timeout=max(0.0, seconds))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 

@@ -131,8 +131,8 @@ class DeviceManager:
                 state = attached[spec.local_id].state if spec.local_id in attached else "missing"
                 if state != ADB_READY:
                     logger.warning("adb device %s is configured but its state is %s", spec.local_id, state)
-            for serial in serials:
-                drivers.append(await _adb_driver(adb_path, serial, attached.get(serial), adb_timeout))
+            drivers.extend([await _adb_driver(adb_path, serial, attached.get(serial), adb_timeout)
+                            for serial in serials])
         wildcard = any(spec.driver == "adb" and spec.local_id == "*" for spec in specs)
         return cls(drivers, adb_path=adb_path, adb_timeout=adb_timeout, adb_wildcard=wildcard, adopted=adopted)
 
@@ -188,7 +188,7 @@ class DeviceManager:
         del self._drivers[driver.local_id]
         self._adopted.discard(driver.local_id)
         if self._by_cloud is not None:
-            self._by_cloud = {c: l for c, l in self._by_cloud.items() if l != driver.local_id}
+            self._by_cloud = {cloud: local for cloud, local in self._by_cloud.items() if local != driver.local_id}
 
     def local_devices(self) -> list[DeviceRecord]:
         """Every device this host holds, bound or not (``device_id`` is ``None`` until bound)."""

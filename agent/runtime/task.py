@@ -97,7 +97,7 @@ class TaskRunner:
                 return cancelled()
             try:
                 observation = await _unless_stopped(driver.observe(), control)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever the driver raises ends the run as its failure
                 return cancelled() if control.stopped else _driver_failure(exc, finish)
             if isinstance(observation, _Stopped):
                 return cancelled()
@@ -143,7 +143,7 @@ class TaskRunner:
                 record(action, summary, False, str(exc))
                 await control.after_step(history[-1].index, driver)
                 continue
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever the driver raises ends the run as its failure
                 return cancelled() if control.stopped else _driver_failure(exc, finish)
             if stopped:
                 return cancelled()

@@ -159,7 +159,7 @@ class WorkflowRunner:
                 reason, error = "assertion_failed", str(exc)
             except ElementNotFound as exc:
                 reason, error = "element_not_found", str(exc)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever else the driver raises fails the step
                 if control.stopped:
                     return Outcome(ResultStatus.CANCELLED, control.stop_reason, {**meta, "steps": index})
                 logger.warning("workflow %s step %d: device failed: %s", name, index, exc)
