@@ -20,7 +20,9 @@ code); ``coordinator/api/boundary.py`` answers and logs it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from redis import exceptions as redis_errors
@@ -35,7 +37,7 @@ class ApiError(Exception):
 
     status_code = 500
     code: str = ErrorCode.INTERNAL.value
-    headers: dict[str, str] | None = None
+    headers: Mapping[str, str] | None = None
 
     def __init_subclass__(cls, *, status: int | None = None, code: ErrorCode | None = None) -> None:
         super().__init_subclass__()
@@ -100,7 +102,7 @@ class RateLimited(ApiError, status=429, code=ErrorCode.RATE_LIMITED):
 
 
 class Unavailable(ApiError, status=503, code=ErrorCode.UNAVAILABLE):
-    headers = {"Retry-After": "1"}
+    headers = MappingProxyType({"Retry-After": "1"})
 
 
 # Redis answers nothing useful now, but may in a moment: the client should retry.

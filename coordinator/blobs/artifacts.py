@@ -165,7 +165,7 @@ async def run_orphan_sweeper(artifacts: Artifacts, interval_s: float) -> None:
             await artifacts.sweep_orphans()
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - a store or Redis hiccup: try again next time
+        except Exception:  # a store or Redis hiccup: try again next time
             if cancelling():
                 raise asyncio.CancelledError from None
             log.warning("the orphan sweep failed; it tries again in %.0f s", interval_s, exc_info=True)

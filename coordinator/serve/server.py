@@ -271,10 +271,8 @@ def raise_nofile() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = 1 << 20 if hard == resource.RLIM_INFINITY else hard  # the kernel's usual nr_open
     if soft != resource.RLIM_INFINITY and soft < target:
-        try:
+        with contextlib.suppress(ValueError, OSError):  # a container may forbid it: keep the limit we have
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):  # a container may forbid it: keep the limit we have
-            pass
 
 
 def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,

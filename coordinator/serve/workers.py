@@ -26,7 +26,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
@@ -45,7 +45,7 @@ KEEP_ALIVE_S = 5
 class TetherWorker(UvicornWorker):
     """uvicorn-worker's worker, serving the app with our `Server` and protocol class."""
 
-    CONFIG_KWARGS: dict[str, Any] = {
+    CONFIG_KWARGS: ClassVar[dict[str, Any]] = {
         **UvicornWorker.CONFIG_KWARGS,
         "timeout_graceful_shutdown": GRACEFUL_TIMEOUT_S,
         # The app never reads the client's address (see server.run).
@@ -77,7 +77,7 @@ def worker_class(header_timeout_s: float) -> type[TetherWorker]:
     protocol = head_limited_protocol(header_timeout_s)
 
     class Worker(TetherWorker):
-        CONFIG_KWARGS = {**TetherWorker.CONFIG_KWARGS, "http": protocol}
+        CONFIG_KWARGS: ClassVar[dict[str, Any]] = {**TetherWorker.CONFIG_KWARGS, "http": protocol}
 
     return Worker
 
