@@ -94,7 +94,7 @@ def _server(mode: str, header_timeout_s: float, fd_limit: tuple[int, int] | None
                 except OSError:
                     if process.poll() is not None or time.monotonic() > deadline:
                         log.seek(0)
-                        raise RuntimeError(f"{mode} server did not start:\n{log.read().decode()[-2000:]}")
+                        raise RuntimeError(f"{mode} server did not start:\n{log.read().decode()[-2000:]}") from None
                     time.sleep(0.05)
             yield port
         finally:
@@ -212,7 +212,8 @@ def measure(mode: str, header_timeout_s: float) -> dict[str, str]:
 
         socks = _half_open(port, HALF_OPEN)
         try:
-            rows[f"/healthz p50 / p99 / max, {HALF_OPEN:,} half-open held"] = _latency(_probe_while(port, lambda: None, 3.0))
+            rows[f"/healthz p50 / p99 / max, {HALF_OPEN:,} half-open held"] = _latency(
+                _probe_while(port, lambda: None, 3.0))
         finally:
             for sock in socks:
                 sock.close()
@@ -236,7 +237,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.serve_default is not None:
         return _serve_default(args.serve_default)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this process holds 1,000+ sockets
     modes = [args.only] if args.only else ["before", "after"]
     results = {}

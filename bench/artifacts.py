@@ -63,7 +63,7 @@ async def _upload_at_once(port: int, targets: list[tuple[str, str, str]], size: 
     conns = [await connect(port) for _ in targets]
     try:
         raws = []
-        for (path, query, token), conn in zip(targets, conns, strict=True):
+        for path, query, token in targets:
             head = (f"PUT {path}big-{os.urandom(4).hex()}.png{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                     f"Authorization: Bearer {token}\r\nContent-Type: image/png\r\nContent-Length: {size}\r\n\r\n")
             raws.append(head.encode() + os.urandom(size))

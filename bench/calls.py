@@ -33,7 +33,7 @@ async def calls_vs_floor(b: Bench) -> list[Row]:
     try:
         assignments = await leased_fleet(coord.port, hosts, b.admin)
         raws = {
-            "renew": [renew_req(h, t, a) for (h, t), a in zip(hosts.items(), assignments)],
+            "renew": [renew_req(h, t, a) for (h, t), a in zip(hosts.items(), assignments, strict=True)],
             "empty claim": [claim_req(h, t, 0) for h, t in hosts.items()],  # all claimed: 204
             "unchanged heartbeat": [heartbeat_req(h, t, [f"{h}-d0"]) for h, t in hosts.items()],
             # aimed at busy devices: each create stores, indexes and queues a task
@@ -59,7 +59,8 @@ async def calls_vs_floor(b: Bench) -> list[Row]:
     c = p.concurrency
     rows = [
         Row("1w", f"floor: bare Starlette + 1 EVALSHA, 1 process, wrk {c} conns",
-            f"{floor.rate:,.0f} req/s, p50 {fmt_ms(_median(floors, 'p50_ms'))}, p99 {fmt_ms(_median(floors, 'p99_ms'))}",
+            f"{floor.rate:,.0f} req/s, p50 {fmt_ms(_median(floors, 'p50_ms'))}, "
+            f"p99 {fmt_ms(_median(floors, 'p99_ms'))}",
             "1.00", "—", "", cpu_note(floor.cpu, floor.errors)),
         Row("1r", f"Redis alone: EVALSHA of `return 1`, redis-benchmark {c} clients",
             f"{redis_floor:,.0f} req/s", f"{redis_floor / floor.rate:.1f} x the HTTP floor" if floor.rate else "",
@@ -70,7 +71,8 @@ async def calls_vs_floor(b: Bench) -> list[Row]:
         ratio = merged.rate / floor.rate if floor.rate else 0.0
         rows.append(Row(
             "2w", f"{name}, 1 process, wrk {c} conns",
-            f"{merged.rate:,.0f} req/s, p50 {fmt_ms(_median(results, 'p50_ms'))}, p99 {fmt_ms(_median(results, 'p99_ms'))}",
+            f"{merged.rate:,.0f} req/s, p50 {fmt_ms(_median(results, 'p50_ms'))}, "
+            f"p99 {fmt_ms(_median(results, 'p99_ms'))}",
             f"{ratio:.2f} x floor", f">= {TARGET:.1f} x floor", "met" if ratio >= TARGET else "MISSED",
             cpu_note(merged.cpu, merged.errors)))
     return rows

@@ -319,7 +319,8 @@ class TetherScripts(Lifecycles):
             host = HostPrincipal(f"h{n}", "static", secrets.token_hex(32))
             device = {"device_id": f"h{n}-d0", "driver": "adb", "status": "available",
                       "attributes": '{"model":"Pixel 7","os_version":"14"}', "labels": '{"tier":"a"}'}
-            await self.store.heartbeat(host, orjson.dumps({"agent": {"version": "bench"}, "devices": [device]}).decode())
+            snapshot = {"agent": {"version": "bench"}, "devices": [device]}
+            await self.store.heartbeat(host, orjson.dumps(snapshot).decode())
             self._hosts.append(host)
 
     async def lifecycle(self, n: int, body: dict[str, object]) -> None:

@@ -189,7 +189,7 @@ async def _entry_sizes(redis: Redis, prefix: str, task: bytes) -> tuple[float, f
             await redis.zadd(zset, {task_id: i for i, task_id in enumerate(ids[start:start + 500], start)})
         memory1 = await _used_memory(redis)
         for start in range(0, QUEUED, 500):
-            await redis.hset(records, mapping={task_id: task for task_id in ids[start:start + 500]})
+            await redis.hset(records, mapping=dict.fromkeys(ids[start:start + 500], task))
         memory2 = await _used_memory(redis)
     finally:
         await redis.delete(zset, records)

@@ -34,7 +34,7 @@ async def long_poll_scale(b: Bench) -> list[Row]:
         t0 = time.perf_counter()
         conns = await connect_many(coord.port, p.polls)
         # wait_s=60 (the default maximum): every measurement below ends well within it.
-        answers = [conn.request(claim_req(h, t, 60), 75) for conn, (h, t) in zip(conns, items)]
+        answers = [conn.request(claim_req(h, t, 60), 75) for conn, (h, t) in zip(conns, items, strict=True)]
         deadline = time.perf_counter() + 55
         while await waiting_polls(coord.port) < p.polls:
             if time.perf_counter() > deadline:

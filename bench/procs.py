@@ -99,13 +99,13 @@ async def start_server(kind: str, env: dict[str, str], hosts: dict[str, str] | N
     args = [checkout.python, "-m", "bench.server", kind, "--port", str(port)]
     if tree != REPO:
         env = {**env, "PYTHONPATH": str(tree)}
-    log = tempfile.TemporaryFile()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - the Server owns it and closes it when it stops
     if hosts is not None:
-        hosts_file = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-        json.dump(hosts, hosts_file)
-        hosts_file.close()
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as hosts_file:
+            json.dump(hosts, hosts_file)
         args += ["--hosts-file", hosts_file.name]
-    process = subprocess.Popen(args, env=env, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(  # noqa: ASYNC220 - servers start before anything is measured
+        args, env=env, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
     server = Server(process, port, log)
     path = "/readyz" if kind == "coordinator" else "/healthz"
     deadline = time.monotonic() + 60

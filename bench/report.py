@@ -95,7 +95,8 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    when the create request is sent to process A and stops when the poll's answer is complete (so
    it includes the create request itself and the cross-process wake-up). Idle, then during the
    load of (3w), paced at half its rate by the Python client (`bench/loadgen.py`: wrk runs
-   closed loops only), in a process of its own (only samples inside its measured window). Each idle probe starts 10 ms after the
+   closed loops only), in a process of its own (only samples inside its measured window). Each
+   idle probe starts 10 ms after the
    last (idle latency on a VM grows with how long its vCPUs slept: 1.1 ms at 2 ms spacing, 2.3 ms
    at 10 ms, seen here). With the same spacing, and in turns with Tether's probes (six rounds,
    every process up throughout, since the machine's speed drifts over a run): 4f, the dispatch
@@ -173,7 +174,7 @@ the JSON of 10,000 hosts.
 
 
 def document(rows: list[Row], info: dict[str, str], preset: str, seconds: float) -> str:
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     machine_lines = "\n".join(f"- {k}: {v}" for k, v in info.items())
     return f"""# Benchmarks
 

@@ -162,10 +162,9 @@ def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             w.kill()
             w.wait()
-        try:  # whatever the worker left of its group (a pool child, a work horse)
+        # whatever the worker left of its group (a pool child, a work horse)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(w.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def unlink_tagged(redis: Redis, tag: str) -> None:
