@@ -140,9 +140,10 @@ class HostClient:
 
     async def heartbeat(self, devices: list[dict[str, Any]], agent: dict[str, Any]) -> dict[str, Any]:
         """``PUT .../heartbeat`` with the complete device snapshot."""
-        return await self._client.request(
+        answer: dict[str, Any] = await self._client.request(
             "PUT", f"{self._prefix}/heartbeat", self._token, json={"devices": devices, "agent": agent}
         )
+        return answer
 
     async def claim(self, claim_id: str, wait_s: int) -> Assignment | None:
         """``POST .../claim?wait_s=N``: one assignment, or ``None`` when none came in time.
@@ -202,7 +203,8 @@ class HostClient:
         }
         if retryable:
             body["retryable"] = True
-        return await self._client.request("POST", f"{self._prefix}/results", self._token, json=body)
+        answer: dict[str, Any] = await self._client.request("POST", f"{self._prefix}/results", self._token, json=body)
+        return answer
 
     async def upload_artifact(
         self,

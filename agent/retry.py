@@ -61,7 +61,7 @@ class Backoff:
         self._failures = 0
 
     def next_delay(self) -> float:
-        ceiling = min(self.policy.cap_s, self.policy.base_s * (2 ** min(self._failures, 32)))
+        ceiling: float = min(self.policy.cap_s, self.policy.base_s * (2 ** min(self._failures, 32)))
         self._failures += 1
         return ceiling * self.policy.rng()
 

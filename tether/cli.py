@@ -41,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = commands.Output(as_json=getattr(args, "json", False))
     try:
         with client:
-            return args.run(client, args, out)
+            status: int = args.run(client, args, out)
+            return status
     except TetherError as exc:
         print(f"tether: {exc.message} ({exc.code})", file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ reconnection (the token was changed, say) is raised.
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
 import time
@@ -51,7 +52,7 @@ class Feed:
 
     # -- lifetime ------------------------------------------------------------------------------
 
-    def open(self) -> Feed:
+    def open(self) -> Self:
         """Connect now (once); raises ``TetherError`` when the coordinator refuses or is down."""
         if self._response is None and self._events is None:
             self._response = self._connect()
@@ -64,7 +65,7 @@ class Feed:
         response, self._response = self._response, None
         if response is not None:
             response.close()
-        if self._events is not None and not self._events.gi_running:
+        if self._events is not None and inspect.getgeneratorstate(self._events) != inspect.GEN_RUNNING:
             self._events.close()
 
     def __enter__(self) -> Self:
