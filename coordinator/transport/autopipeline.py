@@ -120,7 +120,8 @@ class AutoPipeline:
 
     async def _connection(self) -> AbstractConnection:
         if not self._kept:
-            return await self._pool.get_connection()
+            opened: AbstractConnection = await self._pool.get_connection()
+            return opened
         connection = self._kept.pop()
         # As the pool checks one: a connection the server closed while it sat here (a restart)
         # is dropped, and the next write opens it again.
@@ -203,7 +204,7 @@ class AutoPipelined(Pipeline):
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         stack = list(self.command_stack)
-        await self.reset()
+        await self.reset()  # type: ignore[no-untyped-call]  # redis-py's Pipeline.reset has no annotations
         replies = await asyncio.gather(*(self._auto.execute(*args) for args, _ in stack),
                                        return_exceptions=True)
         parsed: list[Any] = []

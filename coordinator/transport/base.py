@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
@@ -73,6 +73,12 @@ class RedisTransport(Protocol):
         """Close every connection."""
 
 
+def popped_values(reply: object) -> list[bytes]:
+    """BLMPOP's values: its reply is nil or ``[key, [value, ...]]`` (redis-py types it as a list
+    of anything)."""
+    return [] if reply is None else cast(list[bytes], cast(list[Any], reply)[1])
+
+
 class PlainTransport:
     """redis-py's client as it is: a single node or the embedded fakeredis."""
 
@@ -101,8 +107,7 @@ class PlainTransport:
         if self._popper is None:
             # redis-py's single-connection client: one connection of the pool, held until closed.
             self._popper = self.client.client()
-        popped = await self._popper.blmpop(timeout, 1, key, direction="LEFT", count=count)
-        return [] if popped is None else popped[1]
+        return popped_values(await self._popper.blmpop(timeout, 1, key, direction="LEFT", count=count))
 
     async def aclose(self) -> None:
         popper, self._popper = self._popper, None
@@ -138,8 +143,7 @@ class AutoPipelinedTransport(PlainTransport):
         if self._held is None:
             self._held = await self.client.connection_pool.get_connection()
         await send_packed(self._held, encode_command(("BLMPOP", timeout, 1, key, "LEFT", "COUNT", count)))
-        popped = await self._held.read_response()  # bounded by the socket timeout
-        return [] if popped is None else popped[1]
+        return popped_values(await self._held.read_response())  # bounded by the socket timeout
 
     async def aclose(self) -> None:
         held, self._held = self._held, None

@@ -8,18 +8,20 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from coordinator.transport.base import NO_WAIT, Durability, acknowledged
+from coordinator.transport.base import NO_WAIT, Durability, acknowledged, popped_values
 
 # Set while a call holds a permit: redis-py retries a pipeline's redirected commands through the
 # client itself, and that nested call must not wait for a second permit (all may be taken).
 _holding_permit: ContextVar[bool] = ContextVar("holding_permit", default=False)
+
+T = TypeVar("T")
 
 # Connections per node kept for readers that block outside the permits: the wake-up inbox's.
 # (The feed's reader takes a permit for each read, like any call.)
@@ -33,11 +35,11 @@ class BoundedRedisCluster(RedisCluster):
     one node, bounding the calls in flight bounds the connections per node without ever failing
     a burst. The inbox's blocking pop runs outside the permits, on a connection kept for it."""
 
-    def __init__(self, *args: Any, max_connections: int, **kwargs: Any) -> None:
-        super().__init__(*args, max_connections=max_connections, **kwargs)
+    def __init__(self, *, max_connections: int, **kwargs: Any) -> None:  # as from_url calls it
+        super().__init__(max_connections=max_connections, **kwargs)
         self.permits = asyncio.Semaphore(max(max_connections - DEDICATED_READERS, 1))
 
-    async def permitted(self, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def permitted(self, call: Callable[[], Awaitable[T]]) -> T:
         if _holding_permit.get():
             return await call()
         async with self.permits:
@@ -53,7 +55,7 @@ class BoundedRedisCluster(RedisCluster):
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
         if shard_hint:
             return super().pipeline(transaction, shard_hint)  # raises, as redis-py does
-        return _BoundedPipeline(self, transaction)
+        return _BoundedPipeline(self, transaction)  # type: ignore[abstract]  # redis-py's types miss its _event_dispatcher
 
 
 class _BoundedPipeline(ClusterPipeline):
@@ -107,6 +109,7 @@ class ClusterTransport:
         cluster pipeline would route the keyless WAIT to another node, or to any node when it
         retries, and so acknowledge writes WAIT never covered.)"""
         node = self.client.get_node_from_key(key)
+        assert node is not None  # None answers only a lookup of a replica
         connection = node.acquire_connection()
         try:
             try:
@@ -137,7 +140,7 @@ class ClusterTransport:
             popped = await self.client.blmpop(timeout, 1, key, direction="LEFT", count=count)
         finally:
             _holding_permit.reset(token)
-        return [] if popped is None else popped[1]
+        return popped_values(popped)
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -4,7 +4,7 @@ transport (``base.py``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import redis
@@ -91,7 +91,8 @@ def open_redis(settings: Settings) -> tuple[RedisTransport, str]:
 def open_cluster(url: str, max_connections: int, tls: dict[str, Any] | None = None) -> BoundedRedisCluster:
     """The cluster client, from any node's URL: it learns the slot map from that node, follows
     MOVED and failovers by itself, and holds at most ``max_connections`` per node."""
-    return BoundedRedisCluster.from_url(
+    client = BoundedRedisCluster.from_url(
         url, max_connections=max_connections, socket_timeout=SOCKET_TIMEOUT_S,
         socket_connect_timeout=CONNECT_TIMEOUT_S, **(tls or {}),
     )
+    return cast(BoundedRedisCluster, client)  # from_url builds cls; redis-py types it RedisCluster
