@@ -60,10 +60,12 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings()
     if settings is None:
         return 2
+    from uvicorn.config import STARTUP_FAILURE
+
     from coordinator.app import create_app
     from coordinator.serve.logs import configure_logging
     from coordinator.serve.preflight import Refused, check_redis
-    from coordinator.serve.server import STARTUP_FAILURE, raise_nofile, run
+    from coordinator.serve.server import raise_nofile, run
 
     configure_logging(settings.log_format)
     try:

@@ -75,7 +75,8 @@ def _out(text: str = "") -> None:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _wait_for(what: str, check: Callable[[], T | None], timeout: float = TIMEOUT_S) -> T:
@@ -139,7 +140,8 @@ def _describe(task: dict[str, Any]) -> str:
 
 def _target(body: dict[str, Any]) -> str:
     if "device_id" in body:
-        return body["device_id"]
+        device_id: str = body["device_id"]
+        return device_id
     labels = body["selector"].get("labels")
     return f"any {body['selector']['driver']} device" + (f" with {labels}" if labels else "")
 

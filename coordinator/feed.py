@@ -38,9 +38,9 @@ import logging
 import random
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -239,7 +239,7 @@ class EventFeed:
         self._watched.set()
 
     async def _deliver(self, position: StreamId, match: Mapping[str, str] | None,
-                       keepalive_s: float | None) -> AsyncIterator[Entry | Notice]:
+                       keepalive_s: float | None) -> AsyncGenerator[Entry | Notice, None]:
         """``follow`` from ``position``: from the buffer when it reaches back that far, else
         from Redis, one batch at a time; waiting for news when there is nothing more."""
         loop = asyncio.get_running_loop()
@@ -283,7 +283,7 @@ class EventFeed:
         return [self._buffer[i] for i in range(start, len(self._buffer))]
 
     async def _range_after(self, position: StreamId) -> list[_Kept]:
-        entries = await self._redis.xrange(self._stream, f"({position}", "+", count=CATCH_UP_COUNT)
+        entries = _range(await self._redis.xrange(self._stream, f"({position}", "+", count=CATCH_UP_COUNT))
         return [_decode(raw_id, fields) for raw_id, fields in entries]
 
     async def _gap(self, position: StreamId) -> Notice | None:
@@ -291,14 +291,14 @@ class EventFeed:
         older than the oldest entry kept (bar ``0-0``, which asks for everything kept)."""
         if position == ZERO:
             return None
-        oldest = await self._redis.xrange(self._stream, "-", "+", count=1)
+        oldest = _range(await self._redis.xrange(self._stream, "-", "+", count=1))
         if not oldest or StreamId.parse(_text(oldest[0][0])) <= position:
             return None
         return Notice(f"events after {position} were dropped from the feed before they could be "
                       f"sent; continuing from the oldest kept, {_text(oldest[0][0])}")
 
     async def _newest(self) -> StreamId:
-        newest = await self._redis.xrevrange(self._stream, "+", "-", count=1)
+        newest = _range(await self._redis.xrevrange(self._stream, "+", "-", count=1))
         return StreamId.parse(_text(newest[0][0])) if newest else ZERO
 
 
@@ -318,6 +318,12 @@ def _entries(reply: Any) -> list[tuple[Any, Any]]:
         return []
     streams = reply.values() if isinstance(reply, dict) else [entries for _, entries in reply]
     return [tuple(entry) for entries in streams for entry in entries]
+
+
+def _range(reply: object) -> list[tuple[bytes | str, dict[Any, Any]]]:
+    """XRANGE's or XREVRANGE's entries. redis-py types them as XCLAIM's, whose id and fields may
+    be None (an entry deleted meanwhile); a range never answers one."""
+    return cast(list[tuple[bytes | str, dict[Any, Any]]], reply)
 
 
 def _text(value: bytes | str) -> str:

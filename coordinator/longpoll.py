@@ -34,7 +34,7 @@ import contextlib
 import logging
 import random
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -124,7 +124,7 @@ class ClaimWaiter:
             for wakeup in wakeups:
                 wakeup.set()
 
-    def _wake_popped(self, popped: list[bytes | str]) -> None:
+    def _wake_popped(self, popped: Sequence[bytes | str]) -> None:
         """Wake the polls of every host popped."""
         for value in popped:
             for wakeup in self._waiting.get(value.decode() if isinstance(value, bytes) else value, ()):

@@ -26,12 +26,15 @@ import contextlib
 import tempfile
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import obstore
 from obstore.exceptions import BaseError as ObstoreError
 from obstore.store import S3Store
+
+if TYPE_CHECKING:  # obstore declares its option dicts in its stubs only
+    from obstore.store import ClientConfig, RetryConfig, S3Config
 
 from coordinator.blobs.folder import (
     Blob,
@@ -69,8 +72,8 @@ class S3BlobStore:
     def __init__(self, url: str, endpoint: str | None = None) -> None:
         bucket, prefix = parse_s3_url(url)
         self.url = url
-        config: dict[str, Any] = {}
-        client_options: dict[str, Any] = {}
+        config: S3Config = {}
+        client_options: ClientConfig = {}
         if endpoint:
             config["endpoint"] = endpoint
             # MinIO and the like are often addressed by path, and on a private network by http.
@@ -79,7 +82,7 @@ class S3BlobStore:
         # An upload waits for the store while its agent waits for the answer: a store that does not
         # answer within seconds is answered 503 (the agent retries later), not minutes later.
         client_options["connect_timeout"] = timedelta(seconds=5)
-        retry: Any = {"max_retries": 3, "retry_timeout": timedelta(seconds=15)}
+        retry: RetryConfig = {"max_retries": 3, "retry_timeout": timedelta(seconds=15)}
         self._store = S3Store(bucket, prefix=prefix or None, config=config, client_options=client_options,
                               retry_config=retry)
 

@@ -31,7 +31,7 @@ import select
 import signal
 import socket
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -104,7 +104,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.scope["extensions"] = {CONNECTION: self}  # type: ignore[typeddict-unknown-key]
+        self.scope["extensions"] = {CONNECTION: self}  # type: ignore[dict-item]  # this object, not ASGI's dict
         self._arm_head_timer()  # a pipelined request starts arriving while another runs
 
     def on_lost(self, callback: Callable[[], None] | None) -> None:
@@ -251,7 +251,7 @@ class Server(uvicorn.Server):
             self._loop.call_soon_threadsafe(self._on_exit)
 
 
-def listening_addresses(servers: list[asyncio.AbstractServer]) -> list[str]:
+def listening_addresses(servers: Sequence[asyncio.Server]) -> list[str]:
     """``http://HOST:PORT`` of every listening socket (the port actually bound)."""
     addresses = []
     for server in servers:

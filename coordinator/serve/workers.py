@@ -92,7 +92,7 @@ class RootLogger(Logger):
             logger.propagate = True
 
 
-class _Application(BaseApplication):  # type: ignore[misc]
+class _Application(BaseApplication):
     """gunicorn configured here rather than from its command line; each worker builds its own
     app (Redis pool, wake-up listener, reaper) after the fork."""
 
