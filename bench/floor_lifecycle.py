@@ -40,10 +40,10 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from coordinator.api.auth import HostPrincipal
 from coordinator.api.tasks import parse_task
 from coordinator.api.validation import Body
 from coordinator.state.keys import Keys
+from coordinator.state.records import HostPrincipal
 from coordinator.state.store import Store
 from coordinator.transport.autopipeline import AutoPipeline
 from coordinator.transport.base import AutoPipelinedTransport
