@@ -44,6 +44,7 @@ from agent.runtime import (
     WorkflowRunner,
     make_planner,
 )
+from agent.runtime.task import Planner
 from agent.settings import ENV_PREFIX, AgentSettings
 
 log = logging.getLogger("agent")
@@ -109,7 +110,7 @@ async def run_agent(
             )
         retry_policy = retry_policy or RetryPolicy(cap_s=settings.backoff_cap_s)
 
-        async def start(refused: HostIdentity | None) -> tuple[HostIdentity, HostAgent, object]:
+        async def start(refused: HostIdentity | None) -> tuple[HostIdentity, HostAgent, Planner]:
             """Build the agent; ``refused``: an identity the coordinator refused, to enroll again."""
             if refused is None:
                 identity = await resolve_identity(settings, client, retry_policy)
@@ -184,7 +185,7 @@ async def run_agent(
                 code = await agent.run(stop)
             finally:
                 follow.cancel()
-                await planner.aclose()  # type: ignore[attr-defined]
+                await planner.aclose()
             if not agent.credential_refused:
                 return code
             if not may_reenroll or not identity.managed or shutdown.is_set():

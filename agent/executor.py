@@ -142,12 +142,9 @@ class RuntimeExecutor:
 
     async def _run(self, assignment: Assignment, driver: Driver, control: RunControl) -> Outcome:
         if assignment.kind == TaskKind.GOAL:
+            goal = assignment.goal or ""  # no goal fails Task's own check, as an empty one does
             try:
-                task = (
-                    Task(assignment.goal)  # type: ignore[arg-type]
-                    if assignment.max_steps is None
-                    else Task(assignment.goal, assignment.max_steps)  # type: ignore[arg-type]
-                )
+                task = Task(goal) if assignment.max_steps is None else Task(goal, assignment.max_steps)
             except (TypeError, ValueError) as exc:
                 return Outcome(ResultStatus.FAILED, "invalid_assignment", {"error": str(exc)[:200]})
             return await self.task_runner.run(task, driver, control)

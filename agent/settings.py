@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -162,10 +162,10 @@ class AgentSettings(BaseSettings):
         return parse_device_specs(self.devices)
 
 
-def load_settings(**overrides: object) -> AgentSettings:
+def load_settings(**overrides: Any) -> AgentSettings:
     """Read the settings (environment, then ``.env``) or raise a one-line ``ConfigError``."""
     try:
-        return AgentSettings(**overrides)  # type: ignore[arg-type]
+        return AgentSettings(**overrides)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
 

@@ -138,8 +138,7 @@ class LocalBlobStore:
             raise BlobStoreFailed(f"{type(exc).__name__}: {exc}") from exc
         tmp = tmp_dir / secrets.token_hex(16)
         try:
-            # Opened here, as spool() writes: a local file goes to the page cache, no thread hop.
-            with open(tmp, "wb") as file:  # noqa: ASYNC230
+            with open(tmp, "wb") as file:  # noqa: ASYNC230 - as spool() writes: to the page cache, no thread hop
                 sha256, size = await spool(chunks, file, max_bytes)
             key = f"{namespace}/{sha256}"
             await asyncio.to_thread(self._place, tmp, self._path(key))

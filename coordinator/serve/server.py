@@ -80,7 +80,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         self._lost = False
         self._on_lost: Callable[[], None] | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
         super().connection_made(transport)
         self._arm_head_timer()
 
