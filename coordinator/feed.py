@@ -38,7 +38,7 @@ import logging
 import random
 import re
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -216,7 +216,7 @@ class EventFeed:
     # -- watchers ----------------------------------------------------------------------------
 
     async def follow(self, last_id: str | None, *, match: Mapping[str, str] | None = None,
-                     keepalive_s: float | None = None) -> AsyncIterator[Entry | Notice]:
+                     keepalive_s: float | None = None) -> AsyncGenerator[Entry | Notice, None]:
         """Every event after ``last_id`` still kept, in stream order, then live ones; from now on
         when ``last_id`` is None. Only events whose JSON has every field of ``match`` equal to
         its value; ``KEEPALIVE`` after ``keepalive_s`` without anything to yield. A ``Notice``
