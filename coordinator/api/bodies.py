@@ -184,7 +184,8 @@ class OperatorBody(RequestBody):
 
 
 class Enroll(HostBody):
-    """``POST /internal/v1/enroll``."""
+    """Bootstrap a managed host (POST /internal/v1/enroll). The agent generates the id and the host
+    token and keeps both before calling, so a retry is the identical request."""
 
     enrollment_id: Id
     # A secret, kept as sent: stripped, two tokens would share a digest, and the one stored would
@@ -202,7 +203,7 @@ class EnrollDevice(HostBody):
 
 
 class DeviceEnroll(HostBody):
-    """``POST /internal/v1/hosts/{host_id}/devices/enroll``."""
+    """Enroll local devices (POST /internal/v1/hosts/{host_id}/devices/enroll)."""
 
     devices: Annotated[list[EnrollDevice], Field(min_length=1, json_schema_extra={
         PER_HOST_DEVICES: True, **_listed_once("local_id")}), _unique("local_id")]
@@ -227,7 +228,7 @@ _AgentWord = Annotated[str, StringConstraints(max_length=HOSTNAME_MAX_CHARS), Af
 
 
 class Agent(HostBody):
-    """Who sends the heartbeat; ``capabilities`` left out: an older agent, taken to run anything."""
+    """Who sends the heartbeat. An agent that sends no capabilities is taken to run anything."""
 
     version: _AgentWord | None = None
     hostname: _AgentWord | None = None
@@ -235,7 +236,7 @@ class Agent(HostBody):
 
 
 class Heartbeat(HostBody):
-    """``PUT /internal/v1/hosts/{host_id}/heartbeat``: the complete device snapshot."""
+    """The complete device snapshot (PUT /internal/v1/hosts/{host_id}/heartbeat)."""
 
     devices: Annotated[list[HeartbeatDevice], Field(json_schema_extra={
         PER_HOST_DEVICES: True, **_listed_once("device_id")}), _unique("device_id")]
@@ -243,7 +244,8 @@ class Heartbeat(HostBody):
 
 
 class Claim(HostBody):
-    """``POST /internal/v1/hosts/{host_id}/claim``."""
+    """Long-poll for one assignment (POST /internal/v1/hosts/{host_id}/claim); the body may be left
+    out."""
 
     body_optional = True
 
@@ -251,8 +253,8 @@ class Claim(HostBody):
 
 
 class Progress(BaseModel):
-    """A renewal's progress, when it is one: these fields and no other. Anything else is answered
-    ``rejected`` and not stored, never a failed renewal."""
+    """A renewal's progress: these fields and no other. Anything else is answered rejected and not
+    stored, never a failed renewal."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -263,18 +265,18 @@ class Progress(BaseModel):
 
 
 class Renew(HostBody):
-    """``POST /internal/v1/hosts/{host_id}/leases/{lease_id}/renew``."""
+    """Renew a lease, with progress (POST /internal/v1/hosts/{host_id}/leases/{lease_id}/renew)."""
 
     task_id: Id
     attempt: Annotated[int, Field(ge=1, le=INT32_MAX), Integral]
     # Any value: judged by Progress after the body is read, so a bad one fails nothing.
-    progress: Any = Field(default=None, description="step_index, status, summary (Progress); anything "
+    progress: Any = Field(default=None, description="a Progress: step_index, status, summary; anything "
                                                     "else is answered rejected and not stored, never a "
                                                     "failed renewal")
 
 
 class Result(HostBody):
-    """``POST /internal/v1/hosts/{host_id}/results``."""
+    """A terminal result (POST /internal/v1/hosts/{host_id}/results)."""
 
     task_id: Id
     attempt: Annotated[int, Field(ge=1, le=INT32_MAX), Integral]
@@ -313,7 +315,8 @@ def _task_rules(schema: dict[str, Any]) -> None:
 
 
 class TaskCreate(OperatorBody):
-    """``POST /api/v1/tasks``."""
+    """Create a task (POST /api/v1/tasks): a goal or a workflow, on one device or on any device a
+    selector matches."""
 
     model_config = ConfigDict(json_schema_extra=_task_rules)
 
@@ -341,7 +344,7 @@ class TaskCreate(OperatorBody):
 
 
 class DeviceDisable(OperatorBody):
-    """``POST /api/v1/devices/{device_id}/disable``."""
+    """Disable a device (POST /api/v1/devices/{device_id}/disable); the body may be left out."""
 
     body_optional = True
 
@@ -349,7 +352,7 @@ class DeviceDisable(OperatorBody):
 
 
 class TokenCreate(OperatorBody):
-    """``POST /api/v1/enrollment-tokens``."""
+    """Create an enrollment token (POST /api/v1/enrollment-tokens); the body may be left out."""
 
     body_optional = True
 
@@ -376,7 +379,7 @@ def _distinct(scopes: list[wire.OperatorScope]) -> list[wire.OperatorScope]:
 
 
 class OperatorTokenCreate(OperatorBody):
-    """``POST /api/v1/operator-tokens``."""
+    """Create an operator token (POST /api/v1/operator-tokens)."""
 
     name: Annotated[Id, AfterValidator(_not_bootstrap),
                     Field(json_schema_extra={"not": {"const": wire.BOOTSTRAP_ACTOR}})]

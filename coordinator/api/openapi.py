@@ -63,7 +63,9 @@ def request_schemas(max_devices_per_host: int) -> dict[str, Any]:
     """The request bodies, generated from their models (``coordinator/api/bodies.py``) with the
     deployment's ``COORDINATOR_MAX_DEVICES_PER_HOST``; keyed by model name, each nested model
     and enum a schema of its own."""
-    _, definitions = models_json_schema([(model, "validation") for model in bodies.REQUESTS],
+    # Progress is no body of its own: a renewal carries it, judged apart (a bad one fails nothing).
+    documented = (*bodies.REQUESTS, bodies.Progress)
+    _, definitions = models_json_schema([(model, "validation") for model in documented],
                                         ref_template=_REF, schema_generator=_Schemas)
     schemas: dict[str, Any] = definitions["$defs"]
     for schema in schemas.values():

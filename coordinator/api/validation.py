@@ -170,16 +170,9 @@ def _inner(annotation: Any) -> Any:
         if origin is Annotated:
             annotation = get_args(annotation)[0]
         elif origin is Union or origin is UnionType:
-            others = [a for a in get_args(annotation) if _inner_is_value(a)]
-            annotation = others[0] if others else None
+            annotation = next((a for a in get_args(annotation) if a is not type(None)), None)
         else:
             return annotation
-
-
-def _inner_is_value(annotation: Any) -> bool:
-    while get_origin(annotation) is Annotated:
-        annotation = get_args(annotation)[0]
-    return annotation is not type(None)
 
 
 def canonical_json(value: Any) -> str:
