@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_json_schema
 from pydantic_core import core_schema
 
@@ -64,7 +64,7 @@ def request_schemas(max_devices_per_host: int) -> dict[str, Any]:
     deployment's ``COORDINATOR_MAX_DEVICES_PER_HOST``; keyed by model name, each nested model
     and enum a schema of its own."""
     # Progress is no body of its own: a renewal carries it, judged apart (a bad one fails nothing).
-    documented = (*bodies.REQUESTS, bodies.Progress)
+    documented: tuple[type[BaseModel], ...] = (*bodies.REQUESTS, bodies.Progress)
     _, definitions = models_json_schema([(model, "validation") for model in documented],
                                         ref_template=_REF, schema_generator=_Schemas)
     schemas: dict[str, Any] = definitions["$defs"]
@@ -84,6 +84,8 @@ SCHEMAS: dict[str, Any] = {
             "details": {}}}},
     },
     "Enrolled": {"type": "object", "properties": {"host_id": _ID, "created": {"type": "boolean"}}},
+    "DevicesEnrolled": {"type": "object", "properties": {"devices": {"type": "array", "items": {
+        "type": "object", "properties": {"local_id": _ID, "driver": _ID, "device_id": _ID}}}}},
     "Assignment": {"type": "object", "properties": {
         "task_id": _ID, "attempt": {"type": "integer"}, "lease_id": _ID, "lease_ttl_ms": {"type": "integer"},
         "lease_expires_at": {"type": "string", "format": "date-time"}, "device_id": _ID,
@@ -288,6 +290,8 @@ def openapi_document(endpoints: Iterable[Endpoint], max_devices_per_host: int = 
     """The document; ``max_devices_per_host`` is the deployment's (a snapshot's bound)."""
     paths: dict[str, dict[str, Any]] = {}
     requests = request_schemas(max_devices_per_host)
+    if clash := set(requests) & set(SCHEMAS):  # a body's model named as an answer's schema
+        raise ValueError(f"request and response schemas share the names {sorted(clash)}")
     for endpoint in endpoints:
         if endpoint.request not in (None, "ArtifactBody", *requests):
             raise ValueError(f"{endpoint.method} {endpoint.path}: no model of its body {endpoint.request!r}")
