@@ -40,8 +40,8 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from coordinator.api.bodies import TaskCreate
 from coordinator.api.tasks import parse_task
-from coordinator.api.validation import Body
 from coordinator.state.keys import Keys
 from coordinator.state.records import HostPrincipal
 from coordinator.state.store import Store
@@ -325,7 +325,7 @@ class TetherScripts(Lifecycles):
 
     async def lifecycle(self, n: int, body: dict[str, object]) -> None:
         host = self._hosts[n]
-        task = parse_task(Body({**body, "device_id": f"h{n}-d0"}), 86_400_000)
+        task = parse_task(TaskCreate.model_validate({**body, "device_id": f"h{n}-d0"}), 86_400_000)
         await self.store.create_task({**task, "id": f"t_{secrets.token_hex(12)}"})
         lease_id = f"l_{secrets.token_hex(16)}"
         claimed = await self.store.claim(host, "", lease_id, LEASE_TTL_MS)

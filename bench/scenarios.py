@@ -61,8 +61,8 @@ from bench.requests import (
     result_req,
 )
 from bench.wrk import wrk_lifecycles, wrk_load
+from coordinator.api.bodies import TaskCreate
 from coordinator.api.tasks import parse_task
-from coordinator.api.validation import Body
 from coordinator.state.keys import Keys
 from coordinator.state.store import Store
 from coordinator.transport.base import PlainTransport
@@ -309,7 +309,8 @@ async def _cost_case(b: Bench, label: str, n_hosts: int, n_tasks: int) -> dict[s
         store = Store(PlainTransport(Redis.from_url(b.redis_url, max_connections=64)), Keys(prefix),
                       host_offline_after_ms=3_600_000)
         await store.load_scripts()
-        template = parse_task(Body({"kind": "goal", "goal": GOAL, "device_id": "absent-device"}), 86_400_000)
+        template = parse_task(TaskCreate.model_validate({"kind": "goal", "goal": GOAL, "device_id": "absent-device"}),
+                              86_400_000)
         todo = iter(range(n_tasks))
 
         async def populate() -> None:

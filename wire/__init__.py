@@ -109,9 +109,9 @@ def is_valid_id(value: object) -> bool:
     return isinstance(value, str) and _ID.fullmatch(value) is not None
 
 
-# Progress carried by a renewal: these fields only, the summary cut to the coordinator's bound
-# (COORDINATOR_PROGRESS_SUMMARY_MAX_CHARS, this by default), the status short.
-PROGRESS_FIELDS = frozenset({"step_index", "status", "summary"})
+# Progress carried by a renewal (step_index, status, summary: coordinator/api/bodies.py Progress),
+# the summary cut to the coordinator's bound (COORDINATOR_PROGRESS_SUMMARY_MAX_CHARS, this by
+# default), the status short.
 PROGRESS_SUMMARY_MAX_CHARS = 500
 PROGRESS_STATUS_MAX_CHARS = 32
 

@@ -44,7 +44,6 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 
 import wire
-from coordinator.api.validation import header
 from coordinator.errors import ApiError, Forbidden, InsufficientScope, Unauthorized
 from coordinator.state.epoch import Epoch
 from coordinator.state.keys import Keys
@@ -109,7 +108,7 @@ class OperatorTokenReader(Protocol):
 
 
 def bearer_secret(request: Request) -> str:
-    scheme, _, secret = (header(request, b"authorization") or "").partition(" ")
+    scheme, _, secret = request.headers.get("authorization", "").partition(" ")
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret or len(secret) > 1024:
         raise Unauthorized()

@@ -13,33 +13,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api import limits, tokens
+from coordinator.api import tokens
 from coordinator.api.auth import access_of, bearer_secret, token_digest
+from coordinator.api.bodies import DeviceEnroll, Enroll, TokenCreate
 from coordinator.api.context import Context
 from coordinator.api.responses import json_response, token_view
-from coordinator.api.validation import canonical_json, has_control, read_json
-from coordinator.errors import (
-    ApiError,
-    Forbidden,
-    InvalidRequest,
-    Unauthorized,
-    device_limit,
-)
-
-MAX_TOKEN_TTL_S = limits.MAX_TOKEN_TTL_S
-
+from coordinator.api.validation import canonical_json, read
+from coordinator.errors import ApiError, Forbidden, Unauthorized, device_limit
 
 # -- operator --------------------------------------------------------------------------------
 
 
 async def create_token(ctx: Context, request: Request) -> Response:
-    body = await read_json(request, ctx.settings.max_body_bytes, required=False, fields=limits.TOKEN_FIELDS)
-    ttl_s = body.integer("ttl_s", default=limits.DEFAULT_TOKEN_TTL_S, low=1, high=MAX_TOKEN_TTL_S)
-    max_uses = body.integer("max_uses", default=1, low=1, high=limits.MAX_TOKEN_USES)
-    labels = body.labels("labels")
+    body = await read(request, TokenCreate, ctx.settings.max_body_bytes)
     secret = wire.ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = await ctx.store.create_enrollment_token(
-        "et_" + secrets.token_hex(8), token_digest(secret), ttl_s * 1000, max_uses, canonical_json(labels),
+        "et_" + secrets.token_hex(8), token_digest(secret), body.ttl_s * 1000, body.max_uses, canonical_json(body.labels),
         actor=access_of(request).operator.name,
     )
     return tokens.created(token_view(token, token.created_at), secret)
@@ -58,16 +47,8 @@ async def revoke_token(ctx: Context, request: Request) -> Response:
 
 async def _parse_enroll(ctx: Context, request: Request) -> tuple[str, str, str, str]:
     """Enrollment id, host token, hostname and labels JSON."""
-    body = await read_json(request, ctx.settings.max_body_bytes)
-    enrollment_id = body.id("enrollment_id")
-    host_token = body.get("host_token")
-    low, high = wire.HOST_TOKEN_MIN_CHARS, wire.HOST_TOKEN_MAX_CHARS
-    # A secret, kept as sent: stripped, two tokens would share a digest, and the one stored would
-    # not be the one the agent holds (a control character cannot travel in its bearer header).
-    if not isinstance(host_token, str) or not low <= len(host_token) <= high or has_control(host_token):
-        raise InvalidRequest(f"host_token must be a string of {low}..{high} characters, with no control character")
-    hostname = body.text("hostname", max_len=limits.HOSTNAME_MAX_CHARS) or ""
-    return enrollment_id, host_token, hostname, canonical_json(body.labels("labels"))
+    body = await read(request, Enroll, ctx.settings.max_body_bytes)
+    return body.enrollment_id, body.host_token, body.hostname or "", canonical_json(body.labels or {})
 
 
 async def enroll(ctx: Context, request: Request) -> Response:
@@ -88,19 +69,18 @@ async def enroll(ctx: Context, request: Request) -> Response:
 
 
 async def _parse_devices(ctx: Context, request: Request) -> list[dict[str, str]]:
-    body = await read_json(request, ctx.settings.max_body_bytes)
+    body = await read(request, DeviceEnroll, ctx.settings.max_body_bytes)
     limit = ctx.settings.max_devices_per_host
-    devices = body.get("devices")
-    if isinstance(devices, list) and len(devices) > limit:
+    if len(body.devices) > limit:
         raise device_limit(limit)
     return [
         {
-            "local_id": local_id,
-            "driver": entry.id("driver"),
-            "attributes": canonical_json(entry.free_object("attributes")),
+            "local_id": device.local_id,
+            "driver": device.driver,
+            "attributes": canonical_json(device.attributes or {}),
             "new_id": "d_" + secrets.token_hex(10),
         }
-        for local_id, entry in body.entries("devices", "local_id", low=1, high=limit)
+        for device in body.devices
     ]
 
 

@@ -12,14 +12,14 @@ from starlette.responses import Response
 import wire
 from coordinator.api import limits
 from coordinator.api.auth import access_of
+from coordinator.api.bodies import DeviceDisable
 from coordinator.api.context import Context
 from coordinator.api.responses import device_view, host_view, json_response, run_view
-from coordinator.api.validation import Query, read_json, require_id
+from coordinator.api.validation import Query, read, require_id
 from coordinator.errors import NotFound
 from coordinator.state.reads.fleet import HostEntry
 
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
-MAX_REASON_CHARS = limits.MAX_REASON_CHARS
 
 
 # -- devices -------------------------------------------------------------------------------
@@ -59,8 +59,7 @@ async def device_history(ctx: Context, request: Request) -> Response:
 
 async def disable_device(ctx: Context, request: Request) -> Response:
     device_id = require_id(request.path_params["device_id"], "device_id")
-    body = await read_json(request, ctx.settings.max_body_bytes, required=False, fields=limits.DISABLE_FIELDS)
-    reason = body.text("reason", max_len=MAX_REASON_CHARS) or ""
+    reason = (await read(request, DeviceDisable, ctx.settings.max_body_bytes)).reason or ""
     await ctx.store.set_device_disabled(device_id, True, reason, actor=access_of(request).operator.name)
     return json_response(await _device(ctx, device_id))
 

@@ -7,27 +7,21 @@ a credential revoked meanwhile (through any process) still gets the credential's
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
 from coordinator.api.auth import HostPrincipal
+from coordinator.api.bodies import Agent, Claim, Heartbeat, Progress, Renew, Result
 from coordinator.api.context import Context
-from coordinator.api.limits import CAPABILITY_KINDS, MAX_CAPABILITY_NAMES
 from coordinator.api.responses import assignment_view, json_response
-from coordinator.api.validation import (
-    Body,
-    canonical_json,
-    clean_text,
-    read_json,
-    require_id,
-)
+from coordinator.api.validation import canonical_json, read, require_id
 from coordinator.errors import ApiError, InvalidRequest, device_limit
 from coordinator.longpoll import CONNECTION, claim_until_assigned
 from wire import iso_ms
-
-_DEVICE_STATUSES = wire.values(wire.DeviceStatus)
-_RESULT_STATUSES = wire.values(wire.ResultStatus)
 
 
 async def _authorize(ctx: Context, request: Request) -> HostPrincipal:
@@ -38,49 +32,35 @@ async def _authorize(ctx: Context, request: Request) -> HostPrincipal:
 # -- heartbeat -----------------------------------------------------------------------------
 
 
-def parse_snapshot(body: Body, max_devices: int) -> list[dict[str, str]]:
-    devices = body.get("devices")
-    if isinstance(devices, list) and len(devices) > max_devices:
+def parse_snapshot(body: Heartbeat, max_devices: int) -> list[dict[str, str]]:
+    """The snapshot's devices as stored, in device id order."""
+    if len(body.devices) > max_devices:
         raise device_limit(max_devices)
-    parsed: list[dict[str, str]] = []
-    for device_id, entry in body.entries("devices", "device_id", low=0, high=max_devices):
-        status = entry.get("status")
-        if status not in _DEVICE_STATUSES:
-            raise InvalidRequest(f"status must be one of {', '.join(_DEVICE_STATUSES)}")
-        parsed.append({
-            "device_id": device_id,
-            "driver": entry.id("driver"),
-            "status": status,
-            "attributes": canonical_json(entry.free_object("attributes")),
-            "labels": canonical_json(entry.labels("labels")),
-        })
-    parsed.sort(key=lambda d: d["device_id"])
-    return parsed
+    return sorted(({
+        "device_id": device.device_id,
+        "driver": device.driver,
+        "status": device.status.value,
+        "attributes": canonical_json(device.attributes or {}),
+        "labels": canonical_json(device.labels or {}),
+    } for device in body.devices), key=lambda d: d["device_id"])
 
 
-def parse_capabilities(agent: Body) -> dict[str, list[str]] | None:
-    """``agent.capabilities``: what the host can run, each kind a list of names (ids), sorted and
+def parse_capabilities(agent: Agent | None) -> dict[str, list[str]] | None:
+    """``agent.capabilities``: what the host can run, each kind a list of names, sorted and
     without repeats; ``None`` when the agent sent none (an older agent: it runs anything)."""
-    if agent.get("capabilities") is None:
+    if agent is None or agent.capabilities is None:
         return None
-    capabilities = agent.object("capabilities")
-    parsed: dict[str, list[str]] = {}
-    for kind in CAPABILITY_KINDS:
-        names = capabilities.get(kind, [])
-        field = f"agent.capabilities.{kind}"
-        if not isinstance(names, list) or len(names) > MAX_CAPABILITY_NAMES:
-            raise InvalidRequest(f"{field} must be a list of at most {MAX_CAPABILITY_NAMES} names")
-        parsed[kind] = sorted({require_id(name, f"{field}[{i}]") for i, name in enumerate(names)})
-    return parsed
+    return {kind: sorted(set(names)) for kind, names in agent.capabilities}
 
 
 async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[str, int, str]:
     """The canonical snapshot JSON, its device count, and its capabilities' canonical JSON ("" for
     none)."""
-    body = await read_json(request, ctx.settings.max_body_bytes)
+    body = await read(request, Heartbeat, ctx.settings.max_body_bytes)
     devices = parse_snapshot(body, ctx.settings.max_devices_per_host)
-    agent = body.free_object("agent")
-    capabilities = parse_capabilities(body.object("agent"))
+    capabilities = parse_capabilities(body.agent)
+    # The agent as it was sent (fields it left out stay out), its capabilities normalised.
+    agent = body.agent.model_dump(exclude_unset=True) if body.agent is not None else {}
     if capabilities is not None:
         agent["capabilities"] = capabilities
     return (canonical_json({"agent": agent, "devices": devices}), len(devices),
@@ -119,9 +99,8 @@ def _wait_seconds(request: Request, ctx: Context) -> float:
 async def _parse_claim(ctx: Context, request: Request) -> tuple[float, str]:
     """How long to wait, and the claim id ("" for none)."""
     wait_s = _wait_seconds(request, ctx)
-    body = await read_json(request, ctx.settings.max_body_bytes, required=False)
-    claim_id = body.id("claim_id") if body.get("claim_id") is not None else ""
-    return wait_s, claim_id
+    body = await read(request, Claim, ctx.settings.max_body_bytes)
+    return wait_s, body.claim_id or ""
 
 
 async def claim(ctx: Context, request: Request) -> Response:
@@ -140,40 +119,28 @@ async def claim(ctx: Context, request: Request) -> Response:
 # -- renew ---------------------------------------------------------------------------------
 
 
-def parse_progress(body: Body, max_chars: int) -> tuple[wire.ProgressOutcome, str]:
-    """(outcome, JSON to store or ""): a bad progress field never fails the renewal."""
-    if "progress" not in body or body["progress"] is None:
+def parse_progress(progress: Any, max_chars: int) -> tuple[wire.ProgressOutcome, str]:
+    """(outcome, JSON to store or ""): a bad progress never fails the renewal, it is rejected."""
+    if progress is None:
         return wire.ProgressOutcome.OMITTED, ""
-    progress = body["progress"]
-    if not isinstance(progress, dict) or set(progress) - wire.PROGRESS_FIELDS:
+    try:
+        judged = Progress.model_validate(progress)
+    except ValidationError:
         return wire.ProgressOutcome.REJECTED, ""
-    step_index = progress.get("step_index")
-    status = progress.get("status")
-    summary = progress.get("summary", "")
-    if (
-        isinstance(step_index, bool) or not isinstance(step_index, int) or not 0 <= step_index < 2**31
-        or not isinstance(status, str) or not 0 < len(status) <= wire.PROGRESS_STATUS_MAX_CHARS
-        or not isinstance(summary, str)
-    ):
-        return wire.ProgressOutcome.REJECTED, ""
-    status, summary = clean_text(status), clean_text(summary)
-    outcome = wire.ProgressOutcome.STORED
+    outcome, summary = wire.ProgressOutcome.STORED, judged.summary
     if len(summary) > max_chars:
-        summary = summary[:max_chars]
-        outcome = wire.ProgressOutcome.TRUNCATED
-    return outcome, canonical_json({"step_index": step_index, "status": status, "summary": summary})
+        outcome, summary = wire.ProgressOutcome.TRUNCATED, summary[:max_chars]
+    return outcome, canonical_json({"step_index": judged.step_index, "status": judged.status, "summary": summary})
 
 
 async def _parse_renew(ctx: Context, request: Request) -> tuple[str, str, int, wire.ProgressOutcome, str]:
     """Lease id, task id, attempt, progress outcome and progress JSON."""
     lease_id = require_id(request.path_params["lease_id"], "lease_id")
     # Progress is judged by parse_progress alone (a bad one is "rejected", never a failed
-    # renewal), so it is exempt from read_json's depth check, and the body may be large.
-    body = await read_json(request, ctx.settings.max_renew_body_bytes, unchecked=("progress",))
-    task_id = body.id("task_id")
-    attempt = body.integer("attempt", low=1, required=True)
-    outcome, progress_json = parse_progress(body, ctx.settings.progress_summary_max_chars)
-    return lease_id, task_id, attempt, outcome, progress_json  # type: ignore[return-value]
+    # renewal), so it is exempt from the depth check, and the body may be large.
+    body = await read(request, Renew, ctx.settings.max_renew_body_bytes, unchecked=("progress",))
+    outcome, progress_json = parse_progress(body.progress, ctx.settings.progress_summary_max_chars)
+    return lease_id, body.task_id, body.attempt, outcome, progress_json
 
 
 async def renew(ctx: Context, request: Request) -> Response:
@@ -203,22 +170,13 @@ async def renew(ctx: Context, request: Request) -> Response:
 async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, str, str]:
     """Task id, lease id, attempt, status and the canonical report JSON (``retryable`` only in a
     failed report that asks for a retry, so the same report always has the same bytes)."""
-    body = await read_json(request, ctx.settings.max_body_bytes)
-    task_id = body.id("task_id")
-    lease_id = body.id("lease_id")
-    attempt = body.integer("attempt", low=1, required=True)
-    status = body.get("status")
-    if status not in _RESULT_STATUSES:
-        raise InvalidRequest(f"status must be one of {', '.join(_RESULT_STATUSES)}")
-    failure_reason = body.text("failure_reason", max_len=wire.FAILURE_REASON_MAX_CHARS)
-    metadata = body.free_object("metadata")
-    retryable = body.get("retryable")
-    if retryable is not None and not isinstance(retryable, bool):
-        raise InvalidRequest("retryable must be true or false")
-    report: dict[str, object] = {"status": status, "failure_reason": failure_reason, "metadata": metadata}
-    if retryable and status == wire.ResultStatus.FAILED:
+    body = await read(request, Result, ctx.settings.max_body_bytes)
+    status = body.status.value
+    report: dict[str, object] = {"status": status, "failure_reason": body.failure_reason,
+                                 "metadata": body.metadata or {}}
+    if body.retryable and status == wire.ResultStatus.FAILED:
         report["retryable"] = True
-    return task_id, lease_id, attempt, status, canonical_json(report)  # type: ignore[return-value]
+    return body.task_id, body.lease_id, body.attempt, status, canonical_json(report)
 
 
 async def results(ctx: Context, request: Request) -> Response:

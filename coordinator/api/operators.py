@@ -14,37 +14,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api import limits, tokens
+from coordinator.api import tokens
 from coordinator.api.auth import Operator, access_of, token_digest
+from coordinator.api.bodies import OperatorTokenCreate
 from coordinator.api.context import Context
 from coordinator.api.responses import json_response, operator_token_view
-from coordinator.api.validation import Body, read_json
-from coordinator.errors import InvalidRequest
+from coordinator.api.validation import read
 from wire import iso_ms
 
 _SCOPES = wire.values(wire.OperatorScope)
 
 
-def _parse(body: Body) -> tuple[str, list[str], int]:
-    name = body.id("name")
-    if name == wire.BOOTSTRAP_ACTOR:
-        raise InvalidRequest(f"name {wire.BOOTSTRAP_ACTOR!r} is the bootstrap admin's; choose another")
-    scopes = body.get("scopes")
-    if (not isinstance(scopes, list) or not scopes or len(scopes) > len(_SCOPES)
-            or any(s not in _SCOPES for s in scopes) or len(set(scopes)) != len(scopes)):
-        raise InvalidRequest(f"scopes must be a non-empty list of distinct scopes from {', '.join(_SCOPES)}")
-    ttl_s = body.integer("ttl_s", default=wire.OPERATOR_TOKEN_TTL_DEFAULT_S, low=wire.OPERATOR_TOKEN_TTL_MIN_S,
-                         high=wire.OPERATOR_TOKEN_TTL_MAX_S)
-    assert ttl_s is not None
-    return name, [s for s in _SCOPES if s in scopes], ttl_s
-
-
 async def create_token(ctx: Context, request: Request) -> Response:
-    name, scopes, ttl_s = _parse(await read_json(request, ctx.settings.max_body_bytes,
-                                                 fields=limits.OPERATOR_TOKEN_FIELDS))
+    body = await read(request, OperatorTokenCreate, ctx.settings.max_body_bytes)
+    scopes = [s for s in _SCOPES if s in body.scopes]  # in the scopes' own order
     secret = wire.OPERATOR_TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = await ctx.store.create_operator_token(
-        "ot_" + secrets.token_hex(8), token_digest(secret), name, scopes, ttl_s * 1000,
+        "ot_" + secrets.token_hex(8), token_digest(secret), body.name, scopes, body.ttl_s * 1000,
         ctx.settings.max_operator_tokens, actor=access_of(request).operator.name,
     )
     return tokens.created(operator_token_view(token, token.created_at), secret)

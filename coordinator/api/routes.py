@@ -87,7 +87,7 @@ ENDPOINTS: list[Endpoint] = [
              "Enroll", {200: "Enrolled", 201: "Enrolled", 400: "Error", 401: "Error", 409: "Error", 413: "Error",
                         429: "Error"}),
     Endpoint("POST", f"{HOST}/devices/enroll", enrollment.enroll_devices, "Enroll local devices", "host",
-             "DeviceEnroll", {200: "DeviceEnroll", 409: "Error", **_HOST_ERRORS}),
+             "DeviceEnroll", {200: "DevicesEnrolled", 409: "Error", **_HOST_ERRORS}),
     Endpoint("PUT", f"{HOST}/heartbeat", host.heartbeat, "Heartbeat with the complete device snapshot",
              "host", "Heartbeat", {200: "Heartbeated", 409: "Error", **_HOST_ERRORS}),
     Endpoint("GET", "/api/v1/tasks", tasks.list_tasks, "List tasks, newest first", "operator", None,

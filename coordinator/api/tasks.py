@@ -13,56 +13,35 @@ from starlette.responses import Response
 import wire
 from coordinator.api import limits
 from coordinator.api.auth import access_of
+from coordinator.api.bodies import DEFAULT_GOAL_MAX_STEPS, TaskCreate
 from coordinator.api.context import Context
 from coordinator.api.responses import event_view, json_response, task_view
-from coordinator.api.validation import (
-    Body,
-    Query,
-    canonical_json,
-    read_json,
-    require_id,
-)
-from coordinator.errors import InvalidRequest, found
+from coordinator.api.validation import Query, canonical_json, read, require_id
+from coordinator.errors import found
 from coordinator.state.records import TaskRecord
 
 _TASK_STATUSES = wire.values(wire.TaskStatus)
-MAX_QUEUE_TIMEOUT_S = limits.MAX_QUEUE_TIMEOUT_S
 
 
-def parse_task(body: Body, default_queue_timeout_ms: int) -> dict[str, Any]:
-    """The task record to create, from a validated request (ids and status are added later)."""
-    kind = body.get("kind")
-    task: dict[str, Any] = {"kind": kind}
-    if kind == "goal":
-        if "workflow" in body:
-            raise InvalidRequest("a goal task has no workflow")
-        task["goal"] = body.text("goal", max_len=wire.MAX_GOAL_CHARS, required=True)
-        task["max_steps"] = body.integer("max_steps", default=limits.DEFAULT_GOAL_MAX_STEPS, low=1,
-                                         high=limits.MAX_STEPS)
-    elif kind == "workflow":
-        if "goal" in body:
-            raise InvalidRequest("a workflow task has no goal")
-        workflow = body.object("workflow", required=True, fields=limits.WORKFLOW_FIELDS)
-        task["workflow"] = canonical_json({"name": workflow.id("name"), "params": workflow.free_object("params")})
-        task["max_steps"] = body.integer("max_steps", low=1, high=limits.MAX_STEPS)
+def parse_task(body: TaskCreate, default_queue_timeout_ms: int) -> dict[str, Any]:
+    """The task record to create, from a valid request (ids and status are added later)."""
+    task: dict[str, Any] = {"kind": body.kind.value}
+    if body.workflow is None:  # a goal task (bodies.TaskCreate: a workflow task has its workflow)
+        task["goal"] = body.goal
+        task["max_steps"] = body.max_steps if body.max_steps is not None else DEFAULT_GOAL_MAX_STEPS
     else:
-        raise InvalidRequest("kind must be goal or workflow")
-
-    has_device, has_selector = body.get("device_id") is not None, body.get("selector") is not None
-    if has_device == has_selector:
-        raise InvalidRequest("give exactly one target: device_id or selector")
-    if has_device:
-        task["target_device"] = body.id("device_id")
+        task["workflow"] = canonical_json({"name": body.workflow.name, "params": body.workflow.params})
+        task["max_steps"] = body.max_steps
+    if body.selector is None:
+        task["target_device"] = body.device_id
     else:
-        selector = body.object("selector", required=True, fields=limits.SELECTOR_FIELDS)
-        task["driver"] = selector.id("driver")
-        task["labels"] = canonical_json(selector.labels("labels"))
-    task["max_attempts"] = body.integer("max_attempts", default=limits.DEFAULT_MAX_ATTEMPTS, low=1,
-                                        high=limits.MAX_ATTEMPTS)
-    queue_timeout_s = body.integer("queue_timeout_s", low=1, high=MAX_QUEUE_TIMEOUT_S)
-    task["queue_timeout_ms"] = queue_timeout_s * 1000 if queue_timeout_s is not None else default_queue_timeout_ms
-    if body.get("idempotency_key") is not None:
-        task["idempotency_key"] = body.id("idempotency_key")
+        task["driver"] = body.selector.driver
+        task["labels"] = canonical_json(body.selector.labels)
+    task["max_attempts"] = body.max_attempts
+    task["queue_timeout_ms"] = (body.queue_timeout_s * 1000 if body.queue_timeout_s is not None
+                                else default_queue_timeout_ms)
+    if body.idempotency_key is not None:
+        task["idempotency_key"] = body.idempotency_key
         # What makes two requests "the same" for the key; stored only where a key can match.
         task["request_hash"] = hashlib.sha256(canonical_json(task).encode()).hexdigest()
     return {k: v for k, v in task.items() if v is not None}
@@ -75,8 +54,7 @@ async def _views(ctx: Context, tasks: list[TaskRecord]) -> list[dict[str, Any]]:
 
 
 async def create_task(ctx: Context, request: Request) -> Response:
-    body = await read_json(request, ctx.settings.max_body_bytes, fields=limits.TASK_FIELDS)
-    task = parse_task(body, ctx.settings.queue_timeout_ms)
+    task = parse_task(await read(request, TaskCreate, ctx.settings.max_body_bytes), ctx.settings.queue_timeout_ms)
     task["id"] = "t_" + secrets.token_hex(12)
     # Who created it: named in its view, and what a submit-only token's cancel is checked against.
     # Added after parsing, so the idempotency key's request hash does not depend on the caller.

@@ -1,25 +1,22 @@
-"""Request validation: ids, bounded JSON bodies and the small schemas of the contract.
+"""Request validation: ids, query values and bounded JSON bodies, read as the models of
+``coordinator/api/bodies.py`` with their errors in the contract's words.
 
 Everything a client sends is checked here before any script runs, so bad input changes nothing.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
 
 import wire
-from coordinator.api import limits
+from coordinator.api import bodies, limits
+from coordinator.api.bodies import RequestBody
 from coordinator.errors import InvalidRequest, PayloadTooLarge
-
-# C0 control characters, tab and newline aside: never stored (they corrupt terminals and logs).
-# Free text loses them; an id, a key or a secret that holds one is refused, since stripping would
-# make two different ones the same.
-_C0 = re.compile("[\x00-\x08\x0b-\x1f]")
-_C0_TABLE = dict.fromkeys([*range(0, 9), *range(11, 32)])
 
 
 def require_id(value: object, field: str) -> str:
@@ -28,62 +25,25 @@ def require_id(value: object, field: str) -> str:
     return value  # type: ignore[return-value]
 
 
-def header(request: Request, name: bytes) -> str | None:
-    """The first value of the header ``name`` (lower case), read from the ASGI scope: as
-    ``request.headers.get`` answers, without building the request's Headers, which the hot
-    paths need for nothing else."""
-    for key, value in request.scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
 async def read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refusing more than ``limit`` bytes before reading past it."""
-    declared = header(request, b"content-length")
+    """The raw body, refusing more than ``limit`` bytes before reading past it: a declared
+    length over it is refused before a byte is read, and a streamed one as soon as it passes it."""
+    declared = request.headers.get("content-length")
     if declared is not None:
         try:
-            if int(declared) > limit:
-                raise PayloadTooLarge(f"the body exceeds {limit} bytes")
+            too_large = int(declared) > limit
         except ValueError:
             raise InvalidRequest("invalid Content-Length") from None
-    # The ASGI messages read here, as Request.stream() reads them, without its async generator:
-    # nearly every body comes in one message, and the generator's steps cost more than that.
+        if too_large:
+            raise PayloadTooLarge(f"the body exceeds {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
+    async for chunk in request.stream():  # ClientDisconnect if the client hangs up meanwhile
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"the body exceeds {limit} bytes")
         chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def clean_text(value: str) -> str:
-    """Free text without its C0 controls (tab and newline aside)."""
-    return value.translate(_C0_TABLE) if _C0.search(value) else value
-
-
-def has_control(value: str) -> bool:
-    """Whether ``value`` holds a C0 control that free text would lose."""
-    return _C0.search(value) is not None
-
-
-def _clean(value: Any) -> Any:
-    """A free-form JSON value (attributes, metadata, params) with C0 controls stripped from every
-    string in it, object keys included: all of it is free text, matched by nothing."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        return [_clean(item) for item in value]
-    if isinstance(value, dict):
-        return {clean_text(k): _clean(v) for k, v in value.items()}
-    return value
+    return b"".join(chunks)
 
 
 def _check_depth(value: Any, depth: int) -> None:
@@ -95,146 +55,124 @@ def _check_depth(value: Any, depth: int) -> None:
             _check_depth(item, depth + 1)
 
 
-async def read_json(request: Request, limit: int, *, required: bool = True,
-                    unchecked: tuple[str, ...] = (), fields: frozenset[str] | None = None) -> Body:
-    """The body as a JSON object, at most ``wire.MAX_JSON_DEPTH`` deep, its strings as sent: each
-    field's reader judges it (an id exactly, free text without C0 controls). An empty body is
-    ``{}`` when not ``required``. Top-level fields named in ``unchecked`` skip the depth check,
-    for a caller that judges them itself.
-
-    ``fields``: the body's every field (an operator body, PROTOCOL.md "Conventions"): any other is
-    a typo, refused naming it, and a field sent as null is refused rather than read as absent.
-    Without it (the host API) unknown fields are ignored, so older and newer agents keep working."""
-    raw = await read_body(request, limit)
-    if not raw.strip():
-        if required:
-            raise InvalidRequest("a JSON object body is required")
-        return Body({})
+def load_object(raw: bytes, *, optional: bool = False, unchecked: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The body as a JSON object, at most ``wire.MAX_JSON_DEPTH`` deep. An empty body (no byte at
+    all) is ``{}`` when ``optional``; anything else must be a JSON object (white space alone is
+    no JSON). Top-level fields named in ``unchecked`` skip the depth check, for a caller that
+    judges them itself."""
+    if not raw and optional:
+        return {}
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise InvalidRequest("the body is not valid JSON") from None
+        raise InvalidRequest("the body is not valid JSON" if raw else "a JSON object body is required") from None
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
-    # JSON nests no deeper than it has brackets, and holds a control character only as an escape:
-    # most bodies have few brackets and no backslash, and walking them was a tenth of a renewal's
-    # Python.
+    # JSON nests no deeper than it has brackets: most bodies have few, and are not walked.
     if raw.count(b"{") + raw.count(b"[") > wire.MAX_JSON_DEPTH:
         for key, value in body.items():
             if key not in unchecked:
                 _check_depth(value, 2)
-    if fields is not None:
-        only_fields(body, fields)
-    return Body(body, escaped=b"\\" in raw)
+    return body
 
 
-def only_fields(body: dict[str, Any], fields: frozenset[str], path: str = "") -> None:
-    """400 naming the first field of ``body`` (an object at ``path``) that is not one of
-    ``fields``, or that is null: an operator's typo (``max_atempts``) is not a wish."""
-    for key in sorted(body):
-        name = f"{path}.{key}" if path else key
-        if len(name) > 100:  # named, not echoed whole
-            name = name[:100] + "…"
-        if key not in fields:
-            raise InvalidRequest(f"unknown field {name!r}"
-                                 + (f" (known: {', '.join(sorted(fields))})" if fields else ""))
-        if body[key] is None:
-            raise InvalidRequest(f"{name} must not be null: give a value or leave it out")
+M = TypeVar("M", bound=BaseModel)
+# The JSON text held no escape, so no string of it holds a control character (bodies.FreeObject).
+_UNESCAPED = {"escaped": False}
 
 
-class Body(dict[str, Any]):
-    """A JSON object from a request, read field by field: each reader returns the field's value
-    or raises ``InvalidRequest`` naming it (with the path of the object it sits in)."""
+def parse(model: type[M], raw: bytes, *, optional: bool = False, unchecked: tuple[str, ...] = ()) -> M:
+    """The body ``raw`` as ``model`` (coordinator/api/bodies.py), or ``InvalidRequest`` saying
+    what is wrong in the contract's words (``invalid``)."""
+    body = load_object(raw, optional=optional, unchecked=unchecked)
+    return validate(model, body, escaped=b"\\" in raw)
 
-    def __init__(self, data: dict[str, Any], path: str = "", *, escaped: bool = True) -> None:
-        super().__init__(data)
-        self._path = path
-        self._escaped = escaped  # False: the JSON text had no escape, so no control character
 
-    def _name(self, field: str) -> str:
-        return f"{self._path}.{field}" if self._path else field
+def validate(model: type[M], body: dict[str, Any], *, escaped: bool = True) -> M:
+    """``body`` (a JSON object) as ``model``; ``escaped`` False when its JSON text held no escape."""
+    try:
+        return model.model_validate(body, context=None if escaped else _UNESCAPED)
+    except ValidationError as exc:
+        raise invalid(exc, model) from None
 
-    def id(self, field: str) -> str:
-        return require_id(self.get(field), self._name(field))
 
-    def integer(self, field: str, *, default: int | None = None, low: int = 0, high: int = 2**31 - 1,
-                required: bool = False) -> int | None:
-        value = self.get(field)
-        if value is None:
-            if required:
-                raise InvalidRequest(f"{self._name(field)} is required")
-            return default
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # 3.0 is the integer 3, in JSON as in JSON Schema
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise InvalidRequest(f"{self._name(field)} must be an integer in [{low}, {high}]")
-        return value
+B = TypeVar("B", bound=RequestBody)
 
-    def text(self, field: str, *, max_len: int, required: bool = False) -> str | None:
-        value = self.get(field)
-        if value is None:
-            if required:
-                raise InvalidRequest(f"{self._name(field)} is required")
-            return None
-        # At most max_len characters as sent, and not empty once its controls are gone.
-        if isinstance(value, str) and len(value) <= max_len:
-            value = clean_text(value)
-        if not isinstance(value, str) or not value or len(value) > max_len:
-            raise InvalidRequest(f"{self._name(field)} must be a non-empty string of at most {max_len} characters")
-        return value
 
-    def object(self, field: str, *, required: bool = False, fields: frozenset[str] | None = None) -> Body:
-        """A nested object ({} when absent and not ``required``), its fields to be read in turn;
-        with ``fields``, as ``read_json`` reads an operator body's."""
-        value = self.get(field)
-        if value is None and not required:
-            return Body({}, self._name(field), escaped=False)
-        if not isinstance(value, dict):
-            raise InvalidRequest(f"{self._name(field)} must be an object")
-        if fields is not None:
-            only_fields(value, fields, self._name(field))
-        return Body(value, self._name(field), escaped=self._escaped)
+async def read(request: Request, model: type[B], limit: int, *, unchecked: tuple[str, ...] = ()) -> B:
+    """The request's body, at most ``limit`` bytes, as ``model``."""
+    return parse(model, await read_body(request, limit), optional=model.body_optional, unchecked=unchecked)
 
-    def free_object(self, field: str) -> dict[str, Any]:
-        """A free-form object ({} when absent): all its text, keys included, is free text."""
-        value = dict(self.object(field))
-        return _clean(value) if self._escaped else value
 
-    def labels(self, field: str, *, max_items: int = limits.LABELS_MAX_ITEMS,
-               max_len: int = limits.LABEL_MAX_CHARS) -> dict[str, str]:
-        """A flat object of short strings. Selectors match labels by equality, so names and
-        values are keys, taken as sent: one holding a C0 control is refused, not stripped."""
-        value = self.get(field)
-        if value is None:
-            return {}
-        name = self._name(field)
-        if not isinstance(value, dict) or len(value) > max_items:
-            raise InvalidRequest(f"{name} must be an object of at most {max_items} string values")
-        for key, item in value.items():
-            if not key or len(key) > max_len or not isinstance(item, str) or len(item) > max_len:
-                raise InvalidRequest(f"{name} must map short strings to short strings")
-            if has_control(key) or has_control(item):
-                raise InvalidRequest(f"{name} must not hold control characters")
-        return value
+# -- pydantic's errors in the contract's words ------------------------------------------------
 
-    def entries(self, field: str, id_field: str, *, low: int, high: int) -> list[tuple[str, Body]]:
-        """A list of objects keyed by a valid, unique id: [(id, object), ...] in order."""
-        entries = self.get(field)
-        name = self._name(field)
-        if not isinstance(entries, list) or not low <= len(entries) <= high:
-            raise InvalidRequest(f"{name} must be a list of {low}..{high} objects")
-        parsed: list[tuple[str, Body]] = []
-        seen: set[str] = set()
-        for index, entry in enumerate(entries):
-            if not isinstance(entry, dict):
-                raise InvalidRequest(f"each of {name} must be an object")
-            item = Body(entry, f"{name}[{index}]", escaped=self._escaped)
-            entry_id = item.id(id_field)
-            if entry_id in seen:
-                raise InvalidRequest(f"{id_field} {entry_id} appears twice")
-            seen.add(entry_id)
-            parsed.append((entry_id, item))
-        return parsed
+_OBJECT_TYPES = frozenset({"model_type", "model_attributes_type", "dict_type"})
+# What each pattern of bodies.py means, in words.
+_PATTERNS = {
+    f"^{wire.ID_PATTERN}$": "must be 1..128 characters of [A-Za-z0-9._:-]",
+    bodies.NO_CONTROL: "must not hold control characters",
+    bodies.SOME_TEXT: "must hold more than control characters",
+}
+
+
+def invalid(exc: ValidationError, model: type[BaseModel]) -> InvalidRequest:
+    """The one translation of a body's ``ValidationError`` into the contract's 400: its first
+    error (an unknown field first, the likeliest cause of the others), named by its path
+    (``selector.lables``, ``devices[3].driver``). Never the value sent: it may be a secret."""
+    errors = exc.errors(include_url=False, include_input=False)
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    kind, loc = error["type"], error["loc"]
+    path = _path(loc)
+    if kind == "extra_forbidden":
+        known = _fields_at(model, loc[:-1])
+        return InvalidRequest(f"unknown field {path!r}" + (f" (known: {', '.join(sorted(known))})" if known else ""))
+    if kind == "missing":
+        return InvalidRequest(f"{path} is required")
+    if kind in _OBJECT_TYPES:
+        return InvalidRequest(f"{path} must be an object" if path else "the body must be a JSON object")
+    if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") in _PATTERNS:
+        return InvalidRequest(f"{path} {_PATTERNS[error['ctx']['pattern']]}")
+    if kind == "null":
+        return InvalidRequest(f"{path} {error['msg']}")
+    if not path:  # a rule between fields (bodies.TaskCreate): its message names them
+        return InvalidRequest(error["msg"])
+    return InvalidRequest(f"{path}: {error['msg']}")
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    """``("tasks", 3, "max_attempts")`` as ``tasks[3].max_attempts``, cut short when long (an
+    unknown field's name is the client's, named, not echoed whole)."""
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else f".{part}" if name else part
+    return name if len(name) <= 100 else name[:100] + "…"
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The fields of the object at ``loc`` in a body of ``model`` (none if it is no model's)."""
+    current: Any = model
+    for part in loc:
+        current = _inner(current)
+        if isinstance(part, int):
+            current = next(iter(get_args(current)), None)  # a list's items
+        elif isinstance(current, type) and issubclass(current, BaseModel) and part in current.model_fields:
+            current = current.model_fields[part].annotation
+        else:
+            return []
+    current = _inner(current)
+    return list(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else []
+
+
+def _inner(annotation: Any) -> Any:
+    """An annotation without its ``Annotated`` metadata and the ``None`` of an optional field."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin is Union or origin is UnionType:
+            annotation = next((a for a in get_args(annotation) if a is not type(None)), None)
+        else:
+            return annotation
 
 
 def canonical_json(value: Any) -> str:

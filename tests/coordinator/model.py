@@ -22,9 +22,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from redis.asyncio import Redis
 
 from coordinator.api.auth import HostPrincipal, token_digest
+from coordinator.api.bodies import Agent, Heartbeat, TaskCreate
 from coordinator.api.host import parse_capabilities, parse_snapshot
 from coordinator.api.tasks import parse_task
-from coordinator.api.validation import Body, canonical_json
+from coordinator.api.validation import canonical_json
 from coordinator.clock import ShiftedClock
 from coordinator.errors import ApiError
 from coordinator.state.keys import Keys
@@ -198,7 +199,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @staticmethod
     def _capabilities(can_run: tuple[str, ...]) -> dict[str, list[str]] | None:
-        return parse_capabilities(Body({"capabilities": {"workflows": list(can_run)}}))
+        return parse_capabilities(Agent.model_validate({"capabilities": {"workflows": list(can_run)}}))
 
     def _device(self, host: str, device_id: str, status: str) -> dict[str, Any]:
         """A device as its host reports it: the managed host by cloud id (one it never got, for a
@@ -210,7 +211,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     def _send_snapshot(self, host: str, devices: list[dict[str, Any]], can_run: tuple[str, ...] | None) -> None:
         """As the heartbeat route builds them: the canonical snapshot and capabilities."""
-        parsed = parse_snapshot(Body({"devices": devices}), 100)
+        parsed = parse_snapshot(Heartbeat.model_validate({"devices": devices}), 100)
         agent: dict[str, Any] = {}
         if can_run is not None:
             agent["capabilities"] = self._capabilities(can_run)
@@ -241,7 +242,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             body["queue_timeout_s"] = queue_timeout_s
         if key is not None:
             body["idempotency_key"] = key
-        task = parse_task(Body(body), DEFAULT_QUEUE_TIMEOUT_MS)
+        task = parse_task(TaskCreate.model_validate(body), DEFAULT_QUEUE_TIMEOUT_MS)
         task["id"] = "t_" + self.fresh("task")
         answer = self.attempt(self.store.create_task(task))
         earlier = self.told.keys.get(key) if key is not None else None

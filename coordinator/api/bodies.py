@@ -1,0 +1,394 @@
+"""Every request body of the contract, stated once: these models parse what clients send
+(``validation.parse``) and ``openapi.py`` generates the document's request schemas from them, as
+FastAPI does.
+
+Two families, as PROTOCOL.md ("Conventions") draws them:
+
+- the host API (``/internal/v1``, ``HostBody``) ignores unknown fields, so older and newer agents
+  keep working, and reads a field sent as null as absent (agents send null for "none");
+- the operator API (``/api/v1``, ``OperatorBody``) refuses an unknown field naming it
+  (``max_atempts`` is a typo, not a wish), and a field sent as null: leave it out instead. Its
+  optional fields are therefore not nullable in the document.
+
+Values are taken as sent, never coerced: ``"3"`` is no integer and ``1`` no string (``3.0`` is
+the integer 3, in JSON as in JSON Schema). Ids and keys are judged exactly (a control character
+in one is refused, since stripping would merge two); free text loses its C0 controls (tab and
+newline aside) after its length is judged as sent.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    Strict,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
+
+import wire
+
+# -- bounds ----------------------------------------------------------------------------------
+
+MAX_ATTEMPTS = 100
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_STEPS = 10_000
+DEFAULT_GOAL_MAX_STEPS = 30
+MAX_QUEUE_TIMEOUT_S = 365 * 24 * 3600
+MAX_TOKEN_TTL_S = 30 * 24 * 3600
+DEFAULT_TOKEN_TTL_S = 3600
+MAX_TOKEN_USES = 100_000
+MAX_REASON_CHARS = 256
+# Labels (selectors, enrollment tokens, heartbeats): a flat object of short strings.
+LABELS_MAX_ITEMS = 64
+LABEL_MAX_CHARS = 256
+# What a host calls itself (enrollment, a heartbeat's agent), and its agent's version.
+HOSTNAME_MAX_CHARS = 255
+# A heartbeat's agent.capabilities: each kind a list of at most this many names (ids).
+MAX_CAPABILITY_NAMES = 1000
+INT32_MAX = 2**31 - 1  # an integer's bound unless its field says less
+
+# The deployment's COORDINATOR_MAX_DEVICES_PER_HOST bounds the lists marked with this: more is
+# 409 device_limit, not 400, so the model leaves them open and the document (openapi.py) writes
+# the deployment's number in.
+PER_HOST_DEVICES = "x-per-host-devices"
+
+# -- values ----------------------------------------------------------------------------------
+
+# C0 control characters, tab and newline aside: never stored (they corrupt terminals and logs).
+# Free text loses them, and must hold something else; an id, a key or a secret that holds one is
+# refused, since stripping would make two different ones the same. As patterns for the models
+# (and the document):
+NO_CONTROL = "^[^\\x00-\\x08\\x0b-\\x1f]*$"
+SOME_TEXT = "[^\\x00-\\x08\\x0b-\\x1f]"
+_C0 = re.compile("[\x00-\x08\x0b-\x1f]")
+_C0_TABLE = dict.fromkeys([*range(0, 9), *range(11, 32)])
+
+
+def clean_text(value: str) -> str:
+    """Free text without its C0 controls (tab and newline aside)."""
+    return value.translate(_C0_TABLE) if _C0.search(value) else value
+
+
+def clean_free(value: Any) -> Any:
+    """A free-form JSON value (attributes, metadata, params) with C0 controls stripped from every
+    string in it, object keys included: all of it is free text, matched by nothing."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [clean_free(item) for item in value]
+    if isinstance(value, dict):
+        return {clean_text(k): clean_free(v) for k, v in value.items()}
+    return value
+
+
+def _integral(value: Any) -> Any:
+    """``3.0`` is the integer 3 (JSON Schema says so too); anything else goes to the strict check."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# An integer is ``Annotated[int, Field(ge=..., le=...), Integral]``: a bool or a string is none,
+# and the bounds come before Integral, so that they are the int's own (and the document's).
+Integral = BeforeValidator(_integral)
+# Free text, bounded by its field (``Field(max_length=...)``, judged as sent), holding something
+# besides controls; ``Cleaned`` after the bound stores it without its C0 controls.
+Text = Annotated[str, StringConstraints(min_length=1, pattern=SOME_TEXT)]
+Cleaned = AfterValidator(clean_text)
+Id = Annotated[str, StringConstraints(pattern=f"^{wire.ID_PATTERN}$")]
+# A label is a key that selectors match by equality: judged as sent, a control in it refused.
+_LabelName = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_MAX_CHARS, pattern=NO_CONTROL)]
+_LabelValue = Annotated[str, StringConstraints(max_length=LABEL_MAX_CHARS, pattern=NO_CONTROL)]
+Labels = Annotated[dict[_LabelName, _LabelValue], Field(max_length=LABELS_MAX_ITEMS)]
+
+
+def _free(value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    # validation.parse says when the JSON text held no escape, hence no control character at all.
+    return value if info.context is not None and info.context.get("escaped") is False else clean_free(value)
+
+
+# A free-form JSON object (attributes, metadata, params): its every string is free text.
+FreeObject = Annotated[dict[str, Any], AfterValidator(_free)]
+
+
+def _unique(field: str) -> Any:
+    """A validator of a list of objects keyed by ``field``: each key at most once."""
+    def check(items: list[Any]) -> list[Any]:
+        seen: set[str] = set()
+        for item in items:
+            key = getattr(item, field)
+            if key in seen:
+                raise PydanticCustomError("duplicate", "{field} {key} appears twice", {"field": field, "key": key})
+            seen.add(key)
+        return items
+    return AfterValidator(check)
+
+
+def _listed_once(field: str) -> dict[str, Any]:
+    """What the document says of a list keyed by ``field``: JSON Schema has no keyword for "each
+    key once", so uniqueItems (no two identical entries) and the words."""
+    return {"uniqueItems": True, "description": f"each {field} at most once: a list naming one twice is "
+                                                f"400 invalid_request"}
+
+
+class RequestBody(BaseModel):
+    """A request's JSON body. ``body_optional``: a request may come without one (no byte at all),
+    read as ``{}``."""
+
+    body_optional: ClassVar[bool] = False
+
+
+class HostBody(RequestBody):
+    """A body of the host API: unknown fields ignored, values strict."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class OperatorBody(RequestBody):
+    """A body of the operator API: unknown fields refused, none null, values strict."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # Runs only on fields that were sent: a field left out takes its default.
+        if value is None:
+            raise PydanticCustomError("null", "must not be null: give a value or leave it out")
+        return value
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        """The document says what ``_not_null`` does: a field is left out, never null, so an
+        optional field's schema is its value's alone."""
+        json_schema = handler.resolve_ref_schema(handler(schema))
+        for name, field in list(json_schema.get("properties", {}).items()):
+            options = field.get("anyOf", ())
+            values = [option for option in options if option != {"type": "null"}]
+            if len(values) < len(options):
+                rest = {k: v for k, v in field.items() if k != "anyOf" and not (k == "default" and v is None)}
+                json_schema["properties"][name] = {**values[0], **rest} if len(values) == 1 else {"anyOf": values, **rest}
+        return json_schema
+
+
+# -- host API --------------------------------------------------------------------------------
+
+
+class Enroll(HostBody):
+    """Bootstrap a managed host (POST /internal/v1/enroll). The agent generates the id and the host
+    token and keeps both before calling, so a retry is the identical request."""
+
+    enrollment_id: Id
+    # A secret, kept as sent: stripped, two tokens would share a digest, and the one stored would
+    # not be the one the agent holds (a control character cannot travel in its bearer header).
+    host_token: Annotated[str, StringConstraints(min_length=wire.HOST_TOKEN_MIN_CHARS,
+                                                 max_length=wire.HOST_TOKEN_MAX_CHARS, pattern=NO_CONTROL)]
+    hostname: Annotated[Text, Field(max_length=HOSTNAME_MAX_CHARS), Cleaned] | None = None
+    labels: Labels | None = None
+
+
+class EnrollDevice(HostBody):
+    local_id: Id
+    driver: Id
+    attributes: FreeObject | None = None
+
+
+class DeviceEnroll(HostBody):
+    """Enroll local devices (POST /internal/v1/hosts/{host_id}/devices/enroll)."""
+
+    devices: Annotated[list[EnrollDevice], Field(min_length=1, json_schema_extra={
+        PER_HOST_DEVICES: True, **_listed_once("local_id")}), _unique("local_id")]
+
+
+class HeartbeatDevice(HostBody):
+    device_id: Id
+    driver: Id
+    status: Annotated[wire.DeviceStatus, Strict(False)]
+    attributes: FreeObject | None = None
+    labels: Labels | None = None
+
+
+class Capabilities(HostBody):
+    """What a host can run, each kind a list of names; a kind left out is none."""
+
+    workflows: Annotated[list[Id], Field(max_length=MAX_CAPABILITY_NAMES)] = []
+    planners: Annotated[list[Id], Field(max_length=MAX_CAPABILITY_NAMES)] = []
+
+
+_AgentWord = Annotated[str, StringConstraints(max_length=HOSTNAME_MAX_CHARS), AfterValidator(clean_text)]
+
+
+class Agent(HostBody):
+    """Who sends the heartbeat. An agent that sends no capabilities is taken to run anything."""
+
+    version: _AgentWord | None = None
+    hostname: _AgentWord | None = None
+    capabilities: Capabilities | None = None
+
+
+class Heartbeat(HostBody):
+    """The complete device snapshot (PUT /internal/v1/hosts/{host_id}/heartbeat)."""
+
+    devices: Annotated[list[HeartbeatDevice], Field(json_schema_extra={
+        PER_HOST_DEVICES: True, **_listed_once("device_id")}), _unique("device_id")]
+    agent: Agent | None = None
+
+
+class Claim(HostBody):
+    """Long-poll for one assignment (POST /internal/v1/hosts/{host_id}/claim); the body may be left
+    out."""
+
+    body_optional = True
+
+    claim_id: Id | None = None
+
+
+class Progress(BaseModel):
+    """A renewal's progress: these fields and no other. Anything else is answered rejected and not
+    stored, never a failed renewal."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    step_index: Annotated[int, Field(ge=0, le=INT32_MAX), Integral]
+    status: Annotated[str, StringConstraints(min_length=1, max_length=wire.PROGRESS_STATUS_MAX_CHARS),
+                      AfterValidator(clean_text)]
+    summary: Annotated[str, AfterValidator(clean_text)] = ""
+
+
+class Renew(HostBody):
+    """Renew a lease, with progress (POST /internal/v1/hosts/{host_id}/leases/{lease_id}/renew)."""
+
+    task_id: Id
+    attempt: Annotated[int, Field(ge=1, le=INT32_MAX), Integral]
+    # Any value: judged by Progress after the body is read, so a bad one fails nothing.
+    progress: Any = Field(default=None, description="a Progress: step_index, status, summary; anything "
+                                                    "else is answered rejected and not stored, never a "
+                                                    "failed renewal")
+
+
+class Result(HostBody):
+    """A terminal result (POST /internal/v1/hosts/{host_id}/results)."""
+
+    task_id: Id
+    attempt: Annotated[int, Field(ge=1, le=INT32_MAX), Integral]
+    lease_id: Id
+    status: Annotated[wire.ResultStatus, Strict(False)]
+    failure_reason: Annotated[Text, Field(max_length=wire.FAILURE_REASON_MAX_CHARS), Cleaned] | None = None
+    metadata: FreeObject | None = None
+    retryable: bool | None = Field(default=None, description="a failed report asking for another attempt")
+
+
+# -- operator API ----------------------------------------------------------------------------
+
+
+class Workflow(OperatorBody):
+    name: Id
+    params: FreeObject = {}
+
+
+class Selector(OperatorBody):
+    driver: Id
+    labels: Labels = {}
+
+
+# A task's kind needs one field and excludes the other; its target is exactly one of two fields.
+# Stated here once, for the check below and for the document.
+_KIND_NEEDS = {wire.TaskKind.GOAL.value: ("goal", "workflow"), wire.TaskKind.WORKFLOW.value: ("workflow", "goal")}
+_TARGETS = ("device_id", "selector")
+
+
+def _task_rules(schema: dict[str, Any]) -> None:
+    schema["allOf"] = [
+        {"oneOf": [{"properties": {"kind": {"const": kind}}, "required": [needs], "not": {"required": [excludes]}}
+                   for kind, (needs, excludes) in _KIND_NEEDS.items()]},
+        {"oneOf": [{"required": [target]} for target in _TARGETS]},
+    ]
+
+
+class TaskCreate(OperatorBody):
+    """Create a task (POST /api/v1/tasks): a goal or a workflow, on one device or on any device a
+    selector matches."""
+
+    model_config = ConfigDict(json_schema_extra=_task_rules)
+
+    kind: Annotated[wire.TaskKind, Strict(False)]
+    goal: Annotated[Text, Field(max_length=wire.MAX_GOAL_CHARS), Cleaned] | None = None
+    workflow: Workflow | None = None
+    device_id: Id | None = None
+    selector: Selector | None = None
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS), Integral] = DEFAULT_MAX_ATTEMPTS
+    max_steps: Annotated[int, Field(ge=1, le=MAX_STEPS), Integral] | None = None
+    idempotency_key: Id | None = None
+    queue_timeout_s: Annotated[int, Field(ge=1, le=MAX_QUEUE_TIMEOUT_S), Integral] | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> TaskCreate:
+        needs, excludes = _KIND_NEEDS[self.kind.value]
+        if getattr(self, needs) is None:
+            raise PydanticCustomError("rule", "a {kind} task needs {needs}", {"kind": self.kind.value, "needs": needs})
+        if excludes in self.model_fields_set:
+            raise PydanticCustomError("rule", "a {kind} task has no {excludes}",
+                                      {"kind": self.kind.value, "excludes": excludes})
+        if sum(getattr(self, target) is not None for target in _TARGETS) != 1:
+            raise PydanticCustomError("rule", "give exactly one target: {targets}", {"targets": " or ".join(_TARGETS)})
+        return self
+
+
+class DeviceDisable(OperatorBody):
+    """Disable a device (POST /api/v1/devices/{device_id}/disable); the body may be left out."""
+
+    body_optional = True
+
+    reason: Annotated[Text, Field(max_length=MAX_REASON_CHARS), Cleaned] | None = None
+
+
+class TokenCreate(OperatorBody):
+    """Create an enrollment token (POST /api/v1/enrollment-tokens); the body may be left out."""
+
+    body_optional = True
+
+    ttl_s: Annotated[int, Field(ge=1, le=MAX_TOKEN_TTL_S), Integral] = DEFAULT_TOKEN_TTL_S
+    max_uses: Annotated[int, Field(ge=1, le=MAX_TOKEN_USES), Integral] = 1
+    labels: Labels = {}
+
+
+# One of the enum's wire strings (strict mode would want the member itself).
+Scope = Annotated[wire.OperatorScope, Strict(False)]
+
+
+def _not_bootstrap(name: str) -> str:
+    if name == wire.BOOTSTRAP_ACTOR:
+        raise PydanticCustomError("reserved", "{name} is the bootstrap admin's name; choose another",
+                                  {"name": name})
+    return name
+
+
+def _distinct(scopes: list[wire.OperatorScope]) -> list[wire.OperatorScope]:
+    if len(set(scopes)) != len(scopes):
+        raise PydanticCustomError("duplicate", "each scope at most once")
+    return scopes
+
+
+class OperatorTokenCreate(OperatorBody):
+    """Create an operator token (POST /api/v1/operator-tokens)."""
+
+    name: Annotated[Id, AfterValidator(_not_bootstrap),
+                    Field(json_schema_extra={"not": {"const": wire.BOOTSTRAP_ACTOR}})]
+    scopes: Annotated[list[Scope], Field(min_length=1, json_schema_extra={"uniqueItems": True}),
+                      AfterValidator(_distinct)]
+    ttl_s: Annotated[int, Field(ge=wire.OPERATOR_TOKEN_TTL_MIN_S, le=wire.OPERATOR_TOKEN_TTL_MAX_S), Integral] = wire.OPERATOR_TOKEN_TTL_DEFAULT_S
+
+
+# The document's name of each request body is its model's name (routes.py names them).
+REQUESTS: tuple[type[RequestBody], ...] = (Enroll, DeviceEnroll, Heartbeat, Claim, Renew, Result, TaskCreate,
+                                          DeviceDisable, TokenCreate, OperatorTokenCreate)
