@@ -1,4 +1,5 @@
-"""Each script's calls resolve within its own include closure.
+"""Each script's calls resolve within its own include closure, and what the scripts share is written
+once.
 
 The library defines every include once, at its top (coordinator/state/scripts.py), so a script
 that calls a helper without naming its include still runs: some other script named it. That
@@ -135,3 +136,15 @@ def test_parameters_locals_and_loop_variables_resolve(tmp_path: Path) -> None:
         "end\n"
         "return sweep(function(n) return n end, select('#', 1))\n"))
     assert unresolved_calls(script, tmp_path) == set()
+
+
+def test_the_revoked_credential_check_is_written_once() -> None:
+    """Every host script asks includes/common.lua's ``credentialRevoked``; none asks the set of
+    revoked digests itself, so the scripts cannot come to disagree on what revoked means."""
+    root = lua_dir()
+    asked = {path.relative_to(root).as_posix(): len(re.findall(r"'SISMEMBER',\s*[\w.]*revoked", text))
+             for path in _every_lua_file(root)
+             if (text := _LINE_COMMENT.sub(" ", _BLOCK_COMMENT.sub(" ", path.read_text())))}
+    assert {name: n for name, n in asked.items() if n} == {"includes/common.lua": 1}
+    callers = {path.name for path in _every_lua_file(root) if "credentialRevoked(" in code_of(path.read_text())}
+    assert {"claimAssignment-1.lua", "heartbeat-1.lua", "enrollDevices-4.lua", "common.lua"} <= callers
