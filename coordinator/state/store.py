@@ -171,7 +171,7 @@ class Store:
                     progress_json: str) -> tuple[int, bool]:
         k = self.keys
         reply = await self._on_lease("renewLease", host, lease_id, task_id, attempt,
-                                     [k.progress, k.feed, k.lease(task_id)], [ttl_ms, progress_json])
+                                     [k.progress, k.feed], [k.base, ttl_ms, progress_json])
         return int(reply[1]), reply[2] == 1
 
     async def record_result(self, host: HostPrincipal, task_id: str, attempt: int, lease_id: str,
