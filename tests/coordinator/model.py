@@ -127,7 +127,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                            claim_timeout_ms=CLAIM_TIMEOUT_MS, retention_ms=RETENTION_MS, scripts=scripts(),
                            clock=self.clock)
         self.queries = Queries(PlainTransport(self.redis), self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
-                               read_waiting=scripts()["readWaiting"], clock=self.clock)
+                               scripts=scripts(), clock=self.clock)
         self.told = Told()
         self.cloud: dict[str, str] = {}  # the managed host's local device id -> its cloud id
         self.reported: dict[str, list[dict[str, Any]]] = {}  # host -> the devices it last reported

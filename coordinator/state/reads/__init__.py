@@ -1,8 +1,9 @@
 """Reads of the operator API, one class (`Queries`) assembled from one module per thing read:
 tasks and their counters (``task_reads``), devices and hosts (``fleet_reads``), tokens
 (``token_reads``), artifacts' descriptions (``artifact_reads``); what they share is ``reads``.
-Here: the Redis connection they read through, the Redis clock, and the candidates of waiting work
-(a script's read).
+Here: the Redis connection they read through, and the reads that are scripts of lua/ (read-only
+functions of the library, as ``store.py`` calls the others): the Redis clock (``readClock``) and
+the candidates of waiting work (``readWaiting``).
 
 Nothing here changes state (``store.py`` does, through scripts). Every read is bounded: listings
 page through an index with a cursor, and a filter that has no index of its own examines at most
@@ -12,14 +13,13 @@ page through an index with a cursor, and a filter that has no index of its own e
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import wire
 from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.state.keys import Keys
 from coordinator.state.reads.artifacts import ArtifactReads
-from coordinator.state.reads.common import CLOCK_SCRIPT, clock_ms
 from coordinator.state.reads.fleet import FleetReads
 from coordinator.state.reads.tasks import TaskReads
 from coordinator.state.reads.tokens import TokenReads
@@ -37,21 +37,25 @@ from coordinator.transport.base import RedisTransport
 class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
     """Every read of the operator API, through one Redis client."""
 
-    def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int, read_waiting: Script,
-                 clock: ShiftedClock | None = None) -> None:
+    def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,
+                 scripts: Mapping[str, Script], clock: ShiftedClock | None = None) -> None:
+        """``scripts``: every script of lua/ (``load_scripts``); the queries call the read-only
+        ones."""
         self.transport = redis
         self.redis = redis.client
         self.keys = keys
         self.clock = clock  # tests only (coordinator/clock.py)
         self._offline_after_ms = host_offline_after_ms
-        self._read_waiting = read_waiting
+        self._read_waiting = scripts["readWaiting"]
+        self._read_clock = scripts["readClock"]
 
     def _pipeline(self) -> Any:
         """A pipeline of reads, sharing the process's writes to Redis when it auto-pipelines."""
         return self.transport.pipeline()
 
     async def redis_time_ms(self) -> int:
-        return clock_ms(await self.redis.eval(CLOCK_SCRIPT, 1, self.keys.tasks)) + offset_ms(self.clock)
+        reply = await self._read_clock(self.transport, [self.keys.tasks], [], clock_offset_ms=offset_ms(self.clock))
+        return int(reply[1])
 
     # -- waiting work ----------------------------------------------------------------------
 

@@ -12,11 +12,9 @@ import orjson
 import wire
 from coordinator.state.reads.common import (
     BATCH,
-    CLOCK_SCRIPT,
     SCAN_BOUND,
     Page,
     Reader,
-    clock_ms,
     text,
 )
 from coordinator.state.records import DeviceRecord, DeviceState, HostRecord
@@ -43,16 +41,14 @@ class FleetReads(Reader):
             pipe.hmget(k.reservations, ids)
             pipe.hmget(k.disabled_devices, ids)
             pipe.hmget(k.enrolled_devices, ids)
-            pipe.eval(CLOCK_SCRIPT, 1, self.keys.tasks)
-            raw_devices, reservations, disabled, enrolled, clock = await pipe.execute()
+            (raw_devices, reservations, disabled, enrolled), now = await self._with_clock(pipe)
         records = [
             (DeviceRecord.from_json(d, raw), reserved, off, enrollment)
             for d, raw, reserved, off, enrollment in zip(ids, raw_devices, reservations, disabled, enrolled,
                                                          strict=True)
             if raw is not None
         ]
-        online, draining, stalled = await self._host_flags(sorted({r[0].host_id for r in records}),
-                                                           clock_ms(clock))
+        online, draining, stalled = await self._host_flags(sorted({r[0].host_id for r in records}), now)
         return [
             DeviceState(
                 record,
@@ -168,11 +164,9 @@ class FleetReads(Reader):
             pipe.smismember(k.hosts_draining, host_ids)
             if digests:
                 pipe.smismember(k.revoked_tokens, digests)
-            pipe.eval(CLOCK_SCRIPT, 1, self.keys.tasks)
-            replies = await pipe.execute()
+            replies, now = await self._with_clock(pipe)
         records, seen, online, snapshots, draining = replies[:5]
         revoked = dict(zip(digests, replies[5], strict=True)) if digests else {}
-        now = clock_ms(replies[-1])
         return [
             HostEntry(
                 HostRecord.from_parts(h, records[i], snapshots[i], seen[i], online[i]),
