@@ -45,7 +45,8 @@ if not lease then
   return {failure}
 end
 rcall('ZADD', deadlinesKey, now + ttl, taskId)
-rcall('SET', derived(S, 'lease', taskId), cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt}), 'PX', ttl)
+rcall('SET', derived(S, 'lease', taskId),
+      cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt}), 'PX', ttl)
 if progress ~= '' and rcall('HGET', progressKey, taskId) ~= progress then
   rcall('HSET', progressKey, taskId, progress)
   local step = cjson.decode(progress)

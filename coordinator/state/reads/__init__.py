@@ -25,12 +25,7 @@ from coordinator.state.reads.tasks import TaskReads
 from coordinator.state.reads.tokens import TokenReads
 from coordinator.state.records import TaskRecord
 from coordinator.state.scripts import Script
-from coordinator.state.wait_reasons import (
-    CANDIDATES_SCANNED,
-    candidates_from_reply,
-    target_of,
-    workflow_name,
-)
+from coordinator.state.wait_reasons import CANDIDATES_SCANNED, candidates_from_reply, target_json
 from coordinator.transport.base import RedisTransport
 
 
@@ -63,19 +58,18 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
         """``candidates`` of each queued task, by task id: one script call per distinct target,
         all sent together."""
         queued = [t for t in tasks if t.status == wire.TaskStatus.QUEUED]
-        targets = {target_of(t): t for t in queued}
-        counted = await asyncio.gather(*(self._candidates(t) for t in targets.values()))
+        targets = {target_json(t) for t in queued}
+        counted = await asyncio.gather(*(self._candidates(t) for t in targets))
         by_target = dict(zip(targets, counted, strict=True))
-        return {t.id: by_target[target_of(t)] for t in queued}
+        return {t.id: by_target[target_json(t)] for t in queued}
 
-    async def _candidates(self, task: TaskRecord) -> dict[str, Any]:
+    async def _candidates(self, target: str) -> dict[str, Any]:
         k = self.keys
         reply = await self._read_waiting(
             self.transport,
             [k.devices, k.reservations, k.disabled_devices, k.hosts_online, k.hosts_draining, k.hosts_stalled,
              k.devices_by_driver, k.host_capabilities],
-            [self._offline_after_ms, task.target_device or "", task.driver or "", CANDIDATES_SCANNED,
-             workflow_name(task) or ""],
+            [self._offline_after_ms, target, CANDIDATES_SCANNED],
             clock_offset_ms=offset_ms(self.clock),
         )
-        return candidates_from_reply(task, reply)
+        return candidates_from_reply(reply)
