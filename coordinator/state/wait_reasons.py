@@ -39,12 +39,13 @@ class HostFlag(IntFlag):
 
 
 def waiting_reason(candidates: dict[str, Any]) -> str:
-    """The contract's rule, in its order. ``no_capable_host``: devices match, and every one that
-    is not disabled or offline is on an online host that does not list the task's workflow."""
+    """The contract's rule, in its order. ``no_capable_host``: devices match, some on an online
+    host, and no online host of theirs lists the task's workflow (the counts take a host's own
+    reasons first: every matching device is then ``host_offline`` or ``no_workflow``)."""
     if candidates["matching"] == 0:
         return wire.WaitingReason.NO_MATCHING_DEVICE.value
     no_workflow = candidates.get("no_workflow", 0)
-    if no_workflow > 0 and candidates["matching"] == candidates["disabled"] + candidates["host_offline"] + no_workflow:
+    if no_workflow > 0 and candidates["matching"] == candidates["host_offline"] + no_workflow:
         return wire.WaitingReason.NO_CAPABLE_HOST.value
     if candidates["busy"] > 0:
         return wire.WaitingReason.MATCHING_DEVICES_BUSY.value

@@ -49,18 +49,20 @@ local function hostFlags(standing)
   return flags
 end
 
--- Why a device of the target cannot take the task now: the first of disabled, host offline, no
--- workflow (its online host does not list the task's workflow), host draining, busy (reserved, or
+-- Why a device of the target cannot take the task now: the first of host offline, no workflow
+-- (its online host does not list the task's workflow), disabled, host draining, busy (reserved, or
 -- reported busy), unavailable, host stalled (it let a claim time out and has not polled since);
--- nil when none holds. `reservedBy` and `disabled` are the device's fields of reservations and
--- disabled_devices, false when absent.
+-- nil when none holds. The host's own reasons come first, so the counts tell whether any online
+-- host of the matching devices may run the task (`no_capable_host`, PROTOCOL.md), whatever
+-- an operator did to its devices. `reservedBy` and `disabled` are the device's fields of
+-- reservations and disabled_devices, false when absent.
 local function notFreeBecause(standing, device, reservedBy, disabled)
-  if disabled then
-    return 'disabled'
-  elseif not standing.online then
+  if not standing.online then
     return 'host_offline'
   elseif not standing.runs then
     return 'no_workflow'
+  elseif disabled then
+    return 'disabled'
   elseif standing.draining then
     return 'host_draining'
   elseif reservedBy or device.status == 'busy' then

@@ -7,6 +7,8 @@ one before it:
 - no queued task waits beside a device it could run on (a free, available, enabled device of an
   online host, by the offline deadline itself, that is neither draining nor stalled, and that
   lists the task's workflow or lists nothing);
+- each queued task's candidates and waiting reason, as the reads answer them, say the same
+  (``check_waiting_explained``, given those answers);
 - an assignment waiting for its claim is one its host may run;
 - first in, first out within a target: a task assigned in this step had no older task of the
   same target, that its host could run, still queued after it;
@@ -215,6 +217,49 @@ def check_nothing_stranded(s: Stored, offline_after_ms: int) -> None:
         beside = [d for d in s.devices if fits(task, d, s.devices[d]) and could_run_now(s, d, offline_after_ms)
                   and host_runs(s, s.devices[d]["host_id"], task)]
         assert not beside, f"queued task {task_id} waits beside {beside} it could run on"
+
+
+def device_busy(s: Stored, task: dict[str, Any], device_id: str, offline_after_ms: int) -> bool:
+    """A device the task could run on but for the work it holds, which ends ("they will come
+    free"): reserved or reported busy, and otherwise enabled, on an online host that is not draining
+    and may run the task."""
+    device = s.devices[device_id]
+    host = device["host_id"]
+    return ((device_id in s.reservations or device["status"] == "busy") and device_id not in s.disabled
+            and host_online(s, host, offline_after_ms) and host not in s.draining and host_runs(s, host, task))
+
+
+def expected_waiting_reason(s: Stored, task: dict[str, Any], offline_after_ms: int) -> str:
+    """PROTOCOL.md, "Waiting work", from what is stored (teams aside: there are none yet)."""
+    matching = [d for d in s.devices if fits(task, d, s.devices[d])]
+    if not matching:
+        return "no_matching_device"
+    online_hosts = {s.devices[d]["host_id"] for d in matching
+                    if host_online(s, s.devices[d]["host_id"], offline_after_ms)}
+    if online_hosts and not any(host_runs(s, h, task) for h in online_hosts):
+        return "no_capable_host"
+    if any(device_busy(s, task, d, offline_after_ms) for d in matching):
+        return "matching_devices_busy"
+    return "no_schedulable_device"
+
+
+def check_waiting_explained(s: Stored, offline_after_ms: int, candidates: dict[str, dict[str, Any]],
+                            reasons: dict[str, str]) -> None:
+    """Each queued task's ``candidates`` and ``waiting_reason``, as the reads answer them, agree
+    with the oracle: ``matching`` counts the devices its target names, each of them under exactly
+    one reason (none could run it now: ``check_nothing_stranded``), ``busy`` those that will come
+    free, and the reason is PROTOCOL's."""
+    for task_id, counts in candidates.items():
+        task = s.tasks[task_id]
+        assert task["status"] == "queued", (task_id, task["status"])
+        matching = [d for d in s.devices if fits(task, d, s.devices[d])]
+        free = [d for d in matching if could_run_now(s, d, offline_after_ms)
+                and host_runs(s, s.devices[d]["host_id"], task)]
+        reasons_counted = sum(n for name, n in counts.items() if name not in ("matching", "truncated"))
+        assert counts["matching"] == len(matching), (task_id, counts, matching)
+        assert reasons_counted == len(matching) - len(free), (task_id, counts, free)
+        assert counts["busy"] == sum(device_busy(s, task, d, offline_after_ms) for d in matching), (task_id, counts)
+        assert reasons[task_id] == expected_waiting_reason(s, task, offline_after_ms), (task_id, reasons[task_id], counts)
 
 
 def check_assignments_runnable(s: Stored) -> None:

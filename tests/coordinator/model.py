@@ -6,7 +6,9 @@ moves the clock the scripts read (``coordinator.clock.ShiftedClock``) across eve
 step may land between a deadline and the sweep that acts on it, with the sweep run or not. After
 every step it reads everything stored under its prefix and checks the contract's invariants
 (``invariants.py``) against Redis and against what the machine itself was told (``Told``): what
-was acknowledged, which attempts were handed out, which answers were given.
+was acknowledged, which attempts were handed out, which answers were given. Each queued task's
+``candidates`` and ``waiting_reason``, as the reads (and a create's answer) give them, are held
+to the oracle's reading of what is stored.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import orjson
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from redis.asyncio import Redis
@@ -28,11 +31,13 @@ from coordinator.api.validation import Body, canonical_json
 from coordinator.clock import ShiftedClock
 from coordinator.errors import ApiError
 from coordinator.state.keys import Keys
+from coordinator.state.records import TaskRecord
 from coordinator.state.reads import Queries
 from coordinator.state.scripts import Script, load_scripts
 from coordinator.state.store import Store
+from coordinator.state.wait_reasons import waiting_reason
 from coordinator.transport.base import PlainTransport
-from tests.coordinator.invariants import Stored, check_stored, read_stored
+from tests.coordinator.invariants import Stored, check_stored, check_waiting_explained, read_stored
 from tests.support import HOSTS, delete_prefix_async, unique_prefix
 
 T = TypeVar("T")
@@ -134,6 +139,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.snapshots: dict[str, tuple[str, str]] = {}  # host -> the last snapshot and capabilities sent
         self.counter = itertools.count()
         self.before: Stored | None = None
+        # A create's answer that queued its task: (Redis time before the call, task id, candidates).
+        self.created_waiting: tuple[int, str, dict[str, Any]] | None = None
         self.run(self.store.load_scripts())
         token = "tet_" + self.fresh("enrollment")
         self.run(self.store.create_enrollment_token("et_1", token_digest(token), 3_600_000, 1, "{}"))
@@ -243,6 +250,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             body["idempotency_key"] = key
         task = parse_task(Body(body), DEFAULT_QUEUE_TIMEOUT_MS)
         task["id"] = "t_" + self.fresh("task")
+        asked_at = self.run(self.queries.redis_time_ms())
         answer = self.attempt(self.store.create_task(task))
         earlier = self.told.keys.get(key) if key is not None else None
         live = earlier is not None and earlier[1] in self.stored().tasks
@@ -255,6 +263,9 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert not answer.created and answer.task.id == earlier[1], "an idempotent replay is the first task"
             return
         assert answer.created and answer.task.id == task["id"]
+        assert (answer.candidates is not None) == (answer.task.status == "queued"), answer
+        if answer.candidates is not None:
+            self.created_waiting = (asked_at, task["id"], answer.candidates)
         self.told.created[task["id"]] = body
         if key is not None:
             self.told.keys[key] = (canonical_json(body), task["id"])
@@ -407,4 +418,27 @@ class ProtocolMachine(RuleBasedStateMachine):
         check_stored(now, self.before, OFFLINE_AFTER_MS, self.told.created)
         for task_id, task in now.tasks.items():
             assert task["attempt"] >= self.told.newest_attempt.get(task_id, 0), "attempts only grow"
+        self._check_waiting(now)
         self.before = now
+
+    def _check_waiting(self, now: Stored) -> None:
+        """The queued tasks' candidates as the reads answer them, and the last create's own, held
+        to the oracle; skipped when a host crossed its offline deadline while they were read (the
+        real clock runs on between the reading and the answers)."""
+        created, self.created_waiting = self.created_waiting, None
+        queued = [TaskRecord.from_json(orjson.dumps(t)) for t in now.tasks.values() if t["status"] == "queued"]
+        candidates = self.run(self.queries.candidates(queued))
+        assert set(candidates) == {t.id for t in queued}, "the reads explain every queued task"
+        answered = self.run(self.queries.redis_time_ms())
+        if self._steady(now, now.now_ms, answered):
+            check_waiting_explained(now, OFFLINE_AFTER_MS, candidates,
+                                    {t: waiting_reason(c) for t, c in candidates.items()})
+        if created is not None and self._steady(now, created[0], answered):
+            _, task_id, counts = created
+            check_waiting_explained(now, OFFLINE_AFTER_MS, {task_id: counts}, {task_id: waiting_reason(counts)})
+
+    @staticmethod
+    def _steady(now: Stored, start_ms: int, end_ms: int) -> bool:
+        """Whether no host's online standing changed between the two times."""
+        return all((seen > start_ms - OFFLINE_AFTER_MS) == (seen > end_ms - OFFLINE_AFTER_MS)
+                   for seen in now.online.values())
