@@ -7,7 +7,8 @@
 
   Functions:
     hostStanding(S, hostId, now, task)    what of a host decides whether its devices take the task
-    hostFlags(standing)                   a standing as one number, the bits of HOST_FLAGS
+    hostFlags(standing)                   a standing as one number, the bits of HOST_FLAGS (what
+                                          readHostFlags answers the service)
     notFreeBecause(standing, device, reservedBy, disabled)  the count a matching device falls
                                           under, or nil when it could take the task now
     waitingCandidates(S, task, limit, now)  the counts of a task's target: truncated (0|1), then
@@ -19,7 +20,8 @@
 
   It reads, of the deployment S (includes/deployment.lua), offlineAfterMs and the keys devices,
   reservations, disabled_devices, hosts_online, hosts_draining, hosts_stalled,
-  devices_by_driver and host_capabilities; readWaiting builds an S of those alone.
+  devices_by_driver and host_capabilities; readWaiting and readHostFlags build an S of those
+  alone.
 
   Invariant: reads only, in one step, so the counts agree with each other; a device counted under
   no reason is one the task could take now (free, and its host may run the task), which a queued
@@ -29,13 +31,14 @@
 --- @include "includes/pool"
 
 -- Of a host: online (its last heartbeat within the threshold), draining, stalled, and whether
--- it may run `task` (a goal: always; a workflow: it lists it, or lists nothing).
+-- it may run `task` (a goal: always; a workflow: it lists it, or lists nothing). Its
+-- capabilities are read only for a workflow task.
 local function hostStanding(S, hostId, now, task)
   return {
     online = hostOnline(S, hostId, now),
     draining = rcall('SISMEMBER', S.key.hosts_draining, hostId) == 1,
     stalled = rcall('SISMEMBER', S.key.hosts_stalled, hostId) == 1,
-    runs = runsTask(hostWorkflows(S, hostId), task),
+    runs = workflowOf(task) == nil or runsTask(hostWorkflows(S, hostId), task),
   }
 end
 

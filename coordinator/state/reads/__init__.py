@@ -1,9 +1,9 @@
 """Reads of the operator API, one class (`Queries`) assembled from one module per thing read:
-tasks and their counters (``task_reads``), devices and hosts (``fleet_reads``), tokens
-(``token_reads``), artifacts' descriptions (``artifact_reads``); what they share is ``reads``.
-Here: the Redis connection they read through, and the reads that are scripts of lua/ (read-only
-functions of the library, as ``store.py`` calls the others): the Redis clock (``readClock``) and
-the candidates of waiting work (``readWaiting``).
+tasks and their counters (``tasks.py``), devices and hosts (``fleet.py``), tokens (``tokens.py``),
+artifacts' descriptions (``artifacts.py``); what they share is ``common.py``. Here: the Redis
+connection they read through, and the reads that are scripts of lua/ (read-only functions of the
+library, called as ``store.py`` calls the others): the Redis clock (``readClock``), hosts'
+standing (``readHostFlags``) and the candidates of waiting work (``readWaiting``).
 
 Nothing here changes state (``store.py`` does, through scripts). Every read is bounded: listings
 page through an index with a cursor, and a filter that has no index of its own examines at most
@@ -25,7 +25,7 @@ from coordinator.state.reads.tasks import TaskReads
 from coordinator.state.reads.tokens import TokenReads
 from coordinator.state.records import TaskRecord
 from coordinator.state.scripts import Script
-from coordinator.state.wait_reasons import CANDIDATES_SCANNED, candidates_from_reply, target_json
+from coordinator.state.wait_reasons import CANDIDATES_SCANNED, HostFlag, candidates_from_reply, target_json
 from coordinator.transport.base import RedisTransport
 
 
@@ -43,6 +43,7 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
         self._offline_after_ms = host_offline_after_ms
         self._read_waiting = scripts["readWaiting"]
         self._read_clock = scripts["readClock"]
+        self._read_host_flags = scripts["readHostFlags"]
 
     def _pipeline(self) -> Any:
         """A pipeline of reads, sharing the process's writes to Redis when it auto-pipelines."""
@@ -51,6 +52,15 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
     async def redis_time_ms(self) -> int:
         reply = await self._read_clock(self.transport, [self.keys.tasks], [], clock_offset_ms=offset_ms(self.clock))
         return int(reply[1])
+
+    async def host_flags(self, host_ids: list[str]) -> dict[str, HostFlag]:
+        if not host_ids:
+            return {}
+        k = self.keys
+        reply = await self._read_host_flags(
+            self.transport, [k.hosts_online, k.hosts_draining, k.hosts_stalled], [self._offline_after_ms, *host_ids],
+            clock_offset_ms=offset_ms(self.clock))
+        return {h: HostFlag(int(flags)) for h, flags in zip(host_ids, reply[1:], strict=True)}
 
     # -- waiting work ----------------------------------------------------------------------
 

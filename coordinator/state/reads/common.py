@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from coordinator.clock import ShiftedClock
 from coordinator.state.keys import Keys
 from coordinator.state.records import TaskRecord
+from coordinator.state.wait_reasons import HostFlag
 
 # A filter that has no index of its own examines at most this many records per page.
 SCAN_BOUND = 5000
@@ -38,7 +39,6 @@ class Reader:
     redis: Redis
     keys: Keys
     clock: ShiftedClock | None  # tests only (coordinator/clock.py)
-    _offline_after_ms: int
 
     def _pipeline(self) -> Any:
         """A pipeline of reads (see `Queries`)."""
@@ -50,6 +50,10 @@ class Reader:
 
     async def redis_time_ms(self) -> int:
         """The Redis clock, as the scripts read it (lua/readClock, see `Queries`)."""
+        raise NotImplementedError
+
+    async def host_flags(self, host_ids: list[str]) -> dict[str, HostFlag]:
+        """Each host's standing as the scripts read it (lua/readHostFlags, see `Queries`)."""
         raise NotImplementedError
 
     async def _with_clock(self, pipe: Any) -> tuple[list[Any], int]:
