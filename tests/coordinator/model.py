@@ -31,13 +31,19 @@ from coordinator.api.validation import Body, canonical_json
 from coordinator.clock import ShiftedClock
 from coordinator.errors import ApiError
 from coordinator.state.keys import Keys
-from coordinator.state.records import TaskRecord
+from coordinator.state.records import DeviceState, TaskRecord
 from coordinator.state.reads import Queries
 from coordinator.state.scripts import Script, load_scripts
 from coordinator.state.store import Store
 from coordinator.state.wait_reasons import waiting_reason
 from coordinator.transport.base import PlainTransport
-from tests.coordinator.invariants import Stored, check_stored, check_waiting_explained, read_stored
+from tests.coordinator.invariants import (
+    Stored,
+    check_devices_read,
+    check_stored,
+    check_waiting_explained,
+    read_stored,
+)
 from tests.support import HOSTS, delete_prefix_async, unique_prefix
 
 T = TypeVar("T")
@@ -139,8 +145,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.snapshots: dict[str, tuple[str, str]] = {}  # host -> the last snapshot and capabilities sent
         self.counter = itertools.count()
         self.before: Stored | None = None
-        # A create's answer that queued its task: (Redis time before the call, task id, candidates).
-        self.created_waiting: tuple[int, str, dict[str, Any]] | None = None
+        # A create's answer that queued its task: (task id, candidates).
+        self.created_waiting: tuple[str, dict[str, Any]] | None = None
         self.run(self.store.load_scripts())
         token = "tet_" + self.fresh("enrollment")
         self.run(self.store.create_enrollment_token("et_1", token_digest(token), 3_600_000, 1, "{}"))
@@ -250,7 +256,6 @@ class ProtocolMachine(RuleBasedStateMachine):
             body["idempotency_key"] = key
         task = parse_task(Body(body), DEFAULT_QUEUE_TIMEOUT_MS)
         task["id"] = "t_" + self.fresh("task")
-        asked_at = self.run(self.queries.redis_time_ms())
         answer = self.attempt(self.store.create_task(task))
         earlier = self.told.keys.get(key) if key is not None else None
         live = earlier is not None and earlier[1] in self.stored().tasks
@@ -265,7 +270,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert answer.created and answer.task.id == task["id"]
         assert (answer.candidates is not None) == (answer.task.status == "queued"), answer
         if answer.candidates is not None:
-            self.created_waiting = (asked_at, task["id"], answer.candidates)
+            self.created_waiting = (task["id"], answer.candidates)
         self.told.created[task["id"]] = body
         if key is not None:
             self.told.keys[key] = (canonical_json(body), task["id"])
@@ -418,24 +423,32 @@ class ProtocolMachine(RuleBasedStateMachine):
         check_stored(now, self.before, OFFLINE_AFTER_MS, self.told.created)
         for task_id, task in now.tasks.items():
             assert task["attempt"] >= self.told.newest_attempt.get(task_id, 0), "attempts only grow"
-        self._check_waiting(now)
+        self._check_reads(now)
         self.before = now
 
-    def _check_waiting(self, now: Stored) -> None:
-        """The queued tasks' candidates as the reads answer them, and the last create's own, held
-        to the oracle; skipped when a host crossed its offline deadline while they were read (the
-        real clock runs on between the reading and the answers)."""
+    def _check_reads(self, now: Stored) -> None:
+        """The queued tasks' candidates as the reads answer them, the last create's own, and the
+        pool as the reads answer it, held to the oracle; skipped when a host crossed its offline
+        deadline while they were read (the real clock runs on between the reading and the
+        answers; a create ran after the previous reading, with no clock step between)."""
         created, self.created_waiting = self.created_waiting, None
         queued = [TaskRecord.from_json(orjson.dumps(t)) for t in now.tasks.values() if t["status"] == "queued"]
-        candidates = self.run(self.queries.candidates(queued))
+
+        async def read() -> tuple[dict[str, dict[str, Any]], list[DeviceState], int]:
+            candidates, pool = await asyncio.gather(self.queries.candidates(queued),
+                                                    self.queries.devices(sorted(now.devices)))
+            return candidates, pool, await self.queries.redis_time_ms()
+
+        candidates, pool, answered = self.run(read())
         assert set(candidates) == {t.id for t in queued}, "the reads explain every queued task"
-        answered = self.run(self.queries.redis_time_ms())
-        if self._steady(now, now.now_ms, answered):
-            check_waiting_explained(now, OFFLINE_AFTER_MS, candidates,
-                                    {t: waiting_reason(c) for t, c in candidates.items()})
-        if created is not None and self._steady(now, created[0], answered):
-            _, task_id, counts = created
+        if not self._steady(now, now.now_ms if created is None or self.before is None else self.before.now_ms,
+                            answered):
+            return
+        check_waiting_explained(now, OFFLINE_AFTER_MS, candidates, {t: waiting_reason(c) for t, c in candidates.items()})
+        if created is not None:
+            task_id, counts = created
             check_waiting_explained(now, OFFLINE_AFTER_MS, {task_id: counts}, {task_id: waiting_reason(counts)})
+        check_devices_read(now, OFFLINE_AFTER_MS, pool)
 
     @staticmethod
     def _steady(now: Stored, start_ms: int, end_ms: int) -> bool:
