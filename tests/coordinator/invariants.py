@@ -290,7 +290,8 @@ def check_waiting_explained(s: Stored, offline_after_ms: int, candidates: dict[s
         assert counts["matching"] == len(matching), (task_id, counts, matching)
         assert reasons_counted == len(matching) - len(free), (task_id, counts, free)
         assert counts["busy"] == sum(device_busy(s, task, d, offline_after_ms) for d in matching), (task_id, counts)
-        assert reasons[task_id] == expected_waiting_reason(s, task, offline_after_ms), (task_id, reasons[task_id], counts)
+        expected = expected_waiting_reason(s, task, offline_after_ms)
+        assert reasons[task_id] == expected, (task_id, reasons[task_id], expected, counts)
 
 
 def check_devices_read(s: Stored, offline_after_ms: int, states: list[DeviceState]) -> None:

@@ -444,7 +444,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         if not self._steady(now, now.now_ms if created is None or self.before is None else self.before.now_ms,
                             answered):
             return
-        check_waiting_explained(now, OFFLINE_AFTER_MS, candidates, {t: waiting_reason(c) for t, c in candidates.items()})
+        reasons = {task_id: waiting_reason(counts) for task_id, counts in candidates.items()}
+        check_waiting_explained(now, OFFLINE_AFTER_MS, candidates, reasons)
         if created is not None:
             task_id, counts = created
             check_waiting_explained(now, OFFLINE_AFTER_MS, {task_id: counts}, {task_id: waiting_reason(counts)})
