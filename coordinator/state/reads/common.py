@@ -1,7 +1,7 @@
 """What every read of the operator API shares (`coordinator.state.reads` assembles them): the page
 shape, and the bound on what one page examines.
 
-`Reader` declares what the readers of ``task_reads``, ``fleet_reads`` and ``token_reads`` use of
+`Reader` declares what the readers of ``tasks.py``, ``fleet.py`` and ``tokens.py`` use of
 the `Queries` they are part of.
 """
 
