@@ -77,7 +77,7 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
         settings=settings,
         store=store,
         queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
-                        read_waiting=scripts["readWaiting"], clock=clock),
+                        scripts=scripts, clock=clock),
         auth=Authenticator(redis.client, keys, settings.admin_token, settings.static_hosts, epoch, store),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=metrics,

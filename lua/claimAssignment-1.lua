@@ -43,7 +43,7 @@ local S = deployment(KEYS, ARGV)
 local hostId, claimId, leaseId, ttl = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
 local credential, processId, waitMs = ARGV[10], ARGV[11], tonumber(ARGV[12])
 
-if rcall('SISMEMBER', S.key.revoked_tokens, credential) == 1 then
+if credentialRevoked(S.key.revoked_tokens, credential) then
   return {E.REVOKED}
 end
 

@@ -14,7 +14,7 @@
     idempotency  hash    idempotency key -> task id
   Output:
     {0, task JSON, 1, candidates?}  created; when it was queued, why it waits: its candidates
-                                    as includes/candidates.lua gives them (the answer needs
+                                    as includes/candidates.lua counts them (the answer needs
                                     them, and they are read in this step at no extra round trip)
     {0, task JSON, 0}  an earlier task with the same idempotency key and the same request
     {IDEMPOTENCY_CONFLICT, task id}  same idempotency key, different request
@@ -59,7 +59,6 @@ taskEvent(S, task, 'created', now)
 placeTask(S, task, now)
 local encoded = saveTask(S, task, nil)
 if task.status == 'queued' then
-  return {0, encoded, 1, waitingCandidates(S, task.target_device, task.driver, tonumber(ARGV[7]), now,
-                                           workflowOf(task))}
+  return {0, encoded, 1, waitingCandidates(S, task, tonumber(ARGV[7]), now)}
 end
 return {0, encoded, 1}

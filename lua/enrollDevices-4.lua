@@ -30,7 +30,7 @@ local devices = cjson.decode(ARGV[2])
 local credential = ARGV[3]
 local maxDevices = tonumber(ARGV[4])
 
-if rcall('SISMEMBER', revokedKey, credential) == 1 then
+if credentialRevoked(revokedKey, credential) then
   return {E.REVOKED}
 end
 -- Only enrolled hosts' credentials reach this script (the service answers a static host's 403

@@ -44,7 +44,7 @@ if earlier then
   if earlier.host_token_digest ~= hostTokenDigest or earlier.token_id ~= tokenId then
     return {E.ENROLLMENT_CONFLICT}
   end
-  if rcall('SISMEMBER', revokedKey, hostTokenDigest) == 1 then
+  if credentialRevoked(revokedKey, hostTokenDigest) then
     return {E.REVOKED}
   end
   return {0, earlier.host_id, 0}

@@ -48,7 +48,7 @@ local S = deployment(KEYS, ARGV)
 local hostId, kind, snapshotJson, credential = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local capabilitiesJson = ARGV[10]
 
-if rcall('SISMEMBER', S.key.revoked_tokens, credential) == 1 then
+if credentialRevoked(S.key.revoked_tokens, credential) then
   return {E.REVOKED}
 end
 local now = nowMs()

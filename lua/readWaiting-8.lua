@@ -1,6 +1,6 @@
 --[[
-  Read why a queued task waits: the candidates of its target (includes/candidates.lua), in one
-  step, so the counts agree with each other. Reads only.
+  Read why a queued task waits: the candidates of its target (includes/candidates.lua), counted
+  in one step, so the counts agree with each other. Reads only.
 
   Input:
     KEYS[1] devices            hash  device id -> pooled device JSON
@@ -12,12 +12,11 @@
     KEYS[7] devices_by_driver  zset  "driver\0device id" of every pooled device
     KEYS[8] host_capabilities  hash  host id -> {workflows, planners} its agent listed
     ARGV[1] host offline threshold (ms since last heartbeat)
-    ARGV[2] the target device id, or "" for a selector
-    ARGV[3] the selector's driver (when no device)
-    ARGV[4] at most this many of the driver's devices
-    ARGV[5] the task's workflow name, or "" for a goal task
+    ARGV[2] the task's target as JSON, its record's own fields: target_device, or driver and
+            labels (JSON text); kind, and workflow (JSON text) for a workflow task
+    ARGV[3] at most this many of the driver's devices
   Output:
-    {truncated, (device id, record JSON, reserving task | nil, disabled JSON | nil, host flags)...}
+    {truncated (0|1), one count per name of CANDIDATE_COUNTS, in its order}
 
   Invariant: changes nothing.
 ]]
@@ -33,6 +32,4 @@ local S = {
   },
   offlineAfterMs = tonumber(ARGV[1]),
 }
-local targetDevice = ARGV[2] ~= '' and ARGV[2] or nil
-local workflow = ARGV[5] ~= '' and ARGV[5] or nil
-return waitingCandidates(S, targetDevice, ARGV[3], tonumber(ARGV[4]), nowMs(), workflow)
+return waitingCandidates(S, cjson.decode(ARGV[2]), tonumber(ARGV[3]), nowMs())

@@ -20,6 +20,7 @@
   crossed the line (that process alone logs it); failures while throttled are not counted, so
   the next window starts afresh when the throttle ends.
 ]]
+--- @include "includes/common"
 local failuresKey = KEYS[1]
 local throttledKey = KEYS[2]
 local allowed, windowMs, throttleMs = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])

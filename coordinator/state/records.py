@@ -100,9 +100,6 @@ class DeviceState:
     host_online: bool
     host_draining: bool
     host_stalled: bool  # its host let a claim time out and has not polled since
-    # Its host may run the task asked about: it lists the task's workflow, or lists none (older
-    # agents), or the task is a goal. Only the candidates of a waiting task say otherwise.
-    host_runs_workflow: bool = True
     # What people call it: an enrolled device's local id on its host (the serial, `pixel-a`),
     # from its enrollment; None for a static host's device, whose id is already its local id.
     local_id: str | None = None

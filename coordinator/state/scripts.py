@@ -33,6 +33,7 @@ from redis.exceptions import ResponseError
 import wire
 from coordinator.errors import ScriptError
 from coordinator.state.keys import STATUS_CODES, STATUS_SPAN, lua_key_names
+from coordinator.state.wait_reasons import CANDIDATE_COUNTS, HostFlag
 from coordinator.transport.base import (
     NO_WAIT,
     Durability,
@@ -139,12 +140,17 @@ def _function(name: str, flags: list[str], body: str) -> str:
 
 def lua_constants() -> str:
     """The vocabulary the scripts share with Python, as Lua, generated from Python's own
-    definitions: the failure codes (``E``), what is kept, the status index's scores, and the
-    names of the keys (``KEY_NAMES``, ``KEY_KINDS``: coordinator/state/keys.py). The library defines it
-    above every include."""
+    definitions: the failure codes (``E``), what is kept, the status index's scores, the bits of
+    a host's flags and the names of a waiting task's counts (``HOST_FLAGS``, ``CANDIDATE_COUNTS``:
+    coordinator/state/wait_reasons.py), and the names of the keys (``KEY_NAMES``, ``KEY_KINDS``:
+    coordinator/state/keys.py). The library defines it above every include."""
     failures = "".join(f"  {failure.name} = {failure.value},\n" for failure in ScriptError)
     statuses = ", ".join(f"{status} = {code}" for status, code in STATUS_CODES.items())
+    flags = ", ".join(f"{flag.name} = {flag.value}" for flag in HostFlag)
+    counts = ", ".join(f"'{name}'" for name in CANDIDATE_COUNTS)
     return (f"local E = {{\n{failures}}}\n"
+            f"local HOST_FLAGS = {{{flags}}}\n"
+            f"local CANDIDATE_COUNTS = {{{counts}}}\n"
             f"local TASK_EVENTS_KEPT = {wire.TASK_EVENTS_KEPT}\n"
             f"local DEVICE_RUNS_KEPT = {wire.DEVICE_RUNS_KEPT}\n"
             f"local FEED_EVENTS_KEPT = {wire.FEED_EVENTS_KEPT}\n"

@@ -171,7 +171,7 @@ class Store:
                     progress_json: str) -> tuple[int, bool]:
         k = self.keys
         reply = await self._on_lease("renewLease", host, lease_id, task_id, attempt,
-                                     [k.progress, k.feed, k.lease(task_id)], [ttl_ms, progress_json])
+                                     [k.progress, k.feed], [k.base, ttl_ms, progress_json])
         return int(reply[1]), reply[2] == 1
 
     async def record_result(self, host: HostPrincipal, task_id: str, attempt: int, lease_id: str,
@@ -188,7 +188,7 @@ class Store:
     async def create_task(self, task: dict[str, Any], *, actor: str = "admin") -> Created:
         reply = await self._schedule("createTask", [orjson.dumps(task), CANDIDATES_SCANNED, actor])
         stored = TaskRecord.from_json(reply[1])
-        candidates = candidates_from_reply(stored, reply[3]) if len(reply) > 3 else None
+        candidates = candidates_from_reply(reply[3]) if len(reply) > 3 else None
         return Created(stored, reply[2] == 1, candidates)
 
     async def cancel_task(self, task_id: str, *, actor: str = "admin", owner: str | None = None) -> TaskRecord:

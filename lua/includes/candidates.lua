@@ -1,50 +1,93 @@
 --[[
-  What the service needs to say why a queued task waits (PROTOCOL.md, "Waiting work"; the
-  counting is coordinator/state/wait_reasons.py's): the pooled devices its target could use, read in the
-  step that queued it (createTask) or on demand (readWaiting).
+  Why a queued task waits (PROTOCOL.md, "Waiting work"): the pooled devices its target could use,
+  each counted under the first reason that keeps it from work, read in the step that queued it
+  (createTask) or on demand (readWaiting). Counted here, with the scheduler's own predicates
+  (labelsMatch, workflowOf, hostOnline, runsTask of includes/pool.lua), so the service restates
+  none of them: it only turns the counts into a waiting reason (coordinator/state/wait_reasons.py).
 
   Functions:
-    hostFlags(S, hostId, now, workflow)  a host's flags, as one number
-    waitingCandidates(S, targetDevice, driver, limit, now, workflow)  what a target's devices
-                               say, flat
+    hostStanding(S, hostId, now, task)    what of a host decides whether its devices take the task
+    hostFlags(standing)                   a standing as one number, the bits of HOST_FLAGS (what
+                                          readHostFlags answers the service)
+    notFreeBecause(standing, device, reservedBy, disabled)  the count a matching device falls
+                                          under, or nil when it could take the task now
+    waitingCandidates(S, task, limit, now)  the counts of a task's target: truncated (0|1), then
+                                          one number per name of CANDIDATE_COUNTS, in its order
+
+  Generated from Python as the library loads (coordinator/state/scripts.py, lua_constants):
+  HOST_FLAGS (coordinator.state.wait_reasons.HostFlag) and CANDIDATE_COUNTS (the names of the
+  contract's `candidates` counts, in the order of the reply).
 
   It reads, of the deployment S (includes/deployment.lua), offlineAfterMs and the keys devices,
   reservations, disabled_devices, hosts_online, hosts_draining, hosts_stalled,
-  devices_by_driver and host_capabilities; readWaiting builds an S of those alone.
+  devices_by_driver and host_capabilities; readWaiting and readHostFlags build an S of those
+  alone.
 
-  Invariant: reads only, in one step, so the counts agree with each other.
+  Invariant: reads only, in one step, so the counts agree with each other; a device counted under
+  no reason is one the task could take now (free, and its host may run the task), which a queued
+  task never has beside it (includes/placement.lua).
 ]]
 --- @include "includes/common"
 --- @include "includes/pool"
 
--- A host's flags, as one number: 1 online, 2 draining, 4 stalled, 8 it may run the workflow
--- (`workflow`, a name, or nil for a goal task: then always).
-local function hostFlags(S, hostId, now, workflow)
-  local flags = hostOnline(S, hostId, now) and 1 or 0
-  local listed = workflow and hostWorkflows(S, hostId)
-  if not listed or listed[workflow] then
-    flags = flags + 8
-  end
-  if rcall('SISMEMBER', S.key.hosts_draining, hostId) == 1 then
-    flags = flags + 2
-  end
-  if rcall('SISMEMBER', S.key.hosts_stalled, hostId) == 1 then
-    flags = flags + 4
-  end
+-- Of a host: online (its last heartbeat within the threshold), draining, stalled, and whether
+-- it may run `task` (a goal: always; a workflow: it lists it, or lists nothing). Its
+-- capabilities are read only for a workflow task.
+local function hostStanding(S, hostId, now, task)
+  return {
+    online = hostOnline(S, hostId, now),
+    draining = rcall('SISMEMBER', S.key.hosts_draining, hostId) == 1,
+    stalled = rcall('SISMEMBER', S.key.hosts_stalled, hostId) == 1,
+    runs = workflowOf(task) == nil or runsTask(hostWorkflows(S, hostId), task),
+  }
+end
+
+-- A standing as one number: the sum of the HOST_FLAGS bits that hold.
+local function hostFlags(standing)
+  local flags = 0
+  if standing.online then flags = flags + HOST_FLAGS.ONLINE end
+  if standing.draining then flags = flags + HOST_FLAGS.DRAINING end
+  if standing.stalled then flags = flags + HOST_FLAGS.STALLED end
+  if standing.runs then flags = flags + HOST_FLAGS.RUNS_WORKFLOW end
   return flags
 end
 
--- The candidates of a target (one device, or a driver's first `limit` pooled devices in id
--- order), flat: truncated (0|1), then per pooled device its id, record JSON, the task reserving
--- it or false, its disabled JSON or false, and its host's flags (for a task of workflow
--- `workflow`, or nil). Labels are matched by the service, which also decodes the records.
-local function waitingCandidates(S, targetDevice, driver, limit, now, workflow)
+-- Why a device of the target cannot take the task now: the first of host offline, no workflow
+-- (its online host does not list the task's workflow), disabled, host draining, busy (reserved, or
+-- reported busy), unavailable, host stalled (it let a claim time out and has not polled since);
+-- nil when none holds. The host's own reasons come first, so the counts tell whether any online
+-- host of the matching devices may run the task (`no_capable_host`, PROTOCOL.md), whatever
+-- an operator did to its devices. `reservedBy` and `disabled` are the device's fields of
+-- reservations and disabled_devices, false when absent.
+local function notFreeBecause(standing, device, reservedBy, disabled)
+  if not standing.online then
+    return 'host_offline'
+  elseif not standing.runs then
+    return 'no_workflow'
+  elseif disabled then
+    return 'disabled'
+  elseif standing.draining then
+    return 'host_draining'
+  elseif reservedBy or device.status == 'busy' then
+    return 'busy'
+  elseif device.status == 'unavailable' then
+    return 'unavailable'
+  elseif standing.stalled then
+    return 'host_stalled'
+  end
+  return nil
+end
+
+-- The counts of a task's target (`task`: a task record, or a table of its target_device, driver,
+-- labels, kind and workflow): one device, or the devices of its driver whose labels match, of the
+-- first `limit` pooled ones in id order (truncated says there were more).
+local function waitingCandidates(S, task, limit, now)
   local ids = {}
   local truncated = 0
-  if targetDevice then
-    ids[1] = targetDevice
+  if task.target_device then
+    ids[1] = task.target_device
   else
-    local low, high = prefixRange(driver)
+    local low, high = prefixRange(task.driver)
     local members = rcall('ZRANGEBYLEX', S.key.devices_by_driver, low, high, 'LIMIT', 0, limit + 1)
     if #members > limit then
       truncated = 1
@@ -54,25 +97,31 @@ local function waitingCandidates(S, targetDevice, driver, limit, now, workflow)
       ids[i] = splitMember(member)[2]
     end
   end
-  local answer = {truncated}
-  if #ids == 0 then
-    return answer
+  local counts = {}
+  for _, name in ipairs(CANDIDATE_COUNTS) do
+    counts[name] = 0
   end
-  local records = rcall('HMGET', S.key.devices, unpack(ids))
-  local reserved = rcall('HMGET', S.key.reservations, unpack(ids))
-  local disabled = rcall('HMGET', S.key.disabled_devices, unpack(ids))
-  local flagsOf = {}
-  for i, raw in ipairs(records) do
-    if raw then
-      local hostId = cjson.decode(raw).host_id
-      flagsOf[hostId] = flagsOf[hostId] or hostFlags(S, hostId, now, workflow)
-      local n = #answer
-      answer[n + 1] = ids[i]
-      answer[n + 2] = raw
-      answer[n + 3] = reserved[i]
-      answer[n + 4] = disabled[i]
-      answer[n + 5] = flagsOf[hostId]
+  if #ids > 0 then
+    local records = rcall('HMGET', S.key.devices, unpack(ids))
+    local reserved = rcall('HMGET', S.key.reservations, unpack(ids))
+    local disabled = rcall('HMGET', S.key.disabled_devices, unpack(ids))
+    local standingOf = {}
+    for i, raw in ipairs(records) do
+      local device = raw and cjson.decode(raw)
+      if device and (task.target_device or labelsMatch(task.labels, device.labels)) then
+        local hostId = device.host_id
+        standingOf[hostId] = standingOf[hostId] or hostStanding(S, hostId, now, task)
+        counts.matching = counts.matching + 1
+        local why = notFreeBecause(standingOf[hostId], device, reserved[i], disabled[i])
+        if why then
+          counts[why] = counts[why] + 1
+        end
+      end
     end
+  end
+  local answer = {truncated}
+  for i, name in ipairs(CANDIDATE_COUNTS) do
+    answer[i + 1] = counts[name]
   end
   return answer
 end

@@ -103,13 +103,19 @@ local function sweepDue(indexKey, tasksKey, now, limit, act)
   return #due
 end
 
+-- Whether a host's credential (the SHA-256 of the token it presented) is revoked: the one test
+-- every host script makes first, so a revocation holds on every route from its next request.
+local function credentialRevoked(revokedKey, credential)
+  return rcall('SISMEMBER', revokedKey, credential) == 1
+end
+
 -- The lease a host presents for a task attempt, or nil and the failure to answer: its credential
 -- was revoked, or the lease is unknown, another host's, or not this task and attempt. `task` is
 -- the task's record, or nil: the record keeps every lease it had (`leases`: id, host and attempt
 -- of each), so a lease is known exactly as long as its task is. (Records written when each lease
 -- was a key of its own list bare ids: those earlier leases answer as unknown.)
 local function presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
-  if rcall('SISMEMBER', revokedKey, credential) == 1 then
+  if credentialRevoked(revokedKey, credential) then
     return nil, E.REVOKED
   end
   if not task then

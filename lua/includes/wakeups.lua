@@ -14,6 +14,7 @@
   longest wait, an inbox INBOX_TTL after its last push), so a crashed process leaves nothing for
   long. A spurious wake-up is harmless: the claim script decides.
 ]]
+--- @include "includes/common"
 --- @include "includes/deployment"
 
 -- Register a poll of the host on the process until `now + waitMs`, and keep the key at least as

@@ -7,6 +7,9 @@ one before it:
 - no queued task waits beside a device it could run on (a free, available, enabled device of an
   online host, by the offline deadline itself, that is neither draining nor stalled, and that
   lists the task's workflow or lists nothing);
+- each queued task's candidates and waiting reason, as the reads answer them, say the same
+  (``check_waiting_explained``, given those answers), and so does the pool as the reads answer
+  it (``check_devices_read``);
 - an assignment waiting for its claim is one its host may run;
 - first in, first out within a target: a task assigned in this step had no older task of the
   same target, that its host could run, still queued after it;
@@ -25,6 +28,7 @@ from redis.asyncio import Redis
 
 from coordinator.state.keys import STATUS_CODES, STATUS_SPAN, Keys
 from coordinator.state.reads import Queries
+from coordinator.state.records import DeviceState
 from tests.support import glob_escape
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -63,54 +67,83 @@ class Stored:
 
 
 async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
-    async def zset(key: str) -> dict[str, float]:
-        return {_text(m): s for m, s in await redis.zrange(key, 0, -1, withscores=True)}
-
-    async def members(key: str) -> set[str]:
-        return {_text(m) for m in await redis.smembers(key)}
+    """Everything stored under the deployment's base, in one pipeline after the scan that finds the
+    keys of one id (the model reads it after every step: its round trips are the test's time)."""
+    now_ms = await queries.redis_time_ms()
+    per_id = [_text(raw) async for raw in redis.scan_iter(match=glob_escape(keys.base) + "*", count=1000)]
+    read: list[tuple[str, str]] = []  # (kind, id) of each per-id key read, in pipeline order
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in per_id:
+            name = key[len(keys.base):]
+            kind, _, ident = name.partition(":")
+            if kind == "host_devices":
+                pipe.smembers(key)
+            elif kind in ("waiting", "waiting_device"):
+                pipe.zrange(key, 0, -1, withscores=True)
+                ident = name
+            elif kind == "assigned":
+                pipe.lrange(key, 0, -1)
+            elif kind == "lease":
+                pipe.get(key)
+            else:
+                continue
+            read.append((kind, ident))
+        for key in (keys.tasks, keys.devices, keys.reservations, keys.idempotency, keys.claims,
+                    keys.host_capabilities):
+            pipe.hgetall(key)
+        for key in (keys.tasks_by_status, keys.free, keys.devices_by_driver, keys.hosts_online, keys.lease_deadlines,
+                    keys.claim_deadlines, keys.queue_deadlines, keys.retention):
+            pipe.zrange(key, 0, -1, withscores=True)
+        for key in (keys.disabled_devices, keys.progress):
+            pipe.hkeys(key)
+        for key in (keys.hosts_draining, keys.hosts_stalled):
+            pipe.smembers(key)
+        replies = await pipe.execute()
 
     host_devices: dict[str, set[str]] = {}
     waiting: dict[str, dict[str, float]] = {}
     assigned: dict[str, list[str]] = {}
     lease_keys: dict[str, dict[str, Any]] = {}
-    async for raw in redis.scan_iter(match=glob_escape(keys.base) + "*", count=1000):
-        name = _text(raw)[len(keys.base):]
-        kind, _, ident = name.partition(":")
+    for (kind, ident), reply in zip(read, replies, strict=False):
         if kind == "host_devices":
-            host_devices[ident] = await members(_text(raw))
+            host_devices[ident] = {_text(m) for m in reply}
         elif kind in ("waiting", "waiting_device"):
-            waiting[name] = await zset(_text(raw))
+            waiting[ident] = {_text(m): s for m, s in reply}
         elif kind == "assigned":
-            assigned[ident] = [_text(t) for t in await redis.lrange(_text(raw), 0, -1)]
-        elif kind == "lease":
-            value = await redis.get(_text(raw))
-            if value is not None:  # (its TTL may run out between the scan and the read)
-                lease_keys[ident] = orjson.loads(value)
+            assigned[ident] = [_text(t) for t in reply]
+        elif reply is not None:  # a lease key (its TTL may run out between the scan and the read)
+            lease_keys[ident] = orjson.loads(reply)
+    (tasks, devices, reservations, idempotency, claims, capabilities, by_status, free, by_driver, online,
+     lease_deadlines, claim_deadlines, queue_deadlines, retention, disabled, progress, draining,
+     stalled) = replies[len(read):]
+
+    def zset(reply: list[tuple[bytes, float]]) -> dict[str, float]:
+        return {_text(m): s for m, s in reply}
+
     return Stored(
-        now_ms=await queries.redis_time_ms(),
-        tasks={_text(k): orjson.loads(v) for k, v in (await redis.hgetall(keys.tasks)).items()},
-        by_status=await zset(keys.tasks_by_status),
-        devices={_text(k): orjson.loads(v) for k, v in (await redis.hgetall(keys.devices)).items()},
-        reservations={_text(k): _text(v) for k, v in (await redis.hgetall(keys.reservations)).items()},
-        free=set(await zset(keys.free)),
-        by_driver=set(await zset(keys.devices_by_driver)),
-        disabled={_text(k) for k in await redis.hkeys(keys.disabled_devices)},
-        draining=await members(keys.hosts_draining),
-        stalled=await members(keys.hosts_stalled),
-        online=await zset(keys.hosts_online),
+        now_ms=now_ms,
+        tasks={_text(k): orjson.loads(v) for k, v in tasks.items()},
+        by_status=zset(by_status),
+        devices={_text(k): orjson.loads(v) for k, v in devices.items()},
+        reservations={_text(k): _text(v) for k, v in reservations.items()},
+        free=set(zset(free)),
+        by_driver=set(zset(by_driver)),
+        disabled={_text(k) for k in disabled},
+        draining={_text(m) for m in draining},
+        stalled={_text(m) for m in stalled},
+        online=zset(online),
         host_devices=host_devices,
         waiting=waiting,
         assigned=assigned,
-        lease_deadlines=await zset(keys.lease_deadlines),
-        claim_deadlines=await zset(keys.claim_deadlines),
-        queue_deadlines=await zset(keys.queue_deadlines),
-        retention=await zset(keys.retention),
-        idempotency={_text(k): _text(v) for k, v in (await redis.hgetall(keys.idempotency)).items()},
-        claims={_text(k): orjson.loads(v) for k, v in (await redis.hgetall(keys.claims)).items()},
-        progress={_text(k) for k in await redis.hkeys(keys.progress)},
+        lease_deadlines=zset(lease_deadlines),
+        claim_deadlines=zset(claim_deadlines),
+        queue_deadlines=zset(queue_deadlines),
+        retention=zset(retention),
+        idempotency={_text(k): _text(v) for k, v in idempotency.items()},
+        claims={_text(k): orjson.loads(v) for k, v in claims.items()},
+        progress={_text(k) for k in progress},
         lease_keys=lease_keys,
-        capabilities={_text(k): set(orjson.loads(v)["workflows"])
-                      for k, v in (await redis.hgetall(keys.host_capabilities)).items()},
+        capabilities={_text(k): set(orjson.loads(v)["workflows"]) for k, v in capabilities.items()},
     )
 
 
@@ -215,6 +248,63 @@ def check_nothing_stranded(s: Stored, offline_after_ms: int) -> None:
         beside = [d for d in s.devices if fits(task, d, s.devices[d]) and could_run_now(s, d, offline_after_ms)
                   and host_runs(s, s.devices[d]["host_id"], task)]
         assert not beside, f"queued task {task_id} waits beside {beside} it could run on"
+
+
+def device_busy(s: Stored, task: dict[str, Any], device_id: str, offline_after_ms: int) -> bool:
+    """A device the task could run on but for the work it holds, which ends ("they will come
+    free"): reserved or reported busy, and otherwise enabled, on an online host that is not draining
+    and may run the task."""
+    device = s.devices[device_id]
+    host = device["host_id"]
+    return ((device_id in s.reservations or device["status"] == "busy") and device_id not in s.disabled
+            and host_online(s, host, offline_after_ms) and host not in s.draining and host_runs(s, host, task))
+
+
+def expected_waiting_reason(s: Stored, task: dict[str, Any], offline_after_ms: int) -> str:
+    """PROTOCOL.md, "Waiting work", from what is stored (teams aside: there are none yet)."""
+    matching = [d for d in s.devices if fits(task, d, s.devices[d])]
+    if not matching:
+        return "no_matching_device"
+    online_hosts = {s.devices[d]["host_id"] for d in matching
+                    if host_online(s, s.devices[d]["host_id"], offline_after_ms)}
+    if online_hosts and not any(host_runs(s, h, task) for h in online_hosts):
+        return "no_capable_host"
+    if any(device_busy(s, task, d, offline_after_ms) for d in matching):
+        return "matching_devices_busy"
+    return "no_schedulable_device"
+
+
+def check_waiting_explained(s: Stored, offline_after_ms: int, candidates: dict[str, dict[str, Any]],
+                            reasons: dict[str, str]) -> None:
+    """Each queued task's ``candidates`` and ``waiting_reason``, as the reads answer them, agree
+    with the oracle: ``matching`` counts the devices its target names, each of them under exactly
+    one reason (none could run it now: ``check_nothing_stranded``), ``busy`` those that will come
+    free, and the reason is PROTOCOL's."""
+    for task_id, counts in candidates.items():
+        task = s.tasks[task_id]
+        assert task["status"] == "queued", (task_id, task["status"])
+        matching = [d for d in s.devices if fits(task, d, s.devices[d])]
+        free = [d for d in matching if could_run_now(s, d, offline_after_ms)
+                and host_runs(s, s.devices[d]["host_id"], task)]
+        reasons_counted = sum(n for name, n in counts.items() if name not in ("matching", "truncated"))
+        assert counts["matching"] == len(matching), (task_id, counts, matching)
+        assert reasons_counted == len(matching) - len(free), (task_id, counts, free)
+        assert counts["busy"] == sum(device_busy(s, task, d, offline_after_ms) for d in matching), (task_id, counts)
+        expected = expected_waiting_reason(s, task, offline_after_ms)
+        assert reasons[task_id] == expected, (task_id, reasons[task_id], expected, counts)
+
+
+def check_devices_read(s: Stored, offline_after_ms: int, states: list[DeviceState]) -> None:
+    """The pool as the reads answer it (``Queries.devices``): every pooled device, with its
+    reservation, its disabling and its host's standing as stored."""
+    assert sorted(d.device.device_id for d in states) == sorted(s.devices)
+    for state in states:
+        device_id, host = state.device.device_id, state.device.host_id
+        assert host == s.devices[device_id]["host_id"], device_id
+        assert state.reserved_by == s.reservations.get(device_id), device_id
+        assert (state.disabled is not None) == (device_id in s.disabled), device_id
+        assert (state.host_online, state.host_draining, state.host_stalled) == (
+            host_online(s, host, offline_after_ms), host in s.draining, host in s.stalled), (device_id, state)
 
 
 def check_assignments_runnable(s: Stored) -> None:

@@ -6,7 +6,9 @@ moves the clock the scripts read (``coordinator.clock.ShiftedClock``) across eve
 step may land between a deadline and the sweep that acts on it, with the sweep run or not. After
 every step it reads everything stored under its prefix and checks the contract's invariants
 (``invariants.py``) against Redis and against what the machine itself was told (``Told``): what
-was acknowledged, which attempts were handed out, which answers were given.
+was acknowledged, which attempts were handed out, which answers were given. Each queued task's
+``candidates`` and ``waiting_reason``, as the reads (and a create's answer) give them, are held
+to the oracle's reading of what is stored.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import orjson
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from redis.asyncio import Redis
@@ -29,11 +32,19 @@ from coordinator.api.validation import canonical_json
 from coordinator.clock import ShiftedClock
 from coordinator.errors import ApiError
 from coordinator.state.keys import Keys
+from coordinator.state.records import DeviceState, TaskRecord
 from coordinator.state.reads import Queries
 from coordinator.state.scripts import Script, load_scripts
 from coordinator.state.store import Store
+from coordinator.state.wait_reasons import waiting_reason
 from coordinator.transport.base import PlainTransport
-from tests.coordinator.invariants import Stored, check_stored, read_stored
+from tests.coordinator.invariants import (
+    Stored,
+    check_devices_read,
+    check_stored,
+    check_waiting_explained,
+    read_stored,
+)
 from tests.support import HOSTS, delete_prefix_async, unique_prefix
 
 T = TypeVar("T")
@@ -128,13 +139,15 @@ class ProtocolMachine(RuleBasedStateMachine):
                            claim_timeout_ms=CLAIM_TIMEOUT_MS, retention_ms=RETENTION_MS, scripts=scripts(),
                            clock=self.clock)
         self.queries = Queries(PlainTransport(self.redis), self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
-                               read_waiting=scripts()["readWaiting"], clock=self.clock)
+                               scripts=scripts(), clock=self.clock)
         self.told = Told()
         self.cloud: dict[str, str] = {}  # the managed host's local device id -> its cloud id
         self.reported: dict[str, list[dict[str, Any]]] = {}  # host -> the devices it last reported
         self.snapshots: dict[str, tuple[str, str]] = {}  # host -> the last snapshot and capabilities sent
         self.counter = itertools.count()
         self.before: Stored | None = None
+        # A create's answer that queued its task: (task id, candidates).
+        self.created_waiting: tuple[str, dict[str, Any]] | None = None
         self.run(self.store.load_scripts())
         token = "tet_" + self.fresh("enrollment")
         self.run(self.store.create_enrollment_token("et_1", token_digest(token), 3_600_000, 1, "{}"))
@@ -256,6 +269,9 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert not answer.created and answer.task.id == earlier[1], "an idempotent replay is the first task"
             return
         assert answer.created and answer.task.id == task["id"]
+        assert (answer.candidates is not None) == (answer.task.status == "queued"), answer
+        if answer.candidates is not None:
+            self.created_waiting = (task["id"], answer.candidates)
         self.told.created[task["id"]] = body
         if key is not None:
             self.told.keys[key] = (canonical_json(body), task["id"])
@@ -408,4 +424,36 @@ class ProtocolMachine(RuleBasedStateMachine):
         check_stored(now, self.before, OFFLINE_AFTER_MS, self.told.created)
         for task_id, task in now.tasks.items():
             assert task["attempt"] >= self.told.newest_attempt.get(task_id, 0), "attempts only grow"
+        self._check_reads(now)
         self.before = now
+
+    def _check_reads(self, now: Stored) -> None:
+        """The queued tasks' candidates as the reads answer them, the last create's own, and the
+        pool as the reads answer it, held to the oracle; skipped when a host crossed its offline
+        deadline while they were read (the real clock runs on between the reading and the
+        answers; a create ran after the previous reading, with no clock step between)."""
+        created, self.created_waiting = self.created_waiting, None
+        queued = [TaskRecord.from_json(orjson.dumps(t)) for t in now.tasks.values() if t["status"] == "queued"]
+
+        async def read() -> tuple[dict[str, dict[str, Any]], list[DeviceState], int]:
+            candidates, pool = await asyncio.gather(self.queries.candidates(queued),
+                                                    self.queries.devices(sorted(now.devices)))
+            return candidates, pool, await self.queries.redis_time_ms()
+
+        candidates, pool, answered = self.run(read())
+        assert set(candidates) == {t.id for t in queued}, "the reads explain every queued task"
+        if not self._steady(now, now.now_ms if created is None or self.before is None else self.before.now_ms,
+                            answered):
+            return
+        reasons = {task_id: waiting_reason(counts) for task_id, counts in candidates.items()}
+        check_waiting_explained(now, OFFLINE_AFTER_MS, candidates, reasons)
+        if created is not None:
+            task_id, counts = created
+            check_waiting_explained(now, OFFLINE_AFTER_MS, {task_id: counts}, {task_id: waiting_reason(counts)})
+        check_devices_read(now, OFFLINE_AFTER_MS, pool)
+
+    @staticmethod
+    def _steady(now: Stored, start_ms: int, end_ms: int) -> bool:
+        """Whether no host's online standing changed between the two times."""
+        return all((seen > start_ms - OFFLINE_AFTER_MS) == (seen > end_ms - OFFLINE_AFTER_MS)
+                   for seen in now.online.values())

@@ -132,3 +132,17 @@ async def test_an_unclaimed_assignment_the_host_stops_listing_goes_back_to_the_q
     events = (await api.client.get(f"/api/v1/tasks/{task['task_id']}/events", headers=api.admin_headers)).json()
     assert [e["reason"] for e in events["events"] if e["type"] == "unassigned"] == ["workflow_unlisted"]
     assert (await api.claim("host-a")).status_code == 204
+
+
+async def test_a_disabled_device_of_a_host_that_lists_the_workflow_is_not_no_capable_host(api: Api) -> None:
+    """PROTOCOL: `no_capable_host` only when no online host of the matching devices lists the
+    workflow. Here one does; its device is disabled (an operator can enable it), so the task waits
+    for a schedulable device, not for a capable host."""
+    await api.heartbeat("host-a", ["a1"], agent=runs("note-smoke"))
+    await api.heartbeat("host-b", ["b1"], agent=runs("factory-reset"))
+    assert (await api.admin("POST", "/api/v1/devices/a1/disable", json={"reason": "cracked"})).status_code == 200
+    created = (await api.create_task(**workflow_task("note-smoke"))).json()
+    for task in (created, await api.task(created["task_id"])):  # the create's answer, then a read
+        assert task["status"] == "queued", task
+        assert task["candidates"]["matching"] == 2 and task["candidates"]["no_workflow"] == 1, task
+        assert task["waiting_reason"] == "no_schedulable_device", task

@@ -59,6 +59,23 @@ def test_the_scripts_derive_keys_by_the_names_generated_from_keys_py() -> None:
     assert not re.search(r"^local (KEY_NAMES|KEY_KINDS)\b", sources, re.MULTILINE)
 
 
+_KIND_PASSED = re.compile(r"^\s+KEYS\[\d+\]\s+(\w+):<", re.MULTILINE)
+_STORE = Path(__file__).resolve().parents[2] / "coordinator" / "state" / "store.py"
+
+
+def test_each_kind_of_key_is_passed_or_derived_the_same_way_everywhere() -> None:
+    """STYLE.md: a key of one id is either passed in KEYS (its script's header names it) or
+    derived inside the scripts, never one in some scripts and the other in others; the store
+    builds only the kinds that are passed."""
+    sources = _lua_sources()
+    passed = set(_KIND_PASSED.findall(sources))
+    derived = set(_KIND_USED.findall(sources))
+    assert {"auth_failures", "lease"} <= passed | derived, "the patterns find no use"
+    assert passed & derived == set()
+    built = set(re.findall(r"\bk(?:eys)?\.(\w+)\(", _STORE.read_text())) & set(PER_ID_KINDS)
+    assert built <= passed, built - passed
+
+
 async def test_a_scheduling_script_refuses_a_key_of_another_base(api: Api) -> None:
     """KEYS[1] names the slot the call runs on: one that is not the base's own tasks key would let
     the keys it touches and the slot it is routed to differ, so the call fails before any write."""

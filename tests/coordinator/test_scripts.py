@@ -3,11 +3,15 @@ clock's offset last, and its library loaded again when Redis lost it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.exceptions import ResponseError
+
+import coordinator
 
 from coordinator.state.scripts import Library, Script
 from coordinator.transport.base import NO_WAIT, Durability
@@ -61,3 +65,12 @@ async def test_a_library_redis_lost_is_loaded_again_and_the_call_retried_once() 
     transport.lost = 2
     with pytest.raises(ResponseError, match="Function not found"):
         await script(transport, ["k"], [])  # type: ignore[arg-type]
+
+
+def test_no_module_of_the_service_sends_lua_of_its_own() -> None:
+    """Every script is a file of lua/, a function of the one library, called through ``Script``
+    (the Redis clock too: lua/readClock), so each has its header and its number of keys checked."""
+    package = Path(coordinator.__file__).parent
+    inline = re.compile(r"\.(?:eval|evalsha|eval_ro|evalsha_ro|register_script|script_load)\(")
+    sending = [p.relative_to(package).as_posix() for p in sorted(package.rglob("*.py")) if inline.search(p.read_text())]
+    assert sending == []

@@ -1,8 +1,9 @@
 """Reads of the operator API, one class (`Queries`) assembled from one module per thing read:
-tasks and their counters (``task_reads``), devices and hosts (``fleet_reads``), tokens
-(``token_reads``), artifacts' descriptions (``artifact_reads``); what they share is ``reads``.
-Here: the Redis connection they read through, the Redis clock, and the candidates of waiting work
-(a script's read).
+tasks and their counters (``tasks.py``), devices and hosts (``fleet.py``), tokens (``tokens.py``),
+artifacts' descriptions (``artifacts.py``); what they share is ``common.py``. Here: the Redis
+connection they read through, and the reads that are scripts of lua/ (read-only functions of the
+library, called as ``store.py`` calls the others): the Redis clock (``readClock``), hosts'
+standing (``readHostFlags``) and the candidates of waiting work (``readWaiting``).
 
 Nothing here changes state (``store.py`` does, through scripts). Every read is bounded: listings
 page through an index with a cursor, and a filter that has no index of its own examines at most
@@ -12,46 +13,54 @@ page through an index with a cursor, and a filter that has no index of its own e
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import wire
 from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.state.keys import Keys
 from coordinator.state.reads.artifacts import ArtifactReads
-from coordinator.state.reads.common import CLOCK_SCRIPT, clock_ms
 from coordinator.state.reads.fleet import FleetReads
 from coordinator.state.reads.tasks import TaskReads
 from coordinator.state.reads.tokens import TokenReads
 from coordinator.state.records import TaskRecord
 from coordinator.state.scripts import Script
-from coordinator.state.wait_reasons import (
-    CANDIDATES_SCANNED,
-    candidates_from_reply,
-    target_of,
-    workflow_name,
-)
+from coordinator.state.wait_reasons import CANDIDATES_SCANNED, HostFlag, candidates_from_reply, target_json
 from coordinator.transport.base import RedisTransport
 
 
 class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
     """Every read of the operator API, through one Redis client."""
 
-    def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int, read_waiting: Script,
-                 clock: ShiftedClock | None = None) -> None:
+    def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,
+                 scripts: Mapping[str, Script], clock: ShiftedClock | None = None) -> None:
+        """``scripts``: every script of lua/ (``load_scripts``); the queries call the read-only
+        ones."""
         self.transport = redis
         self.redis = redis.client
         self.keys = keys
         self.clock = clock  # tests only (coordinator/clock.py)
         self._offline_after_ms = host_offline_after_ms
-        self._read_waiting = read_waiting
+        self._read_waiting = scripts["readWaiting"]
+        self._read_clock = scripts["readClock"]
+        self._read_host_flags = scripts["readHostFlags"]
 
     def _pipeline(self) -> Any:
         """A pipeline of reads, sharing the process's writes to Redis when it auto-pipelines."""
         return self.transport.pipeline()
 
     async def redis_time_ms(self) -> int:
-        return clock_ms(await self.redis.eval(CLOCK_SCRIPT, 1, self.keys.tasks)) + offset_ms(self.clock)
+        reply = await self._read_clock(self.transport, [self.keys.tasks], [], clock_offset_ms=offset_ms(self.clock))
+        return int(reply[1])
+
+    async def host_flags(self, host_ids: list[str]) -> dict[str, HostFlag]:
+        if not host_ids:
+            return {}
+        k = self.keys
+        reply = await self._read_host_flags(
+            self.transport, [k.hosts_online, k.hosts_draining, k.hosts_stalled], [self._offline_after_ms, *host_ids],
+            clock_offset_ms=offset_ms(self.clock))
+        return {h: HostFlag(int(flags)) for h, flags in zip(host_ids, reply[1:], strict=True)}
 
     # -- waiting work ----------------------------------------------------------------------
 
@@ -59,19 +68,18 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
         """``candidates`` of each queued task, by task id: one script call per distinct target,
         all sent together."""
         queued = [t for t in tasks if t.status == wire.TaskStatus.QUEUED]
-        targets = {target_of(t): t for t in queued}
-        counted = await asyncio.gather(*(self._candidates(t) for t in targets.values()))
+        targets = {target_json(t) for t in queued}
+        counted = await asyncio.gather(*(self._candidates(t) for t in targets))
         by_target = dict(zip(targets, counted, strict=True))
-        return {t.id: by_target[target_of(t)] for t in queued}
+        return {t.id: by_target[target_json(t)] for t in queued}
 
-    async def _candidates(self, task: TaskRecord) -> dict[str, Any]:
+    async def _candidates(self, target: str) -> dict[str, Any]:
         k = self.keys
         reply = await self._read_waiting(
             self.transport,
             [k.devices, k.reservations, k.disabled_devices, k.hosts_online, k.hosts_draining, k.hosts_stalled,
              k.devices_by_driver, k.host_capabilities],
-            [self._offline_after_ms, task.target_device or "", task.driver or "", CANDIDATES_SCANNED,
-             workflow_name(task) or ""],
+            [self._offline_after_ms, target, CANDIDATES_SCANNED],
             clock_offset_ms=offset_ms(self.clock),
         )
-        return candidates_from_reply(task, reply)
+        return candidates_from_reply(reply)

@@ -3,6 +3,7 @@ a device's runs, and hosts. Nothing here changes state (``store.py`` does, throu
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -12,14 +13,13 @@ import orjson
 import wire
 from coordinator.state.reads.common import (
     BATCH,
-    CLOCK_SCRIPT,
     SCAN_BOUND,
     Page,
     Reader,
-    clock_ms,
     text,
 )
 from coordinator.state.records import DeviceRecord, DeviceState, HostRecord
+from coordinator.state.wait_reasons import HostFlag
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,9 @@ class HostEntry:
     draining: bool
     static_revoked: bool  # a static host's configured credential is revoked
     now_ms: int
+    # By its last heartbeat, as the scripts read it (lua/readHostFlags); a revoked host's
+    # credential is the caller's to judge.
+    online: bool = False
 
 
 class FleetReads(Reader):
@@ -43,24 +46,22 @@ class FleetReads(Reader):
             pipe.hmget(k.reservations, ids)
             pipe.hmget(k.disabled_devices, ids)
             pipe.hmget(k.enrolled_devices, ids)
-            pipe.eval(CLOCK_SCRIPT, 1, self.keys.tasks)
-            raw_devices, reservations, disabled, enrolled, clock = await pipe.execute()
+            raw_devices, reservations, disabled, enrolled = await pipe.execute()
         records = [
             (DeviceRecord.from_json(d, raw), reserved, off, enrollment)
             for d, raw, reserved, off, enrollment in zip(ids, raw_devices, reservations, disabled, enrolled,
                                                          strict=True)
             if raw is not None
         ]
-        online, draining, stalled = await self._host_flags(sorted({r[0].host_id for r in records}),
-                                                           clock_ms(clock))
+        flags = await self.host_flags(sorted({r[0].host_id for r in records}))
         return [
             DeviceState(
                 record,
                 reserved_by=None if reserved is None else text(reserved),
                 disabled=None if off is None else orjson.loads(off),
-                host_online=record.host_id in online,
-                host_draining=record.host_id in draining,
-                host_stalled=record.host_id in stalled,
+                host_online=HostFlag.ONLINE in flags[record.host_id],
+                host_draining=HostFlag.DRAINING in flags[record.host_id],
+                host_stalled=HostFlag.STALLED in flags[record.host_id],
                 local_id=None if enrollment is None else orjson.loads(enrollment).get("local_id"),
             )
             for record, reserved, off, enrollment in records
@@ -134,23 +135,6 @@ class FleetReads(Reader):
             pipe.exists(k.device_runs(device_id))
             return any(await pipe.execute())
 
-    async def _host_flags(self, hosts: list[str], now_ms: int) -> tuple[set[str], set[str], set[str]]:
-        """Of these hosts: the online ones, the draining ones, the stalled ones."""
-        if not hosts:
-            return set(), set(), set()
-        k = self.keys
-        async with self._pipeline() as pipe:
-            pipe.zmscore(k.hosts_online, hosts)
-            pipe.smismember(k.hosts_draining, hosts)
-            pipe.smismember(k.hosts_stalled, hosts)
-            seen, draining, stalled = await pipe.execute()
-        threshold = now_ms - self._offline_after_ms
-        return (
-            {h for h, s in zip(hosts, seen, strict=True) if s is not None and s > threshold},
-            {h for h, flag in zip(hosts, draining, strict=True) if flag},
-            {h for h, flag in zip(hosts, stalled, strict=True) if flag},
-        )
-
     # -- hosts -----------------------------------------------------------------------------
 
     async def hosts(self, host_ids: list[str], static_digests: dict[str, str]) -> list[HostEntry]:
@@ -165,20 +149,18 @@ class FleetReads(Reader):
             pipe.zmscore(k.host_seen, host_ids)
             pipe.zmscore(k.hosts_online, host_ids)
             pipe.hmget(k.host_snapshots, host_ids)
-            pipe.smismember(k.hosts_draining, host_ids)
             if digests:
                 pipe.smismember(k.revoked_tokens, digests)
-            pipe.eval(CLOCK_SCRIPT, 1, self.keys.tasks)
-            replies = await pipe.execute()
-        records, seen, online, snapshots, draining = replies[:5]
-        revoked = dict(zip(digests, replies[5], strict=True)) if digests else {}
-        now = clock_ms(replies[-1])
+            (replies, now), flags = await asyncio.gather(self._with_clock(pipe), self.host_flags(host_ids))
+        records, seen, online, snapshots = replies[:4]
+        revoked = dict(zip(digests, replies[4], strict=True)) if digests else {}
         return [
             HostEntry(
                 HostRecord.from_parts(h, records[i], snapshots[i], seen[i], online[i]),
-                draining=bool(draining[i]),
+                draining=HostFlag.DRAINING in flags[h],
                 static_revoked=bool(revoked.get(static_digests.get(h, ""), False)),
                 now_ms=now,
+                online=HostFlag.ONLINE in flags[h],
             )
             for i, h in enumerate(host_ids)
         ]
@@ -189,9 +171,9 @@ class FleetReads(Reader):
         lists nothing (an agent older than capabilities) runs anything but names nothing, so it
         is in no entry. Reads every online host: bounded by the fleet's size."""
         k = self.keys
-        now = await self.redis_time_ms()
-        online = [text(h) for h in await self.redis.zrangebyscore(
-            k.hosts_online, f"({now - self._offline_after_ms}", "+inf")]
+        swept_in = [text(h) for h in await self.redis.zrange(k.hosts_online, 0, -1)]
+        flags = await self.host_flags(swept_in)
+        online = [h for h in swept_in if HostFlag.ONLINE in flags[h]]
         if not online:
             return []
         async with self._pipeline() as pipe:

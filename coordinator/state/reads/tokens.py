@@ -3,8 +3,7 @@ enrollment token could enroll a host now. Nothing here changes state (``store.py
 
 from __future__ import annotations
 
-from coordinator.clock import offset_ms
-from coordinator.state.reads.common import CLOCK_SCRIPT, Reader, clock_ms
+from coordinator.state.reads.common import Reader
 from coordinator.state.records import EnrollmentToken, OperatorToken
 
 
@@ -33,22 +32,20 @@ class TokenReads(Reader):
         async with self._pipeline() as pipe:
             if ids:
                 pipe.hmget(records, ids)
-            pipe.eval(CLOCK_SCRIPT, 1, self.keys.tasks)
-            replies = await pipe.execute()
+            replies, now = await self._with_clock(pipe)
         raw = [v for v in replies[0] if v is not None] if ids else []
-        return raw, clock_ms(replies[-1]) + offset_ms(self.clock), more
+        return raw, now, more
 
     async def enrollment_token_usable(self, digest: str) -> bool:
         """Whether an enrollment token could enroll a new host now (a read, for ordering errors)."""
         k = self.keys
         async with self._pipeline() as pipe:
             pipe.hget(k.enrollment_token_hashes, digest)
-            pipe.eval(CLOCK_SCRIPT, 1, self.keys.tasks)
-            token_id, clock = await pipe.execute()
+            (token_id,), now = await self._with_clock(pipe)
         if token_id is None:
             return False
         raw = await self.redis.hget(k.enrollment_tokens, token_id)
         if raw is None:
             return False
         token = EnrollmentToken.from_json(raw)
-        return not token.revoked and token.uses < token.max_uses and clock_ms(clock) < token.expires_at
+        return not token.revoked and token.uses < token.max_uses and now < token.expires_at

@@ -7,14 +7,17 @@
     KEYS[3] revoked_tokens   set   SHA-256 digests of revoked host tokens
     KEYS[4] progress         hash  task id -> latest progress JSON of its running attempt
     KEYS[5] feed             stream the deployment's live feed
-    KEYS[6] lease:<task id>  string the live lease {lease_id, host_id, attempt}, its TTL the time left
     ARGV[1] host id
     ARGV[2] lease id
     ARGV[3] task id
     ARGV[4] attempt
     ARGV[5] SHA-256 of the credential the request came with (revocation is bound to it)
-    ARGV[6] lease TTL (ms)
-    ARGV[7] progress JSON to store, or "" to leave the stored progress as it is
+    ARGV[6] key base: the deployment's prefix and ':' (`tether:{default}:`), which the task's
+            lease key is derived from, as every script derives it (includes/deployment.lua)
+    ARGV[7] lease TTL (ms)
+    ARGV[8] progress JSON to store, or "" to leave the stored progress as it is
+  Keys it derives:
+    lease:<task id>  string the live lease {lease_id, host_id, attempt}, its TTL the time left
   Output:
     {0, new expiry (ms), cancel requested (0|1)}
     {LEASE_NOT_OWNED} unknown lease, another host's, or not this task and attempt
@@ -29,9 +32,12 @@
   keeps transitions only).
 ]]
 --- @include "includes/common"
-local deadlinesKey, progressKey, feedKey, leaseKey = KEYS[2], KEYS[4], KEYS[5], KEYS[6]
+--- @include "includes/deployment"
+local deadlinesKey, progressKey, feedKey = KEYS[2], KEYS[4], KEYS[5]
 local hostId, leaseId, taskId, attempt = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local ttl, progress = tonumber(ARGV[6]), ARGV[7]
+local ttl, progress = tonumber(ARGV[7]), ARGV[8]
+-- Only the key base of the deployment: its lease keys are derived, as in every other script.
+local S = {base = ARGV[6]}
 
 local now = nowMs()
 local task, lease, failure = requestLease(KEYS, ARGV, now)
@@ -39,7 +45,8 @@ if not lease then
   return {failure}
 end
 rcall('ZADD', deadlinesKey, now + ttl, taskId)
-rcall('SET', leaseKey, cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt}), 'PX', ttl)
+rcall('SET', derived(S, 'lease', taskId),
+      cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt}), 'PX', ttl)
 if progress ~= '' and rcall('HGET', progressKey, taskId) ~= progress then
   rcall('HSET', progressKey, taskId, progress)
   local step = cjson.decode(progress)
