@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from enum import Enum
+from typing import TypeGuard
 
 
 class TaskStatus(str, Enum):
@@ -105,7 +106,7 @@ ID_PATTERN = r"[A-Za-z0-9._:-]{1,128}"
 _ID = re.compile(ID_PATTERN)
 
 
-def is_valid_id(value: object) -> bool:
+def is_valid_id(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and _ID.fullmatch(value) is not None
 
 

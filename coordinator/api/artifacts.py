@@ -18,7 +18,6 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 import wire
-from coordinator.api.auth import HostPrincipal
 from coordinator.api.context import Context
 from coordinator.api.responses import json_response
 from coordinator.api.validation import require_id
@@ -30,6 +29,7 @@ from coordinator.errors import (
     PayloadTooLarge,
     found,
 )
+from coordinator.state.records import HostPrincipal
 from wire import iso_ms
 
 _NAME = re.compile(wire.ARTIFACT_NAME_PATTERN)
@@ -48,7 +48,7 @@ class Upload:
 
 
 def _name(request: Request) -> str:
-    name = request.path_params["name"]
+    name: str = request.path_params["name"]
     if not _NAME.fullmatch(name):
         raise InvalidRequest("an artifact name is 1..128 characters of A-Z, a-z, 0-9, '.', '_' and '-'")
     return name

@@ -47,6 +47,7 @@ import wire
 from coordinator.errors import ApiError, Forbidden, InsufficientScope, Unauthorized
 from coordinator.state.epoch import Epoch
 from coordinator.state.keys import Keys
+from coordinator.state.reads.common import text
 from coordinator.state.records import HostPrincipal, OperatorToken
 
 _CACHE_LIMIT = 100_000
@@ -97,7 +98,8 @@ ACCESS = "tether.access"
 
 def access_of(request: Request) -> Access:
     """The operator calling this route, as ``Authenticator.authorize`` let it in."""
-    return request.scope[ACCESS]
+    access: Access = request.scope[ACCESS]
+    return access
 
 
 class OperatorTokenReader(Protocol):
@@ -111,7 +113,7 @@ def bearer_secret(request: Request) -> str:
     scheme, _, secret = request.headers.get("authorization", "").partition(" ")
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret or len(secret) > 1024:
-        raise Unauthorized()
+        raise Unauthorized
     return secret
 
 
@@ -150,7 +152,7 @@ class Authenticator:
         if self._admin_digest is not None and hmac.compare_digest(digest.encode(), self._admin_digest):
             return BOOTSTRAP_ADMIN
         if not secret.startswith(wire.OPERATOR_TOKEN_PREFIX) or self._operator_tokens is None:
-            raise Unauthorized()
+            raise Unauthorized
         # Redis finds the token by the digest (a hash lookup): the secret itself is never compared
         # or kept, so there is no comparison whose timing could leak it.
         token, now_ms = await self._operator_tokens.read_operator_token(digest)
@@ -181,8 +183,8 @@ class Authenticator:
             generation = self._generation
             raw = await self._redis.hget(self._keys.host_tokens, digest)
             if raw is None:
-                raise Unauthorized()
-            host_id = raw.decode()
+                raise Unauthorized
+            host_id = text(raw)
             if generation == self._generation:
                 if len(self._enrolled_cache) >= _CACHE_LIMIT:
                     self._enrolled_cache.clear()
@@ -201,7 +203,7 @@ class Authenticator:
         """``Unauthorized`` if the credential was revoked, by this process or another."""
         if await self._redis.sismember(self._keys.revoked_tokens, principal.digest):
             self._enrolled_cache.pop(principal.digest, None)
-            raise Unauthorized()
+            raise Unauthorized
 
     async def parse_for(self, principal: HostPrincipal, parse: Awaitable[T]) -> T:
         """``parse``'s value; if it refuses the request, a revoked credential's 401 comes first."""

@@ -73,7 +73,7 @@ PER_HOST_DEVICES = "x-per-host-devices"
 NO_CONTROL = "^[^\\x00-\\x08\\x0b-\\x1f]*$"
 SOME_TEXT = "[^\\x00-\\x08\\x0b-\\x1f]"
 _C0 = re.compile("[\x00-\x08\x0b-\x1f]")
-_C0_TABLE = dict.fromkeys([*range(0, 9), *range(11, 32)])
+_C0_TABLE = dict.fromkeys([*range(9), *range(11, 32)])
 
 
 def clean_text(value: str) -> str:
@@ -177,7 +177,8 @@ class OperatorBody(RequestBody):
             values = [option for option in options if option != {"type": "null"}]
             if len(values) < len(options):
                 rest = {k: v for k, v in field.items() if k != "anyOf" and not (k == "default" and v is None)}
-                json_schema["properties"][name] = {**values[0], **rest} if len(values) == 1 else {"anyOf": values, **rest}
+                json_schema["properties"][name] = (
+                    {**values[0], **rest} if len(values) == 1 else {"anyOf": values, **rest})
         return json_schema
 
 
@@ -386,7 +387,8 @@ class OperatorTokenCreate(OperatorBody):
                     Field(json_schema_extra={"not": {"const": wire.BOOTSTRAP_ACTOR}})]
     scopes: Annotated[list[Scope], Field(min_length=1, json_schema_extra={"uniqueItems": True}),
                       AfterValidator(_distinct)]
-    ttl_s: Annotated[int, Field(ge=wire.OPERATOR_TOKEN_TTL_MIN_S, le=wire.OPERATOR_TOKEN_TTL_MAX_S), Integral] = wire.OPERATOR_TOKEN_TTL_DEFAULT_S
+    ttl_s: Annotated[int, Field(ge=wire.OPERATOR_TOKEN_TTL_MIN_S, le=wire.OPERATOR_TOKEN_TTL_MAX_S),
+                     Integral] = wire.OPERATOR_TOKEN_TTL_DEFAULT_S
 
 
 # The document's name of each request body is its model's name (routes.py names them).

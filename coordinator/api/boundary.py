@@ -68,7 +68,7 @@ def request_id(scope: Scope) -> str:
 def _new_request_id(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == b"x-request-id" and 0 < len(value) <= 64 and value.isascii() and value.isalnum():
-            return value.decode()
+            return str(value.decode())
     return secrets.token_hex(8)
 
 

@@ -28,7 +28,8 @@ async def create_token(ctx: Context, request: Request) -> Response:
     body = await read(request, TokenCreate, ctx.settings.max_body_bytes)
     secret = wire.ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = await ctx.store.create_enrollment_token(
-        "et_" + secrets.token_hex(8), token_digest(secret), body.ttl_s * 1000, body.max_uses, canonical_json(body.labels),
+        "et_" + secrets.token_hex(8), token_digest(secret), body.ttl_s * 1000, body.max_uses,
+        canonical_json(body.labels),
         actor=access_of(request).operator.name,
     )
     return tokens.created(token_view(token, token.created_at), secret)
@@ -59,7 +60,7 @@ async def enroll(ctx: Context, request: Request) -> Response:
     except ApiError:
         # Credential first: a token that could not enroll gets its 401, whatever the body.
         if not await ctx.queries.enrollment_token_usable(token_hash):
-            raise Unauthorized() from None
+            raise Unauthorized from None
         raise
     host_id, created = await ctx.store.enroll_host(
         token_hash, enrollment_id, token_digest(host_token), "h_" + secrets.token_hex(8), hostname,

@@ -14,13 +14,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api.auth import HostPrincipal
 from coordinator.api.bodies import Agent, Claim, Heartbeat, Progress, Renew, Result
 from coordinator.api.context import Context
 from coordinator.api.responses import assignment_view, json_response
 from coordinator.api.validation import canonical_json, read, require_id
 from coordinator.errors import ApiError, InvalidRequest, device_limit
 from coordinator.longpoll import CONNECTION, claim_until_assigned
+from coordinator.state.records import HostPrincipal
 from wire import iso_ms
 
 

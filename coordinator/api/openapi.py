@@ -20,15 +20,27 @@ from coordinator.api.events import FILTERS as FEED_FILTERS
 
 
 class Endpoint(Protocol):
-    """What the document needs of a route (``coordinator.api.routes.Endpoint`` is one)."""
+    """What the document needs of a route (``coordinator.api.routes.Endpoint``, a frozen
+    dataclass, is one: hence read-only members)."""
 
-    method: str
-    path: str
-    summary: str
-    security: str | None  # the bearer principal, or None for an open route
-    scope: str | None  # an operator route's required scope ("any": any operator credential)
-    request: str | None  # the schema name of the JSON body
-    responses: dict[int, str | None]  # status -> schema name
+    @property
+    def method(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def security(self) -> str | None:
+        """The bearer principal, or None for an open route."""
+    @property
+    def scope(self) -> str | None:
+        """An operator route's required scope ("any": any operator credential)."""
+    @property
+    def request(self) -> str | None:
+        """The schema name of the JSON body."""
+    @property
+    def responses(self) -> dict[int, str | None]:
+        """Status -> schema name."""
 
 _ID = {"type": "string", "pattern": f"^{wire.ID_PATTERN}$"}
 _SCOPES = {"type": "array", "uniqueItems": True, "minItems": 1,
@@ -157,7 +169,8 @@ SCHEMAS: dict[str, Any] = {
         "created_by": {"type": ["string", "null"]}, "expired": {"type": "boolean"},
         "revoked": {"type": "boolean"}}},
     "OperatorTokenCreated": {"type": "object", "properties": {
-        "id": _ID, "name": _ID, "scopes": _SCOPES, "token": {"type": "string", "pattern": f"^{wire.OPERATOR_TOKEN_PREFIX}"},
+        "id": _ID, "name": _ID, "scopes": _SCOPES,
+        "token": {"type": "string", "pattern": f"^{wire.OPERATOR_TOKEN_PREFIX}"},
         "expires_at": {"type": "string"}}},
     "OperatorTokens": {"type": "object", "properties": {
         "operator_tokens": {"type": "array", "items": {"$ref": "#/components/schemas/OperatorToken"}},

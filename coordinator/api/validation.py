@@ -22,7 +22,7 @@ from coordinator.errors import InvalidRequest, PayloadTooLarge
 def require_id(value: object, field: str) -> str:
     if not wire.is_valid_id(value):
         raise InvalidRequest(f"{field} must be 1..128 characters of [A-Za-z0-9._:-]")
-    return value  # type: ignore[return-value]
+    return value
 
 
 async def read_body(request: Request, limit: int) -> bytes:

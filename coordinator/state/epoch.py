@@ -42,7 +42,7 @@ class Epoch:
         self._key = key
         self._interval_s = interval_s
         self._clock = clock
-        self._known: bytes | None = None
+        self._known: bytes | str | None = None
         self._checked_at = float("-inf")
         self._checking: asyncio.Future[None] | None = None
         self._on_change: list[Callable[[], None]] = []

@@ -20,7 +20,7 @@ _FIELDS: dict[type, frozenset[str]] = {}
 def _from_dict(cls: type[R], data: dict[str, Any], **extra: Any) -> R:
     known = _FIELDS.get(cls)
     if known is None:
-        known = _FIELDS[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+        known = _FIELDS[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]  # R is one of the dataclasses below
     return cls(**{k: v for k, v in data.items() if k in known}, **extra)
 
 

@@ -127,7 +127,8 @@ class Store:
         return self._library.loaded and await self._library.present(self.redis)
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        reply = await self._scripts[name](self.transport, keys, args, self.durability, offset_ms(self.clock))
+        reply: list[Any] = await self._scripts[name](self.transport, keys, args, self.durability,
+                                                     offset_ms(self.clock))
         if reply[0] != 0:
             detail = reply[1] if len(reply) > 1 else None
             if isinstance(detail, bytes):
@@ -154,7 +155,7 @@ class Store:
         ``agent.capabilities``, canonical, or "" when the agent sent none (it runs anything)."""
         reply = await self._schedule("heartbeat", [host.host_id, host.kind, snapshot_json, host.digest,
                                                    capabilities_json])
-        return reply[1] == 1
+        return bool(reply[1] == 1)
 
     async def claim(self, host: HostPrincipal, claim_id: str, lease_id: str, ttl_ms: int,
                     process_id: str = "", wait_ms: int = 0) -> Claimed | None:
@@ -199,13 +200,13 @@ class Store:
     async def set_host_draining(self, host_id: str, draining: bool, *, actor: str = "admin") -> bool:
         """Whether anything changed."""
         reply = await self._schedule("setHostDraining", [host_id, 1 if draining else 0, actor])
-        return reply[1] == 1
+        return bool(reply[1] == 1)
 
     async def set_device_disabled(self, device_id: str, disabled: bool, reason: str = "", *,
                                   actor: str = "admin") -> bool:
         """Whether anything changed (disabling again still updates the reason)."""
         reply = await self._schedule("setDeviceDisabled", [device_id, 1 if disabled else 0, reason, actor])
-        return reply[1] == 1
+        return bool(reply[1] == 1)
 
     async def forget_device(self, device_id: str, *, actor: str = "admin") -> None:
         await self._schedule("forgetDevice", [device_id, actor])
@@ -333,7 +334,7 @@ class Store:
     async def touch_operator_token(self, token_id: str, interval_ms: int) -> bool:
         """Set ``last_used_at`` unless it was set less than ``interval_ms`` ago; whether it was."""
         reply = await self._run("touchOperatorToken", [self.keys.operator_tokens], [token_id, interval_ms])
-        return reply[1] == 1
+        return bool(reply[1] == 1)
 
     async def enroll_host(self, token_digest: str, enrollment_id: str, host_token_digest: str,
                           new_host_id: str, hostname: str, labels_json: str) -> tuple[str, bool]:
@@ -354,4 +355,5 @@ class Store:
             [k.hosts, k.local_devices, k.enrolled_devices, k.revoked_tokens],
             [host.host_id, orjson.dumps(devices), host.digest, max_devices],
         )
-        return orjson.loads(reply[1])
+        enrolled: list[dict[str, str]] = orjson.loads(reply[1])
+        return enrolled

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -87,18 +87,18 @@ class FleetReads(Reader):
         last: str | None = None
         while len(found) < limit and examined < SCAN_BOUND:
             count = BATCH if status else limit - len(found)
-            members = [text(m) for m in await self.redis.zrangebylex(
+            batch = [text(m) for m in await self.redis.zrangebylex(
                 self.keys.devices_by_driver, low, high, start=0, num=count)]
-            states = {s.device.device_id: s for s in await self.devices([m.split("\0", 1)[1] for m in members])}
-            for member in members:
+            by_id = {s.device.device_id: s for s in await self.devices([m.split("\0", 1)[1] for m in batch])}
+            for member in batch:
                 examined += 1
                 last = member
-                state = states.get(member.split("\0", 1)[1])
+                state = by_id.get(member.split("\0", 1)[1])
                 if state is not None and (status is None or state.device.status == status):
                     found.append(state)
                     if len(found) == limit:
                         break
-            if len(members) < count and len(found) < limit:
+            if len(batch) < count and len(found) < limit:
                 return Page(found, None)  # the index is exhausted
             low = f"({last}"
         return Page(found, None if last is None else last.replace("\0", "/", 1))
@@ -171,7 +171,8 @@ class FleetReads(Reader):
         lists nothing (an agent older than capabilities) runs anything but names nothing, so it
         is in no entry. Reads every online host: bounded by the fleet's size."""
         k = self.keys
-        swept_in = [text(h) for h in await self.redis.zrange(k.hosts_online, 0, -1)]
+        members = cast("list[bytes]", await self.redis.zrange(k.hosts_online, 0, -1))  # ids, no scores
+        swept_in = [text(h) for h in members]
         flags = await self.host_flags(swept_in)
         online = [h for h in swept_in if HostFlag.ONLINE in flags[h]]
         if not online:

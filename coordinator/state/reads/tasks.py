@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -103,4 +103,5 @@ class TaskReads(Reader):
     async def oldest_queued(self, count: int) -> list[TaskRecord]:
         k = self.keys
         high, low = k.status_scores(wire.TaskStatus.QUEUED.value)
-        return await self._tasks(await self.redis.zrangebyscore(k.tasks_by_status, low, high, start=0, num=count))
+        ids = cast("list[bytes]", await self.redis.zrangebyscore(k.tasks_by_status, low, high, start=0, num=count))
+        return await self._tasks(ids)
