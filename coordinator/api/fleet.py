@@ -85,11 +85,8 @@ def _host_view(ctx: Context, entry: HostEntry) -> dict[str, Any]:
     # Revocation is bound to the credential: a static host is revoked while its configured token
     # is, an enrolled one for good.
     revoked = entry.static_revoked if static else host.revoked
-    online = (
-        host.online_seen is not None
-        and host.online_seen > entry.now_ms - ctx.settings.host_offline_after_ms
-        and not revoked
-    )
+    # Online as every script reads it (the one notion), less a credential that no longer works.
+    online = entry.online and not revoked
     kind = host.kind or ("static" if static else "enrolled")
     return host_view(host, kind=kind, online=online, revoked=revoked, draining=entry.draining)
 

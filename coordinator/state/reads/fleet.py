@@ -27,7 +27,6 @@ class HostEntry:
     host: HostRecord
     draining: bool
     static_revoked: bool  # a static host's configured credential is revoked
-    now_ms: int
     # By its last heartbeat, as the scripts read it (lua/readHostFlags); a revoked host's
     # credential is the caller's to judge.
     online: bool = False
@@ -151,7 +150,7 @@ class FleetReads(Reader):
             pipe.hmget(k.host_snapshots, host_ids)
             if digests:
                 pipe.smismember(k.revoked_tokens, digests)
-            (replies, now), flags = await asyncio.gather(self._with_clock(pipe), self.host_flags(host_ids))
+            replies, flags = await asyncio.gather(pipe.execute(), self.host_flags(host_ids))
         records, seen, online, snapshots = replies[:4]
         revoked = dict(zip(digests, replies[4], strict=True)) if digests else {}
         return [
@@ -159,7 +158,6 @@ class FleetReads(Reader):
                 HostRecord.from_parts(h, records[i], snapshots[i], seen[i], online[i]),
                 draining=HostFlag.DRAINING in flags[h],
                 static_revoked=bool(revoked.get(static_digests.get(h, ""), False)),
-                now_ms=now,
                 online=HostFlag.ONLINE in flags[h],
             )
             for i, h in enumerate(host_ids)
