@@ -3,8 +3,8 @@
 Computed from the pool, never stored. A script reads a target's devices in one step
 (``lua/includes/candidates.lua``): the create script when it queues a task, ``readWaiting``
 otherwise; this module matches labels and counts. The cost is bounded: a selector's candidates
-are the first ``CANDIDATES_SCANNED`` pooled devices of its driver (in device-id order); past that
-the counts say ``"truncated": true``. Queued tasks with the same target share one read
+are the first ``candidates_scanned`` (a setting) pooled devices of its driver (in device-id
+order); past that the counts say ``"truncated": true``. Queued tasks with the same target share one read
 (``Queries.candidates``).
 """
 
@@ -17,7 +17,6 @@ import orjson
 import wire
 from coordinator.state.records import DeviceRecord, DeviceState, TaskRecord
 
-CANDIDATES_SCANNED = 1000
 # Host flags in a candidates reply (lua/includes/candidates.lua, hostFlags).
 _ONLINE, _DRAINING, _STALLED, _RUNS_WORKFLOW = 1, 2, 4, 8
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import wire
 from coordinator.clock import ShiftedClock, offset_ms
+from coordinator.settings import CANDIDATES_SCANNED
 from coordinator.state.keys import Keys
 from coordinator.state.reads.artifacts import ArtifactReads
 from coordinator.state.reads.common import CLOCK_SCRIPT, clock_ms
@@ -26,7 +27,6 @@ from coordinator.state.reads.tokens import TokenReads
 from coordinator.state.records import TaskRecord
 from coordinator.state.scripts import Script
 from coordinator.state.wait_reasons import (
-    CANDIDATES_SCANNED,
     candidates_from_reply,
     target_of,
     workflow_name,
@@ -38,13 +38,14 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
     """Every read of the operator API, through one Redis client."""
 
     def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int, read_waiting: Script,
-                 clock: ShiftedClock | None = None) -> None:
+                 candidates_scanned: int = CANDIDATES_SCANNED, clock: ShiftedClock | None = None) -> None:
         self.transport = redis
         self.redis = redis.client
         self.keys = keys
         self.clock = clock  # tests only (coordinator/clock.py)
         self._offline_after_ms = host_offline_after_ms
         self._read_waiting = read_waiting
+        self._candidates_scanned = candidates_scanned
 
     def _pipeline(self) -> Any:
         """A pipeline of reads, sharing the process's writes to Redis when it auto-pipelines."""
@@ -70,7 +71,7 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
             self.transport,
             [k.devices, k.reservations, k.disabled_devices, k.hosts_online, k.hosts_draining, k.hosts_stalled,
              k.devices_by_driver, k.host_capabilities],
-            [self._offline_after_ms, task.target_device or "", task.driver or "", CANDIDATES_SCANNED,
+            [self._offline_after_ms, task.target_device or "", task.driver or "", self._candidates_scanned,
              workflow_name(task) or ""],
             clock_offset_ms=offset_ms(self.clock),
         )
