@@ -74,10 +74,8 @@ def test_a_poll_whose_client_left_before_it_was_served_claims_nothing() -> None:
     coordinator resumes it reads the request and the hang-up together: it must not claim."""
     with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix)) as coordinator:
         url, pid = coordinator.url, coordinator.pid
-        heartbeat = {"devices": [{"device_id": "a1", "driver": "sim", "status": "available"}]}
-        assert httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A).status_code == 200
-        task = httpx.post(f"{url}/api/v1/tasks", headers=ADMIN_HEADERS,
-                          json={"kind": "goal", "goal": "g", "device_id": "a1", "max_attempts": 1}).json()
+        coordinator.heartbeat("host-a", ["a1"])
+        task = coordinator.create_task(goal="g", device_id="a1", max_attempts=1)
         assert task["status"] == "assigned"
         port = coordinator.port
         os.kill(pid, signal.SIGSTOP)

@@ -28,8 +28,7 @@ def _metrics_show(url: str, line: str) -> bool:
 def test_a_waiting_poll_is_released_as_soon_as_its_client_hangs_up() -> None:
     with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix)) as coordinator:
         url = coordinator.url
-        heartbeat = {"devices": [{"device_id": "a1", "driver": "sim", "status": "available"}]}
-        assert httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A).status_code == 200
+        coordinator.heartbeat("host-a", ["a1"])
         with socket.create_connection(("127.0.0.1", coordinator.port)) as sock:
             sock.sendall(
                 b"POST /internal/v1/hosts/host-a/claim?wait_s=60 HTTP/1.1\r\nHost: c\r\n"
