@@ -367,12 +367,16 @@ class CoordinatorProcess:
         args = [sys.executable, "-m", "coordinator", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
         process = self.process = Process("coordinator", args, self.env, self.workdir)
 
+        # One client for every probe: httpx.get builds a client, and its TLS context, per call
+        # (some 30 ms of CPU), which at 20 probes a second competed with the starting process.
+        probe = httpx.Client(timeout=1.0)
+
         def ready() -> bool:
             if process.popen.poll() is not None:
                 # stop() below prints its log
                 raise AssertionError(f"coordinator exited with {process.popen.returncode} before it was ready")
             try:
-                return httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200
+                return probe.get(f"{self.url}/readyz").status_code == 200
             except httpx.TransportError:
                 return False
 
@@ -381,6 +385,8 @@ class CoordinatorProcess:
         except BaseException:
             process.stop()
             raise
+        finally:
+            probe.close()
 
     def stop(self) -> int | None:
         return self.process.stop() if self.process is not None else None

@@ -65,7 +65,7 @@ def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns
                 return put.status_code == 200
 
             wait_until(heartbeat_accepted, 10, 0.05, what="heartbeats accepted again")
-            wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200, 10, 0.02, what="ready again")
+            wait_until(lambda: coordinator.api.get("/readyz").status_code == 200, 10, 0.02, what="ready again")
     verify(history, at_least=6)
 
 
@@ -87,7 +87,7 @@ def test_a_poll_whose_client_left_before_it_was_served_claims_nothing() -> None:
                 )
         finally:
             os.kill(pid, signal.SIGCONT)
-        wait_until(lambda: "tether_claims_total{" in httpx.get(f"{url}/metrics").text, 10, 0.02,
+        wait_until(lambda: "tether_claims_total{" in coordinator.api.get("/metrics").text, 10, 0.02,
                    what="the claim counted")
         claims = [line for line in httpx.get(f"{url}/metrics").text.splitlines()
                   if line.startswith("tether_claims_total{")]

@@ -164,7 +164,7 @@ def test_sigterm_answers_waiting_polls_at_once_and_exits_0(tmp_path: Path) -> No
         for thread in threads:
             thread.start()
         waiting = f"tether_waiting_polls {polls}.0".encode()
-        wait_until(lambda: waiting in httpx.get(f"{url}/metrics").content, 10, 0.02, what="the polls waiting")
+        wait_until(lambda: waiting in coordinator.api.get("/metrics").content, 10, 0.02, what="the polls waiting")
         process = coordinator.process
         assert process is not None
         process.signal(signal.SIGTERM)
