@@ -54,7 +54,7 @@ def running_s3_server() -> Iterator[S3Server]:
             return False
 
     try:
-        with httpx.Client(timeout=1) as probe:  # one client: httpx.get builds one (and a TLS context) a call
+        with httpx.Client(timeout=1) as probe:  # httpx.get would build a client (and a TLS context) a probe
             wait_until(lambda: answers(probe), 30, what="moto_server answering")
         yield S3Server(url)
     finally:
