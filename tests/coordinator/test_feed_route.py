@@ -83,7 +83,8 @@ class Served:
 @contextlib.asynccontextmanager
 async def served_app(redis_client: aioredis.Redis, prefix: str, **settings: Any) -> AsyncIterator[Served]:
     """The app with these settings, served; its keys deleted afterwards."""
-    app = create_app(make_settings(prefix, **settings), redis=PlainTransport(Unclosable(redis_client)))  # type: ignore[arg-type]
+    transport = PlainTransport(Unclosable(redis_client))  # type: ignore[arg-type]
+    app = create_app(make_settings(prefix, **settings), redis=transport)
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
         yield Served(app, client, redis_client, Keys(prefix).feed)
     await delete_prefix_async(redis_client, prefix)

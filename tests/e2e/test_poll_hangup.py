@@ -33,7 +33,8 @@ def test_a_waiting_poll_is_released_as_soon_as_its_client_hangs_up() -> None:
                 b"POST /internal/v1/hosts/host-a/claim?wait_s=60 HTTP/1.1\r\nHost: c\r\n"
                 b"Authorization: Bearer " + HOSTS["host-a"].encode() + b"\r\nContent-Length: 0\r\n\r\n"
             )
-            wait_until(lambda: _metrics_show(coordinator, "tether_waiting_polls 1.0"), 10, 0.02, what="the poll waiting")
+            wait_until(lambda: _metrics_show(coordinator, "tether_waiting_polls 1.0"), 10, 0.02,
+                       what="the poll waiting")
         # hung up: answered within seconds, not at its 60 s deadline
         wait_until(lambda: _metrics_show(coordinator, 'tether_claims_total{outcome="disconnected"} 1.0'), 5, 0.02,
                    what="the poll released as disconnected")
