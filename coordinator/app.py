@@ -71,13 +71,13 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
     store = Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
                   claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms,
                   durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
-                  scripts=scripts, clock=clock)
+                  scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock)
     metrics = Metrics()
     return Context(
         settings=settings,
         store=store,
         queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
-                        scripts=scripts, clock=clock),
+                        scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock),
         auth=Authenticator(redis.client, keys, settings.admin_token, settings.static_hosts, epoch, store),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=metrics,

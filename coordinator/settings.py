@@ -13,6 +13,9 @@ import wire
 
 # What redis-py's from_url accepts.
 REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+# The default of ``candidates_scanned``, which the state floor also takes when built without
+# settings (the model test, benchmarks).
+CANDIDATES_SCANNED = 1000
 
 
 class Settings(BaseSettings):
@@ -52,6 +55,13 @@ class Settings(BaseSettings):
     redis_wait_replicas: int = Field(default=0, ge=0)
     redis_wait_timeout_ms: int = Field(default=1000, gt=0, le=5000)
     reaper_interval_s: float = Field(default=1.0, gt=0)
+    # A queued task's candidates are counted over at most this many pooled devices of its driver
+    # (coordinator/state/wait_reasons.py), so the count costs a bounded read; past it they say
+    # "truncated".
+    candidates_scanned: int = Field(default=CANDIDATES_SCANNED, gt=0)
+    # A feed watcher that has had no event for this long gets a comment, so proxies keep the
+    # connection open (coordinator/api/events.py).
+    feed_keepalive_s: float = Field(default=15.0, gt=0)
     # Deadlines of the service's own (PROTOCOL.md "Waiting work" and "Retention").
     queue_timeout_s: float = Field(default=86400.0, gt=0)
     claim_timeout_s: float = Field(default=60.0, gt=0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -33,6 +34,8 @@ from tests.support import (
     ADMIN,
     HOSTS,
     REAL_REDIS_URL,
+    Process,
+    agent_process,
     delete_prefix_async,
     unique_prefix,
 )
@@ -260,3 +263,19 @@ class Unclosable:
     async def aclose(self) -> None:
         return None
 
+
+
+@pytest.fixture
+def start_agent(tmp_path: Path, agent_url: str) -> Iterator[Callable[..., Process]]:
+    """``start_agent(name="agent", HOST_ID=..., ...)``: ``python -m agent`` against ``agent_url``
+    (a suite's fixture: the coordinator's URL, or a recording proxy's before it), in
+    ``tmp_path/<name>``, with FAST_AGENT's timings and a grace of 10 s; each stopped at the end."""
+    agents: list[Process] = []
+
+    def start(name: str = "agent", **settings: str) -> Process:
+        agents.append(agent_process(agent_url, tmp_path / name, name, **{"SHUTDOWN_GRACE_S": "10", **settings}))
+        return agents[-1]
+
+    yield start
+    for agent in agents:
+        agent.stop()

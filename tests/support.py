@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ import redis
 import redis.asyncio as aioredis
 
 from coordinator.state.keys import Keys
+from wire import TERMINAL_STATUSES
 
 T = TypeVar("T")
 
@@ -254,21 +255,36 @@ FAST_COORDINATOR = {"COORDINATOR_LEASE_TTL_S": "1.5", "COORDINATOR_REAPER_INTERV
                     "COORDINATOR_HEARTBEAT_INTERVAL_S": "0.5"}
 
 
+def write_workflows(folder: Path, workflows: Mapping[str, list[dict[str, Any]]]) -> Path:
+    """``folder`` (created) holding one workflow file per entry, ``{name: steps}``: what an
+    agent's ``WORKFLOWS_DIR`` reads."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, steps in workflows.items():
+        (folder / f"{name}.json").write_text(json.dumps({"name": name, "steps": steps}))
+    return folder
+
+
 class CoordinatorProcess:
-    """``python -m coordinator serve`` on a loopback port; ``start`` returns once ``/readyz``
-    answers 200. It may be stopped and started again, on the same port. ``api`` is an operator's
-    client (the test admin token; through ``transport`` when one is given), closed by ``close``.
+    """``python -m coordinator serve`` on a loopback port, configured by ``env`` (see
+    ``coordinator_env``); ``start`` returns once ``/readyz`` answers 200. It may be stopped and
+    started again, on the same port.
 
-    The one coordinator process of the tests: suites subclass it only for calls of their own,
-    and start it with ``running``."""
+    The one coordinator process of the tests, and the calls they make of it: ``api`` is an
+    operator's client (the test admin token; through ``transport`` when one is given, which is how
+    a test records its history), closed by ``close``; ``call``, ``create_task``, ``task`` and
+    ``wait_task`` speak the operator API and fail the test on an error answer; ``heartbeat`` speaks
+    for a static host, with the token the process was configured with
+    (``COORDINATOR_STATIC_HOSTS``). Start it with ``running``."""
 
-    def __init__(self, env: dict[str, str], workdir: Path | None = None, port: int | None = None,
+    def __init__(self, env: dict[str, str], workdir: Path | None = None, *, port: int | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.env = env
         self.workdir = workdir
         self.port = port if port is not None else free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: Process | None = None
+        # The hosts' tokens are read from what the process was given, so they cannot disagree.
+        self.hosts: dict[str, str] = json.loads(env.get("COORDINATOR_STATIC_HOSTS") or "{}")
         self._transport = transport
         self._api: httpx.Client | None = None
 
@@ -284,21 +300,83 @@ class CoordinatorProcess:
         assert self.process is not None, "not started"
         return self.process.pid
 
-    def task(self, task_id: str) -> dict[str, Any]:
-        response = self.api.get(f"/api/v1/tasks/{task_id}")
+    @property
+    def prefix(self) -> str:
+        return self.env["COORDINATOR_KEY_PREFIX"]
+
+    def host_headers(self, host: str) -> dict[str, str]:
+        """The bearer of static host ``host``."""
+        return {"authorization": f"Bearer {self.hosts[host]}"}
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def call(self, method: str, path: str, *, token: str | None = None, **kwargs: Any) -> Any:
+        """An operator API call (as ``token``, the admin token by default) that must succeed:
+        its JSON body, or None when it has none."""
+        if token is not None:
+            kwargs["headers"] = {**kwargs.get("headers", {}), "authorization": f"Bearer {token}"}
+        response = self.api.request(method, path, **kwargs)
+        assert response.status_code < 300, f"{method} {path}: {response.status_code} {response.text}"
+        return response.json() if response.content else None
+
+    def heartbeat(self, host: str, devices: Iterable[str | Mapping[str, Any]], *,
+                  agent: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Static host ``host``'s snapshot of ``devices``: a device id is a simulated device,
+        available; a mapping is sent over those defaults (``{"device_id": "p1", "status":
+        "busy"}``). ``agent`` describes its agent (``hostname``, ``version``)."""
+        body: dict[str, Any] = {"devices": [
+            {"driver": "sim", "status": "available", **({"device_id": d} if isinstance(d, str) else d)}
+            for d in devices]}
+        if agent is not None:
+            body["agent"] = dict(agent)
+        response = self.api.put(f"/internal/v1/hosts/{host}/heartbeat", json=body, headers=self.host_headers(host))
         assert response.status_code == 200, response.text
         return response.json()
+
+    def create_task(self, *, token: str | None = None, **body: Any) -> dict[str, Any]:
+        """A new task (a goal unless ``kind`` says otherwise): the created task."""
+        body.setdefault("kind", "goal")
+        if body["kind"] == "goal":
+            body.setdefault("goal", "Turn on airplane mode")
+        return self.call("POST", "/api/v1/tasks", token=token, json=body)
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        return self.call("GET", f"/api/v1/tasks/{task_id}")
+
+    def wait_task(self, task_id: str, statuses: Collection[str] = TERMINAL_STATUSES,
+                  timeout: float = 20) -> dict[str, Any]:
+        """The task once its status is one of ``statuses`` (ended, by default)."""
+        return wait_until(lambda: (t := self.task(task_id))["status"] in statuses and t, timeout,
+                          what=f"task {task_id} in {sorted(statuses)}")
+
+    def claim(self, host: str) -> dict[str, Any]:
+        """Static host ``host`` claims, without waiting: its assignment (fails without one)."""
+        response = self.api.post(f"/internal/v1/hosts/{host}/claim", params={"wait_s": 0},
+                                 headers=self.host_headers(host))
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def mint(self, name: str, scopes: list[str], ttl_s: int = 3600) -> str:
+        """A new operator token's secret."""
+        return self.call("POST", "/api/v1/operator-tokens",
+                         json={"name": name, "scopes": scopes, "ttl_s": ttl_s})["token"]
+
+    # -- the process ---------------------------------------------------------------------------
 
     def start(self, timeout: float = 20.0) -> None:
         args = [sys.executable, "-m", "coordinator", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
         process = self.process = Process("coordinator", args, self.env, self.workdir)
+
+        # One client for every probe: httpx.get builds a client, and its TLS context, per call,
+        # and at 20 probes a second that CPU was taken from the process starting beside it.
+        probe = httpx.Client(timeout=1.0)
 
         def ready() -> bool:
             if process.popen.poll() is not None:
                 # stop() below prints its log
                 raise AssertionError(f"coordinator exited with {process.popen.returncode} before it was ready")
             try:
-                return httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200
+                return probe.get(f"{self.url}/readyz").status_code == 200
             except httpx.TransportError:
                 return False
 
@@ -307,6 +385,8 @@ class CoordinatorProcess:
         except BaseException:
             process.stop()
             raise
+        finally:
+            probe.close()
 
     def stop(self) -> int | None:
         return self.process.stop() if self.process is not None else None
@@ -320,11 +400,8 @@ class CoordinatorProcess:
                 self._api.close()
 
 
-C = TypeVar("C", bound=CoordinatorProcess)
-
-
 @contextmanager
-def running(coordinator: C) -> Iterator[C]:
+def running(coordinator: CoordinatorProcess) -> Iterator[CoordinatorProcess]:
     """``coordinator`` started, and closed at the end of the block."""
     coordinator.start()  # stops the process itself if it never gets ready
     try:

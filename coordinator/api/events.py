@@ -4,9 +4,9 @@ the ``read`` scope (checked in app.py). Events an operator caused name it as the
 The stream opens with ``retry: 2000`` and ``id: <where it starts>`` (an id with no data: a client
 that loses the connection before the first event resumes from there, not from "now"); then each
 event is ``id: <stream id>`` and ``data: <the
-event's JSON>``, and a comment (``: keepalive``) after every ``KEEPALIVE_S`` of silence, so
-proxies keep the connection. A client resumes with ``Last-Event-ID`` (or ``?last_event_id=``
-for one that cannot set headers); without either it gets events from now on.
+event's JSON>``, and a comment (``: keepalive``) after every ``feed_keepalive_s`` (a setting) of
+silence, so proxies keep the connection. A client resumes with ``Last-Event-ID`` (or
+``?last_event_id=`` for one that cannot set headers); without either it gets events from now on.
 ``?task_id=`` and ``?host_id=`` keep only the events that name that task or host.
 
 Everything that can fail with a status (credential, parameters, Redis for the starting position)
@@ -31,7 +31,6 @@ from coordinator.feed import Entry, EventFeed, Notice, StreamId
 
 log = logging.getLogger("coordinator.feed")
 
-KEEPALIVE_S = 15.0
 RETRY_MS = 2000
 FILTERS = ("task_id", "host_id")
 _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -42,7 +41,7 @@ async def events(ctx: Context, request: Request) -> Response:
     match = _filters(request)
     if last_id is None:
         last_id = await ctx.feed.latest_id()  # "now" is when the request came, not when it streams
-    return EventStream(_stream(ctx.feed, last_id, match))
+    return EventStream(_stream(ctx.feed, last_id, match, ctx.settings.feed_keepalive_s))
 
 
 def _last_event_id(request: Request) -> str | None:
@@ -61,9 +60,10 @@ def _filters(request: Request) -> dict[str, str]:
     return {name: require_id(params[name], name) for name in FILTERS if name in params}
 
 
-async def _stream(feed: EventFeed, last_id: str, match: Mapping[str, str]) -> AsyncGenerator[bytes, None]:
+async def _stream(feed: EventFeed, last_id: str, match: Mapping[str, str],
+                  keepalive_s: float) -> AsyncGenerator[bytes, None]:
     yield b"retry: %d\nid: %s\n\n" % (RETRY_MS, last_id.encode())
-    items = feed.follow(last_id, match=match or None, keepalive_s=KEEPALIVE_S)
+    items = feed.follow(last_id, match=match or None, keepalive_s=keepalive_s)
     async with contextlib.aclosing(items):
         try:
             async for item in items:

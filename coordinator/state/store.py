@@ -13,6 +13,7 @@ import orjson
 
 from coordinator.clock import ShiftedClock, offset_ms
 from coordinator.errors import error_for
+from coordinator.settings import CANDIDATES_SCANNED
 from coordinator.state.keys import Keys
 from coordinator.state.records import (
     EnrollmentToken,
@@ -21,7 +22,7 @@ from coordinator.state.records import (
     TaskRecord,
 )
 from coordinator.state.scripts import NO_WAIT, Durability, Script, load_scripts
-from coordinator.state.wait_reasons import CANDIDATES_SCANNED, candidates_from_reply
+from coordinator.state.wait_reasons import candidates_from_reply
 from coordinator.transport.base import RedisTransport
 
 # How long a process's inbox outlives the last wake-up pushed onto it: a live process drains it
@@ -102,13 +103,14 @@ class Store:
     def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,
                  claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000,
                  inbox_ttl_ms: int = INBOX_TTL_MS, durability: Durability = NO_WAIT,
-                 scripts: dict[str, Script] | None = None,
+                 scripts: dict[str, Script] | None = None, candidates_scanned: int = CANDIDATES_SCANNED,
                  clock: ShiftedClock | None = None) -> None:
         self.transport = redis  # script calls
         self.redis = redis.client  # every other command
         self.keys = keys
         self.durability = durability
         self.clock = clock  # tests only (coordinator/clock.py)
+        self._candidates_scanned = candidates_scanned
         # Every script of lua/, loaded into Redis by load_scripts(); the read-only ones are
         # shared with the queries.
         self._scripts: dict[str, Script] = scripts if scripts is not None else load_scripts()
@@ -187,7 +189,7 @@ class Store:
     # every event the call writes.
 
     async def create_task(self, task: dict[str, Any], *, actor: str = "admin") -> Created:
-        reply = await self._schedule("createTask", [orjson.dumps(task), CANDIDATES_SCANNED, actor])
+        reply = await self._schedule("createTask", [orjson.dumps(task), self._candidates_scanned, actor])
         stored = TaskRecord.from_json(reply[1])
         candidates = candidates_from_reply(reply[3]) if len(reply) > 3 else None
         return Created(stored, reply[2] == 1, candidates)

@@ -4,9 +4,9 @@ Computed from the pool, never stored. A script counts a target's devices in one 
 (``lua/includes/candidates.lua``, with the scheduler's own predicates: labels, workflows, host
 online): the create script when it queues a task, ``readWaiting`` otherwise. This module names
 what the scripts answer and applies the contract's rule to the counts. The cost is bounded: a
-selector's candidates are the first ``CANDIDATES_SCANNED`` pooled devices of its driver (in
-device-id order); past that the counts say ``"truncated": true``. Queued tasks with the same
-target share one read (``Queries.candidates``).
+selector's candidates are the first ``candidates_scanned`` pooled devices of its driver (in
+device-id order; ``COORDINATOR_CANDIDATES_SCANNED``); past that the counts say ``"truncated":
+true``. Queued tasks with the same target share one read (``Queries.candidates``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import orjson
 
 import wire
 from coordinator.state.records import TaskRecord
-
-CANDIDATES_SCANNED = 1000
 
 # The counts of the contract's ``candidates`` object, in the order the scripts answer them
 # (generated into the library as CANDIDATE_COUNTS). Each matching device is counted under the

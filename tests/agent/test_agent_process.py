@@ -9,14 +9,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from agent.settings import AgentSettings
 from agent.usage import MEANINGS
 from tests.support import (
-    ADMIN,
     HOSTS,
+    CoordinatorProcess,
     Process,
     agent_process,
     child_env,
@@ -26,6 +25,7 @@ from tests.support import (
     fresh_prefix,
     wait_until,
 )
+from wire import TERMINAL_STATUSES
 
 pytestmark = pytest.mark.e2e
 
@@ -75,13 +75,14 @@ def test_a_refused_connection_names_the_url_and_the_cause(tmp_path: Path) -> Non
 
 
 @pytest.fixture
-def coordinator_url(tmp_path: Path) -> Iterator[str]:
+def coordinator(tmp_path: Path) -> Iterator[CoordinatorProcess]:
     with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix), tmp_path / "c") as coordinator:
-        yield coordinator.url
+        yield coordinator
 
 
-def test_a_wrong_base_url_names_the_whole_url_status_and_the_error(tmp_path: Path, coordinator_url: str) -> None:
-    wrong = f"{coordinator_url}/tether"  # a base URL with a path the coordinator does not have
+def test_a_wrong_base_url_names_the_whole_url_status_and_the_error(tmp_path: Path,
+                                                                    coordinator: CoordinatorProcess) -> None:
+    wrong = f"{coordinator.url}/tether"  # a base URL with a path the coordinator does not have
     agent = agent_process(wrong, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1")
     try:
         wait_until(lambda: log_has(agent, f"PUT {wrong}/internal/v1/hosts/{HOST}/heartbeat: HTTP 404 not_found: "),
@@ -90,48 +91,41 @@ def test_a_wrong_base_url_names_the_whole_url_status_and_the_error(tmp_path: Pat
         agent.stop()
 
 
-def submit_note_smoke(coordinator_url: str) -> str:
-    body = {"kind": "workflow", "workflow": {"name": "note-smoke", "params": {"text": "hello"}},
-            "selector": {"driver": "sim"}}
-    response = httpx.post(f"{coordinator_url}/api/v1/tasks", json=body, headers={"authorization": f"Bearer {ADMIN}"})
-    assert response.status_code == 201, response.text
-    return str(response.json()["task_id"])
+def submit_note_smoke(coordinator: CoordinatorProcess) -> str:
+    return str(coordinator.create_task(kind="workflow", workflow={"name": "note-smoke", "params": {"text": "hello"}},
+                                       selector={"driver": "sim"})["task_id"])
 
 
-def task_end(coordinator_url: str, task_id: str) -> tuple[str, str | None] | None:
-    task = httpx.get(f"{coordinator_url}/api/v1/tasks/{task_id}", headers={"authorization": f"Bearer {ADMIN}"}).json()
-    if task["status"] in ("succeeded", "failed", "cancelled"):
+def task_end(coordinator: CoordinatorProcess, task_id: str) -> tuple[str, str | None] | None:
+    task = coordinator.task(task_id)
+    if task["status"] in TERMINAL_STATUSES:
         return task["status"], task["result"]["failure_reason"]
     return None
 
 
-def waiting_reason(coordinator_url: str, task_id: str) -> str | None:
-    task = httpx.get(f"{coordinator_url}/api/v1/tasks/{task_id}", headers={"authorization": f"Bearer {ADMIN}"}).json()
-    return task["waiting_reason"]
-
-
-def test_the_example_workflows_are_loaded_by_default_and_listed_at_start(tmp_path: Path, coordinator_url: str) -> None:
-    agent = agent_process(coordinator_url, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1")
+def test_the_example_workflows_are_loaded_by_default_and_listed_at_start(tmp_path: Path,
+                                                                         coordinator: CoordinatorProcess) -> None:
+    agent = agent_process(coordinator.url, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1")
     try:
         wait_until(lambda: log_has(agent, "workflows: home-smoke, note-smoke, settings-smoke, the examples from ",
                                    "example_workflows"), what="the loaded workflows in the agent's log")
-        task_id = submit_note_smoke(coordinator_url)
-        assert wait_until(lambda: task_end(coordinator_url, task_id), what="note-smoke to end") == ("succeeded", None)
+        task_id = submit_note_smoke(coordinator)
+        assert wait_until(lambda: task_end(coordinator, task_id), what="note-smoke to end") == ("succeeded", None)
     finally:
         agent.stop()
 
 
-def test_workflows_none_loads_none_and_says_so(tmp_path: Path, coordinator_url: str) -> None:
-    agent = agent_process(coordinator_url, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1",
+def test_workflows_none_loads_none_and_says_so(tmp_path: Path, coordinator: CoordinatorProcess) -> None:
+    agent = agent_process(coordinator.url, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1",
                           WORKFLOWS_DIR="none")
     try:
         wait_until(lambda: log_has(agent, "workflows: none (HOST_AGENT_WORKFLOWS_DIR=none)"),
                    what="'workflows: none' in the agent's log")
-        task_id = submit_note_smoke(coordinator_url)
+        task_id = submit_note_smoke(coordinator)
         # The host lists no workflows in its heartbeat, so the task is never placed on its phone:
         # it waits, and says why, instead of failing workflow_not_found on the device.
-        waiting = wait_until(lambda: waiting_reason(coordinator_url, task_id) == "no_capable_host" or None,
+        waiting = wait_until(lambda: coordinator.task(task_id)["waiting_reason"] == "no_capable_host" or None,
                              what="note-smoke to wait as no_capable_host")
-        assert waiting and task_end(coordinator_url, task_id) is None
+        assert waiting and task_end(coordinator, task_id) is None
     finally:
         agent.stop()

@@ -36,7 +36,7 @@ from agent.runtime import (
     parse_device_specs,
 )
 from tests.conftest import Api
-from tests.support import HOSTS, wait_until_async
+from tests.support import HOSTS, wait_until_async, write_workflows
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("redis_client", ["redis"], indirect=True)]
 
@@ -103,10 +103,6 @@ async def running_agent(api: Api, gate: Gate, workflows: Path, mode: ArtifactMod
         await client.aclose()
 
 
-def write_workflow(folder: Path, name: str, steps: list[dict[str, Any]]) -> None:
-    (folder / f"{name}.json").write_text(json.dumps({"name": name, "steps": steps}))
-
-
 async def run_workflow(api: Api, name: str) -> dict[str, Any]:
     """Submit ``name`` to the sim phone and wait for its result; the finished task."""
     created = await api.create_task(kind="workflow", workflow={"name": name, "params": {}}, device_id=DEVICE,
@@ -142,24 +138,20 @@ def decoded_size(png: bytes) -> tuple[int, int]:
 
 @pytest.fixture
 def workflows(tmp_path: Path) -> Path:
-    folder = tmp_path / "workflows"
-    folder.mkdir()
-    write_workflow(folder, "three", THREE_STEPS)
-    write_workflow(folder, "fails", FAILS_AT_STEP_1)
-    return folder
+    return write_workflows(tmp_path / "workflows", {"three": THREE_STEPS, "fails": FAILS_AT_STEP_1})
 
 
 @pytest.fixture
-async def coordinator(api_factory: Callable[..., Any], tmp_path: Path) -> AsyncIterator[tuple[Api, Gate]]:
+async def gated(api_factory: Callable[..., Any], tmp_path: Path) -> AsyncIterator[tuple[Api, Gate]]:
     async with api_factory(artifacts_dir=tmp_path / "blobs", lease_ttl_s=0.6) as api:
         assert (await api.heartbeat(HOST, [DEVICE])).status_code == 200
         yield api, Gate(api.app)
 
 
 async def test_all_uploads_each_steps_screen_with_its_index_and_the_log(
-        coordinator: tuple[Api, Gate], workflows: Path, caplog: pytest.LogCaptureFixture) -> None:
+        gated: tuple[Api, Gate], workflows: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="agent")
-    api, gate = coordinator
+    api, gate = gated
     async with running_agent(api, gate, workflows, ArtifactMode.ALL):
         task = await run_workflow(api, "three")
         failed = await run_workflow(api, "fails")
@@ -185,8 +177,8 @@ async def test_all_uploads_each_steps_screen_with_its_index_and_the_log(
 
 
 async def test_failures_uploads_only_a_failed_runs_final_screen_and_log(
-        coordinator: tuple[Api, Gate], workflows: Path) -> None:
-    api, gate = coordinator
+        gated: tuple[Api, Gate], workflows: Path) -> None:
+    api, gate = gated
     async with running_agent(api, gate, workflows, ArtifactMode.FAILURES):
         succeeded = await run_workflow(api, "three")
         failed = await run_workflow(api, "fails")
@@ -196,8 +188,8 @@ async def test_failures_uploads_only_a_failed_runs_final_screen_and_log(
     assert gate.uploads == ["final.png", "log.txt"]  # no step screen was ever sent
 
 
-async def test_off_uploads_nothing(coordinator: tuple[Api, Gate], workflows: Path) -> None:
-    api, gate = coordinator
+async def test_off_uploads_nothing(gated: tuple[Api, Gate], workflows: Path) -> None:
+    api, gate = gated
     async with running_agent(api, gate, workflows, ArtifactMode.OFF):
         failed = await run_workflow(api, "fails")
     assert failed["status"] == "failed" and await artifacts(api, failed["task_id"]) == {}
@@ -205,9 +197,9 @@ async def test_off_uploads_nothing(coordinator: tuple[Api, Gate], workflows: Pat
 
 
 async def test_failing_uploads_are_retried_then_given_up_without_touching_the_result(
-        coordinator: tuple[Api, Gate], workflows: Path, caplog: pytest.LogCaptureFixture) -> None:
+        gated: tuple[Api, Gate], workflows: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="agent")
-    api, gate = coordinator
+    api, gate = gated
     gate.fail_uploads = 2  # the first screen's first two tries fail: the third stores it
     async with running_agent(api, gate, workflows, ArtifactMode.ALL):
         recovered = await run_workflow(api, "three")
@@ -230,12 +222,12 @@ async def test_failing_uploads_are_retried_then_given_up_without_touching_the_re
 
 
 async def test_a_hanging_upload_holds_up_neither_renewal_nor_the_result(
-        coordinator: tuple[Api, Gate], workflows: Path, caplog: pytest.LogCaptureFixture) -> None:
-    api, gate = coordinator
+        gated: tuple[Api, Gate], workflows: Path, caplog: pytest.LogCaptureFixture) -> None:
+    api, gate = gated
     # A first step, then a wait of over two lease lifetimes (0.6 s): the lease lives only if
     # renewals go on while the first screen's upload hangs.
-    write_workflow(workflows, "long", [{"action": "key", "key": "home"}, {"action": "wait", "ms": 1500},
-                                       {"action": "key", "key": "home"}])
+    write_workflows(workflows, {"long": [{"action": "key", "key": "home"}, {"action": "wait", "ms": 1500},
+                                         {"action": "key", "key": "home"}]})
     gate.hold_uploads = True
     async with running_agent(api, gate, workflows, ArtifactMode.ALL, drain_s=0.3):
         task = await run_workflow(api, "long")
@@ -246,8 +238,8 @@ async def test_a_hanging_upload_holds_up_neither_renewal_nor_the_result(
     assert await artifacts(api, task["task_id"]) == {}
 
 
-async def test_a_goal_run_leaves_a_screen_per_device_step(coordinator: tuple[Api, Gate], workflows: Path) -> None:
-    api, gate = coordinator
+async def test_a_goal_run_leaves_a_screen_per_device_step(gated: tuple[Api, Gate], workflows: Path) -> None:
+    api, gate = gated
     async with running_agent(api, gate, workflows, ArtifactMode.ALL):
         created = await api.create_task(goal="Turn on airplane mode", device_id=DEVICE, max_attempts=1)
         task_id = created.json()["task_id"]
@@ -267,9 +259,9 @@ async def test_a_goal_run_leaves_a_screen_per_device_step(coordinator: tuple[Api
 
 
 async def test_a_run_stopped_by_shutdown_reports_without_waiting_for_its_uploads(
-        coordinator: tuple[Api, Gate], workflows: Path) -> None:
-    api, gate = coordinator
-    write_workflow(workflows, "slow", [{"action": "key", "key": "home"}, {"action": "wait", "ms": 60_000}])
+        gated: tuple[Api, Gate], workflows: Path) -> None:
+    api, gate = gated
+    write_workflows(workflows, {"slow": [{"action": "key", "key": "home"}, {"action": "wait", "ms": 60_000}]})
     gate.hold_uploads = True
     shutdown = asyncio.Event()
     # The drain could take a minute; the shutdown waits for reports only about a second.

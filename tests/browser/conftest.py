@@ -8,21 +8,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.browser.chromium import Chromium, Page, find_chromium
 from tests.support import (
     ADMIN,
     FAST_COORDINATOR,
-    HOSTS,
     CoordinatorProcess,
-    Process,
-    agent_process,
     coordinator_env,
     fresh_prefix,
     running,
     wait_until,
+    write_workflows,
 )
 
 
@@ -46,44 +43,13 @@ def page(browser: Chromium) -> Iterator[Page]:
         tab.close()
 
 
-class Coordinator(CoordinatorProcess):
-    """The coordinator process, with the operator and host API calls the tests make."""
-
-    def __init__(self, workdir: Path, prefix: str, **settings: str) -> None:
-        super().__init__(coordinator_env(prefix, **{**FAST_COORDINATOR, **settings}), workdir)
-
-    def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        response = self.api.request(method, path, **kwargs)
-        assert response.status_code < 300, response.text
-        return response.json()
-
-    def mint(self, name: str, scopes: list[str]) -> str:
-        """A new operator token's secret."""
-        return self.call("POST", "/api/v1/operator-tokens", json={"name": name, "scopes": scopes, "ttl_s": 3600})["token"]
-
-    def call_as(self, token: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return self.api.request(method, path, headers={"authorization": f"Bearer {token}"}, **kwargs)
-
-    def heartbeat(self, host: str, devices: dict[str, str], **agent: str) -> None:
-        """A host's snapshot: ``{device_id: status}``, all simulated; ``agent`` its agent's
-        description (``hostname``, ``version``)."""
-        body: dict[str, Any] = {"devices": [{"device_id": d, "driver": "sim", "status": s} for d, s in devices.items()]}
-        if agent:
-            body["agent"] = agent
-        response = self.api.put(f"/internal/v1/hosts/{host}/heartbeat", json=body, headers=host_headers(host))
-        assert response.status_code == 200, response.text
-
-    def running_goal(self, host: str, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A goal task on ``device``, claimed by ``host`` with the test as its agent: (task, lease)."""
-        self.heartbeat(host, {device: "available"})
-        task = self.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "x", "device_id": device})
-        lease = self.api.post(f"/internal/v1/hosts/{host}/claim?wait_s=0", headers=host_headers(host)).json()
-        assert lease["task_id"] == task["task_id"]
-        return task, lease
-
-
-def host_headers(host: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {HOSTS[host]}"}
+def running_goal(coordinator: CoordinatorProcess, host: str, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A goal task on ``device``, claimed by ``host`` with the test as its agent: (task, lease)."""
+    coordinator.heartbeat(host, [device])
+    task = coordinator.create_task(goal="x", device_id=device)
+    lease = coordinator.claim(host)
+    assert lease["task_id"] == task["task_id"]
+    return task, lease
 
 
 @pytest.fixture
@@ -93,39 +59,27 @@ def coordinator_settings() -> dict[str, str]:
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path, coordinator_settings: dict[str, str]) -> Iterator[Coordinator]:
-    with fresh_prefix() as prefix, running(Coordinator(tmp_path, prefix, **coordinator_settings)) as coord:
+def coordinator(tmp_path: Path, coordinator_settings: dict[str, str]) -> Iterator[CoordinatorProcess]:
+    with fresh_prefix() as prefix, running(CoordinatorProcess(
+            coordinator_env(prefix, **{**FAST_COORDINATOR, **coordinator_settings}), tmp_path)) as coord:
         yield coord
 
 
 @pytest.fixture
-def workflows(tmp_path: Path) -> Path:
-    folder = tmp_path / "workflows"
-    folder.mkdir()
-    steps = [{"action": "key", "key": "home"}] + [{"action": "wait", "ms": 700} for _ in range(5)]
-    (folder / "slow.json").write_text(json.dumps({"name": "slow", "steps": steps}))
-    # Steps of a known length: when each one starts is known from when the task was claimed.
-    steady = [{"action": "wait", "ms": STEADY_STEP_MS} for _ in range(4)]
-    (folder / "steady.json").write_text(json.dumps({"name": "steady", "steps": steady}))
-    return folder
+def agent_url(coordinator: CoordinatorProcess) -> str:
+    return coordinator.url
 
 
 STEADY_STEP_MS = 2500
 
 
 @pytest.fixture
-def start_agent(tmp_path: Path, coordinator: Coordinator) -> Iterator[Callable[..., Process]]:
-    """``start_agent(HOST_ID=..., ...)``: ``python -m agent`` as a legacy host (``HOST_AGENT_*``)."""
-    agents: list[Process] = []
-
-    def start(name: str = "agent", **settings: str) -> Process:
-        agent = agent_process(coordinator.url, tmp_path / name, name, **{"SHUTDOWN_GRACE_S": "10", **settings})
-        agents.append(agent)
-        return agent
-
-    yield start
-    for agent in agents:
-        agent.stop()
+def workflows(tmp_path: Path) -> Path:
+    return write_workflows(tmp_path / "workflows", {
+        "slow": [{"action": "key", "key": "home"}] + [{"action": "wait", "ms": 700} for _ in range(5)],
+        # Steps of a known length: when each one starts is known from when the task was claimed.
+        "steady": [{"action": "wait", "ms": STEADY_STEP_MS} for _ in range(4)],
+    })
 
 
 class Dashboard:
@@ -183,5 +137,5 @@ class Dashboard:
 
 
 @pytest.fixture
-def dashboard(page: Page, coordinator: Coordinator) -> Dashboard:
+def dashboard(page: Page, coordinator: CoordinatorProcess) -> Dashboard:
     return Dashboard(page, coordinator.url)

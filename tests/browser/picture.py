@@ -20,10 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from tests.browser.chromium import Chromium, find_chromium
-from tests.support import ADMIN, CoordinatorProcess, coordinator_env, fresh_prefix
+from tests.support import (
+    ADMIN,
+    CoordinatorProcess,
+    coordinator_env,
+    fresh_prefix,
+    running,
+)
 
 PER_HOST = 200
 HOSTS = {f"lab-{n}": f"lab-{n}-token-0123456789" for n in range(1, 6)}
@@ -32,37 +36,36 @@ STEPS = ["open app", "tap 'Sign in'", "type text (12 chars)", "wait 500 ms", "as
 
 
 class Fleet:
-    def __init__(self, url: str) -> None:
-        self.http = httpx.Client(base_url=url, timeout=30)
-        self.admin = {"authorization": f"Bearer {ADMIN}"}
+    """The picture's hosts, spoken for over the host API of ``coordinator``."""
 
-    def call(self, method: str, path: str, headers: dict[str, str] | None = None, **kwargs: Any) -> Any:
-        response = self.http.request(method, path, headers=headers or self.admin, **kwargs)
-        response.raise_for_status()
-        return response.json() if response.content else None
+    def __init__(self, coordinator: CoordinatorProcess) -> None:
+        self.coordinator = coordinator
+        self.call = coordinator.call
+        self.create_task = coordinator.create_task
 
-    def as_host(self, host: str) -> dict[str, str]:
-        return {"authorization": f"Bearer {HOSTS[host]}"}
+    def host_call(self, host: str, path: str, **kwargs: Any) -> Any:
+        response = self.coordinator.api.post(path, headers=self.coordinator.host_headers(host), **kwargs)
+        assert response.status_code == 200, response.text
+        return response.json()
 
     def heartbeat(self, host: str, devices: list[str], busy: set[str]) -> None:
-        snapshot = [{"device_id": d, "driver": "sim", "status": "busy" if d in busy else "available",
-                     "labels": {"rack": host}} for d in devices]
-        self.call("PUT", f"/internal/v1/hosts/{host}/heartbeat", self.as_host(host),
-                  json={"devices": snapshot, "agent": {"hostname": f"{host}.berlin.example", "version": "0.9.0"}})
+        self.coordinator.heartbeat(host, [{"device_id": d, "status": "busy" if d in busy else "available",
+                                           "labels": {"rack": host}} for d in devices],
+                                   agent={"hostname": f"{host}.berlin.example", "version": "0.9.0"})
 
     def start(self, host: str, device: str, what: dict[str, Any]) -> dict[str, Any]:
-        self.call("POST", "/api/v1/tasks", json={"device_id": device, **what})
-        return self.call("POST", f"/internal/v1/hosts/{host}/claim?wait_s=0", self.as_host(host))
+        self.coordinator.create_task(device_id=device, **what)
+        return self.coordinator.claim(host)
 
     def renew(self, host: str, lease: dict[str, Any], step: int) -> None:
         body = {"task_id": lease["task_id"], "attempt": lease["attempt"],
                 "progress": {"step_index": step, "status": "running", "summary": STEPS[step % len(STEPS)]}}
-        self.call("POST", f"/internal/v1/hosts/{host}/leases/{lease['lease_id']}/renew", self.as_host(host), json=body)
+        self.host_call(host, f"/internal/v1/hosts/{host}/leases/{lease['lease_id']}/renew", json=body)
 
     def finish(self, host: str, lease: dict[str, Any], status: str, reason: str | None) -> None:
         body = {"task_id": lease["task_id"], "attempt": lease["attempt"], "lease_id": lease["lease_id"],
                 "status": status, "failure_reason": reason, "metadata": {"steps": 6}}
-        self.call("POST", f"/internal/v1/hosts/{host}/results", self.as_host(host), json=body)
+        self.host_call(host, f"/internal/v1/hosts/{host}/results", json=body)
 
 
 LOGIN = {"kind": "workflow", "workflow": {"name": "login-smoke", "params": {}}}
@@ -96,12 +99,11 @@ def populate(fleet: Fleet, minutes: int) -> None:
 
 def while_watched(fleet: Fleet) -> None:
     """What happens once the page is open, so its log of live events shows it."""
-    fleet.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "Check the camera", "selector": {"driver": "adb"}})
+    fleet.create_task(goal="Check the camera", selector={"driver": "adb"})
     fleet.call("POST", "/api/v1/hosts/lab-5/drain")
-    fleet.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "Record a screen capture",
-                                             "selector": {"driver": "sim", "labels": {"rack": "lab-5"}}})
+    fleet.create_task(goal="Record a screen capture", selector={"driver": "sim", "labels": {"rack": "lab-5"}})
     for device in ["lab-1-phone-000", "lab-2-phone-000"]:
-        fleet.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "Next on a busy phone", "device_id": device})
+        fleet.create_task(goal="Next on a busy phone", device_id=device)
 
 
 def main() -> int:
@@ -118,10 +120,8 @@ def main() -> int:
         env = coordinator_env(prefix, REDIS_URL=redis_url, COORDINATOR_STATIC_HOSTS=json.dumps(HOSTS),
                               COORDINATOR_HOST_OFFLINE_AFTER_S="900", COORDINATOR_CLAIM_TIMEOUT_S="900",
                               COORDINATOR_LEASE_TTL_S="900")
-        coordinator = CoordinatorProcess(env)
-        coordinator.start()
-        fleet = Fleet(coordinator.url)
-        try:
+        with running(CoordinatorProcess(env)) as coordinator:
+            fleet = Fleet(coordinator)
             populate(fleet, args.minutes)
             with Chromium(executable, window=(1400, 1000)) as browser:
                 page = browser.new_page()
@@ -140,9 +140,6 @@ def main() -> int:
                 page.js("new Promise((resolve) => setTimeout(resolve, 600))")  # the charts' next drawing
                 page.screenshot(args.path)
                 print(f"screenshot: {args.path}")
-        finally:
-            fleet.http.close()
-            coordinator.stop()
     return 0
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import Coordinator, Dashboard, host_headers
+from tests.browser.conftest import Dashboard, running_goal
 from tests.pngs import solid_png
-from tests.support import ADMIN
+from tests.support import ADMIN, CoordinatorProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -21,18 +21,18 @@ LOG = "step 0: home\nstep 5: done <b>not markup</b>\n"
 WIDTHS = {step: 40 + step for step in range(6)}  # a thumbnail's image is known by its width
 
 
-def upload(coordinator: Coordinator, lease: dict[str, Any], name: str, body: bytes, content_type: str,
+def upload(coordinator: CoordinatorProcess, lease: dict[str, Any], name: str, body: bytes, content_type: str,
            step_index: int | None = None) -> None:
     params: dict[str, Any] = {"task_id": lease["task_id"], "attempt": lease["attempt"]}
     if step_index is not None:
         params["step_index"] = step_index
     response = coordinator.api.put(f"/internal/v1/hosts/host-a/leases/{lease['lease_id']}/artifacts/{name}",
                                    params=params, content=body,
-                                   headers={**host_headers("host-a"), "content-type": content_type})
+                                   headers={**coordinator.host_headers("host-a"), "content-type": content_type})
     assert response.status_code == 201, response.text
 
 
-def screenshot(coordinator: Coordinator, lease: dict[str, Any], step: int) -> None:
+def screenshot(coordinator: CoordinatorProcess, lease: dict[str, Any], step: int) -> None:
     png = solid_png(WIDTHS[step], 30, (40 * step, 120, 255 - 40 * step))
     upload(coordinator, lease, f"step-{step}.png", png, "image/png", step_index=step)
 
@@ -43,10 +43,10 @@ STRIP = """[...document.querySelectorAll('#task-artifacts li.artifact')].map(li 
 
 @pytest.mark.parametrize("coordinator_settings", [{"COORDINATOR_LEASE_TTL_S": "60"}])
 def test_the_task_view_shows_a_thumbnail_per_step_a_click_opens_it_and_the_log_reads_as_text(
-    coordinator: Coordinator, dashboard: Dashboard
+    coordinator: CoordinatorProcess, dashboard: Dashboard
 ) -> None:
-    task, lease = coordinator.running_goal("host-a", "phone-1")
-    host = host_headers("host-a")
+    task, lease = running_goal(coordinator, "host-a", "phone-1")
+    host = coordinator.host_headers("host-a")
     for step in (2, 0, 1):  # stored before the view opens, out of order: the listing shows them
         screenshot(coordinator, lease, step)
 
@@ -110,7 +110,7 @@ def test_the_task_view_shows_a_thumbnail_per_step_a_click_opens_it_and_the_log_r
 
 
 def test_the_strip_orders_by_attempt_then_step_and_an_artifact_moves_no_chart(
-    coordinator: Coordinator, dashboard: Dashboard
+    coordinator: CoordinatorProcess, dashboard: Dashboard
 ) -> None:
     # The pure parts, in the browser: the strip's order over attempts, listed descriptions and
     # feed events alike (an event has `at` and no `step_index` when it is no step's); and the
@@ -144,9 +144,9 @@ def test_the_strip_orders_by_attempt_then_step_and_an_artifact_moves_no_chart(
 
 @pytest.mark.parametrize("coordinator_settings", [{"COORDINATOR_LEASE_TTL_S": "60"}])
 def test_a_long_run_s_thumbnails_are_read_as_the_strip_scrolls_to_them(
-    coordinator: Coordinator, dashboard: Dashboard
+    coordinator: CoordinatorProcess, dashboard: Dashboard
 ) -> None:
-    task, lease = coordinator.running_goal("host-a", "phone-1")
+    task, lease = running_goal(coordinator, "host-a", "phone-1")
     for step in range(60):
         upload(coordinator, lease, f"step-{step}.png", solid_png(40, 30, (step * 4, 0, 0)), "image/png", step)
     dashboard.open_signed_in()

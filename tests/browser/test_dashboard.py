@@ -10,18 +10,16 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.browser.conftest import Coordinator, Dashboard
-from tests.support import ADMIN, HOSTS, Process, wait_until
+from tests.browser.conftest import Dashboard
+from tests.support import ADMIN, HOSTS, CoordinatorProcess, Process, wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-def test_sign_in_shows_the_fleet_and_why_work_waits(coordinator: Coordinator, dashboard: Dashboard) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available", "phone-2": "busy"})
-    waiting = coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "Open Settings",
-                                                             "selector": {"driver": "adb"}})
-    assigned = coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "Turn on wifi",
-                                                              "device_id": "phone-1"})
+def test_sign_in_shows_the_fleet_and_why_work_waits(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
+    coordinator.heartbeat("host-a", ["phone-1", {"device_id": "phone-2", "status": "busy"}])
+    waiting = coordinator.create_task(goal="Open Settings", selector={"driver": "adb"})
+    assigned = coordinator.create_task(goal="Turn on wifi", device_id="phone-1")
     dashboard.open_signed_in()
 
     assert dashboard.cell("hosts", "host-a", "State") == "online"
@@ -45,8 +43,8 @@ def test_sign_in_shows_the_fleet_and_why_work_waits(coordinator: Coordinator, da
     assert dashboard.rows("hosts") == []
 
 
-def test_a_wrong_token_shows_an_error_and_no_data(coordinator: Coordinator, dashboard: Dashboard) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
+def test_a_wrong_token_shows_an_error_and_no_data(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
+    coordinator.heartbeat("host-a", ["phone-1"])
     dashboard.open()
     dashboard.sign_in("not-the-admin-token")
 
@@ -62,7 +60,7 @@ def test_a_wrong_token_shows_an_error_and_no_data(coordinator: Coordinator, dash
 
 
 def test_a_running_workflow_s_progress_updates_live(
-    coordinator: Coordinator, dashboard: Dashboard, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, dashboard: Dashboard, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     start_agent(HOST_ID="host-a", TOKEN=HOSTS["host-a"], DEVICES="sim:phone-1", WORKFLOWS_DIR=str(workflows))
     dashboard.open_signed_in()
@@ -70,8 +68,7 @@ def test_a_running_workflow_s_progress_updates_live(
     page = dashboard.page
     page.js("window.sameDocument = true")  # gone if the page reloads
 
-    task = coordinator.call("POST", "/api/v1/tasks", json={"kind": "workflow", "workflow": {"name": "slow"},
-                                                          "device_id": "phone-1"})
+    task = coordinator.create_task(kind="workflow", workflow={"name": "slow"}, device_id="phone-1")
     seen: list[str] = []
 
     def step_shown(wanted: int) -> bool:
@@ -92,8 +89,8 @@ def test_a_running_workflow_s_progress_updates_live(
     assert page.js("window.sameDocument") is True
 
 
-def test_an_operator_drains_a_host_and_disables_a_device(coordinator: Coordinator, dashboard: Dashboard) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
+def test_an_operator_drains_a_host_and_disables_a_device(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
+    coordinator.heartbeat("host-a", ["phone-1"])
     dashboard.open_signed_in()
     page = dashboard.page
 
@@ -115,9 +112,9 @@ def test_an_operator_drains_a_host_and_disables_a_device(coordinator: Coordinato
     assert dashboard.cell("devices", "phone-1", "State") == "disabled"
 
 
-def test_nothing_is_requested_from_another_origin(coordinator: Coordinator, dashboard: Dashboard) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
-    coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "x", "device_id": "phone-1"})
+def test_nothing_is_requested_from_another_origin(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
+    coordinator.heartbeat("host-a", ["phone-1"])
+    coordinator.create_task(goal="x", device_id="phone-1")
     dashboard.open_signed_in()
     dashboard.page.wait_for("!!document.querySelector('#queue tbody tr[data-key]')")
 
@@ -127,21 +124,19 @@ def test_nothing_is_requested_from_another_origin(coordinator: Coordinator, dash
     assert [url for url in requests if not url.startswith(origin)] == []
 
 
-def test_the_page_resumes_after_the_coordinator_restarts(coordinator: Coordinator, dashboard: Dashboard) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
+def test_the_page_resumes_after_the_coordinator_restarts(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
+    coordinator.heartbeat("host-a", ["phone-1"])
     dashboard.open_signed_in()
     page = dashboard.page
     page.js("window.sameDocument = true")
-    before = coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "before the restart",
-                                                            "selector": {"driver": "adb"}})
+    before = coordinator.create_task(goal="before the restart", selector={"driver": "adb"})
     page.wait_for(f"document.getElementById('events').textContent.includes('{before['task_id']}')")
 
     coordinator.stop()
     page.wait_for("document.getElementById('feed-state').dataset.state !== 'live'", what="the feed lost")
     coordinator.start()  # the same port, the same Redis
     # Made before the page is back, most likely: it comes with the resumed stream (Last-Event-ID).
-    task = coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "after the restart",
-                                                          "selector": {"driver": "adb"}})
+    task = coordinator.create_task(goal="after the restart", selector={"driver": "adb"})
 
     page.wait_for("document.getElementById('feed-state').dataset.state === 'live'", what="the feed back")
     page.wait_for(f"!!document.querySelector('#events li[data-type=created]')"

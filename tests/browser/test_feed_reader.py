@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.browser.chromium import Page
-from tests.browser.conftest import Coordinator
+from tests.support import CoordinatorProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +22,7 @@ def parse(page: Page, chunks: list[str]) -> list[dict[str, str | None]]:
     }})""")
 
 
-def test_events_are_parsed_however_the_stream_is_cut(coordinator: Coordinator, page: Page) -> None:
+def test_events_are_parsed_however_the_stream_is_cut(coordinator: CoordinatorProcess, page: Page) -> None:
     page.goto(f"{coordinator.url}/ui")
     expected = [{"id": "1-0", "data": '{"type": "created"}'}, {"id": "2-0", "data": "a\nb"}]
     assert parse(page, [STREAM]) == expected

@@ -8,25 +8,20 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import Coordinator, Dashboard
-from tests.support import wait_until
+from tests.browser.conftest import Dashboard
+from tests.support import CoordinatorProcess, wait_until
 
 pytestmark = pytest.mark.e2e
 
 NO_CONTROL = "document.querySelectorAll('#dashboard button, #dashboard th:empty').length"
 
 
-def task(coordinator: Coordinator, token: str | None = None, **target: Any) -> dict[str, Any]:
-    body = {"kind": "goal", "goal": "Open Settings", **target}
-    if token is None:
-        return coordinator.call("POST", "/api/v1/tasks", json=body)
-    response = coordinator.call_as(token, "POST", "/api/v1/tasks", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
+def task(coordinator: CoordinatorProcess, token: str | None = None, **target: Any) -> dict[str, Any]:
+    return coordinator.create_task(token=token, goal="Open Settings", **target)
 
 
-def test_a_read_token_watches_and_finds_no_control(coordinator: Coordinator, dashboard: Dashboard) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
+def test_a_read_token_watches_and_finds_no_control(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
+    coordinator.heartbeat("host-a", ["phone-1"])
     waiting = task(coordinator, selector={"driver": "adb"})
     assigned = task(coordinator, device_id="phone-1")  # a device with a task: the admin could cancel it
     token = coordinator.mint("wall-screen", ["read"])
@@ -49,9 +44,9 @@ def test_a_read_token_watches_and_finds_no_control(coordinator: Coordinator, das
     assert page.js(NO_CONTROL) == 0
 
 
-def test_a_control_token_drains_and_disables_but_may_not_revoke(coordinator: Coordinator,
+def test_a_control_token_drains_and_disables_but_may_not_revoke(coordinator: CoordinatorProcess,
                                                                dashboard: Dashboard) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available", "phone-2": "available"})
+    coordinator.heartbeat("host-a", ["phone-1", "phone-2"])
     assigned = task(coordinator, device_id="phone-1")
     waiting = task(coordinator, selector={"driver": "adb"})
     token = coordinator.mint("on-call", ["read", "control"])
@@ -84,9 +79,9 @@ def test_a_control_token_drains_and_disables_but_may_not_revoke(coordinator: Coo
 
 
 def test_a_submit_token_is_offered_its_own_tasks_and_a_refusal_shows_the_server_s_message(
-    coordinator: Coordinator, dashboard: Dashboard
+    coordinator: CoordinatorProcess, dashboard: Dashboard
 ) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
+    coordinator.heartbeat("host-a", ["phone-1"])
     # Rotation: the old "ci" token made a task, was revoked, and a new "ci" token took its place.
     # Both are "ci" on the page, but the coordinator knows the old one's task is not the new one's.
     old = coordinator.mint("ci", ["read", "submit"])
@@ -114,7 +109,8 @@ def test_a_submit_token_is_offered_its_own_tasks_and_a_refusal_shows_the_server_
     page.click("#confirm-ok")
     shown = page.wait_for("!document.getElementById('action-error').hidden && "
                           "document.getElementById('action-error').textContent", what="the refusal")
-    refusal = coordinator.call_as(new, "POST", f"/api/v1/tasks/{theirs['task_id']}/cancel")
+    refusal = coordinator.api.post(f"/api/v1/tasks/{theirs['task_id']}/cancel",
+                                   headers={"authorization": f"Bearer {new}"})
     assert refusal.status_code == 403
     assert shown == f"That did not work: {refusal.json()['error']['message']}"
     assert coordinator.call("GET", f"/api/v1/tasks/{theirs['task_id']}")["status"] == "queued"
@@ -127,7 +123,7 @@ def test_a_submit_token_is_offered_its_own_tasks_and_a_refusal_shows_the_server_
     page.wait_for("document.getElementById('action-error').hidden", what="the refusal cleared")
 
 
-def test_a_token_that_may_not_read_is_told_so_at_sign_in(coordinator: Coordinator, dashboard: Dashboard) -> None:
+def test_a_token_that_may_not_read_is_told_so_at_sign_in(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
     token = coordinator.mint("ci-only", ["submit"])
     dashboard.open()
     dashboard.sign_in(token)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import STEADY_STEP_MS, Coordinator, Dashboard, host_headers
-from tests.support import HOSTS, Process
+from tests.browser.conftest import STEADY_STEP_MS, Dashboard, running_goal
+from tests.support import HOSTS, CoordinatorProcess, Process
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 TIME = r"^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d [+-]\d\d:\d\d$"
 
 
-def run_on_agent(coordinator: Coordinator, dashboard: Dashboard, start_agent: Callable[..., Process],
+def run_on_agent(coordinator: CoordinatorProcess, dashboard: Dashboard, start_agent: Callable[..., Process],
                  workflows: Path) -> None:
     start_agent(HOST_ID="host-a", TOKEN=HOSTS["host-a"], DEVICES="sim:phone-1", WORKFLOWS_DIR=str(workflows))
     dashboard.open_signed_in()
@@ -29,12 +29,11 @@ def run_on_agent(coordinator: Coordinator, dashboard: Dashboard, start_agent: Ca
 
 
 def test_a_click_on_a_task_id_opens_its_story(
-    coordinator: Coordinator, dashboard: Dashboard, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, dashboard: Dashboard, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     run_on_agent(coordinator, dashboard, start_agent, workflows)
     page = dashboard.page
-    task = coordinator.call("POST", "/api/v1/tasks", json={"kind": "workflow", "workflow": {"name": "slow"},
-                                                          "device_id": "phone-1"})
+    task = coordinator.create_task(kind="workflow", workflow={"name": "slow"}, device_id="phone-1")
     task_id = task["task_id"]
     dashboard.wait_cell("results", task_id, "Outcome", lambda s: s == "succeeded", what="the result")
 
@@ -81,7 +80,7 @@ def test_a_click_on_a_task_id_opens_its_story(
 
 @pytest.mark.parametrize("coordinator_settings", [{"COORDINATOR_LEASE_TTL_S": "60"}])
 def test_each_step_is_on_screen_within_2_s_of_its_start(
-    coordinator: Coordinator, dashboard: Dashboard, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, dashboard: Dashboard, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     # A minute's lease renews on its own every 20 s; the run lasts 10 s: every step seen comes
     # with an early renewal of the agent (its step changed).
@@ -98,8 +97,7 @@ def test_each_step_is_on_screen_within_2_s_of_its_start(
         };
         new MutationObserver(note).observe(row, {subtree: true, childList: true, characterData: true});
     })()""")
-    task = coordinator.call("POST", "/api/v1/tasks", json={"kind": "workflow", "workflow": {"name": "steady"},
-                                                          "device_id": "phone-1"})
+    task = coordinator.create_task(kind="workflow", workflow={"name": "steady"}, device_id="phone-1")
     page.js(f"location.hash = '#task/{task['task_id']}'")  # its view, open while it runs: live there too
     page.wait_for("!!document.querySelector('#task-timeline li.step[data-step=\"1\"]')", timeout=10,
                   what="step 1 in the open task view")
@@ -120,10 +118,10 @@ def test_each_step_is_on_screen_within_2_s_of_its_start(
 
 
 def test_a_draining_host_s_devices_show_draining_and_are_not_available(
-    coordinator: Coordinator, dashboard: Dashboard
+    coordinator: CoordinatorProcess, dashboard: Dashboard
 ) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available", "phone-2": "available"})
-    coordinator.heartbeat("host-b", {"phone-3": "available"})
+    coordinator.heartbeat("host-a", ["phone-1", "phone-2"])
+    coordinator.heartbeat("host-b", ["phone-3"])
     dashboard.open_signed_in()
     page = dashboard.page
     page.wait_for("document.getElementById('devices-count').textContent === '3 · 3 available'")
@@ -148,12 +146,12 @@ def test_a_draining_host_s_devices_show_draining_and_are_not_available(
 
 
 def test_a_device_is_free_at_its_result_event(
-    coordinator: Coordinator, dashboard: Dashboard
+    coordinator: CoordinatorProcess, dashboard: Dashboard
 ) -> None:
     # No agent, no heartbeat after the result: only the result event can free the device on screen.
-    task, lease = coordinator.running_goal("host-a", "phone-1")
-    host = host_headers("host-a")
-    coordinator.heartbeat("host-a", {"phone-1": "busy"})
+    task, lease = running_goal(coordinator, "host-a", "phone-1")
+    host = coordinator.host_headers("host-a")
+    coordinator.heartbeat("host-a", [{"device_id": "phone-1", "status": "busy"}])
     dashboard.open_signed_in()
     dashboard.wait_cell("devices", "phone-1", "State", lambda s: s == "busy")
     assert dashboard.cell("devices", "phone-1", "Task") == task["task_id"]
@@ -165,9 +163,10 @@ def test_a_device_is_free_at_its_result_event(
     assert dashboard.cell("devices", "phone-1", "Task") == ""
 
 
-def test_hosts_show_their_names_and_the_filter_searches_them(coordinator: Coordinator, dashboard: Dashboard) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"}, hostname="lab-7.example", version="1.2")
-    coordinator.heartbeat("host-b", {"phone-2": "available"}, hostname="lab-9.example", version="1.2")
+def test_hosts_show_their_names_and_the_filter_searches_them(coordinator: CoordinatorProcess,
+                                                             dashboard: Dashboard) -> None:
+    coordinator.heartbeat("host-a", ["phone-1"], agent={"hostname": "lab-7.example", "version": "1.2"})
+    coordinator.heartbeat("host-b", ["phone-2"], agent={"hostname": "lab-9.example", "version": "1.2"})
     dashboard.open_signed_in()
     assert dashboard.cell("hosts", "host-a", "Host") == "lab-7.example (host-a)"
     assert dashboard.cell("devices", "phone-1", "Host") == "lab-7.example (host-a)"
@@ -176,7 +175,8 @@ def test_hosts_show_their_names_and_the_filter_searches_them(coordinator: Coordi
     assert dashboard.page.js("document.querySelector('#devices tbody tr[data-key]:not([hidden])').dataset.key") == "phone-2"
 
 
-def test_a_managed_phone_shows_its_serial_and_its_host_its_labels(coordinator: Coordinator, dashboard: Dashboard) -> None:
+def test_a_managed_phone_shows_its_serial_and_its_host_its_labels(coordinator: CoordinatorProcess,
+                                                                  dashboard: Dashboard) -> None:
     # A managed host as its agent makes one: an enrollment token with labels, enrollment, a phone
     # enrolled by its serial, a heartbeat. Operators know the serial, not the minted ids.
     token = coordinator.call("POST", "/api/v1/enrollment-tokens", json={"labels": {"site": "berlin"}})["token"]
@@ -202,11 +202,11 @@ def test_a_managed_phone_shows_its_serial_and_its_host_its_labels(coordinator: C
     assert dashboard.page.js("document.querySelector('#devices tbody tr[data-key]:not([hidden])').dataset.key") == device_id
 
 
-def test_the_charts_show_the_last_hour(coordinator: Coordinator, dashboard: Dashboard) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
+def test_the_charts_show_the_last_hour(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
+    coordinator.heartbeat("host-a", ["phone-1"])
     for _ in range(3):  # waiting: no device has this driver
-        coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "x", "selector": {"driver": "adb"}})
-    done = coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "y", "device_id": "phone-1"})
+        coordinator.create_task(goal="x", selector={"driver": "adb"})
+    done = coordinator.create_task(goal="y", device_id="phone-1")
     coordinator.call("POST", f"/api/v1/tasks/{done['task_id']}/cancel")
     dashboard.open_signed_in()
     page = dashboard.page
@@ -216,14 +216,14 @@ def test_the_charts_show_the_last_hour(coordinator: Coordinator, dashboard: Dash
     assert page.js("document.querySelector('#chart-waiting path.line').getAttribute('d').length") > 10
 
 
-def test_at_1024_px_every_button_is_in_reach(coordinator: Coordinator, dashboard: Dashboard) -> None:
+def test_at_1024_px_every_button_is_in_reach(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
     page = dashboard.page
     page.call("Emulation.setDeviceMetricsOverride", width=1024, height=768, deviceScaleFactor=1, mobile=False)
     long = "Open Settings, then Network and internet, then turn on airplane mode and wait for the icon"
-    coordinator.heartbeat("host-a", {f"phone-{i}": "available" for i in range(4)}, hostname="lab-7.long.example.com")
+    coordinator.heartbeat("host-a", [f"phone-{i}" for i in range(4)], agent={"hostname": "lab-7.long.example.com"})
     for i in range(2):
-        coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": long, "device_id": f"phone-{i}"})
-    coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": long, "selector": {"driver": "adb"}})
+        coordinator.create_task(goal=long, device_id=f"phone-{i}")
+    coordinator.create_task(goal=long, selector={"driver": "adb"})
     coordinator.call("POST", "/api/v1/devices/phone-3/disable", json={"reason": "cracked screen, sent for repair"})
     dashboard.open_signed_in()
     page.wait_for("document.querySelectorAll('#queue tbody tr[data-key]').length === 3")
@@ -259,17 +259,18 @@ def _ms(at: str) -> float:
     return datetime.fromisoformat(at).timestamp() * 1000
 
 
-def test_times_read_the_same_everywhere(coordinator: Coordinator, dashboard: Dashboard) -> None:
-    coordinator.heartbeat("host-a", {"phone-1": "available"})
+def test_times_read_the_same_everywhere(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
+    coordinator.heartbeat("host-a", ["phone-1"])
     dashboard.open_signed_in()
     page = dashboard.page
-    coordinator.call("POST", "/api/v1/tasks", json={"kind": "goal", "goal": "x", "selector": {"driver": "adb"}})
+    coordinator.create_task(goal="x", selector={"driver": "adb"})
     line = page.wait_for("document.querySelector('#events li[data-type=created]')?.textContent")
     assert re.match(TIME, " ".join(line.split()[:2])), line  # the log's time, from the feed's RFC 3339
     assert re.match(TIME, dashboard.cell("hosts", "host-a", "Last seen"))
 
 
-def test_a_retried_task_counts_once_and_its_durations_add_up(coordinator: Coordinator, dashboard: Dashboard) -> None:
+def test_a_retried_task_counts_once_and_its_durations_add_up(coordinator: CoordinatorProcess,
+                                                             dashboard: Dashboard) -> None:
     # The pure parts of the story and the charts, in the browser, on a retried task's history.
     dashboard.open()
 

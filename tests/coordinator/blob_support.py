@@ -47,14 +47,15 @@ def running_s3_server() -> Iterator[S3Server]:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
 
-    def answers() -> bool:
+    def answers(probe: httpx.Client) -> bool:
         try:
-            return httpx.get(url, timeout=1).status_code < 500
+            return probe.get(url).status_code < 500
         except httpx.TransportError:
             return False
 
     try:
-        wait_until(answers, 30, what="moto_server answering")
+        with httpx.Client(timeout=1) as probe:  # httpx.get would build a client (and a TLS context) a probe
+            wait_until(lambda: answers(probe), 30, what="moto_server answering")
         yield S3Server(url)
     finally:
         process.terminate()

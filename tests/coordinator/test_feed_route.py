@@ -19,7 +19,6 @@ import redis.asyncio as aioredis
 import uvicorn
 from starlette.applications import Starlette
 
-from coordinator.api import events as feed_api
 from coordinator.app import create_app
 from coordinator.feed import EventFeed
 from coordinator.serve.server import head_limited_protocol
@@ -81,12 +80,20 @@ class Served:
         return await xadd(self.redis, self.stream, type_, **ids)
 
 
-@pytest.fixture
-async def served(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[Served]:
-    app = create_app(make_settings(prefix), redis=PlainTransport(Unclosable(redis_client)))  # type: ignore[arg-type]
+@contextlib.asynccontextmanager
+async def served_app(redis_client: aioredis.Redis, prefix: str, **settings: Any) -> AsyncIterator[Served]:
+    """The app with these settings, served; its keys deleted afterwards."""
+    transport = PlainTransport(Unclosable(redis_client))  # type: ignore[arg-type]
+    app = create_app(make_settings(prefix, **settings), redis=transport)
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
         yield Served(app, client, redis_client, Keys(prefix).feed)
     await delete_prefix_async(redis_client, prefix)
+
+
+@pytest.fixture
+async def served(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[Served]:
+    async with served_app(redis_client, prefix) as served:
+        yield served
 
 
 @contextlib.asynccontextmanager
@@ -191,9 +198,9 @@ async def test_a_watcher_that_disconnects_is_no_longer_counted(served: Served) -
     await wait_until_async(lambda: served.feed.watchers == 0)
 
 
-async def test_keepalive_comment_after_silence(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(feed_api, "KEEPALIVE_S", 0.1)
-    async with watching(served.client) as source:
+async def test_keepalive_comment_after_silence(redis_client: aioredis.Redis, prefix: str) -> None:
+    async with (served_app(redis_client, prefix, feed_keepalive_s=0.1) as served,
+                watching(served.client) as source):
         assert await source.frame() == {"": "keepalive"}
 
 

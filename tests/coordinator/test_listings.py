@@ -4,6 +4,7 @@ and fakeredis)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from coordinator.state.keys import STATUS_CODES, STATUS_SPAN
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, silence_host
+from tests.support import unique_prefix
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -114,37 +116,38 @@ async def test_waiting_reasons_and_candidates(api: Api) -> None:
 
 
 async def test_a_queued_tasks_candidates_are_the_same_from_its_create_and_from_a_read(
-        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+        api_factory: Callable[..., Any]) -> None:
     """The create step reads the candidates of the task it queued (createTask), a later read reads
     them again (readWaiting): both see every reason a device is kept from work, and both stop at
     the scan limit."""
     def gold(device_id: str, **fields: Any) -> dict[str, Any]:
         return {"device_id": device_id, "driver": "sim", "status": "available", "labels": {"tier": "gold"}, **fields}
 
-    await api.heartbeat("host-a", [gold("busy1"), gold("off1", status="unavailable"), gold("dis1"),
-                                   gold("tin1", labels={"tier": "tin"})])
-    await api.heartbeat("host-b", [gold("drain1")])
-    await api.heartbeat("host-c", [gold("gone1")])
-    assert (await api.create_task(device_id="busy1")).json()["status"] == "assigned"
-    assert (await api.admin("POST", "/api/v1/devices/dis1/disable", json={"reason": "cracked"})).status_code == 200
-    assert (await api.admin("POST", "/api/v1/hosts/host-b/drain")).status_code == 200
-    await silence_host(api, "host-c")
+    # Two processes of one deployment: one scanning the default 1,000 devices, one only three.
+    prefix = unique_prefix()
+    async with api_factory(prefix=prefix) as api, api_factory(prefix=prefix, candidates_scanned=3) as three:
+        await api.heartbeat("host-a", [gold("busy1"), gold("off1", status="unavailable"), gold("dis1"),
+                                       gold("tin1", labels={"tier": "tin"})])
+        await api.heartbeat("host-b", [gold("drain1")])
+        await api.heartbeat("host-c", [gold("gone1")])
+        assert (await api.create_task(device_id="busy1")).json()["status"] == "assigned"
+        assert (await api.admin("POST", "/api/v1/devices/dis1/disable", json={"reason": "cracked"})).status_code == 200
+        assert (await api.admin("POST", "/api/v1/hosts/host-b/drain")).status_code == 200
+        await silence_host(api, "host-c")
 
-    created = (await api.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
-    assert created["status"] == "queued" and created["waiting_reason"] == "matching_devices_busy"
-    assert created["candidates"] == {"matching": 5, "busy": 1, "unavailable": 1, "host_offline": 1,
-                                     "host_draining": 1, "disabled": 1, "host_stalled": 0,
-                                     "no_workflow": 0}
-    assert (await api.task(created["task_id"]))["candidates"] == created["candidates"]
+        created = (await api.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
+        assert created["status"] == "queued" and created["waiting_reason"] == "matching_devices_busy"
+        assert created["candidates"] == {"matching": 5, "busy": 1, "unavailable": 1, "host_offline": 1,
+                                         "host_draining": 1, "disabled": 1, "host_stalled": 0,
+                                         "no_workflow": 0}
+        assert (await api.task(created["task_id"]))["candidates"] == created["candidates"]
 
-    # Past the limit, in device-id order: busy1, dis1, drain1 of the six sim devices.
-    monkeypatch.setattr("coordinator.state.store.CANDIDATES_SCANNED", 3)
-    monkeypatch.setattr("coordinator.state.reads.CANDIDATES_SCANNED", 3)
-    capped = (await api.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
-    assert capped["candidates"] == {"matching": 3, "busy": 1, "unavailable": 0, "host_offline": 0,
-                                    "host_draining": 1, "disabled": 1, "host_stalled": 0, "no_workflow": 0,
+        # Past the limit, in device-id order: busy1, dis1, drain1 of the six sim devices.
+        capped = (await three.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
+        assert capped["candidates"] == {"matching": 3, "busy": 1, "unavailable": 0, "host_offline": 0,
+                                        "host_draining": 1, "disabled": 1, "host_stalled": 0, "no_workflow": 0,
                                         "truncated": True}
-    assert (await api.task(capped["task_id"]))["candidates"] == capped["candidates"]
+        assert (await three.task(capped["task_id"]))["candidates"] == capped["candidates"]
 
 
 # -- metrics -------------------------------------------------------------------------------

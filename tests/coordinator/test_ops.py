@@ -140,12 +140,16 @@ async def test_two_versions_of_the_scripts_run_side_by_side(
 async def test_readyz_is_503_without_redis() -> None:
     import httpx
     import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
 
     from coordinator.app import create_app
     from tests.conftest import make_settings
     from tests.support import free_port
 
-    unreachable = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    # No retries: redis-py's default retries a refused connection with a backoff, and what is
+    # tested is the answer once Redis has failed, not how long the client tries.
+    unreachable = aioredis.Redis(port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
     app = create_app(make_settings("unused:{t}"), redis=PlainTransport(unreachable))
     # no lifespan: the process is up, but Redis is not there
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://c") as client:

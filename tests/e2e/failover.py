@@ -36,8 +36,7 @@ from tests.support import (
     unique_prefix,
     wait_until,
 )
-
-TERMINAL = ("succeeded", "failed", "cancelled")
+from wire import TERMINAL_STATUSES
 
 
 @dataclass
@@ -153,7 +152,7 @@ def run_failover(workdir: Path, wait_replicas: int, *, rate_hz: float = 40, befo
                 done = 0
                 for task_id in creator.task_ids:
                     response = admin.get(f"/api/v1/tasks/{task_id}")
-                    if response.status_code == 404 or response.json()["status"] in TERMINAL:
+                    if response.status_code == 404 or response.json()["status"] in TERMINAL_STATUSES:
                         done += 1
                 return done == len(creator.task_ids)
 

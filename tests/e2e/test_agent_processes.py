@@ -22,7 +22,6 @@ from tests.support import (
     HOSTS,
     CoordinatorProcess,
     Process,
-    agent_process,
     coordinator_env,
     delete_prefix,
     fresh_prefix,
@@ -34,85 +33,39 @@ pytestmark = pytest.mark.e2e
 
 HOST_TOKEN = HOSTS["host-a"]
 HOST_B_TOKEN = HOSTS["host-b"]
-TERMINAL = ("succeeded", "failed", "cancelled")
-
-
-class Coordinator(CoordinatorProcess):
-    """The coordinator process, and the operator API calls these tests make. Every call, the
-    operator's and (through ``proxy``) the agents', is recorded in ``history``."""
-
-    def __init__(self, workdir: Path, prefix: str) -> None:
-        history = History()
-        super().__init__(coordinator_env(prefix, **FAST_COORDINATOR), workdir, transport=RecordingTransport(history))
-        self.history = history
-        self.proxy = RecordingProxy(self.history, [self.url])
-
-    def verify_history(self, at_least: int) -> None:
-        """Read every task created (the final reads), then check the run's history."""
-        created = {op.body["task_id"] for op in self.history.ops
-                   if op.method == "POST" and op.path == "/api/v1/tasks" and op.ok}
-        for task_id in sorted(created):
-            self.task(task_id)
-        verify(self.history, at_least=at_least)
-
-    def create_task(self, **body: Any) -> dict[str, Any]:
-        response = self.api.post("/api/v1/tasks", json=body)
-        assert response.status_code == 201, response.text
-        return response.json()
-
-    def wait_task(self, task_id: str, statuses: tuple[str, ...] = TERMINAL, timeout: float = 20) -> dict[str, Any]:
-        return wait_until(
-            lambda: (t := self.task(task_id))["status"] in statuses and t, timeout, what=f"task {task_id} in {statuses}"
-        )
-
-    def events(self, task_id: str) -> list[dict[str, Any]]:
-        response = self.api.get(f"/api/v1/tasks/{task_id}/events")
-        assert response.status_code == 200, response.text
-        return response.json()["events"]
-
-    def devices(self) -> list[dict[str, Any]]:
-        response = self.api.get("/api/v1/devices")
-        assert response.status_code == 200, response.text
-        return response.json()["devices"]
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    with fresh_prefix() as prefix:
-        coord = Coordinator(tmp_path, prefix)
-        with coord.proxy, running(coord):
-            yield coord
+def history() -> History:
+    """Every call of the test, the operator's and (through ``proxy``) the agents'."""
+    return History()
 
 
 @pytest.fixture
-def start_agent(tmp_path: Path, coordinator: Coordinator) -> Iterator[Callable[..., Process]]:
-    agents: list[Process] = []
+def coordinator(tmp_path: Path, history: History) -> Iterator[CoordinatorProcess]:
+    with fresh_prefix() as prefix, running(CoordinatorProcess(
+            coordinator_env(prefix, **FAST_COORDINATOR), tmp_path, transport=RecordingTransport(history))) as coord:
+        yield coord
 
-    def start(name: str = "agent", **settings: str) -> Process:
-        # through the recording proxy: the fault tests check the history of the run
-        proc = agent_process(coordinator.proxy.url, tmp_path / name, name, **{"SHUTDOWN_GRACE_S": "10", **settings})
-        agents.append(proc)
-        return proc
 
-    yield start
-    for proc in agents:
-        proc.stop()
+@pytest.fixture
+def agent_url(coordinator: CoordinatorProcess, history: History) -> Iterator[str]:
+    # through the recording proxy: the fault tests check the history of the run
+    with RecordingProxy(history, [coordinator.url]) as proxy:
+        yield proxy.url
+
+
+def verify_history(coordinator: CoordinatorProcess, history: History, at_least: int) -> None:
+    """Read every task created (the final reads), then check the run's history."""
+    created = {op.body["task_id"] for op in history.ops
+               if op.method == "POST" and op.path == "/api/v1/tasks" and op.ok}
+    for task_id in sorted(created):
+        coordinator.task(task_id)
+    verify(history, at_least=at_least)
 
 
 def legacy(**extra: str) -> dict[str, str]:
     return {"HOST_ID": "host-a", "TOKEN": HOST_TOKEN, "DEVICES": "sim:phone-1", **extra}
-
-
-@pytest.fixture
-def workflows(tmp_path: Path) -> Path:
-    folder = tmp_path / "workflows"
-    folder.mkdir()
-    for name, steps in {
-        "quick": [{"action": "key", "key": "home"}, {"action": "assert_text", "text": "Settings"}],
-        "slow": [{"action": "key", "key": "home"}, {"action": "wait", "ms": "${ms}"}],
-    }.items():
-        (folder / f"{name}.json").write_text(json.dumps({"name": name, "steps": steps}))
-    return folder
 
 
 def wait_claimed(agent: Process, task_id: str) -> None:
@@ -122,9 +75,9 @@ def wait_claimed(agent: Process, task_id: str) -> None:
     wait_until(lambda: f"claimed task {task_id} " in agent.log(), what=f"the agent's claim of {task_id}")
 
 
-def wait_pooled(coordinator: Coordinator, count: int = 1) -> list[dict[str, Any]]:
+def wait_pooled(coordinator: CoordinatorProcess, count: int = 1) -> list[dict[str, Any]]:
     def online() -> list[dict[str, Any]] | None:
-        devices = [d for d in coordinator.devices() if d["host_online"]]
+        devices = [d for d in coordinator.call("GET", "/api/v1/devices")["devices"] if d["host_online"]]
         return devices if len(devices) >= count else None
 
     return wait_until(online, what=f"{count} pooled device(s)")
@@ -157,7 +110,7 @@ def socket_inodes(pid: int) -> set[str]:
 
 
 def test_host_is_behind_nat(
-    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], workflows: Path
 ) -> None:
     """Spec: with no inbound listener, the agent registers devices and executes goal and workflow
     assignments through the complete protocol; a workflow it has not loaded never reaches it: the
@@ -190,7 +143,8 @@ def test_host_is_behind_nat(
 
 
 def test_progress_is_visible_and_cancel_stops_the_run(
-    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], workflows: Path,
+    history: History
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
@@ -206,11 +160,12 @@ def test_progress_is_visible_and_cancel_stops_the_run(
     assert done["result"]["status"] == "cancelled"  # reported by the agent, not a lease expiry
     assert done["attempt"] == 1
     assert "cancel requested" in agent.log()
-    coordinator.verify_history(at_least=10)
+    verify_history(coordinator, history, at_least=10)
 
 
 def test_killed_agent_mid_task_finishes_on_another_host_as_attempt_2(
-    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], workflows: Path,
+    history: History
 ) -> None:
     doomed = start_agent("doomed", **legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
@@ -226,11 +181,12 @@ def test_killed_agent_mid_task_finishes_on_another_host_as_attempt_2(
     assert done["status"] == "succeeded", rescuer.log()
     assert (done["attempt"], done["host_id"], done["device_id"]) == (2, "host-b", "phone-9")
     assert done["result"]["attempt"] == 2
-    coordinator.verify_history(at_least=20)
+    verify_history(coordinator, history, at_least=20)
 
 
 def test_sigterm_lets_running_work_finish_then_exits_zero(
-    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], workflows: Path,
+    history: History
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
@@ -242,11 +198,12 @@ def test_sigterm_lets_running_work_finish_then_exits_zero(
     done = coordinator.task(task["task_id"])
     assert done["status"] == "succeeded", agent.log()
     assert done["attempt"] == 1
-    coordinator.verify_history(at_least=10)
+    verify_history(coordinator, history, at_least=10)
 
 
 def test_sigterm_past_the_grace_period_stops_the_run_and_reports_it(
-    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], workflows: Path,
+    history: History
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows), SHUTDOWN_GRACE_S="0.3"))
     wait_pooled(coordinator)
@@ -261,16 +218,17 @@ def test_sigterm_past_the_grace_period_stops_the_run_and_reports_it(
     # (no device left to take it here, so it waits).
     requeued = coordinator.task(task["task_id"])
     assert requeued["status"] == "queued" and requeued["attempt"] == 2, agent.log()
-    result, again = coordinator.events(task["task_id"])[-2:]
+    result, again = coordinator.call("GET", f"/api/v1/tasks/{task['task_id']}/events")["events"][-2:]
     assert (result["type"], result["status"], result["reason"]) == ("result", "failed", "shutdown")
     assert (again["type"], again["reason"], again["attempt"]) == ("requeued", "retryable_failure", 2)
     # No device is left to run attempt 2: the operator cancels it, so the run's history ends.
     assert coordinator.api.post(f"/api/v1/tasks/{task['task_id']}/cancel").status_code == 200
-    coordinator.verify_history(at_least=10)
+    verify_history(coordinator, history, at_least=10)
 
 
 def test_agent_rides_out_a_coordinator_restart(
-    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], workflows: Path,
+    history: History
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
@@ -281,11 +239,12 @@ def test_agent_rides_out_a_coordinator_restart(
     done = coordinator.wait_task(task["task_id"])
     assert done["status"] == "succeeded", agent.log()
     assert agent.popen.poll() is None
-    coordinator.verify_history(at_least=10)
+    verify_history(coordinator, history, at_least=10)
 
 
 def test_stalled_agent_loses_its_lease_reports_nothing_and_runs_the_retry(
-    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], workflows: Path,
+    history: History
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
@@ -306,11 +265,11 @@ def test_stalled_agent_loses_its_lease_reports_nothing_and_runs_the_retry(
     log = agent.log()
     assert "attempt 1: lease lost" in log
     assert f"reported task {task['task_id']} attempt 1" not in log
-    coordinator.verify_history(at_least=20)
+    verify_history(coordinator, history, at_least=20)
 
 
 def test_managed_agent_enrolls_once_and_restarts_without_the_token(
-    coordinator: Coordinator, start_agent: Callable[..., Process], tmp_path: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], tmp_path: Path
 ) -> None:
     response = coordinator.api.post("/api/v1/enrollment-tokens", json={"ttl_s": 600, "max_uses": 1})
     if response.status_code in (404, 405):
@@ -341,7 +300,7 @@ def test_managed_agent_enrolls_once_and_restarts_without_the_token(
 
 
 def test_revoked_managed_host_exits_nonzero(
-    coordinator: Coordinator, start_agent: Callable[..., Process], tmp_path: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], tmp_path: Path
 ) -> None:
     response = coordinator.api.post("/api/v1/enrollment-tokens", json={"ttl_s": 600, "max_uses": 1})
     if response.status_code in (404, 405):
@@ -356,13 +315,13 @@ def test_revoked_managed_host_exits_nonzero(
 
 
 def test_a_managed_host_whose_redis_lost_its_data_stops_in_one_line(
-    coordinator: Coordinator, start_agent: Callable[..., Process], tmp_path: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], tmp_path: Path
 ) -> None:
     token = coordinator.api.post("/api/v1/enrollment-tokens", json={"ttl_s": 600, "max_uses": 1}).json()["token"]
     agent = start_agent("managed", ENROLLMENT_TOKEN=token, STATE_DIR=str(tmp_path / "state"), DEVICES="sim:phone-1")
     [device] = wait_pooled(coordinator)
     # Redis restarted empty: every key of the deployment is gone (its enrollment token with it).
-    delete_prefix(coordinator.env["COORDINATOR_KEY_PREFIX"])
+    delete_prefix(coordinator.prefix)
 
     # Seen: the coordinator kept the cached token, recreated an empty host, and the agent looped
     # on 409 unknown_device and 403. Now: one line, exit 1, and no ghost host.
@@ -376,7 +335,8 @@ def test_a_managed_host_whose_redis_lost_its_data_stops_in_one_line(
 
 
 def test_a_drained_host_finishes_its_run_keeps_heartbeating_and_takes_work_once_undrained(
-    coordinator: Coordinator, start_agent: Callable[..., Process], workflows: Path
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], workflows: Path,
+    history: History
 ) -> None:
     agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
     wait_pooled(coordinator)
@@ -397,4 +357,4 @@ def test_a_drained_host_finishes_its_run_keeps_heartbeating_and_takes_work_once_
 
     coordinator.api.post("/api/v1/hosts/host-a/undrain")
     assert coordinator.wait_task(later["task_id"])["status"] == "succeeded", agent.log()
-    coordinator.verify_history(at_least=20)
+    verify_history(coordinator, history, at_least=20)

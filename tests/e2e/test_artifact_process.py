@@ -57,9 +57,8 @@ def test_an_upload_streams_to_the_store_and_leaves_with_its_task(
     with fresh_prefix() as prefix, coordinator_process(
             coordinator_env(prefix, COORDINATOR_TASK_RETENTION_S="0.5", **settings), workdir=tmp_path) as coordinator:
         url, api = coordinator.url, coordinator.api
-        heartbeat = {"devices": [{"device_id": "art-1", "driver": "sim", "status": "available"}]}
-        assert httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST).status_code == 200
-        task_id = api.post("/api/v1/tasks", json={"kind": "goal", "goal": "g", "device_id": "art-1"}).json()["task_id"]
+        coordinator.heartbeat("host-a", ["art-1"])
+        task_id = coordinator.create_task(goal="g", device_id="art-1")["task_id"]
         leased = httpx.post(f"{url}/internal/v1/hosts/host-a/claim?wait_s=5", headers=HOST).json()
         assert leased["task_id"] == task_id
 

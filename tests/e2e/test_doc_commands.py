@@ -236,16 +236,18 @@ class Session:
                                      env=child_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.background.append((popen, log))
 
-        def ready() -> bool:
+        def ready(probe: httpx.Client) -> bool:
             assert popen.poll() is None, f"{block} exited with {popen.returncode}:\n{log.read_text()}"
             if "coordinator serve" in block.body:
                 try:
-                    return httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200
+                    return probe.get(f"http://127.0.0.1:{self.port}/readyz").status_code == 200
                 except httpx.TransportError:
                     return False
             return " ready with " in log.read_text()
 
-        wait_until(ready, 30, what=f"{block} to be ready")
+        # One client for every probe (httpx.get builds one, and a TLS context, per call).
+        with httpx.Client(timeout=1) as probe:
+            wait_until(lambda: ready(probe), 30, what=f"{block} to be ready")
 
     def run(self, block: Block) -> None:
         started = time.monotonic()

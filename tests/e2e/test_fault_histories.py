@@ -10,7 +10,6 @@ whether every promise held: nothing lost, nothing run twice, replays answered as
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import signal
@@ -99,15 +98,6 @@ def losses(rate: float, seed: int) -> Callable[[Op, int, Any], bool]:
             return op.method == "POST" and rng.random() < rate
 
     return lose
-
-
-@pytest.fixture
-def workflows(tmp_path: Path) -> Path:
-    folder = tmp_path / "workflows"
-    folder.mkdir()
-    steps = [{"action": "key", "key": "home"}, {"action": "wait", "ms": "${ms}"}]
-    (folder / "slow.json").write_text(json.dumps({"name": "slow", "steps": steps}))
-    return folder
 
 
 @contextmanager

@@ -65,7 +65,7 @@ def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns
                 return put.status_code == 200
 
             wait_until(heartbeat_accepted, 10, 0.05, what="heartbeats accepted again")
-            wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200, 10, 0.02, what="ready again")
+            wait_until(lambda: coordinator.api.get("/readyz").status_code == 200, 10, 0.02, what="ready again")
     verify(history, at_least=6)
 
 
@@ -74,10 +74,8 @@ def test_a_poll_whose_client_left_before_it_was_served_claims_nothing() -> None:
     coordinator resumes it reads the request and the hang-up together: it must not claim."""
     with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix)) as coordinator:
         url, pid = coordinator.url, coordinator.pid
-        heartbeat = {"devices": [{"device_id": "a1", "driver": "sim", "status": "available"}]}
-        assert httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A).status_code == 200
-        task = httpx.post(f"{url}/api/v1/tasks", headers=ADMIN_HEADERS,
-                          json={"kind": "goal", "goal": "g", "device_id": "a1", "max_attempts": 1}).json()
+        coordinator.heartbeat("host-a", ["a1"])
+        task = coordinator.create_task(goal="g", device_id="a1", max_attempts=1)
         assert task["status"] == "assigned"
         port = coordinator.port
         os.kill(pid, signal.SIGSTOP)
@@ -89,7 +87,7 @@ def test_a_poll_whose_client_left_before_it_was_served_claims_nothing() -> None:
                 )
         finally:
             os.kill(pid, signal.SIGCONT)
-        wait_until(lambda: "tether_claims_total{" in httpx.get(f"{url}/metrics").text, 10, 0.02,
+        wait_until(lambda: "tether_claims_total{" in coordinator.api.get("/metrics").text, 10, 0.02,
                    what="the claim counted")
         claims = [line for line in httpx.get(f"{url}/metrics").text.splitlines()
                   if line.startswith("tether_claims_total{")]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import socket
 
-import httpx
 import pytest
 
 from tests.support import (
     HOSTS,
+    CoordinatorProcess,
     coordinator_env,
     coordinator_process,
     fresh_prefix,
@@ -21,22 +21,21 @@ pytestmark = pytest.mark.e2e
 HOST_A = {"authorization": f"Bearer {HOSTS['host-a']}"}
 
 
-def _metrics_show(url: str, line: str) -> bool:
-    return line in httpx.get(f"{url}/metrics").text.splitlines()
+def _metrics_show(coordinator: CoordinatorProcess, line: str) -> bool:
+    return line in coordinator.api.get("/metrics").text.splitlines()
 
 
 def test_a_waiting_poll_is_released_as_soon_as_its_client_hangs_up() -> None:
     with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix)) as coordinator:
-        url = coordinator.url
-        heartbeat = {"devices": [{"device_id": "a1", "driver": "sim", "status": "available"}]}
-        assert httpx.put(f"{url}/internal/v1/hosts/host-a/heartbeat", json=heartbeat, headers=HOST_A).status_code == 200
+        coordinator.heartbeat("host-a", ["a1"])
         with socket.create_connection(("127.0.0.1", coordinator.port)) as sock:
             sock.sendall(
                 b"POST /internal/v1/hosts/host-a/claim?wait_s=60 HTTP/1.1\r\nHost: c\r\n"
                 b"Authorization: Bearer " + HOSTS["host-a"].encode() + b"\r\nContent-Length: 0\r\n\r\n"
             )
-            wait_until(lambda: _metrics_show(url, "tether_waiting_polls 1.0"), 10, 0.02, what="the poll waiting")
+            wait_until(lambda: _metrics_show(coordinator, "tether_waiting_polls 1.0"), 10, 0.02,
+                       what="the poll waiting")
         # hung up: answered within seconds, not at its 60 s deadline
-        wait_until(lambda: _metrics_show(url, 'tether_claims_total{outcome="disconnected"} 1.0'), 5, 0.02,
+        wait_until(lambda: _metrics_show(coordinator, 'tether_claims_total{outcome="disconnected"} 1.0'), 5, 0.02,
                    what="the poll released as disconnected")
-        assert _metrics_show(url, "tether_waiting_polls 0.0")
+        assert _metrics_show(coordinator, "tether_waiting_polls 0.0")

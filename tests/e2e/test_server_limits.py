@@ -31,7 +31,8 @@ HEADER_TIMEOUT_S = 0.5
 
 
 @pytest.fixture(scope="module")
-def coordinator() -> Iterator[str]:
+def url() -> Iterator[str]:
+    """The URL of the module's coordinator, which the tests reach over raw sockets."""
     with fresh_prefix() as prefix, coordinator_process(
         coordinator_env(prefix, COORDINATOR_HEADER_TIMEOUT_S=HEADER_TIMEOUT_S)
     ) as process:
@@ -76,13 +77,13 @@ def _healthz_seconds(url: str) -> float:
     return time.monotonic() - started
 
 
-def test_request_head_over_64_kib_gets_431_or_a_closed_connection(coordinator: str) -> None:
-    with _connect(coordinator) as sock:
+def test_request_head_over_64_kib_gets_431_or_a_closed_connection(url: str) -> None:
+    with _connect(url) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 100 * 1024 + b"\r\n\r\n")
         _assert_431_or_nothing(_read_until_closed(sock, timeout=5))
     # The server is unharmed, and a head just under the limit is still served.
-    assert _healthz_seconds(coordinator) < 1
-    with _connect(coordinator) as sock:
+    assert _healthz_seconds(url) < 1
+    with _connect(url) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Big: "
                      + b"a" * 60 * 1024 + b"\r\n\r\n")
         assert _read_until_closed(sock, timeout=5).startswith(b"HTTP/1.1 200 ")
@@ -90,17 +91,17 @@ def test_request_head_over_64_kib_gets_431_or_a_closed_connection(coordinator: s
 
 @pytest.mark.parametrize("sent", [b"", b"GET /healthz HTTP/1.1\r\nHost: t\r\n"], ids=["nothing", "partial head"])
 def test_connection_without_a_complete_head_is_closed_after_the_header_timeout(
-    coordinator: str, sent: bytes,
+    url: str, sent: bytes,
 ) -> None:
-    with _connect(coordinator) as sock:
+    with _connect(url) as sock:
         started = time.monotonic()
         sock.sendall(sent)
         assert _read_until_closed(sock, timeout=HEADER_TIMEOUT_S + 5) == b""
         assert time.monotonic() - started >= HEADER_TIMEOUT_S * 0.9
 
 
-def test_sending_a_head_slowly_does_not_extend_the_header_timeout(coordinator: str) -> None:
-    with _connect(coordinator) as sock:
+def test_sending_a_head_slowly_does_not_extend_the_header_timeout(url: str) -> None:
+    with _connect(url) as sock:
         started = time.monotonic()
         sock.sendall(b"GET /healthz HTTP/1.1\r\n")
         closed = False
@@ -116,7 +117,7 @@ def test_sending_a_head_slowly_does_not_extend_the_header_timeout(coordinator: s
         assert closed
 
 
-def test_client_streaming_a_huge_header_is_cut_off_without_stalling_healthz(coordinator: str) -> None:
+def test_client_streaming_a_huge_header_is_cut_off_without_stalling_healthz(url: str) -> None:
     sent = 0
     attack_over = threading.Event()
 
@@ -124,7 +125,7 @@ def test_client_streaming_a_huge_header_is_cut_off_without_stalling_healthz(coor
         nonlocal sent
         chunk = b"a" * 64 * 1024
         try:
-            with _connect(coordinator) as sock:
+            with _connect(url) as sock:
                 sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: ")
                 deadline = time.monotonic() + 10
                 while sent < 256 * 1024 * 1024 and time.monotonic() < deadline:
@@ -139,7 +140,7 @@ def test_client_streaming_a_huge_header_is_cut_off_without_stalling_healthz(coor
     attacker.start()
     latencies = []
     while not attack_over.is_set() or not latencies:
-        latencies.append(_healthz_seconds(coordinator))
+        latencies.append(_healthz_seconds(url))
     attacker.join()
     # Cut off near the limit (plus what the kernel's socket buffers took), not read to the end.
     assert sent < 32 * 1024 * 1024
@@ -163,7 +164,7 @@ def test_sigterm_answers_waiting_polls_at_once_and_exits_0(tmp_path: Path) -> No
         for thread in threads:
             thread.start()
         waiting = f"tether_waiting_polls {polls}.0".encode()
-        wait_until(lambda: waiting in httpx.get(f"{url}/metrics").content, 10, 0.02, what="the polls waiting")
+        wait_until(lambda: waiting in coordinator.api.get("/metrics").content, 10, 0.02, what="the polls waiting")
         process = coordinator.process
         assert process is not None
         process.signal(signal.SIGTERM)
@@ -211,8 +212,8 @@ def _read_answers(sock: socket.socket, methods: list[str], timeout: float) -> li
     return heads
 
 
-def test_head_is_answered_on_a_kept_alive_connection_and_pipelined_before_a_get(coordinator: str) -> None:
-    with _connect(coordinator) as sock:
+def test_head_is_answered_on_a_kept_alive_connection_and_pipelined_before_a_get(url: str) -> None:
+    with _connect(url) as sock:
         sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         (head,) = _read_answers(sock, ["HEAD"], timeout=2)
         assert head.startswith(b"HTTP/1.1 200 ")
@@ -230,11 +231,11 @@ def _get_routes() -> list[str]:
 
 
 @pytest.mark.parametrize("path", _get_routes())
-def test_head_answers_as_get_does_on_every_route_that_advertises_it(coordinator: str, path: str) -> None:
+def test_head_answers_as_get_does_on_every_route_that_advertises_it(url: str, path: str) -> None:
     auth = f"Authorization: Bearer {ADMIN}\r\n".encode()
     head_req = b"HEAD %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (path.encode(), auth)
     get_req = b"GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (path.encode(), auth)
-    with _connect(coordinator) as sock:
+    with _connect(url) as sock:
         sock.sendall(head_req)
         (alone,) = _read_answers(sock, ["HEAD"], timeout=2)
         sock.sendall(head_req + get_req)  # on the same kept-alive connection, pipelined

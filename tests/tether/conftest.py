@@ -8,10 +8,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.support import (
@@ -25,6 +23,7 @@ from tests.support import (
     fresh_prefix,
     running,
     wait_until,
+    write_workflows,
 )
 
 # Static hosts of these tests: the agent's, and hosts whose heartbeats the tests send themselves.
@@ -48,55 +47,48 @@ class Result:
         return json.loads(self.out)
 
 
-class Coordinator(CoordinatorProcess):
-    """The coordinator process, with this suite's hosts, a shorter lease, and the ``tether``
-    command run against it."""
+def tether_here(coordinator: CoordinatorProcess, capsys: pytest.CaptureFixture[str], *args: str) -> Result:
+    """``tether ARGS`` run in this process against ``coordinator``: for the follow-up reads of a
+    test, which would otherwise spend most of the folder's time starting interpreters."""
+    from tether.cli import main
 
-    def __init__(self, prefix: str, workdir: Path, **settings: str) -> None:
-        super().__init__(coordinator_env(prefix, **{**FAST_COORDINATOR, "COORDINATOR_LEASE_TTL_S": "0.6", **settings},
-                                         COORDINATOR_STATIC_HOSTS=json.dumps(HOSTS)), workdir)
+    capsys.readouterr()
+    code = main(["--url", coordinator.url, "--token", ADMIN, *args])
+    captured = capsys.readouterr()
+    return Result(code, captured.out, captured.err)
 
-    def heartbeat(self, host: str, *devices: str, agent: dict[str, Any] | None = None) -> None:
-        body: dict[str, Any] = {"devices": [
-            {"device_id": d, "driver": "sim", "status": "available", "labels": {"rack": "r1"}} for d in devices]}
-        if agent is not None:
-            body["agent"] = agent
-        response = httpx.put(f"{self.url}/internal/v1/hosts/{host}/heartbeat", json=body,
-                             headers={"authorization": f"Bearer {HOSTS[host]}"})
-        assert response.status_code == 200, response.text
 
-    def tether_here(self, capsys: pytest.CaptureFixture[str], *args: str) -> Result:
-        """The same command run in this process: for the follow-up reads of a test, which would
-        otherwise spend most of the folder's time starting interpreters."""
-        from tether.cli import main
-
-        capsys.readouterr()
-        code = main(["--url", self.url, "--token", ADMIN, *args])
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    def tether(self, *args: str, **env: str) -> Result:
-        """``python -m tether ARGS`` against this coordinator, as an operator would run it."""
-        env = child_env(**{"TETHER_URL": self.url, "TETHER_TOKEN": ADMIN, **env})
-        done = subprocess.run([sys.executable, "-m", "tether", *args], env=env, capture_output=True, text=True,
-                              timeout=30, check=False)
-        return Result(done.returncode, done.stdout, done.stderr)
+def tether(coordinator: CoordinatorProcess, *args: str, **env: str) -> Result:
+    """``python -m tether ARGS`` against ``coordinator``, as an operator would run it."""
+    env = child_env(**{"TETHER_URL": coordinator.url, "TETHER_TOKEN": ADMIN, **env})
+    done = subprocess.run([sys.executable, "-m", "tether", *args], env=env, capture_output=True, text=True,
+                          timeout=30, check=False)
+    return Result(done.returncode, done.stdout, done.stderr)
 
 
 @pytest.fixture(scope="module")
-def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
-    with fresh_prefix() as prefix, running(Coordinator(prefix, tmp_path_factory.mktemp("coordinator"))) as coord:
+def coordinator_settings() -> dict[str, str]:
+    """Settings of the module's coordinator over this suite's; a module may override it."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def coordinator(tmp_path_factory: pytest.TempPathFactory,
+                coordinator_settings: dict[str, str]) -> Iterator[CoordinatorProcess]:
+    """The module's coordinator: this suite's hosts, and a lease short enough that the agent
+    renews (every third of it) within a test."""
+    settings = {**FAST_COORDINATOR, "COORDINATOR_LEASE_TTL_S": "0.6", **coordinator_settings}
+    with fresh_prefix() as prefix, running(CoordinatorProcess(
+            coordinator_env(prefix, COORDINATOR_STATIC_HOSTS=json.dumps(HOSTS), **settings),
+            tmp_path_factory.mktemp("coordinator"))) as coord:
         yield coord
 
 
 @pytest.fixture(scope="module")
-def runner(coordinator: Coordinator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+def runner(coordinator: CoordinatorProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     """``python -m agent`` as the static host ``runner``, its phones pooled before tests start."""
     workdir = tmp_path_factory.mktemp("runner")
-    folder = workdir / "workflows"
-    folder.mkdir()
-    for name, steps in WORKFLOWS.items():
-        (folder / f"{name}.json").write_text(json.dumps({"name": name, "steps": steps}))
+    folder = write_workflows(workdir / "workflows", WORKFLOWS)
     agent = agent_process(coordinator.url, workdir, HOST_ID="runner", TOKEN=HOSTS["runner"],
                           DEVICES=",".join(f"sim:{d}" for d in RUNNER_DEVICES), WORKFLOWS_DIR=str(folder),
                           SHUTDOWN_GRACE_S="5")

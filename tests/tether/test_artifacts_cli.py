@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,8 @@ import httpx
 import pytest
 
 from tests.pngs import solid_png
-from tests.support import ADMIN, child_env, fresh_prefix, running
-from tests.tether.conftest import HOSTS, Coordinator
+from tests.support import ADMIN, CoordinatorProcess, child_env
+from tests.tether.conftest import HOSTS, tether
 from tether import Client, TetherError
 
 pytestmark = pytest.mark.e2e
@@ -28,17 +27,15 @@ LOG = b"step 0: home\nstep 1: open settings\n"
 
 
 @pytest.fixture(scope="module")
-def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
+def coordinator_settings() -> dict[str, str]:
     # The test is the host and uploads between its own calls: a lease that outlasts them.
-    with fresh_prefix() as prefix, running(Coordinator(prefix, tmp_path_factory.mktemp("coordinator"),
-                                                       COORDINATOR_LEASE_TTL_S="30")) as coord:
-        yield coord
+    return {"COORDINATOR_LEASE_TTL_S": "30"}
 
 
 class Host:
     """The host ``fleet-1`` over the host API: one device, one claimed task at a time."""
 
-    def __init__(self, coordinator: Coordinator, device: str) -> None:
+    def __init__(self, coordinator: CoordinatorProcess, device: str) -> None:
         self.coordinator = coordinator
         self.device = device
         self.http = httpx.Client(base_url=coordinator.url, headers={"authorization": f"Bearer {HOSTS[HOST]}"})
@@ -48,11 +45,10 @@ class Host:
 
     def run_task(self) -> dict[str, Any]:
         """A new task on this device, claimed: its lease."""
-        self.coordinator.heartbeat(HOST, self.device)
-        task = self.coordinator.api.post("/api/v1/tasks", json={"kind": "goal", "goal": "x", "device_id": self.device})
-        assert task.status_code == 201, task.text
-        lease = self.http.post(f"/internal/v1/hosts/{HOST}/claim", params={"wait_s": 0}).json()
-        assert lease["task_id"] == task.json()["task_id"], lease
+        self.coordinator.heartbeat(HOST, [self.device])
+        task = self.coordinator.create_task(goal="x", device_id=self.device)
+        lease = self.coordinator.claim(HOST)
+        assert lease["task_id"] == task["task_id"], lease
         return lease
 
     def upload(self, lease: dict[str, Any], name: str, body: bytes, content_type: str,
@@ -72,7 +68,7 @@ class Host:
 
 
 @pytest.fixture(scope="module")
-def uploaded(coordinator: Coordinator) -> dict[str, Any]:
+def uploaded(coordinator: CoordinatorProcess) -> dict[str, Any]:
     """A finished task with two step screenshots and a log: its lease, and the bytes by name."""
     files = {"step-0.png": solid_png(4, 3, (255, 0, 0)), "step-1.png": solid_png(5, 2, (0, 0, 255)), "log.txt": LOG}
     with contextlib.closing(Host(coordinator, "art-1")) as host:
@@ -84,14 +80,16 @@ def uploaded(coordinator: Coordinator) -> dict[str, Any]:
     return {"lease": lease, "task_id": lease["task_id"], "files": files}
 
 
-def tether_bytes(coordinator: Coordinator, *args: str, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[bytes]:
+def tether_bytes(coordinator: CoordinatorProcess,
+                 *args: str, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[bytes]:
     env = child_env(TETHER_URL=coordinator.url, TETHER_TOKEN=ADMIN)
     return subprocess.run([sys.executable, "-m", "tether", *args], env=env, stdout=stdout,
                           stderr=subprocess.PIPE, timeout=30, check=False)
 
 
-def test_artifacts_lists_every_artifact_in_a_narrow_table(coordinator: Coordinator, uploaded: dict[str, Any]) -> None:
-    result = coordinator.tether("artifacts", uploaded["task_id"])
+def test_artifacts_lists_every_artifact_in_a_narrow_table(coordinator: CoordinatorProcess,
+                                                          uploaded: dict[str, Any]) -> None:
+    result = tether(coordinator, "artifacts", uploaded["task_id"])
     assert result.code == 0, result
     header, *rows = result.out.splitlines()
     assert header.split() == ["NAME", "ATTEMPT", "STEP", "SIZE", "TYPE", "CREATED"]
@@ -101,25 +99,26 @@ def test_artifacts_lists_every_artifact_in_a_narrow_table(coordinator: Coordinat
     assert cells["log.txt"][1:5] == ["1", "-", str(len(LOG)), "B"] and cells["log.txt"][5] == "text/plain"
     assert all(len(row) <= 100 for row in result.out.splitlines())
 
-    as_json = coordinator.tether("artifacts", uploaded["task_id"], "--json")
+    as_json = tether(coordinator, "artifacts", uploaded["task_id"], "--json")
     assert as_json.json() == coordinator.api.get(f"/api/v1/tasks/{uploaded['task_id']}/artifacts").json()
 
 
-def test_artifacts_saves_one_with_o(coordinator: Coordinator, uploaded: dict[str, Any], tmp_path: Path) -> None:
+def test_artifacts_saves_one_with_o(coordinator: CoordinatorProcess, uploaded: dict[str, Any], tmp_path: Path) -> None:
     target = tmp_path / "shot.png"
-    result = coordinator.tether("artifacts", uploaded["task_id"], "step-1.png", "-o", str(target), "--attempt", "1")
+    result = tether(coordinator, "artifacts", uploaded["task_id"], "step-1.png", "-o", str(target), "--attempt", "1")
     assert result.code == 0, result
     assert target.read_bytes() == uploaded["files"]["step-1.png"]
     assert "step-1.png" in result.out and str(target) in result.out and result.err == ""
 
 
-def test_artifacts_writes_the_bytes_to_a_pipe(coordinator: Coordinator, uploaded: dict[str, Any]) -> None:
+def test_artifacts_writes_the_bytes_to_a_pipe(coordinator: CoordinatorProcess, uploaded: dict[str, Any]) -> None:
     done = tether_bytes(coordinator, "artifacts", uploaded["task_id"], "step-0.png")
     assert done.returncode == 0, done.stderr
     assert done.stdout == uploaded["files"]["step-0.png"]
 
 
-def test_artifacts_never_writes_an_image_to_a_terminal(coordinator: Coordinator, uploaded: dict[str, Any]) -> None:
+def test_artifacts_never_writes_an_image_to_a_terminal(coordinator: CoordinatorProcess,
+                                                       uploaded: dict[str, Any]) -> None:
     leader, follower = os.openpty()
     try:
         done = tether_bytes(coordinator, "artifacts", uploaded["task_id"], "step-0.png", stdout=follower)
@@ -137,28 +136,28 @@ def test_artifacts_never_writes_an_image_to_a_terminal(coordinator: Coordinator,
         os.close(follower)
 
 
-def test_a_missing_artifact_exits_1_with_its_code_and_writes_no_file(coordinator: Coordinator,
+def test_a_missing_artifact_exits_1_with_its_code_and_writes_no_file(coordinator: CoordinatorProcess,
                                                                       uploaded: dict[str, Any], tmp_path: Path) -> None:
     target = tmp_path / "nothing.png"
     for args in (["step-9.png"], ["step-0.png", "--attempt", "2"]):
-        result = coordinator.tether("artifacts", uploaded["task_id"], *args, "-o", str(target))
+        result = tether(coordinator, "artifacts", uploaded["task_id"], *args, "-o", str(target))
         assert result.code == 1, result
         assert result.err.strip().endswith("(not_found)") and len(result.err.strip().splitlines()) == 1, result.err
         assert not target.exists()
-    unknown = coordinator.tether("artifacts", "t_no_such_task")
+    unknown = tether(coordinator, "artifacts", "t_no_such_task")
     assert unknown.code == 1 and "(not_found)" in unknown.err
-    nowhere = coordinator.tether("artifacts", uploaded["task_id"], "log.txt", "-o", str(tmp_path / "no" / "log.txt"))
+    nowhere = tether(coordinator, "artifacts", uploaded["task_id"], "log.txt", "-o", str(tmp_path / "no" / "log.txt"))
     assert nowhere.code == 1 and "cannot write" in nowhere.err and "Traceback" not in nowhere.err, nowhere
 
 
-def test_o_and_attempt_without_a_name_are_bad_usage(coordinator: Coordinator, uploaded: dict[str, Any]) -> None:
+def test_o_and_attempt_without_a_name_are_bad_usage(coordinator: CoordinatorProcess, uploaded: dict[str, Any]) -> None:
     for extra in (["-o", "x"], ["--attempt", "1"]):
-        result = coordinator.tether("artifacts", uploaded["task_id"], *extra)
+        result = tether(coordinator, "artifacts", uploaded["task_id"], *extra)
         assert result.code == 2 and "NAME" in result.err, result
-    assert coordinator.tether("artifacts", uploaded["task_id"], "a.png", "--attempt", "0").code == 2
+    assert tether(coordinator, "artifacts", uploaded["task_id"], "a.png", "--attempt", "0").code == 2
 
 
-def test_the_client_refuses_a_name_that_would_change_the_path(coordinator: Coordinator) -> None:
+def test_the_client_refuses_a_name_that_would_change_the_path(coordinator: CoordinatorProcess) -> None:
     with Client(coordinator.url, ADMIN) as client:
         for name in ("..", "a/b.png", "", "x" * 129):
             with pytest.raises(TetherError) as refused:
@@ -166,7 +165,7 @@ def test_the_client_refuses_a_name_that_would_change_the_path(coordinator: Coord
             assert refused.value.code == "invalid_request"
 
 
-def test_watch_prints_each_artifact_s_name_as_it_arrives(coordinator: Coordinator) -> None:
+def test_watch_prints_each_artifact_s_name_as_it_arrives(coordinator: CoordinatorProcess) -> None:
     host = Host(coordinator, "art-2")
     lease = host.run_task()
     env = child_env(TETHER_URL=coordinator.url, TETHER_TOKEN=ADMIN)
@@ -186,7 +185,7 @@ def test_watch_prints_each_artifact_s_name_as_it_arrives(coordinator: Coordinato
     assert [ln.split(" artifact ")[1].split()[0] for ln in lines if " artifact " in ln] == ["step-0.png", "log.txt"]
     assert " succeeded " in lines[-1]
 
-    as_json = coordinator.tether("watch", lease["task_id"], "--json")  # over: the task alone
+    as_json = tether(coordinator, "watch", lease["task_id"], "--json")  # over: the task alone
     assert json.loads(as_json.out.splitlines()[0])["status"] == "succeeded"
 
 

@@ -10,15 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.support import ADMIN, free_port
-from tests.tether.conftest import Coordinator
+from tests.support import ADMIN, CoordinatorProcess, free_port
 from tether import Client, Feed, TetherError
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def client(coordinator: Coordinator) -> Iterator[Client]:
+def client(coordinator: CoordinatorProcess) -> Iterator[Client]:
     with Client(coordinator.url, ADMIN, timeout=5) as c:
         yield c
 
@@ -32,7 +31,7 @@ def test_iterators_follow_every_page(client: Client) -> None:
         client.create_task(goal="again", device_id="paged-1", idempotency_key="k-1")["task_id"]
 
 
-def test_errors_carry_the_contract_code_and_never_the_token(coordinator: Coordinator, client: Client) -> None:
+def test_errors_carry_the_contract_code_and_never_the_token(coordinator: CoordinatorProcess, client: Client) -> None:
     token = "secret-operator-token"
     with Client(coordinator.url, token) as wrong, pytest.raises(TetherError) as raised:
         wrong.list_hosts()
@@ -58,11 +57,11 @@ def read_in_background(feed: Feed) -> queue.Queue[dict[str, Any]]:
     return events
 
 
-def test_the_feed_misses_nothing_across_a_coordinator_restart(coordinator: Coordinator, client: Client) -> None:
+def test_the_feed_misses_nothing_across_a_coordinator_restart(coordinator: CoordinatorProcess, client: Client) -> None:
     # Last in this module: it restarts the module's coordinator (same port, same Redis prefix).
     feed = client.feed(host_id="drain-1").open()
     events = read_in_background(feed)
-    coordinator.heartbeat("drain-1", "dr-9")
+    coordinator.heartbeat("drain-1", ["dr-9"])
     client.drain_host("drain-1")
     assert events.get(timeout=10)["type"] == "host_online"
     assert events.get(timeout=10)["type"] == "host_draining"

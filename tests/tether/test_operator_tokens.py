@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import ADMIN
-from tests.tether.conftest import Coordinator, Result
+from tests.support import ADMIN, CoordinatorProcess
+from tests.tether.conftest import Result, tether, tether_here
 from tether import Client, TetherError
 from tether.cli import main
 
@@ -35,7 +35,7 @@ def unique(name: str) -> str:
 
 
 @pytest.fixture
-def admin(coordinator: Coordinator) -> Iterator[Client]:
+def admin(coordinator: CoordinatorProcess) -> Iterator[Client]:
     with Client(coordinator.url, ADMIN, timeout=5) as client:
         yield client
 
@@ -54,10 +54,10 @@ def test_bad_operator_token_usage_exits_2(args: list[str], capsys: pytest.Captur
     assert "usage: tether" in capsys.readouterr().err
 
 
-def test_create_list_me_and_revoke(coordinator: Coordinator, capsys: pytest.CaptureFixture[str]) -> None:
+def test_create_list_me_and_revoke(coordinator: CoordinatorProcess, capsys: pytest.CaptureFixture[str]) -> None:
     name = unique("ci-submit")
-    created = coordinator.tether("operator-tokens", "create", name, "--scope", "submit", "--scope", "read",
-                                 "--ttl", "600")
+    created = tether(coordinator, "operator-tokens", "create", name, "--scope", "submit", "--scope", "read",
+                     "--ttl", "600")
     assert created.code == 0, created
     fields = fields_of(created)
     secret, token_id = fields["token"], fields["id"]
@@ -65,97 +65,98 @@ def test_create_list_me_and_revoke(coordinator: Coordinator, capsys: pytest.Capt
     assert fields["name"] == name and fields["scopes"] == "read,submit"
     assert "shown only now" in created.out
 
-    listed = coordinator.tether("operator-tokens")
+    listed = tether(coordinator, "operator-tokens")
     assert listed.code == 0 and secret not in listed.out
     lines = listed.out.splitlines()
     assert lines[0].split() == ["ID", "NAME", "SCOPES", "STATE", "EXPIRES", "LAST", "USED", "CREATED", "CREATED",
                                 "BY"]
     row = next(line.split() for line in lines if line.startswith(token_id + " "))
     assert row[1:4] == [name, "read,submit", "active"] and row[-1] == "admin"
-    as_json = coordinator.tether_here(capsys, "operator-tokens", "--json").json()
+    as_json = tether_here(coordinator, capsys, "operator-tokens", "--json").json()
     assert token_id in {t["id"] for t in as_json["operator_tokens"]} and secret not in json.dumps(as_json)
 
-    me = coordinator.tether("me", TETHER_TOKEN=secret)
+    me = tether(coordinator, "me", TETHER_TOKEN=secret)
     assert me.code == 0, me
     about = fields_of(me)
     assert about["name"] == name and about["scopes"] == "read,submit" and about["id"] == token_id
     assert about["expires"] != "never" and secret not in me.out
-    assert coordinator.tether("me", "--json", TETHER_TOKEN=secret).json()["name"] == name
-    bootstrap = fields_of(coordinator.tether_here(capsys, "me"))
+    assert tether(coordinator, "me", "--json", TETHER_TOKEN=secret).json()["name"] == name
+    bootstrap = fields_of(tether_here(coordinator, capsys, "me"))
     assert (bootstrap["name"], bootstrap["scopes"], bootstrap["expires"]) == ("admin", "admin", "never")
 
     # Used once, it shows when (kept at most once a minute; the first use is always kept).
-    used = coordinator.tether_here(capsys, "operator-tokens", "--json").json()["operator_tokens"]
+    used = tether_here(coordinator, capsys, "operator-tokens", "--json").json()["operator_tokens"]
     assert next(t for t in used if t["id"] == token_id)["last_used_at"] is not None
 
-    revoked = coordinator.tether("operator-tokens", "revoke", token_id)
+    revoked = tether(coordinator, "operator-tokens", "revoke", token_id)
     assert (revoked.code, revoked.out) == (0, f"operator token {token_id} ({name}): revoked\n")
-    refused = coordinator.tether("me", TETHER_TOKEN=secret)
+    refused = tether(coordinator, "me", TETHER_TOKEN=secret)
     assert refused.code == 1 and one_line(refused.err).endswith("(unauthorized)")
     assert secret not in refused.err
-    row = next(line.split() for line in coordinator.tether_here(capsys, "operator-tokens").out.splitlines()
+    row = next(line.split() for line in tether_here(coordinator, capsys, "operator-tokens").out.splitlines()
                if line.startswith(token_id + " "))
     assert row[3] == "revoked"  # kept in the listing, for the audit
 
 
-def test_created_with_json_the_secret_is_in_the_answer(coordinator: Coordinator) -> None:
-    made = coordinator.tether("operator-tokens", "create", unique("wall"), "--scope", "read", "--json")
+def test_created_with_json_the_secret_is_in_the_answer(coordinator: CoordinatorProcess) -> None:
+    made = tether(coordinator, "operator-tokens", "create", unique("wall"), "--scope", "read", "--json")
     assert made.code == 0, made
     answer = made.json()
     assert answer["token"].startswith("tto_") and answer["scopes"] == ["read"] and answer["expires_at"]
 
 
-def test_a_token_outside_its_scopes_gets_one_line_insufficient_scope(coordinator: Coordinator) -> None:
-    coordinator.heartbeat("drain-1", "dr-9")
-    secret = coordinator.tether("operator-tokens", "create", unique("wall"), "--scope", "read", "--json").json()["token"]
+def test_a_token_outside_its_scopes_gets_one_line_insufficient_scope(coordinator: CoordinatorProcess) -> None:
+    coordinator.heartbeat("drain-1", ["dr-9"])
+    secret = tether(coordinator, "operator-tokens", "create", unique("wall"), "--scope", "read",
+                    "--json").json()["token"]
 
-    assert coordinator.tether("hosts", TETHER_TOKEN=secret).code == 0  # it may watch
+    assert tether(coordinator, "hosts", TETHER_TOKEN=secret).code == 0  # it may watch
     for args in (["drain", "drain-1"], ["operator-tokens"],
                  ["operator-tokens", "create", unique("escalate"), "--scope", "admin"]):
-        result = coordinator.tether(*args, TETHER_TOKEN=secret)
+        result = tether(coordinator, *args, TETHER_TOKEN=secret)
         assert result.code == 1 and result.out == "", (args, result)
         assert one_line(result.err).endswith("(insufficient_scope)"), (args, result)
         assert secret not in result.err
-    assert coordinator.tether("host", "drain-1", "--json").json()["draining"] is False
+    assert tether(coordinator, "host", "drain-1", "--json").json()["draining"] is False
 
 
-def test_events_name_the_actor_of_each_operator_action(coordinator: Coordinator, admin: Client,
+def test_events_name_the_actor_of_each_operator_action(coordinator: CoordinatorProcess, admin: Client,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     ci_name, on_call_name = unique("ci"), unique("on-call")
     ci = admin.create_operator_token(ci_name, ["submit"], ttl_s=600)["token"]
     on_call = admin.create_operator_token(on_call_name, ["control", "read"], ttl_s=600)["token"]
 
-    task_id = coordinator.tether("submit", "--goal", "Open Settings", "--device", "nowhere-7",
-                                 TETHER_TOKEN=ci).out.strip()
+    task_id = tether(coordinator, "submit", "--goal", "Open Settings", "--device", "nowhere-7",
+                     TETHER_TOKEN=ci).out.strip()
     assert task_id.startswith("t_")
-    cancelled = coordinator.tether("cancel", task_id, TETHER_TOKEN=on_call)
+    cancelled = tether(coordinator, "cancel", task_id, TETHER_TOKEN=on_call)
     assert cancelled.code == 0, cancelled
 
-    history = coordinator.tether("events", task_id)
+    history = tether(coordinator, "events", task_id)
     assert history.code == 0, history
     lines = history.out.splitlines()
     assert lines[0].split()[-1] == "ACTOR"
     actors = {line.split()[2]: line.split()[-1] for line in lines[1:]}
     assert actors["created"] == ci_name and actors["cancelled"] == on_call_name
-    events = coordinator.tether_here(capsys, "events", task_id, "--json").json()["events"]
+    events = tether_here(coordinator, capsys, "events", task_id, "--json").json()["events"]
     assert {e["type"]: e.get("actor") for e in events}["created"] == ci_name
-    assert fields_of(coordinator.tether("task", task_id))["creator"] == ci_name
+    assert fields_of(tether(coordinator, "task", task_id))["creator"] == ci_name
 
 
-def test_a_submit_token_cannot_cancel_another_token_s_task(coordinator: Coordinator, admin: Client) -> None:
+def test_a_submit_token_cannot_cancel_another_token_s_task(coordinator: CoordinatorProcess, admin: Client) -> None:
     ci_a = admin.create_operator_token(unique("ci-a"), ["submit"], ttl_s=600)["token"]
     ci_b = admin.create_operator_token(unique("ci-b"), ["submit"], ttl_s=600)["token"]
-    theirs = coordinator.tether("submit", "--goal", "x", "--device", "nowhere-8", TETHER_TOKEN=ci_a).out.strip()
-    mine = coordinator.tether("submit", "--goal", "y", "--device", "nowhere-8", TETHER_TOKEN=ci_b).out.strip()
+    theirs = tether(coordinator, "submit", "--goal", "x", "--device", "nowhere-8", TETHER_TOKEN=ci_a).out.strip()
+    mine = tether(coordinator, "submit", "--goal", "y", "--device", "nowhere-8", TETHER_TOKEN=ci_b).out.strip()
 
-    refused = coordinator.tether("cancel", theirs, TETHER_TOKEN=ci_b)
+    refused = tether(coordinator, "cancel", theirs, TETHER_TOKEN=ci_b)
     assert refused.code == 1 and one_line(refused.err).endswith("(insufficient_scope)"), refused
     assert coordinator.task(theirs)["status"] == "queued"
-    assert coordinator.tether("cancel", mine, TETHER_TOKEN=ci_b).code == 0
+    assert tether(coordinator, "cancel", mine, TETHER_TOKEN=ci_b).code == 0
     assert coordinator.task(mine)["status"] == "cancelled"
 
 
-def test_the_client_pages_through_operator_tokens(coordinator: Coordinator, admin: Client) -> None:
+def test_the_client_pages_through_operator_tokens(coordinator: CoordinatorProcess, admin: Client) -> None:
     ids = {admin.create_operator_token(unique("paged"), ["read"])["id"] for _ in range(3)}
     page = admin.list_operator_tokens(limit=1)
     assert len(page["operator_tokens"]) == 1 and page["next_cursor"] is not None

@@ -18,6 +18,7 @@ from typing import Any
 
 import wire
 from coordinator.clock import ShiftedClock, offset_ms
+from coordinator.settings import CANDIDATES_SCANNED
 from coordinator.state.keys import Keys
 from coordinator.state.reads.artifacts import ArtifactReads
 from coordinator.state.reads.fleet import FleetReads
@@ -25,7 +26,7 @@ from coordinator.state.reads.tasks import TaskReads
 from coordinator.state.reads.tokens import TokenReads
 from coordinator.state.records import TaskRecord
 from coordinator.state.scripts import Script
-from coordinator.state.wait_reasons import CANDIDATES_SCANNED, HostFlag, candidates_from_reply, target_json
+from coordinator.state.wait_reasons import HostFlag, candidates_from_reply, target_json
 from coordinator.transport.base import RedisTransport
 
 
@@ -33,9 +34,10 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
     """Every read of the operator API, through one Redis client."""
 
     def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,
-                 scripts: Mapping[str, Script], clock: ShiftedClock | None = None) -> None:
+                 scripts: Mapping[str, Script], candidates_scanned: int = CANDIDATES_SCANNED,
+                 clock: ShiftedClock | None = None) -> None:
         """``scripts``: every script of lua/ (``load_scripts``); the queries call the read-only
-        ones."""
+        ones. ``candidates_scanned``: the most pooled devices one target's candidates count."""
         self.transport = redis
         self.redis = redis.client
         self.keys = keys
@@ -44,6 +46,7 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
         self._read_waiting = scripts["readWaiting"]
         self._read_clock = scripts["readClock"]
         self._read_host_flags = scripts["readHostFlags"]
+        self._candidates_scanned = candidates_scanned
 
     def _pipeline(self) -> Any:
         """A pipeline of reads, sharing the process's writes to Redis when it auto-pipelines."""
@@ -79,7 +82,7 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
             self.transport,
             [k.devices, k.reservations, k.disabled_devices, k.hosts_online, k.hosts_draining, k.hosts_stalled,
              k.devices_by_driver, k.host_capabilities],
-            [self._offline_after_ms, target, CANDIDATES_SCANNED],
+            [self._offline_after_ms, target, self._candidates_scanned],
             clock_offset_ms=offset_ms(self.clock),
         )
         return candidates_from_reply(reply)
