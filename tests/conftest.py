@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import fakeredis
 import httpx
@@ -150,7 +150,7 @@ class Api:
     def host_headers(host: str) -> dict[str, str]:
         return {"authorization": f"Bearer {HOSTS[host]}"}
 
-    admin_headers = {"authorization": f"Bearer {ADMIN}"}
+    admin_headers: ClassVar[dict[str, str]] = {"authorization": f"Bearer {ADMIN}"}
 
     async def heartbeat(self, host: str, devices: list[dict[str, Any]] | list[str],
                         agent: dict[str, Any] | None = None) -> httpx.Response:

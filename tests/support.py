@@ -126,7 +126,7 @@ async def wait_until_async(predicate: Callable[[], T | Awaitable[T]], timeout: f
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         await asyncio.sleep(interval)
@@ -176,7 +176,7 @@ class Process:
     def __init__(self, name: str, args: list[str], env: dict[str, str], workdir: Path | None = None) -> None:
         self.name = name
         self._tempdir = None if workdir is not None else tempfile.mkdtemp(prefix=f"tether-{name}-")
-        self.workdir = Path(workdir if workdir is not None else self._tempdir)  # type: ignore[arg-type]
+        self.workdir = Path(workdir if workdir is not None else self._tempdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.workdir / f"{name}.log"
         with open(self.log_path, "ab") as log:  # appended to: a restarted process keeps its history

@@ -79,7 +79,7 @@ def test_a_renewal_or_result_accepted_for_a_replaced_attempt_is_flagged(ops: lis
     assume(pairs)
     old, new = data.draw(st.sampled_from(pairs))
     # invoked just after the newer attempt's answer came back
-    at = new.responded_at + data.draw(st.floats(0.01, 3))  # type: ignore[operator]
+    at = new.responded_at + data.draw(st.floats(0.01, 3))
     lease = old.body["lease_id"]
     if data.draw(st.booleans()):
         ops = appended(ops, old.side, "POST", f"/internal/v1/hosts/{old.side}/leases/{lease}/renew",

@@ -318,10 +318,7 @@ class FakeExecutor:
             stopped = asyncio.ensure_future(control.wait_stopped())
             await asyncio.wait({finished, stopped}, return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
-            if finished.done():
-                outcome = finished.result()
-            else:
-                outcome = Outcome("cancelled", control.stop_reason, {"steps": 1})
+            outcome = finished.result() if finished.done() else Outcome("cancelled", control.stop_reason, {"steps": 1})
             self.returned[assignment.task_id] = outcome
             return outcome
         finally:

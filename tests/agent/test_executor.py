@@ -62,7 +62,7 @@ async def test_execute_a_goal_assignment() -> None:
     outcome = await executor.run(_assignment(kind="goal", goal="Turn on airplane mode", max_steps=10),
                                  RunControl(published.append))
     assert outcome.status == "succeeded" and outcome.failure_reason is None
-    assert manager.driver_for("d_cloud_1").toggles["Airplane mode"] is True  # type: ignore[attr-defined]
+    assert manager.driver_for("d_cloud_1").toggles["Airplane mode"] is True
     assert published and all(len(p.summary) <= 200 for p in published)
     # the terminal status and failure reason of a goal the planner cannot do are captured too
     failed = await executor.run(_assignment(kind="goal", goal="Order a pizza"), RunControl())
@@ -79,7 +79,7 @@ async def test_execute_a_workflow_assignment() -> None:
         RunControl(),
     )
     assert outcome.status == "succeeded"
-    assert manager.driver_for("d_cloud_1").notes == ["from a workflow"]  # type: ignore[attr-defined]
+    assert manager.driver_for("d_cloud_1").notes == ["from a workflow"]
     missing = await executor.run(_assignment(kind="workflow", workflow={"name": "nope", "params": {}}),
                                  RunControl())
     assert (missing.status, missing.failure_reason) == ("failed", "workflow_not_found")

@@ -4,6 +4,7 @@ hand-driven executor: the snapshot, the interval, draining, and enrolling again.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 
 import pytest
@@ -76,7 +77,7 @@ async def test_heartbeat_repeats_every_interval() -> None:
     async with Running(agent, client):
         await wait_until(lambda: len(coordinator.of("heartbeat")) >= 4, what="four heartbeats")
     times = [call.at for call in coordinator.of("heartbeat")]
-    assert all(later - earlier >= 0.04 for earlier, later in zip(times, times[1:]))
+    assert all(later - earlier >= 0.04 for earlier, later in itertools.pairwise(times))
 
 
 async def test_heartbeat_network_errors_back_off_and_recover() -> None:

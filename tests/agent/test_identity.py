@@ -251,5 +251,5 @@ def test_atomic_write_mode_is_0600_whatever_the_umask(tmp_path: Path) -> None:
 @pytest.mark.parametrize("content", ["not json", "[]", '{"enrollment_id": 1}'])
 def test_corrupt_state_is_a_clear_startup_error(tmp_path: Path, content: str) -> None:
     (tmp_path / "identity.json").write_text(content)
-    with pytest.raises(StartupError, match="identity.json"):
+    with pytest.raises(StartupError, match=r"identity\.json"):
         StateStore(tmp_path).load_identity()

@@ -290,6 +290,6 @@ async def test_refresh_when_adb_fails_marks_adb_devices_offline_and_drops_nothin
     adb.set(devices=listing(PIXEL))
     manager = await DeviceManager.discover(parse_device_specs("adb:*"), adb_path=adb.path)
     manager.bind_identity()
-    Path(adb.path).unlink()  # adb itself is gone
+    Path(adb.path).unlink()  # noqa: ASYNC240 - a local file, gone at once: adb itself is gone
     await manager.refresh()
     assert [(d.device_id, d.online) for d in manager.bound_devices()] == [(SERIAL, False)]

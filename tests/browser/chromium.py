@@ -103,7 +103,7 @@ class Chromium:
                     if future is not None:
                         future.set_result(message)
                 elif (page := self._pages.get(message.get("sessionId", ""))) is not None:
-                    page._event(message["method"], message.get("params", {}))
+                    page._event(message["method"], message.get("params", {}))  # noqa: SLF001 - its own Page
         except ConnectionClosed:
             pass
         finally:
@@ -239,7 +239,7 @@ class Page:
         path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", **params)["data"]))
 
     def close(self) -> None:
-        self.browser._pages.pop(self.session, None)
+        self.browser._pages.pop(self.session, None)  # noqa: SLF001 - the Browser that made this page
         self.browser.call("Target.closeTarget", targetId=self.target)
         self.browser.call("Target.disposeBrowserContext", browserContextId=self.context)
 

@@ -56,7 +56,7 @@ def test_a_click_on_a_task_id_opens_its_story(
 
     attempts = page.js("[...document.querySelectorAll('#task-attempts tbody tr')].map(r => [...r.cells].map(c => c.textContent))")
     assert len(attempts) == 1
-    attempt, device, host, claimed, ended, outcome = attempts[0]
+    attempt, device, host, _claimed, _ended, outcome = attempts[0]
     assert (attempt, device, outcome) == ("1", "phone-1", "succeeded") and host.endswith("host-a)")
     durations = page.js("Object.fromEntries([...document.querySelectorAll('#task-durations dd')].map(d => [d.dataset.key, d.textContent]))")
     # Six steps, five of them 700 ms waits: more than 3.5 s running, the rest waiting for the claim.

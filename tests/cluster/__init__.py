@@ -21,6 +21,7 @@ killing it, waiting for the failover and restarting the killed node.
 ``python -m tests.cluster`` is a smoke test (``--failover`` also kills a master and waits for
 the replica to take over). Only the stdlib and redis-py's sync client are used here.
 """
+from __future__ import annotations
 
 from tests.cluster.faults import LocalCluster
 from tests.cluster.nodes import (

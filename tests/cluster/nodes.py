@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import redis
@@ -72,10 +72,8 @@ def free_port_block(n: int) -> int:
     outgoing connections would otherwise grab them at random.
     """
     ephemeral_low = 32768
-    try:
+    with suppress(OSError, ValueError, IndexError):
         ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
     low = 11000
     high = min(ephemeral_low, 65536) - BUS_PORT_OFFSET - n  # highest base whose bus block fits
     if high <= low:

@@ -32,8 +32,8 @@ from coordinator.api.validation import canonical_json
 from coordinator.clock import ShiftedClock
 from coordinator.errors import ApiError
 from coordinator.state.keys import Keys
-from coordinator.state.records import DeviceState, TaskRecord
 from coordinator.state.reads import Queries
+from coordinator.state.records import DeviceState, TaskRecord
 from coordinator.state.scripts import Script, load_scripts
 from coordinator.state.store import Store
 from coordinator.state.wait_reasons import waiting_reason

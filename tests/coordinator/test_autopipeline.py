@@ -176,7 +176,7 @@ class _PoolOfClosed:
 
 async def test_a_write_refused_on_a_closed_connection_fails_the_callers_as_a_lost_connection() -> None:
     client = _PoolOfClosed()
-    auto = AutoPipeline(client)  # type: ignore[arg-type]
+    auto = AutoPipeline(client)
     replies = [auto.execute("PING"), auto.execute("PING")]
     for reply in replies:
         with pytest.raises(RedisConnectionError):

@@ -69,7 +69,7 @@ BAD_BODIES: list[tuple[str, str, list[Any]]] = [
 ]
 
 
-@pytest.mark.parametrize("method,path,bodies", BAD_BODIES, ids=[f"{m} {p}" for m, p, _ in BAD_BODIES])
+@pytest.mark.parametrize(("method", "path", "bodies"), BAD_BODIES, ids=[f"{m} {p}" for m, p, _ in BAD_BODIES])
 async def test_bad_bodies_are_rejected_and_change_nothing(api: Api, running: dict[str, Any], method: str,
                                                           path: str, bodies: list[Any]) -> None:
     before = await redis_state(api)
@@ -109,14 +109,14 @@ async def test_bad_operator_reads(api: Api) -> None:
     assert missing_route.status_code == 404 and missing_route.json()["error"]["code"] == "not_found"
 
 
-@pytest.mark.parametrize("method,path", [
+@pytest.mark.parametrize(("method", "path"), [
     ("PUT", f"{HOST}/heartbeat"),
     ("POST", f"{HOST}/claim?wait_s=0"),
     ("POST", f"{HOST}/leases/l_x/renew"),
     ("POST", f"{HOST}/results"),
     ("POST", "/api/v1/tasks"),
 ])
-async def test_oversized_bodies_are_rejected(api_factory, method: str, path: str) -> None:  # type: ignore[no-untyped-def]
+async def test_oversized_bodies_are_rejected(api_factory, method: str, path: str) -> None:
     async with api_factory(max_body_bytes=1024, max_renew_body_bytes=1024) as api:
         await api.heartbeat("host-a", ["a1"])
         before = await redis_state(api)

@@ -110,7 +110,7 @@ async def test_a_device_enrollment_naming_a_local_device_twice_is_refused_as_its
 # -- a refused body names what is wrong by its path --------------------------------------------
 
 
-@pytest.mark.parametrize("devices,path", [
+@pytest.mark.parametrize(("devices", "path"), [
     ([{"device_id": "a1", "driver": "sim", "status": "available"},
       {"device_id": "a2", "driver": "sim", "status": "sleeping"}], "devices[1].status"),
     ([{"device_id": "a1", "driver": "sim", "status": "available", "labels": {"room": 7}}], "devices[0].labels"),

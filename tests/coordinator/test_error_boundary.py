@@ -25,7 +25,7 @@ async def test_unexpected_errors_are_json_500_logged_once_and_never_echoed(
     async def explode(*args: Any) -> Any:
         raise RuntimeError("secret-detail-from-deep-inside")
 
-    api.ctx.queries.get_task = explode  # type: ignore[method-assign]
+    api.ctx.queries.get_task = explode
     with caplog.at_level(logging.ERROR, logger="coordinator"):
         response = await api.client.get("/api/v1/tasks/t_1", headers=Api.admin_headers)
     assert response.status_code == 500
@@ -68,7 +68,7 @@ async def test_a_cluster_that_cannot_tell_its_map_is_503_unavailable(api: Api, f
     async def failing_over(*args: Any) -> Any:
         raise failure
 
-    api.ctx.queries.get_task = failing_over  # type: ignore[method-assign]
+    api.ctx.queries.get_task = failing_over
     response = await api.client.get("/api/v1/tasks/t_1", headers=Api.admin_headers)
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "unavailable"

@@ -52,7 +52,7 @@ async def running(redis: aioredis.Redis, stream: str, **options: Any) -> AsyncIt
     through. Its reads block for 0.5 s: on Python 3.11 redis-py may swallow a cancellation, and
     the reader then ends only when its read does."""
     probe = Probe(redis)
-    feed = EventFeed(probe, stream, **{"block_s": 0.5, **options})  # type: ignore[arg-type]
+    feed = EventFeed(probe, stream, **{"block_s": 0.5, **options})
     reader = asyncio.create_task(feed.run())
     try:
         yield feed, probe
@@ -97,7 +97,7 @@ async def test_resume_catches_up_then_follows_live_with_no_gap_and_no_duplicate(
 
         async def write_live() -> None:
             for i in range(100):
-                live.append(await xadd(redis_client, stream, task_id=f"live{i}"))
+                live.append(await xadd(redis_client, stream, task_id=f"live{i}"))  # noqa: PERF401 - read while it grows
 
         writer = asyncio.create_task(write_live())
         got = await take(watcher, 349)

@@ -83,7 +83,7 @@ class Served:
 @contextlib.asynccontextmanager
 async def served_app(redis_client: aioredis.Redis, prefix: str, **settings: Any) -> AsyncIterator[Served]:
     """The app with these settings, served; its keys deleted afterwards."""
-    transport = PlainTransport(Unclosable(redis_client))  # type: ignore[arg-type]
+    transport = PlainTransport(Unclosable(redis_client))
     app = create_app(make_settings(prefix, **settings), redis=transport)
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
         yield Served(app, client, redis_client, Keys(prefix).feed)
@@ -206,7 +206,7 @@ async def test_keepalive_comment_after_silence(redis_client: aioredis.Redis, pre
 
 async def test_a_stream_that_loses_redis_ends_with_a_comment(redis_client: aioredis.Redis, prefix: str) -> None:
     probe = Probe(Unclosable(redis_client))
-    app = create_app(make_settings(prefix), redis=PlainTransport(probe))  # type: ignore[arg-type]
+    app = create_app(make_settings(prefix), redis=PlainTransport(probe))
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
         first, _ = [await xadd(redis_client, Keys(prefix).feed) for _ in range(2)]
         probe.fail_ranges = 1  # the catch-up of a resuming watcher fails
@@ -224,7 +224,7 @@ async def test_200_watchers_share_one_reader_and_a_few_pooled_connections(prefix
                                                     client_name=name)
     counted = Probe(aioredis.Redis(connection_pool=pool))
     observer = aioredis.Redis.from_url(REAL_REDIS_URL)
-    app = create_app(make_settings(prefix), redis=PlainTransport(counted))  # type: ignore[arg-type]
+    app = create_app(make_settings(prefix), redis=PlainTransport(counted))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     try:
         async with (serving(app) as url,

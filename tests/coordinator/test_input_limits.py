@@ -52,7 +52,7 @@ async def test_operator_views_answer_whatever_a_host_stored(api: Api) -> None:
         "device_id": "a1", "driver": "sim", "status": "busy", "attributes": deep, "labels": "{}",
     }]}, option=orjson.OPT_SORT_KEYS).decode()
     await store.heartbeat(host, snapshot)
-    report = '{"failure_reason":null,"metadata":%s,"status":"succeeded"}' % orjson.dumps(nested(250)).decode()
+    report = f'{{"failure_reason":null,"metadata":{orjson.dumps(nested(250)).decode()},"status":"succeeded"}}'
     await store.record_result(host, running["task_id"], 1, running["lease_id"], report)
     for path in ("/api/v1/tasks", f"/api/v1/tasks/{running['task_id']}", "/api/v1/devices",
                  "/api/v1/hosts", "/api/v1/hosts/host-a"):

@@ -103,7 +103,7 @@ async def test_a_path_segment_that_is_no_id_is_not_logged_as_the_host_id(
     caplog.set_level(logging.INFO, logger=REQUESTS_LOGGER)
     await api.client.post("/internal/v1/hosts/not%20an%20id/claim", headers=Api.host_headers("host-a"))
     (record,) = [r for r in caplog.records if r.name == REQUESTS_LOGGER]
-    assert record.route == CLAIM_ROUTE and record.host_id is None  # type: ignore[attr-defined]
+    assert record.route == CLAIM_ROUTE and record.host_id is None
 
 
 async def test_a_failed_request_line_names_the_request_id_of_its_error(
@@ -118,9 +118,9 @@ async def test_a_failed_request_line_names_the_request_id_of_its_error(
     request_id = response.json()["error"]["message"].rsplit(" ", 1)[1].rstrip(")")
     (error,) = [r for r in caplog.records if r.levelno == logging.ERROR]
     (line,) = [r for r in caplog.records if r.name == REQUESTS_LOGGER]
-    assert error.request_id == line.request_id == request_id  # type: ignore[attr-defined]
-    assert line.status == 500 and line.route == "/explode/{host_id}"  # type: ignore[attr-defined]
-    assert line.host_id == "host-a"  # type: ignore[attr-defined]
+    assert error.request_id == line.request_id == request_id
+    assert line.status == 500 and line.route == "/explode/{host_id}"
+    assert line.host_id == "host-a"
 
 
 async def test_no_request_lines_while_the_requests_logger_is_off(

@@ -105,9 +105,9 @@ async def test_scripts_reloaded_after_redis_forgets_them(api: Api) -> None:
 def _flags(listed: object, function: str) -> list[bytes] | None:
     """The flags of ``function`` in a FUNCTION LIST reply (one node's, or a cluster's per node)."""
     libraries = next(iter(listed.values())) if isinstance(listed, dict) else listed
-    for library in libraries:  # type: ignore[attr-defined]
-        for entry in dict(zip(library[::2], library[1::2]))[b"functions"]:
-            fields = dict(zip(entry[::2], entry[1::2]))
+    for library in libraries:
+        for entry in dict(zip(library[::2], library[1::2], strict=True))[b"functions"]:
+            fields = dict(zip(entry[::2], entry[1::2], strict=True))
             if fields[b"name"].decode() == function:
                 return list(fields[b"flags"])
     return None

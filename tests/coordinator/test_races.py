@@ -22,7 +22,7 @@ SNAPSHOT = '{"agent":{},"devices":[%s]}'
 
 def _snapshot(*device_ids: str) -> str:
     devices = ",".join(
-        '{"attributes":"{}","device_id":"%s","driver":"sim","labels":"{}","status":"available"}' % d
+        f'{{"attributes":"{{}}","device_id":"{d}","driver":"sim","labels":"{{}}","status":"available"}}'
         for d in device_ids
     )
     return SNAPSHOT % devices

@@ -160,7 +160,7 @@ async def test_the_inbox_loop_wakes_every_poll_after_a_failure_and_reads_on(
         redis_client: aioredis.Redis, transport: RedisTransport, prefix: str) -> None:
     inbox = f"{prefix}:inbox:p_test"
     client = _FailingOnce(transport)
-    waiter = ClaimWaiter(client, inbox, "p_test")  # type: ignore[arg-type]
+    waiter = ClaimWaiter(client, inbox, "p_test")
     lost = waiter.register("h1")  # a wake-up pushed while the connection was down may be lost
     loop = asyncio.create_task(waiter.run())
     try:

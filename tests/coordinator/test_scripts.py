@@ -12,7 +12,6 @@ import pytest
 from redis.exceptions import ResponseError
 
 import coordinator
-
 from coordinator.state.scripts import Library, Script
 from coordinator.transport.base import NO_WAIT, Durability
 
@@ -49,22 +48,22 @@ async def test_a_script_call_sends_its_keys_and_arguments_with_the_clock_offset_
     script = Script("renewLease", 2, "renewLease_test", library)
     transport = _Transport()
     durable = Durability(replicas=1, timeout_ms=50)
-    assert await script(transport, ["k:{t}:a", "k:{t}:b"], [60_000, "lease-1"], durable, 5) == [0]  # type: ignore[arg-type]
+    assert await script(transport, ["k:{t}:a", "k:{t}:b"], [60_000, "lease-1"], durable, 5) == [0]
     assert transport.calls == [("renewLease_test", ["k:{t}:a", "k:{t}:b"], [60_000, "lease-1", 5], durable)]
     assert transport.client.loaded == ["source"]  # loaded before the first call, once
     with pytest.raises(ValueError, match="takes 2 keys"):
-        await script(transport, ["k:{t}:a"], [])  # type: ignore[arg-type]
+        await script(transport, ["k:{t}:a"], [])
 
 
 async def test_a_library_redis_lost_is_loaded_again_and_the_call_retried_once() -> None:
     library = Library("tether_test", "source")
     script = Script("renewLease", 1, "renewLease_test", library)
     transport = _Transport(lost=1)
-    assert await script(transport, ["k"], []) == [0]  # type: ignore[arg-type]
+    assert await script(transport, ["k"], []) == [0]
     assert transport.client.loaded == ["source", "source"] and len(transport.calls) == 2
     transport.lost = 2
     with pytest.raises(ResponseError, match="Function not found"):
-        await script(transport, ["k"], [])  # type: ignore[arg-type]
+        await script(transport, ["k"], [])
 
 
 def test_no_module_of_the_service_sends_lua_of_its_own() -> None:

@@ -28,12 +28,10 @@ _CALL = re.compile(r"(?<![\w.:])([A-Za-z_]\w*)\s*\(")
 _FUNCTION_HEAD = re.compile(r"\bfunction\s*([\w.:]*)\s*\(([^)]*)\)")
 _LOCALS = re.compile(r"\blocal\s+(?:function\s+(\w+)|([\w\s,]+?)\s*(?:=|$|\n))", re.MULTILINE)
 _FOR_NAMES = re.compile(r"\bfor\s+([\w\s,]+?)\s+(?:in|=)")
-_KEYWORDS = frozenset("and break do else elseif end false for function goto if in local nil not or repeat "
-                      "return then true until while".split())
+_KEYWORDS = frozenset(["and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if", "in", "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while"])
 # What the scripts may call without defining: Lua 5.1's base library as Redis offers it (its
 # tables, such as string or cjson, are only ever called through a field, which is not searched).
-BUILTINS = frozenset("assert error getmetatable ipairs next pairs pcall rawequal rawget rawset select "
-                     "setmetatable tonumber tostring type unpack xpcall".split())
+BUILTINS = frozenset(["assert", "error", "getmetatable", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget", "rawset", "select", "setmetatable", "tonumber", "tostring", "type", "unpack", "xpcall"])
 
 
 def code_of(text: str) -> str:

@@ -67,7 +67,7 @@ async def test_the_typo_of_the_issue_is_refused_naming_it(api: Api) -> None:
     assert await redis_state(api) == before
 
 
-@pytest.mark.parametrize("body,name", [
+@pytest.mark.parametrize(("body", "name"), [
     ({"kind": "goal", "goal": "g", "selector": {"driver": "sim", "lables": {"a": "b"}}}, "selector.lables"),
     ({"kind": "workflow", "workflow": {"name": "w", "parms": {}}, "device_id": "a1"}, "workflow.parms"),
 ])

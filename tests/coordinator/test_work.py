@@ -129,7 +129,7 @@ async def test_lease_is_stale_or_foreign(api: Api) -> None:
     assert (await api.renew("host-a", second)).status_code == 200
 
 
-async def test_lease_expires_on_the_redis_clock(api_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_lease_expires_on_the_redis_clock(api_factory) -> None:
     async with api_factory(lease_ttl_s=0.2) as api:
         await api.heartbeat("host-a", ["a1"])
         await api.create_task(device_id="a1")
@@ -174,7 +174,7 @@ async def test_progress_is_not_available_at_renewal_time(api: Api) -> None:
         assert (await api.task(assignment["task_id"]))["progress"] == progress
 
 
-async def test_renewal_request_includes_an_oversized_or_non_text_summary(api_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_renewal_request_includes_an_oversized_or_non_text_summary(api_factory) -> None:
     async with api_factory(progress_summary_max_chars=20) as api:
         await api.heartbeat("host-a", ["a1"])
         await api.create_task(device_id="a1")

@@ -46,7 +46,7 @@ def test_demo_imports_nothing_from_the_agent() -> None:
 
 
 def _lines(stream: object, into: queue.Queue[str | None]) -> None:
-    for line in stream:  # type: ignore[attr-defined]
+    for line in stream:
         into.put(line)
     into.put(None)
 

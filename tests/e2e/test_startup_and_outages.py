@@ -79,7 +79,7 @@ def test_bad_static_hosts_are_one_line_naming_the_variable(value: str, why: str)
 def test_a_single_process_logs_the_address_it_listens_on(tmp_path: Path) -> None:
     with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix), tmp_path) as coordinator:
         assert f"coordinator listening on {coordinator.url} (dashboard {coordinator.url}/ui)" in \
-            coordinator.process.log()  # type: ignore[union-attr]
+            coordinator.process.log()
 
 
 def test_a_prefix_without_a_hash_tag_is_refused_on_a_cluster(local_cluster: LocalCluster) -> None:

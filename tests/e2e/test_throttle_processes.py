@@ -61,7 +61,7 @@ async def test_two_processes_throttle_one_address_together() -> None:
                         if "throttled" in str(entry.get("message"))]
 
             lines = wait_until(throttle_lines, timeout=10, what="the throttle's log line")
-            logs = first.process.log() + second.process.log()  # type: ignore[union-attr]
+            logs = first.process.log() + second.process.log()
     # One line, by the process whose failure began the throttle, naming the peer uvicorn saw.
     assert len(lines) == 1
     assert lines[0]["client_address"] == "127.0.0.1" and lines[0]["route"] == "/internal/v1/enroll"

@@ -200,13 +200,13 @@ def check(ops: Iterable[Op]) -> Report:
 
     # Accepted on a lease: renewals answered 200, results recorded now (not replays).
     recorded = [op for op in results if op.status == 200 and _field(op.body, "replayed") is False]
-    accepted: list[tuple[Op, str, Any, Any]] = []  # (op, lease id, task id, attempt)
-    for op in renewals:
-        if op.status == 200:
-            accepted.append((op, _segments(op)[5], _field(op.request, "task_id"), _field(op.request, "attempt")))
-    for op in recorded:
-        accepted.append((op, _field(op.request, "lease_id"), _field(op.request, "task_id"),
-                         _field(op.request, "attempt")))
+    # (op, lease id, task id, attempt)
+    accepted: list[tuple[Op, str, Any, Any]] = [
+        (op, _segments(op)[5], _field(op.request, "task_id"), _field(op.request, "attempt"))
+        for op in renewals if op.status == 200
+    ]
+    accepted += [(op, _field(op.request, "lease_id"), _field(op.request, "task_id"), _field(op.request, "attempt"))
+                 for op in recorded]
     for op, lease_id, _task, _attempt in accepted:
         if lease_id in leases:
             lease = leases[lease_id]
@@ -320,15 +320,13 @@ def _assignment(body: Any) -> tuple[Any, ...]:
 
 def _result_answer(op: Op) -> tuple[Any, ...]:
     if op.ok:
-        return (op.status,) + tuple(_field(op.body, name) for name in
-                                    ("task_id", "attempt", "status", "recorded_at", "task_status"))
+        return (op.status, *tuple(_field(op.body, name) for name in ("task_id", "attempt", "status", "recorded_at", "task_status")))
     return (op.status, _error_code(op))
 
 
 def _create_answer(op: Op) -> tuple[Any, ...]:
     if op.ok:  # 201 first, 200 for a replay: the task is the same, its status may have moved on
-        return ("2xx",) + tuple(_field(op.body, name) for name in
-                                ("task_id", "kind", "max_attempts", "created_at", "idempotency_key"))
+        return ("2xx", *tuple(_field(op.body, name) for name in ("task_id", "kind", "max_attempts", "created_at", "idempotency_key")))
     return (op.status, _error_code(op))
 
 

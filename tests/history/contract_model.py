@@ -234,8 +234,7 @@ def histories(draw: st.DrawFn, min_steps: int = 5) -> list[Op]:
 
 def appended(ops: list[Op], side: str, method: str, path: str, request: Any, status: int, body: Any,
              at: float) -> list[Op]:
-    return ops + [Op(index=len(ops), side=side, method=method, path=path, query={}, request=request,
-                     invoked_at=at, responded_at=at + 0.1, status=status, body=body, delivered=True)]
+    return [*ops, Op(index=len(ops), side=side, method=method, path=path, query={}, request=request, invoked_at=at, responded_at=at + 0.1, status=status, body=body, delivered=True)]
 
 
 def end_of(ops: list[Op]) -> float:
