@@ -4,7 +4,8 @@ offset that only tests move.
 Deadlines (leases, offline hosts, claim and queue timeouts, retention) are all read against this
 one clock, so a test that holds a ``ShiftedClock`` and hands it to its ``Store`` and ``Queries``
 can step across any deadline at once, and land a call between a deadline and the sweep that acts
-on it, without sleeping. The service never builds one: its offset is always 0.
+on it, without sleeping. The service's own stays at 0: ``Store`` and ``Queries`` hold one
+whether or not a test gave them theirs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,3 @@ class ShiftedClock:
             raise ValueError("the clock only moves forward")
         self.offset_ms += ms
 
-
-def offset_ms(clock: ShiftedClock | None) -> int:
-    return clock.offset_ms if clock is not None else 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import (
     CollectorRegistry,
+    Counter,
     Gauge,
     Histogram,
     generate_latest,
@@ -24,32 +25,6 @@ from prometheus_client.registry import Collector
 import wire
 from coordinator.state.reads import Queries
 from coordinator.state.wait_reasons import waiting_reason
-
-
-class _LabelledCounter(Collector):
-    """A counter by label values, counted in a plain dict and read at scrape time. Every request
-    counts at least once, and prometheus-client's own counter takes a lock and four calls per
-    increment; this process counts from one thread, its event loop's."""
-
-    def __init__(self, name: str, documentation: str, labels: list[str], registry: CollectorRegistry) -> None:
-        self._name = name
-        self._documentation = documentation
-        self._labels = labels
-        self._counts: dict[tuple[str, ...], int] = {}
-        registry.register(self)
-
-    def inc(self, *labels: str) -> None:
-        counts = self._counts
-        counts[labels] = counts.get(labels, 0) + 1
-
-    def describe(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(self._name, self._documentation, labels=self._labels)
-
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(self._name, self._documentation, labels=self._labels)
-        for labels, count in sorted(self._counts.items()):
-            family.add_metric(list(labels), count)
-        yield family
 
 
 @dataclass
@@ -103,25 +78,23 @@ class _DeploymentCollector(Collector):
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = _LabelledCounter(
-            "tether_http_requests", "HTTP requests by route and status", ["route", "method", "status"],
-            self.registry)
-        self.claims = _LabelledCounter(
-            "tether_claims", "Claim polls by outcome (assigned, empty, disconnected)", ["outcome"], self.registry)
-        self.renewals = _LabelledCounter(
-            "tether_renewals", "Lease renewals by outcome (ok or the conflict code)", ["outcome"], self.registry)
-        self.results = _LabelledCounter(
-            "tether_results", "Results by outcome (recorded, replayed or the conflict code)", ["outcome"],
-            self.registry)
+        self.requests = Counter("tether_http_requests", "HTTP requests by route and status",
+                                ["route", "method", "status"], registry=self.registry)
+        self.claims = Counter("tether_claims", "Claim polls by outcome (assigned, empty, disconnected)",
+                              ["outcome"], registry=self.registry)
+        self.renewals = Counter("tether_renewals", "Lease renewals by outcome (ok or the conflict code)",
+                                ["outcome"], registry=self.registry)
+        self.results = Counter("tether_results", "Results by outcome (recorded, replayed or the conflict code)",
+                               ["outcome"], registry=self.registry)
         self.schedule_to_start = Histogram(
             "tether_schedule_to_start_seconds",
             "From a task's attempt entering the queue (its creation, for the first) to its claim",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
             registry=self.registry,
         )
-        self.artifact_uploads = _LabelledCounter(
+        self.artifact_uploads = Counter(
             "tether_artifact_uploads", "Artifact uploads by outcome (stored, replayed or the error code)",
-            ["outcome"], self.registry)
+            ["outcome"], registry=self.registry)
         self.artifact_store_seconds = Histogram(
             "tether_artifact_store_seconds", "Blob store calls by operation (put, get, delete, list)",
             ["operation"], buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),

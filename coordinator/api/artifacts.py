@@ -130,9 +130,9 @@ async def upload(ctx: Context, request: Request) -> Response:
         parsed = await ctx.auth.parse_for(principal, _parse_upload(ctx, request))
         description, replayed = await _store(ctx, principal, parsed, request)
     except ApiError as exc:
-        ctx.metrics.artifact_uploads.inc(exc.code)
+        ctx.metrics.artifact_uploads.labels(exc.code).inc()
         raise
-    ctx.metrics.artifact_uploads.inc("replayed" if replayed else "stored")
+    ctx.metrics.artifact_uploads.labels("replayed" if replayed else "stored").inc()
     view = artifact_view(description)
     del view["attempt"], view["created_at"]  # the contract's answer: name, size, sha256, type, step
     return json_response(view, 200 if replayed else 201)

@@ -164,6 +164,6 @@ class RequestBoundary:
             route = scope.get("route")
             path = getattr(route, "path", "unmatched")
             method = scope["method"] if scope["method"] in _METHODS else "other"
-            self.metrics.requests.inc(path, method, str(status))
+            self.metrics.requests.labels(path, method, str(status)).inc()
             if logged:
                 _log_request(scope, path, method, status, started_at)

@@ -108,7 +108,7 @@ async def claim(ctx: Context, request: Request) -> Response:
     wait_s, claim_id = await ctx.auth.parse_for(principal, _parse_claim(ctx, request))
     end = await claim_until_assigned(ctx.waiter, ctx.store, principal, claim_id, wait_s, ctx.settings.lease_ttl_ms,
                                      request.scope.get("extensions", {}).get(CONNECTION), request.receive)
-    ctx.metrics.claims.inc(end.outcome)
+    ctx.metrics.claims.labels(end.outcome).inc()
     if end.claimed is None:
         return Response(status_code=204)
     if end.claimed.waited_ms is not None:
@@ -153,9 +153,9 @@ async def renew(ctx: Context, request: Request) -> Response:
             principal, lease_id, task_id, attempt, ctx.settings.lease_ttl_ms, progress_json
         )
     except ApiError as exc:
-        ctx.metrics.renewals.inc(exc.code)
+        ctx.metrics.renewals.labels(exc.code).inc()
         raise
-    ctx.metrics.renewals.inc("ok")
+    ctx.metrics.renewals.labels("ok").inc()
     return json_response({
         "lease_ttl_ms": ctx.settings.lease_ttl_ms,
         "lease_expires_at": iso_ms(expires_ms),
@@ -185,9 +185,9 @@ async def results(ctx: Context, request: Request) -> Response:
     try:
         recorded = await ctx.store.record_result(principal, task_id, attempt, lease_id, report)
     except ApiError as exc:
-        ctx.metrics.results.inc(exc.code)
+        ctx.metrics.results.labels(exc.code).inc()
         raise
-    ctx.metrics.results.inc("replayed" if recorded.replayed else "recorded")
+    ctx.metrics.results.labels("replayed" if recorded.replayed else "recorded").inc()
     return json_response({
         "task_id": task_id,
         "attempt": attempt,

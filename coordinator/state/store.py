@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from coordinator.clock import ShiftedClock, offset_ms
+from coordinator.clock import ShiftedClock
 from coordinator.errors import error_for
 from coordinator.settings import CANDIDATES_SCANNED
 from coordinator.state.keys import Keys
@@ -109,7 +109,8 @@ class Store:
         self.redis = redis.client  # every other command
         self.keys = keys
         self.durability = durability
-        self.clock = clock  # tests only (coordinator/clock.py)
+        # Moved by tests only (coordinator/clock.py); the service's stays at 0.
+        self.clock = clock if clock is not None else ShiftedClock()
         self._candidates_scanned = candidates_scanned
         # Every script of lua/, loaded into Redis by load_scripts(); the read-only ones are
         # shared with the queries.
@@ -130,7 +131,7 @@ class Store:
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
         reply: list[Any] = await self._scripts[name](self.transport, keys, args, self.durability,
-                                                     offset_ms(self.clock))
+                                                     self.clock.offset_ms)
         if reply[0] != 0:
             detail = reply[1] if len(reply) > 1 else None
             if isinstance(detail, bytes):
@@ -328,7 +329,7 @@ class Store:
         it is unknown, revoked or expired. A read: never waits for replicas."""
         k = self.keys
         reply = await self._scripts["readOperatorToken"](
-            self.transport, [k.operator_token_hashes, k.operator_tokens], [digest], NO_WAIT, offset_ms(self.clock))
+            self.transport, [k.operator_token_hashes, k.operator_tokens], [digest], NO_WAIT, self.clock.offset_ms)
         if reply[0] != 0:
             raise error_for(reply[0])
         return OperatorToken.from_json(reply[1]), int(reply[2])

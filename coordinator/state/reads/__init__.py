@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import wire
-from coordinator.clock import ShiftedClock, offset_ms
+from coordinator.clock import ShiftedClock
 from coordinator.settings import CANDIDATES_SCANNED
 from coordinator.state.keys import Keys
 from coordinator.state.reads.artifacts import ArtifactReads
@@ -41,7 +41,8 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
         self.transport = redis
         self.redis = redis.client
         self.keys = keys
-        self.clock = clock  # tests only (coordinator/clock.py)
+        # Moved by tests only (coordinator/clock.py); the service's stays at 0.
+        self.clock = clock if clock is not None else ShiftedClock()
         self._offline_after_ms = host_offline_after_ms
         self._read_waiting = scripts["readWaiting"]
         self._read_clock = scripts["readClock"]
@@ -53,7 +54,7 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
         return self.transport.pipeline()
 
     async def redis_time_ms(self) -> int:
-        reply = await self._read_clock(self.transport, [self.keys.tasks], [], clock_offset_ms=offset_ms(self.clock))
+        reply = await self._read_clock(self.transport, [self.keys.tasks], [], clock_offset_ms=self.clock.offset_ms)
         return int(reply[1])
 
     async def host_flags(self, host_ids: list[str]) -> dict[str, HostFlag]:
@@ -62,7 +63,7 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
         k = self.keys
         reply = await self._read_host_flags(
             self.transport, [k.hosts_online, k.hosts_draining, k.hosts_stalled], [self._offline_after_ms, *host_ids],
-            clock_offset_ms=offset_ms(self.clock))
+            clock_offset_ms=self.clock.offset_ms)
         return {h: HostFlag(int(flags)) for h, flags in zip(host_ids, reply[1:], strict=True)}
 
     # -- waiting work ----------------------------------------------------------------------
@@ -83,6 +84,6 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads):
             [k.devices, k.reservations, k.disabled_devices, k.hosts_online, k.hosts_draining, k.hosts_stalled,
              k.devices_by_driver, k.host_capabilities],
             [self._offline_after_ms, target, self._candidates_scanned],
-            clock_offset_ms=offset_ms(self.clock),
+            clock_offset_ms=self.clock.offset_ms,
         )
         return candidates_from_reply(reply)

@@ -38,7 +38,7 @@ class Reader:
 
     redis: Redis
     keys: Keys
-    clock: ShiftedClock | None  # tests only (coordinator/clock.py)
+    clock: ShiftedClock  # moved by tests only (coordinator/clock.py)
 
     def _pipeline(self) -> Any:
         """A pipeline of reads (see `Queries`)."""
