@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
+from gunicorn.errors import HaltServer
 from gunicorn.glogging import Logger
 from starlette.applications import Starlette
 from uvicorn_worker import UvicornWorker
@@ -127,6 +128,10 @@ def run_workers(count: int, build_app: Callable[[], Starlette], *, host: str, po
     }
     try:
         _Application(build_app, options).run()
-    except SystemExit as exit_:  # the arbiter always leaves this way
+    except SystemExit as exit_:  # the arbiter leaves this way
         return exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    except HaltServer as halt:
+        # When several workers fail to boot at once, the arbiter, halting for the first, reaps
+        # the next while it stops and raises its HaltServer out of the halt itself.
+        return int(halt.exit_status)
     return 0

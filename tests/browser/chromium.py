@@ -212,17 +212,28 @@ class Page:
         self.call("Input.insertText", text=text)
 
     def click(self, selector: str) -> None:
-        """A real mouse click in the middle of the element (scrolled into view first)."""
-        box = self.js(f"""(() => {{
+        """A real mouse click in the middle of the element (scrolled into view first), once the
+        element stands still there: a page still laying out what the feed brought (a timeline
+        growing above it) would otherwise move it between the measure and the click."""
+        measure = f"""(() => {{
             const e = document.querySelector({json.dumps(selector)});
             if (!e) return null;
             e.scrollIntoView({{block: "center"}});
             const r = e.getBoundingClientRect();
-            return [r.x + r.width / 2, r.y + r.height / 2];
-        }})()""")
-        if box is None:
+            const x = r.x + r.width / 2, y = r.y + r.height / 2;
+            return [x, y, e.contains(document.elementFromPoint(x, y))];
+        }})()"""
+        if self.js(measure) is None:
             raise CdpError(f"nothing matches {selector}")
-        x, y = box
+        last: list[Any] = []
+
+        def settled() -> bool:
+            nonlocal last
+            box, last = last, self.js(measure)
+            return bool(last and last[2] and box == last)
+
+        wait_until(settled, 5, interval=0.05, what=f"{selector} to stand still")
+        x, y = last[0], last[1]
         for kind in ("mousePressed", "mouseReleased"):
             self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
