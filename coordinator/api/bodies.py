@@ -30,7 +30,6 @@ from pydantic import (
     GetJsonSchemaHandler,
     Strict,
     StringConstraints,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -112,13 +111,8 @@ _LabelValue = Annotated[str, StringConstraints(max_length=LABEL_MAX_CHARS, patte
 Labels = Annotated[dict[_LabelName, _LabelValue], Field(max_length=LABELS_MAX_ITEMS)]
 
 
-def _free(value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-    # validation.parse says when the JSON text held no escape, hence no control character at all.
-    return value if info.context is not None and info.context.get("escaped") is False else clean_free(value)
-
-
 # A free-form JSON object (attributes, metadata, params): its every string is free text.
-FreeObject = Annotated[dict[str, Any], AfterValidator(_free)]
+FreeObject = Annotated[dict[str, Any], AfterValidator(clean_free)]
 
 
 def _unique(field: str) -> Any:

@@ -77,21 +77,19 @@ def load_object(raw: bytes, *, optional: bool = False, unchecked: tuple[str, ...
 
 
 M = TypeVar("M", bound=BaseModel)
-# The JSON text held no escape, so no string of it holds a control character (bodies.FreeObject).
-_UNESCAPED = {"escaped": False}
 
 
 def parse(model: type[M], raw: bytes, *, optional: bool = False, unchecked: tuple[str, ...] = ()) -> M:
     """The body ``raw`` as ``model`` (coordinator/api/bodies.py), or ``InvalidRequest`` saying
     what is wrong in the contract's words (``invalid``)."""
     body = load_object(raw, optional=optional, unchecked=unchecked)
-    return validate(model, body, escaped=b"\\" in raw)
+    return validate(model, body)
 
 
-def validate(model: type[M], body: dict[str, Any], *, escaped: bool = True) -> M:
-    """``body`` (a JSON object) as ``model``; ``escaped`` False when its JSON text held no escape."""
+def validate(model: type[M], body: dict[str, Any]) -> M:
+    """``body`` (a JSON object) as ``model``."""
     try:
-        return model.model_validate(body, context=None if escaped else _UNESCAPED)
+        return model.model_validate(body)
     except ValidationError as exc:
         raise invalid(exc, model) from None
 
