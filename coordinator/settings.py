@@ -40,9 +40,6 @@ class Settings(BaseSettings):
     # Live (unrevoked, unexpired) operator tokens at most: each is a credential someone holds.
     max_operator_tokens: int = Field(default=1000, gt=0)
     header_timeout_s: float = Field(default=10.0, gt=0)
-    # Each response's head and body in one write (serve/server.py OneWriteResponses, which
-    # replaces a transport inside uvicorn's response cycle): false leaves uvicorn's own two writes.
-    one_write_responses: bool = True
     # Managed Redis often presents a self-signed certificate on rediss://; this accepts it.
     redis_tls_insecure: bool = False
     # Connections per process (per node on a cluster), whatever the number of waiting polls or

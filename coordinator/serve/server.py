@@ -69,7 +69,6 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     header_timeout_s: float = 10.0
     max_head_bytes: int = MAX_HEAD_BYTES
-    one_write_responses: bool = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -141,12 +140,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         if size > self.max_head_bytes:
             self._head_too_large = True
             raise _HeadTooLarge  # stops the parser; uvicorn then calls send_400_response
-        earlier = self.cycle
         super().on_headers_complete()
-        # Not for HEAD: its answer has no body, so a head held for one would never leave.
-        if self.one_write_responses and self.cycle is not None and self.cycle is not earlier \
-                and self.scope["method"] != "HEAD":
-            self.cycle.transport = OneWriteResponses(self.transport)  # type: ignore[assignment]  # uvicorn's cycle types its transport as asyncio.Transport
 
     def on_message_complete(self) -> None:
         self._awaiting_head = True
@@ -203,49 +197,12 @@ class HeadLimitedProtocol(HttpToolsProtocol):
             self.transport.abort()
 
 
-class OneWriteResponses:
-    """The transport as one request's response cycle sees it: the response head is held until
-    the body's first write, so head and body leave in one write (uvicorn writes them separately:
-    two send() calls, and two segments for the client to read, on every response). It pays rent
-    on row 2w create (docs/benchmarks.md); it replaces a transport inside uvicorn's response
-    cycle, an internal, so ``COORDINATOR_ONE_WRITE_RESPONSES=false`` turns it off.
-
-    Never used for a HEAD request, whose answer has no body. A head announcing a chunked body (a
-    stream, whose first chunk may come much later) and an interim ``100 Continue`` go out at once;
-    a cycle that closes the connection after its head flushes it first."""
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._head: bytes | None = None
-
-    def write(self, data: bytes) -> None:
-        head = self._head
-        if head is not None:
-            self._head = None
-            self._transport.write(head + data)
-        elif data.startswith(b"HTTP/1.1 ") and not data.startswith(b"HTTP/1.1 100 ") \
-                and b"\r\ntransfer-encoding: chunked\r\n" not in data:
-            self._head = data
-        else:
-            self._transport.write(data)
-
-    def close(self) -> None:
-        head, self._head = self._head, None
-        if head is not None:
-            self._transport.write(head)
-        self._transport.close()
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-
-def head_limited_protocol(header_timeout_s: float, one_write: bool = True) -> type[HeadLimitedProtocol]:
+def head_limited_protocol(header_timeout_s: float) -> type[HeadLimitedProtocol]:
     """The protocol class to give uvicorn (it builds one per connection from the class alone)."""
     timeout = header_timeout_s
 
     class Protocol(HeadLimitedProtocol):
         header_timeout_s = timeout
-        one_write_responses = one_write
 
     return Protocol
 
@@ -319,7 +276,7 @@ def raise_nofile() -> None:
 
 
 def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
-        on_exit: Callable[[], None], one_write: bool = True) -> int:
+        on_exit: Callable[[], None]) -> int:
     """Serve until SIGTERM or SIGINT; the exit status (uvicorn's startup-failure code if the
     server never started). Several workers (``WEB_CONCURRENCY``) are gunicorn's, each serving
     with this module's ``Server`` (``workers.py``).
@@ -331,7 +288,7 @@ def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
         app,
         host=host,
         port=port,
-        http=head_limited_protocol(header_timeout_s, one_write),
+        http=head_limited_protocol(header_timeout_s),
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,

@@ -72,10 +72,10 @@ class TetherWorker(UvicornWorker):
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
 
 
-def worker_class(header_timeout_s: float, one_write: bool = True) -> type[TetherWorker]:
+def worker_class(header_timeout_s: float) -> type[TetherWorker]:
     """The worker class for ``header_timeout_s`` (uvicorn builds one protocol per connection
     from a class alone, so the timeout lives in the class)."""
-    protocol = head_limited_protocol(header_timeout_s, one_write)
+    protocol = head_limited_protocol(header_timeout_s)
 
     class Worker(TetherWorker):
         CONFIG_KWARGS: ClassVar[dict[str, Any]] = {**TetherWorker.CONFIG_KWARGS, "http": protocol}
@@ -111,13 +111,13 @@ class _Application(BaseApplication):
 
 
 def run_workers(count: int, build_app: Callable[[], Starlette], *, host: str, port: int,
-                header_timeout_s: float, one_write: bool = True) -> int:
+                header_timeout_s: float) -> int:
     """Serve ``build_app()`` with ``count`` gunicorn workers on ``host:port`` until SIGTERM or
     SIGINT; the exit status (0 once every worker stopped; 3 if a worker could not start)."""
     options = {
         "bind": [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"],
         "workers": count,
-        "worker_class": worker_class(header_timeout_s, one_write),
+        "worker_class": worker_class(header_timeout_s),
         "logger_class": RootLogger,
         "graceful_timeout": STOP_TIMEOUT_S,
         "keepalive": KEEP_ALIVE_S,
