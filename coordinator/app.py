@@ -140,9 +140,11 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
         ctx.store, allowed=settings.auth_failures_max, window_ms=settings.auth_failures_window_ms,
         throttle_ms=settings.auth_throttle_ms, trust_forwarded_for=settings.trust_forwarded_for,
     ) if settings.auth_failures_max else None
-    def routing_error(request: Request, exc: Exception) -> Response:
+
+    async def routing_error(request: Request, exc: Exception) -> Response:
         # Starlette's exception middleware answers routing's 404 and 405 before the boundary
-        # sees them: in the contract's JSON, the same way.
+        # sees them: in the contract's JSON, the same way. A coroutine, or Starlette would run it
+        # in its thread pool.
         return response_for(exc, request.scope, outage)
 
     app = Starlette(
