@@ -11,7 +11,7 @@ them equal.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+import time
 from enum import Enum
 from typing import TypeGuard
 
@@ -193,4 +193,4 @@ def iso_ms(ms: int | None) -> str | None:
     if ms is None:
         return None
     seconds, millis = divmod(ms, 1000)
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
