@@ -116,17 +116,15 @@ class HostRecord:
     revoked: bool = False  # enrolled hosts; a static host's revocation follows its credential
     snapshot: dict[str, Any] = field(default_factory=dict)  # the last accepted heartbeat
     last_seen: int | None = None
-    online_seen: int | None = None  # last heartbeat while counted online, None once swept
 
     @classmethod
     def from_parts(cls, host_id: str, record: bytes | None, snapshot: bytes | None,
-                   last_seen: float | None, online_seen: float | None) -> HostRecord:
+                   last_seen: float | None) -> HostRecord:
         return _from_dict(
             cls, orjson.loads(record) if record is not None else {},
             host_id=host_id,
             snapshot=orjson.loads(snapshot) if snapshot is not None else {},
             last_seen=None if last_seen is None else int(last_seen),
-            online_seen=None if online_seen is None else int(online_seen),
         )
 
 

@@ -29,7 +29,7 @@ class HostEntry:
     static_revoked: bool  # a static host's configured credential is revoked
     # By its last heartbeat, as the scripts read it (lua/readHostFlags); a revoked host's
     # credential is the caller's to judge.
-    online: bool = False
+    online: bool
 
 
 class FleetReads(Reader):
@@ -146,16 +146,15 @@ class FleetReads(Reader):
         async with self._pipeline() as pipe:
             pipe.hmget(k.hosts, host_ids)
             pipe.zmscore(k.host_seen, host_ids)
-            pipe.zmscore(k.hosts_online, host_ids)
             pipe.hmget(k.host_snapshots, host_ids)
             if digests:
                 pipe.smismember(k.revoked_tokens, digests)
             replies, flags = await asyncio.gather(pipe.execute(), self.host_flags(host_ids))
-        records, seen, online, snapshots = replies[:4]
-        revoked = dict(zip(digests, replies[4], strict=True)) if digests else {}
+        records, seen, snapshots = replies[:3]
+        revoked = dict(zip(digests, replies[3], strict=True)) if digests else {}
         return [
             HostEntry(
-                HostRecord.from_parts(h, records[i], snapshots[i], seen[i], online[i]),
+                HostRecord.from_parts(h, records[i], snapshots[i], seen[i]),
                 draining=HostFlag.DRAINING in flags[h],
                 static_revoked=bool(revoked.get(static_digests.get(h, ""), False)),
                 online=HostFlag.ONLINE in flags[h],
