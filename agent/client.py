@@ -177,6 +177,18 @@ class HostClient:
             raise MalformedAnswer("renew answer is not an object")
         return answer
 
+    async def renew_many(self, leases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``POST .../renewals``: each of ``leases`` (``lease_id``, ``task_id``, ``attempt`` and
+        ``progress`` unless ``None``) renewed in one request; each answer, in order, is a single
+        renewal's answer with ``status`` 200, or ``status`` 409 and the ``code``."""
+        body = [{k: v for k, v in lease.items() if v is not None} for lease in leases]
+        answer = await self._client.request("POST", f"{self._prefix}/renewals", self._token, json={"leases": body})
+        answers = answer.get("leases") if isinstance(answer, dict) else None
+        if (not isinstance(answers, list) or len(answers) != len(leases)
+                or not all(isinstance(a, dict) for a in answers)):
+            raise MalformedAnswer("renewals answer is not one object per lease")
+        return answers
+
     async def report_result(
         self,
         *,

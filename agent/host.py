@@ -35,6 +35,7 @@ from agent.client import HostClient
 from agent.heartbeat import Heartbeat, Pause, wait_event
 from agent.host_config import HostConfig
 from agent.lease_run import LeasedRun
+from agent.renewals import HostRenewals
 from agent.retry import retry
 from agent.runtime import SHUTDOWN, DeviceRecord, Executor
 from wire import DeviceStatus
@@ -68,6 +69,7 @@ class HostAgent:
         self._held: dict[str, int] = {}  # device id -> assignments holding it (running or waiting)
         self._device_locks: dict[str, asyncio.Lock] = {}
         self._runs: dict[asyncio.Task[None], LeasedRun] = {}
+        self._renewals = HostRenewals(client, clock)  # every run's lease, renewed together
         self._shutdown: asyncio.Event | None = None
         self._fatal: str | None = None
         self.credential_refused = False  # a 401 ended the run: the caller says so, once
@@ -268,6 +270,7 @@ class HostAgent:
             clock=self._clock,
             artifacts=self._config.artifacts,
             artifact_drain_s=self._config.artifact_drain_s,
+            renewals=self._renewals,
         )
         task = asyncio.create_task(
             self._guard(f"run of {assignment.task_id}", self._run, run, device_lock is not None, fatal=False)

@@ -33,6 +33,7 @@ from typing import Any
 from agent.answers import Assignment, Conflict, ProtocolError, Unauthorized
 from agent.artifacts import DRAIN_S, ArtifactMode, RunArtifacts
 from agent.client import HostClient
+from agent.renewals import HostRenewals
 from agent.retry import RetryPolicy, retry
 from agent.runtime import (
     DEVICE_GONE,
@@ -94,6 +95,7 @@ class LeasedRun:
         clock: Callable[[], float] = time.monotonic,
         artifacts: ArtifactMode = ArtifactMode.OFF,
         artifact_drain_s: float = DRAIN_S,
+        renewals: HostRenewals | None = None,
     ) -> None:
         self.assignment = assignment
         self._clock = clock
@@ -102,17 +104,26 @@ class LeasedRun:
         self.evidence = RunArtifacts(client, assignment, artifacts, retry_policy, drain_s=artifact_drain_s)
         self.control = RunControl(on_progress=self._on_progress, evidence=self.evidence)
         # Set when the published step differs from the one the latest renewal carried: the
-        # renewal loop wakes and renews early (rate-limited).
-        self._step_changed = asyncio.Event()
+        # renewal loop wakes (``_wake``) and renews early (rate-limited). A batch this lease rode
+        # in wakes it too, to measure its wait again.
+        self._step_dirty = False
+        self._wake = asyncio.Event()
         self._renewed_step: tuple[int, str] | None = None
+        # The host's renewals, which batch this lease's with its other leases' (agent/renewals.py);
+        # a run of its own renews alone.
+        self._renewals = renewals if renewals is not None else HostRenewals(client, clock)
         self._client = client
         self._executor = executor
         self._device_lock = device_lock
         self._renew_fraction = renew_fraction
         self._retry = retry_policy
         self._on_unauthorized = on_unauthorized
-        # The clock's time by which a renewal must have succeeded; each renewal moves it on.
-        self._deadline = received_at + assignment.lease_ttl_ms / 1000
+        # The clock's time by which a renewal must have succeeded, and when the next periodic one
+        # is due; each renewal moves both on.
+        self._ttl_s = assignment.lease_ttl_ms / 1000
+        self._deadline = received_at + self._ttl_s
+        self._next_at = received_at + self._ttl_s * renew_fraction
+        self._last_sent = -float("inf")  # no renewal yet: the first step change renews at once
         self._lease_lost: str | None = None
         self._cancel_requested = False
 
@@ -215,71 +226,103 @@ class LeasedRun:
 
     def _on_progress(self, progress: Progress) -> None:
         if _step_of(progress) != self._renewed_step:
-            self._step_changed.set()
+            self._step_dirty = True
+            self._wake.set()
+
+    def renewal_entry(self) -> dict[str, Any]:
+        """What a renewal of this lease sends now (``agent/renewals.py``): the latest progress, on
+        every try, whether this run asked for the renewal or rides in another's batch."""
+        latest = self.control.latest
+        self._step_dirty = False  # a change from here on asks for the next renewal
+        self._renewed_step = _step_of(latest)
+        assignment = self.assignment
+        return {"lease_id": assignment.lease_id, "task_id": assignment.task_id, "attempt": assignment.attempt,
+                "progress": progress_body(latest)}
+
+    def renewed_alongside(self, answer: dict[str, Any], sent_at: float) -> None:
+        """This lease rode in another lease's batch: its answer counts as this run's renewal."""
+        if answer.get("status") == 200:
+            self._renewed(answer, sent_at)
+        else:
+            code = answer.get("code")
+            self._lose_lease(code if isinstance(code, str) else "409")
+        self._wake.set()  # the loop measures its wait again
+
+    def _renewed(self, answer: dict[str, Any], sent_at: float) -> None:
+        ttl_ms = answer.get("lease_ttl_ms")
+        if isinstance(ttl_ms, int) and not isinstance(ttl_ms, bool) and ttl_ms > 0:
+            self._ttl_s = ttl_ms / 1000
+        self._last_sent = max(self._last_sent, sent_at)
+        self._deadline = sent_at + self._ttl_s
+        self._next_at = sent_at + self._ttl_s * self._renew_fraction
+        if answer.get("cancel_requested") is True and not self._cancel_requested:
+            log.info("task %s: cancel requested; stopping it", self.assignment.task_id)
+            self._cancel_requested = True
+            self.control.stop("cancel_requested")
 
     async def _renew(self) -> None:
         """The renewal task. A crash here is logged and ends renewal, not the run."""
+        self._renewals.hold(self)
         try:
             await self._renew_loop()  # the coroutine is made here, so a task cancelled early leaks none
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("renewal of %s crashed", self.assignment.lease_id)
+        finally:
+            self._renewals.release(self)
+
+    async def _sleep_within_lease(self, seconds: float) -> None:
+        clock = self._clock
+        wait = min(clock() + seconds, self._deadline) - clock()
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    async def _until_due(self) -> None:
+        """Until the next renewal is due: the periodic one, or an early one a step change asked
+        for, no sooner than EARLY_RENEW_MIN_GAP_S after the previous renewal (this run's own, or
+        one it rode along in). Each wait is measured once on the clock (tests may hold it still)."""
+        clock = self._clock
+        while not self._step_dirty:
+            wait = min(self._next_at, self._deadline) - clock()
+            if wait <= 0:
+                return
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()  # a step change, or a batch this lease rode in
+            except TimeoutError:
+                return  # the periodic renewal is due
+            if self._lease_lost is not None:
+                return
+        await self._sleep_within_lease(min(self._next_at, self._last_sent + EARLY_RENEW_MIN_GAP_S) - clock())
 
     async def _renew_loop(self) -> None:
         clock = self._clock
         assignment = self.assignment
-        ttl_s = assignment.lease_ttl_ms / 1000
-        next_at = clock() + ttl_s * self._renew_fraction
+        self._next_at = clock() + self._ttl_s * self._renew_fraction
         # Retries after a failed renewal must fit well inside the lease.
         backoff = self._retry.backoff(
-            base_s=min(self._retry.base_s, ttl_s / 10), cap_s=ttl_s * self._renew_fraction
+            base_s=min(self._retry.base_s, self._ttl_s / 10), cap_s=self._ttl_s * self._renew_fraction
         )
         sent_at = clock()  # of the latest try; set again by every one
-        last_sent = -float("inf")  # no renewal yet: the first step change renews at once
-
-        async def sleep_within_lease(seconds: float) -> None:
-            wait = min(clock() + seconds, self._deadline) - clock()
-            if wait > 0:
-                await asyncio.sleep(wait)
-
-        async def until_due() -> None:
-            """Until the next renewal is due: the periodic one, or an early one a step change
-            asked for, no sooner than EARLY_RENEW_MIN_GAP_S after the previous renewal. Each
-            wait is measured once on the clock (tests may hold it still)."""
-            if not self._step_changed.is_set():
-                wait = min(next_at, self._deadline) - clock()
-                if wait <= 0:
-                    return
-                try:
-                    async with asyncio.timeout(wait):
-                        await self._step_changed.wait()
-                except TimeoutError:
-                    return  # the periodic renewal is due
-            await sleep_within_lease(min(next_at, last_sent + EARLY_RENEW_MIN_GAP_S) - clock())
 
         async def renew() -> dict[str, Any]:
-            nonlocal sent_at, last_sent
-            sent_at = last_sent = clock()
+            nonlocal sent_at
+            sent_at = self._last_sent = clock()
             if sent_at >= self._deadline:
                 raise _DeadlinePassed("local lease deadline passed")
-            latest = self.control.latest
-            self._step_changed.clear()  # a change from here on asks for the next renewal
-            self._renewed_step = _step_of(latest)
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
                 async with asyncio.timeout(self._deadline - sent_at):
-                    return await self._client.renew(
-                        assignment.lease_id,
-                        task_id=assignment.task_id,
-                        attempt=assignment.attempt,
-                        progress=progress_body(latest),  # the latest, on every try
-                    )
+                    return await self._renewals.renew(self)
             except TimeoutError:
                 raise _DeadlinePassed("local lease deadline passed during renewal") from None
 
         while True:
-            await until_due()
+            await self._until_due()
+            if self._lease_lost is not None:  # refused in a batch this lease rode in
+                return
             try:
                 # Any other failure (no answer, 5xx, a 4xx other than 401/409) may pass: retry
                 # while the lease lasts.
@@ -289,7 +332,7 @@ class LeasedRun:
                     what=f"renewal of lease {assignment.lease_id}",
                     retry_on=ProtocolError,
                     stop_on=(Conflict, Unauthorized),
-                    sleep=sleep_within_lease,
+                    sleep=self._sleep_within_lease,
                 )
             except _DeadlinePassed as exc:
                 self._lose_lease(str(exc))
@@ -301,15 +344,7 @@ class LeasedRun:
                 self._lose_lease("401")
                 self._on_unauthorized()
                 return
-            ttl_ms = answer.get("lease_ttl_ms")
-            if isinstance(ttl_ms, int) and not isinstance(ttl_ms, bool) and ttl_ms > 0:
-                ttl_s = ttl_ms / 1000
-            self._deadline = sent_at + ttl_s
-            next_at = sent_at + ttl_s * self._renew_fraction
-            if answer.get("cancel_requested") is True and not self._cancel_requested:
-                log.info("task %s: cancel requested; stopping it", assignment.task_id)
-                self._cancel_requested = True
-                self.control.stop("cancel_requested")
+            self._renewed(answer, sent_at)
 
     def _lose_lease(self, reason: str) -> None:
         if self._lease_lost is None:

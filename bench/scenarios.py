@@ -50,6 +50,7 @@ from bench.loadgen import (
 )
 from bench.longpoll import long_poll_scale
 from bench.procs import server_pair, start_server
+from bench.renewals import batch_renewals
 from bench.report import Row, cpu_note, fmt_ms
 from bench.requests import (
     GOAL,
@@ -370,4 +371,5 @@ SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "heartbeat": heartbeat_load,
     "cost": cost_growth,
     "artifacts": artifacts,
+    "renewals": batch_renewals,
 }

@@ -26,33 +26,14 @@
     {REVOKED}
 
   Invariant: only the current, unexpired lease is ever extended (its deadline and its key's TTL
-  together); a rejected renewal changes
-  nothing, so a stale lease can never revive or alter the current attempt. Progress that differs
-  from the stored one is published on the feed (type `progress`; not in the task's history, which
-  keeps transitions only).
+  together); a rejected renewal changes nothing, so a stale lease can never revive or alter the
+  current attempt (includes/renewal.lua, which a host's batch of renewals shares).
 ]]
 --- @include "includes/common"
---- @include "includes/deployment"
-local deadlinesKey, progressKey, feedKey = KEYS[2], KEYS[4], KEYS[5]
-local hostId, leaseId, taskId, attempt = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local ttl, progress = tonumber(ARGV[7]), ARGV[8]
--- Only the key base of the deployment: its lease keys are derived, as in every other script.
-local S = {base = ARGV[6]}
-
-local now = nowMs()
-local task, lease, failure = requestLease(KEYS, ARGV, now)
-if not lease then
-  return {failure}
+--- @include "includes/renewal"
+if credentialRevoked(KEYS[3], ARGV[5]) then
+  return {E.REVOKED}
 end
-rcall('ZADD', deadlinesKey, now + ttl, taskId)
-rcall('SET', derived(S, 'lease', taskId),
-      cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt}), 'PX', ttl)
-if progress ~= '' and rcall('HGET', progressKey, taskId) ~= progress then
-  rcall('HSET', progressKey, taskId, progress)
-  local step = cjson.decode(progress)
-  rcall('XADD', feedKey, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode({
-    type = 'progress', at = now, task_id = taskId, attempt = attempt, host_id = hostId,
-    device_id = lease.device_id, step_index = step.step_index, status = step.status, summary = step.summary,
-  }))
-end
-return {0, now + ttl, task.cancel_requested and 1 or 0}
+local R = {tasks = KEYS[1], deadlines = KEYS[2], progress = KEYS[4], feed = KEYS[5], base = ARGV[6],
+           ttl = tonumber(ARGV[7])}
+return renewOne(R, ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[8], nowMs())

@@ -81,9 +81,14 @@ def test_a_renewal_or_result_accepted_for_a_replaced_attempt_is_flagged(ops: lis
     # invoked just after the newer attempt's answer came back
     at = new.responded_at + data.draw(st.floats(0.01, 3))
     lease = old.body["lease_id"]
-    if data.draw(st.booleans()):
+    how = data.draw(st.sampled_from(["renew", "batch", "result"]))
+    if how == "renew":
         ops = appended(ops, old.side, "POST", f"/internal/v1/hosts/{old.side}/leases/{lease}/renew",
                        {"task_id": old.body["task_id"], "attempt": old.body["attempt"]}, 200, {}, at)
+    elif how == "batch":
+        entry = {"lease_id": lease, "task_id": old.body["task_id"], "attempt": old.body["attempt"]}
+        ops = appended(ops, old.side, "POST", f"/internal/v1/hosts/{old.side}/renewals", {"leases": [entry]}, 200,
+                       {"leases": [{"lease_id": lease, "status": 200}]}, at)
     else:
         request = {"task_id": old.body["task_id"], "attempt": old.body["attempt"], "lease_id": lease,
                    "status": "succeeded", "extra": "ghost"}

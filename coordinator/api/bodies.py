@@ -271,6 +271,18 @@ class Renew(HostBody):
                                                     "failed renewal")
 
 
+class RenewalEntry(Renew):
+    """One lease of a batch renewal: a single renewal's body, with the lease the path names there."""
+
+    lease_id: Id
+
+
+class Renewals(HostBody):
+    """Renew every lease of a host at once (POST /internal/v1/hosts/{host_id}/renewals)."""
+
+    leases: Annotated[list[RenewalEntry], Field(min_length=1, json_schema_extra={PER_HOST_DEVICES: True})]
+
+
 class Result(HostBody):
     """A terminal result (POST /internal/v1/hosts/{host_id}/results)."""
 
@@ -386,5 +398,5 @@ class OperatorTokenCreate(OperatorBody):
 
 
 # The document's name of each request body is its model's name (routes.py names them).
-REQUESTS: tuple[type[RequestBody], ...] = (Enroll, DeviceEnroll, Heartbeat, Claim, Renew, Result, TaskCreate,
-                                          DeviceDisable, TokenCreate, OperatorTokenCreate)
+REQUESTS: tuple[type[RequestBody], ...] = (Enroll, DeviceEnroll, Heartbeat, Claim, Renew, Renewals, Result,
+                                          TaskCreate, DeviceDisable, TokenCreate, OperatorTokenCreate)

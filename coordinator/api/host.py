@@ -1,4 +1,5 @@
-"""The host API (/internal/v1/hosts/{host_id}/...): heartbeat, claim, renew, results.
+"""The host API (/internal/v1/hosts/{host_id}/...): heartbeat, claim, renew (one lease or a batch),
+results.
 
 Each handler authorizes the caller for the path's host first, validates the whole body, then runs
 exactly one script. Validation runs inside ``Authenticator.parse_for``, so that a bad request from
@@ -14,13 +15,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api.bodies import Agent, Claim, Heartbeat, Progress, Renew, Result
+from coordinator.api.bodies import Agent, Claim, Heartbeat, Progress, Renew, Renewals, Result
 from coordinator.api.context import Context
 from coordinator.api.responses import assignment_view, json_response
 from coordinator.api.validation import canonical_json, read, require_id
-from coordinator.errors import ApiError, InvalidRequest, device_limit
+from coordinator.errors import ApiError, InvalidRequest, ScriptError, device_limit, error_for
 from coordinator.longpoll import CONNECTION, claim_until_assigned
 from coordinator.state.records import HostPrincipal
+from coordinator.state.store import RenewalEntry
 from wire import iso_ms
 
 
@@ -162,6 +164,41 @@ async def renew(ctx: Context, request: Request) -> Response:
         "cancel_requested": cancel,
         "progress": outcome,
     })
+
+
+async def _parse_renewals(ctx: Context, request: Request) -> tuple[list[RenewalEntry], list[wire.ProgressOutcome]]:
+    """The batch's leases, in the order sent, and each one's progress outcome."""
+    body = await read(request, Renewals, ctx.settings.max_renew_body_bytes, unchecked=("progress",))
+    if len(body.leases) > ctx.settings.max_devices_per_host:
+        # A host holds at most one lease per device: more is a malformed batch, not a device limit.
+        raise InvalidRequest(f"at most {ctx.settings.max_devices_per_host} leases in one batch "
+                             "(COORDINATOR_MAX_DEVICES_PER_HOST)")
+    entries, outcomes = [], []
+    for lease in body.leases:
+        outcome, progress_json = parse_progress(lease.progress, ctx.settings.progress_summary_max_chars)
+        entries.append(RenewalEntry(lease.lease_id, lease.task_id, lease.attempt, progress_json))
+        outcomes.append(outcome)
+    return entries, outcomes
+
+
+def _renewal_view(entry: RenewalEntry, answer: tuple[int, bool] | ScriptError, outcome: wire.ProgressOutcome,
+                  ttl_ms: int) -> dict[str, Any]:
+    if isinstance(answer, ScriptError):
+        return {"lease_id": entry.lease_id, "status": 409, "code": error_for(answer).code}
+    expires_ms, cancel = answer
+    return {"lease_id": entry.lease_id, "status": 200, "lease_ttl_ms": ttl_ms, "lease_expires_at": iso_ms(expires_ms),
+            "cancel_requested": cancel, "progress": outcome}
+
+
+async def renewals(ctx: Context, request: Request) -> Response:
+    principal = await _authorize(ctx, request)
+    entries, outcomes = await ctx.auth.parse_for(principal, _parse_renewals(ctx, request))
+    ttl_ms = ctx.settings.lease_ttl_ms
+    answers = await ctx.store.renew_many(principal, ttl_ms, entries)
+    views = [_renewal_view(*judged, ttl_ms) for judged in zip(entries, answers, outcomes, strict=True)]
+    for view in views:
+        ctx.metrics.renewals.labels(view.get("code", "ok")).inc()
+    return json_response({"leases": views})
 
 
 # -- results -------------------------------------------------------------------------------

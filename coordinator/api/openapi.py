@@ -108,6 +108,12 @@ SCHEMAS: dict[str, Any] = {
         "lease_ttl_ms": {"type": "integer"}, "lease_expires_at": {"type": "string"},
         "cancel_requested": {"type": "boolean"},
         "progress": {"enum": list(wire.values(wire.ProgressOutcome))}}},
+    "RenewedBatch": {"type": "object", "properties": {"leases": {"type": "array", "items": {
+        "type": "object", "required": ["lease_id", "status"], "properties": {
+            "lease_id": _ID, "status": {"enum": [200, 409]}, "lease_ttl_ms": {"type": "integer"},
+            "lease_expires_at": {"type": "string"}, "cancel_requested": {"type": "boolean"},
+            "progress": {"enum": list(wire.values(wire.ProgressOutcome))},
+            "code": {"enum": ["lease_expired", "lease_replaced", "lease_not_owned"]}}}}}},
     "Recorded": {"type": "object", "properties": {
         "task_id": _ID, "attempt": {"type": "integer"}, "status": {"type": "string"},
         "task_status": {"enum": ["succeeded", "failed", "cancelled", "queued"]},

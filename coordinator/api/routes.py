@@ -78,6 +78,8 @@ ENDPOINTS: list[Endpoint] = [
              {200: "Assignment", 204: None, **_HOST_ERRORS}),
     Endpoint("POST", f"{HOST}/leases/{{lease_id}}/renew", host.renew, "Renew a lease, with progress",
              "host", "Renew", {200: "Renewed", 409: "Error", **_HOST_ERRORS}),
+    Endpoint("POST", f"{HOST}/renewals", host.renewals, "Renew every lease of a host at once", "host",
+             "Renewals", {200: "RenewedBatch", **_HOST_ERRORS}),
     Endpoint("POST", f"{HOST}/results", host.results, "Report a terminal result (idempotent)", "host",
              "Result", {200: "Recorded", 409: "Error", **_HOST_ERRORS}),
     Endpoint("PUT", f"{HOST}/leases/{{lease_id}}/artifacts/{{name}}", artifacts.upload,

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from coordinator.clock import ShiftedClock
-from coordinator.errors import error_for
+from coordinator.errors import ScriptError, error_for
 from coordinator.settings import CANDIDATES_SCANNED
 from coordinator.state.keys import Keys
 from coordinator.state.records import (
@@ -51,6 +51,17 @@ class Created:
     task: TaskRecord
     created: bool
     candidates: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class RenewalEntry:
+    """One lease of a batch renewal: as a single renewal names it, with its progress JSON ("" to
+    leave the stored one)."""
+
+    lease_id: str
+    task_id: str
+    attempt: int
+    progress_json: str
 
 
 @dataclass(frozen=True)
@@ -177,6 +188,20 @@ class Store:
         reply = await self._on_lease("renewLease", host, lease_id, task_id, attempt,
                                      [k.progress, k.feed], [k.base, ttl_ms, progress_json])
         return int(reply[1]), reply[2] == 1
+
+    async def renew_many(self, host: HostPrincipal, ttl_ms: int,
+                         leases: list[RenewalEntry]) -> list[tuple[int, bool] | ScriptError]:
+        """Renew several of a host's leases in one step, each judged as ``renew`` judges one: per
+        lease, in the order given, (new expiry in ms, cancel requested) or the refusal's code. A
+        revoked credential raises, as ``renew`` does, and renews nothing."""
+        k = self.keys
+        args: list[Any] = [host.host_id, host.digest, k.base, ttl_ms]
+        for entry in leases:
+            args += [entry.lease_id, entry.task_id, entry.attempt, entry.progress_json]
+        reply = await self._run("renewLeases", [k.tasks, k.lease_deadlines, k.revoked_tokens, k.progress, k.feed],
+                                args)
+        return [(int(answer[1]), answer[2] == 1) if answer[0] == 0 else ScriptError(answer[0])
+                for answer in reply[1]]
 
     async def record_result(self, host: HostPrincipal, task_id: str, attempt: int, lease_id: str,
                             result_json: str) -> Recorded:

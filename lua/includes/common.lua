@@ -109,15 +109,13 @@ local function credentialRevoked(revokedKey, credential)
   return rcall('SISMEMBER', revokedKey, credential) == 1
 end
 
--- The lease a host presents for a task attempt, or nil and the failure to answer: its credential
--- was revoked, or the lease is unknown, another host's, or not this task and attempt. `task` is
--- the task's record, or nil: the record keeps every lease it had (`leases`: id, host and attempt
--- of each), so a lease is known exactly as long as its task is. (Records written when each lease
--- was a key of its own list bare ids: those earlier leases answer as unknown.)
-local function presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
-  if credentialRevoked(revokedKey, credential) then
-    return nil, E.REVOKED
-  end
+-- The lease a host presents for a task attempt, or nil and the failure to answer: the lease is
+-- unknown, another host's, or not this task and attempt. `task` is the task's record, or nil: the
+-- record keeps every lease it had (`leases`: id, host and attempt of each), so a lease is known
+-- exactly as long as its task is. (Records written when each lease was a key of its own list bare
+-- ids: those earlier leases answer as unknown.) The credential is checked apart, by
+-- credentialRevoked, so a batch of a host's renewals asks Redis once.
+local function knownLease(leaseId, hostId, taskId, attempt, task)
   if not task then
     return nil, E.LEASE_NOT_OWNED
   end
@@ -138,6 +136,14 @@ local function presentedLease(revokedKey, credential, leaseId, hostId, taskId, a
   return nil, E.LEASE_NOT_OWNED
 end
 
+-- knownLease, for a credential not yet checked: a revoked one is refused first.
+local function presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
+  if credentialRevoked(revokedKey, credential) then
+    return nil, E.REVOKED
+  end
+  return knownLease(leaseId, hostId, taskId, attempt, task)
+end
+
 -- Whether `leaseId` is the running lease of the task (`task`, its record) and its deadline in
 -- `deadlinesKey` is still ahead of `now`: the one test of a live lease, for renewals, artifact
 -- uploads and a repeated claim alike.
@@ -146,12 +152,13 @@ local function leaseLive(deadlinesKey, taskId, task, leaseId, now)
   return task.status == 'running' and task.lease_id == leaseId and deadline and tonumber(deadline) > now
 end
 
--- The lease a host presents, checked as a renewal checks it: `presentedLease`, then the attempt
--- must be the task's current one (else LEASE_REPLACED), and the lease the task's running,
--- unexpired one (else LEASE_EXPIRED). Returns the lease, or nil and the failure. Renewals and
--- artifact uploads share it, so the two can never disagree on which lease is current.
-local function runningLease(revokedKey, deadlinesKey, credential, leaseId, hostId, taskId, attempt, task, now)
-  local lease, failure = presentedLease(revokedKey, credential, leaseId, hostId, taskId, attempt, task)
+-- The lease a host presents, checked as a renewal checks it, its credential already checked:
+-- knownLease, then the attempt must be the task's current one (else LEASE_REPLACED), and the
+-- lease the task's running, unexpired one (else LEASE_EXPIRED). Returns the lease, or nil and the
+-- failure. Renewals (one or a batch) and artifact uploads share it, so they can never disagree on
+-- which lease is current.
+local function currentLease(deadlinesKey, leaseId, hostId, taskId, attempt, task, now)
+  local lease, failure = knownLease(leaseId, hostId, taskId, attempt, task)
   if not lease then
     return nil, failure
   end
@@ -162,6 +169,14 @@ local function runningLease(revokedKey, deadlinesKey, credential, leaseId, hostI
     return nil, E.LEASE_EXPIRED
   end
   return lease
+end
+
+-- currentLease, for a credential not yet checked: a revoked one is refused first.
+local function runningLease(revokedKey, deadlinesKey, credential, leaseId, hostId, taskId, attempt, task, now)
+  if credentialRevoked(revokedKey, credential) then
+    return nil, E.REVOKED
+  end
+  return currentLease(deadlinesKey, leaseId, hostId, taskId, attempt, task, now)
 end
 
 -- The task and the lease of a host's request about one attempt (a renewal, an artifact upload,

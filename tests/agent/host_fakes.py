@@ -75,6 +75,16 @@ class FakeCoordinator:
 
     # -- test helpers ------------------------------------------------------------------------
 
+    def renewals_of(self, task_id: str) -> list[dict[str, Any]]:
+        """Every renewal sent for the task, alone or in a batch: each as a single renewal's body
+        (``lease_id`` added for a batch's)."""
+        sent: list[dict[str, Any]] = []
+        for call in self.calls:
+            endpoint = _endpoint(call.path)
+            bodies = [call.body] if endpoint == "renew" else call.body["leases"] if endpoint == "renewals" else []
+            sent += [body for body in bodies if body["task_id"] == task_id]
+        return sent
+
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
 
@@ -218,6 +228,17 @@ class FakeCoordinator:
                 "progress": progress,
             },
         )
+
+    async def _renewals(self, call: Call) -> httpx.Response:
+        """Each lease as ``_renew`` answers it alone."""
+        answers = []
+        for lease in call.body["leases"]:
+            single = await self._renew(Call("POST", f"/leases/{lease['lease_id']}/renew", lease, {}, {}))
+            answer = {"lease_id": lease["lease_id"], "status": single.status_code, **single.json()}
+            if single.status_code == 409:
+                answer = {"lease_id": lease["lease_id"], "status": 409, "code": single.json()["error"]["code"]}
+            answers.append(answer)
+        return httpx.Response(200, json={"leases": answers})
 
     async def _artifacts(self, call: Call) -> httpx.Response:
         """Every upload is taken (what a test checks is in ``calls``; the real route is tested

@@ -143,7 +143,7 @@ async def test_assignment_for_busy_device_waits_and_keeps_its_lease() -> None:
         second = coordinator.assign("phone-1")  # phone-2 idle, so the agent is still polling
         await wait_until(lambda: not coordinator.pending, what="second claimed")
         await wait_until(
-            lambda: any(c.body["task_id"] == second["task_id"] for c in coordinator.of("renew")),
+            lambda: coordinator.renewals_of(second["task_id"]),
             what="renewal of the waiting assignment",
         )
         assert second["task_id"] not in executor.started

@@ -137,6 +137,7 @@ def check(ops: Iterable[Op]) -> Report:
     creates = [op for op in ops if _is_create(op)]
     claims = [op for op in ops if _host_call(op, "claim")]
     renewals = [op for op in ops if _host_call(op, "leases", "*", "renew")]
+    batches = [op for op in ops if _host_call(op, "renewals") and op.status == 200]
     results = [op for op in ops if _host_call(op, "results")]
     reads = [op for op in ops if _read_task_id(op) is not None and op.status == 200]
 
@@ -207,6 +208,11 @@ def check(ops: Iterable[Op]) -> Report:
     ]
     accepted += [(op, _field(op.request, "lease_id"), _field(op.request, "task_id"), _field(op.request, "attempt"))
                  for op in recorded]
+    # A batch renewal: each entry answered 200 is a renewal accepted, as a single one is.
+    for op in batches:
+        sent, answered = _field(op.request, "leases") or [], _field(op.body, "leases") or []
+        accepted += [(op, _field(entry, "lease_id"), _field(entry, "task_id"), _field(entry, "attempt"))
+                     for entry, answer in zip(sent, answered, strict=False) if _field(answer, "status") == 200]
     for op, lease_id, _task, _attempt in accepted:
         if lease_id in leases:
             lease = leases[lease_id]

@@ -163,6 +163,20 @@ class Model:
         else:
             self.add(lease.host, "POST", path, request, 409, {"error": {"code": "lease_expired"}})
 
+    def renew_batch(self) -> None:
+        """A host's leases renewed in one request: each entry answered as its single renewal."""
+        if not self.leases:
+            return
+        leases = sorted(self.leases.values(), key=lambda lease: lease.lease_id)
+        host = self.draw(st.sampled_from(sorted({lease.host for lease in leases})))
+        mine = self.draw(st.lists(st.sampled_from([lease for lease in leases if lease.host == host]), min_size=1,
+                                  max_size=4))
+        request = {"leases": [{"lease_id": lease.lease_id, "task_id": lease.task_id, "attempt": lease.attempt}
+                              for lease in mine]}
+        answers = [{"lease_id": lease.lease_id, "status": 200, "lease_ttl_ms": 1000} if lease.live
+                   else {"lease_id": lease.lease_id, "status": 409, "code": "lease_expired"} for lease in mine]
+        self.add(host, "POST", f"/internal/v1/hosts/{host}/renewals", request, 200, {"leases": answers})
+
     def stop(self, lease: Lease) -> None:
         lease.live = False
         del self.busy[lease.device]
@@ -212,7 +226,7 @@ class Model:
         self.add(lease.host, "POST", path, report, 200, answer)
 
     def run(self, steps: int) -> list[Op]:
-        actions = [self.create, self.create, self.claim, self.claim, self.renew, self.result, self.result,
+        actions = [self.create, self.create, self.claim, self.claim, self.renew, self.renew_batch, self.result, self.result,
                    self.expire, self.cancel]
         for _ in range(steps):
             self.draw(st.sampled_from(actions))()

@@ -1,0 +1,38 @@
+--[[
+  A lease renewed, with the latest progress: what a single renewal and a host's batch of them do
+  for each lease, so the two can never judge a lease differently.
+
+  Functions:
+    renewOne(R, hostId, leaseId, taskId, attempt, progress, now)
+        R: {tasks, deadlines, progress, feed (keys), base (the key base), ttl (ms)}; `progress`
+        the JSON to store, or "" to leave the stored one. Returns {0, new expiry (ms), cancel
+        requested (0|1)}, or {failure}: LEASE_NOT_OWNED, LEASE_REPLACED or LEASE_EXPIRED as
+        currentLease (includes/common.lua) answers. The caller has checked the credential.
+
+  Invariants kept: only the current, unexpired lease is ever extended (its deadline and its
+  lease key's TTL together); a rejected renewal changes nothing, so a stale lease can never
+  revive or alter the current attempt. Progress that differs from the stored one is published on
+  the feed (type `progress`; not in the task's history, which keeps transitions only).
+]]
+--- @include "includes/common"
+--- @include "includes/deployment"
+
+local function renewOne(R, hostId, leaseId, taskId, attempt, progress, now)
+  local task = getJson(R.tasks, taskId)
+  local lease, failure = currentLease(R.deadlines, leaseId, hostId, taskId, attempt, task, now)
+  if not lease then
+    return {failure}
+  end
+  rcall('ZADD', R.deadlines, now + R.ttl, taskId)
+  rcall('SET', derived(R, 'lease', taskId),
+        cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt}), 'PX', R.ttl)
+  if progress ~= '' and rcall('HGET', R.progress, taskId) ~= progress then
+    rcall('HSET', R.progress, taskId, progress)
+    local step = cjson.decode(progress)
+    rcall('XADD', R.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode({
+      type = 'progress', at = now, task_id = taskId, attempt = attempt, host_id = hostId,
+      device_id = lease.device_id, step_index = step.step_index, status = step.status, summary = step.summary,
+    }))
+  end
+  return {0, now + R.ttl, task.cancel_requested and 1 or 0}
+end
