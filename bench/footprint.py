@@ -38,7 +38,7 @@ from bench.requests import (
 
 LIFECYCLES = 500
 QUEUED = 5_000
-TARGET_COMMANDS = 30  # issue 12: Redis commands per lifecycle
+TARGET_COMMANDS = 40  # issue 37 (issue 12 asked 30, below the floor 8f): Redis commands per lifecycle
 TARGET_BYTES = 450  # issue 12: bytes per queued task
 
 

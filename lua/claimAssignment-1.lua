@@ -24,6 +24,18 @@
                               result recorded)
     {REVOKED}
 
+  Commands, a claim without a claim id that finds an assignment (bench/footprint.py, row 8a: 12
+  with the FCALL), each for a reason:
+    SISMEMBER revoked_tokens  a revoked credential is refused atomically, on every route
+    TIME              the lease's deadline, on the clock every process agrees on
+    SREM hosts_stalled   a poll ends its host's stall (answers whether it was one, in one command)
+    LPOP assigned:<host>   the oldest assignment, handed out once
+    HGET tasks        the record
+    ZREM claim_deadlines   the assignment is claimed: its claim deadline ends
+    XADD feed, ZADD tasks_by_status, HSET tasks   `claimed`, the listing, the record
+    ZADD lease_deadlines   the lease's deadline, which the reaper acts on
+    SET lease:<task>  the lease key with its TTL, for people (DESIGN.md, "Keys are for people")
+
   Invariants: an assignment is handed out at most once (popped from the host's `assigned` list
   in the step that creates its lease); a poll that finds nothing is registered in that same
   step, so an assignment made after it always wakes it; a repeated claim id returns what the first call returned and claims nothing

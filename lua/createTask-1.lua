@@ -19,6 +19,23 @@
     {0, task JSON, 0}  an earlier task with the same idempotency key and the same request
     {IDEMPOTENCY_CONFLICT, task id}  same idempotency key, different request
 
+  Commands, a create on a free pinned device (bench/footprint.py, row 8a: 15 with the FCALL), each
+  for a reason:
+    TIME              the clock every process agrees on (deadlines, ages)
+    INCR task_seq     the task's age: listings newest first, queues oldest first
+    XADD feed         `created`, so the live feed never misses a task
+    HGET devices      the pinned device's record: its host, driver, status
+    HGET host_capabilities  whether its host runs this kind of task (a workflow it lists)
+    ZSCORE hosts_online     whether its host is online now (against TIME, not membership)
+    ZREM free         taking the device: answers whether it was free in the same command
+    HSET reservations the device's holder, which release and the candidates read
+    RPUSH assigned:<host>   the host's queue, which its claim pops
+    ZADD claim_deadlines    an assignment nobody claims goes back
+    XADD feed         `assigned`: a second event, as the feed's contract lists them
+    ZRANGEBYSCORE polls:<host>  a waiting poll to wake (a wake-up is pushed only when one waits)
+    ZADD tasks_by_status    the status listing
+    HSET tasks        the record, carrying its history
+
   Invariant: a task is stored, indexed, given its queue deadline and placed (assigned or
   waiting) in one step, so no observer ever sees a task that is neither; its history starts
   with `created`, which names its actor.

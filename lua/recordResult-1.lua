@@ -28,6 +28,22 @@
                        or cancelled), so there is nothing to record
     {REVOKED}
 
+  Commands, a succeeded result that frees a device nobody waits for (bench/footprint.py, row
+  8a: 24 with the FCALL), each for a reason:
+    HGET tasks, SISMEMBER revoked_tokens, TIME   the record, the credential, the clock
+    ZREM lease_deadlines, DEL lease:<task>, HDEL progress   the lease and its progress end
+    LPUSH, PEXPIRE device_runs:<device>   the device's history, bounded and expiring
+    XADD feed, ZADD tasks_by_status, HSET tasks, ZADD retention   the event, the listing, the
+                      record, and when retention deletes it
+    HGET, HDEL reservations   the device's holder dropped, only if it is this task
+    HGET devices, HEXISTS disabled_devices, ZSCORE hosts_online, SISMEMBER hosts_draining,
+    SISMEMBER hosts_stalled   whether the device may take work: "schedulable", the one predicate
+                      every script reads (DESIGN.md, "One notion of each state")
+    HGET host_capabilities   which waiting tasks its host may run
+    ZRANGE waiting_device:<device>, ZRANGE waiting:<driver>   the oldest task waiting for this
+                      device or for any of its driver (the head only, bounded)
+    ZADD free         nothing waits: the device is free
+
   Invariants: one result per attempt; a replay of any attempt's report gets the answer it first
   got, even after later attempts reported; a stale or conflicting report changes nothing; the task
   leaves running, its lease and progress stop being current, and its device takes the next
