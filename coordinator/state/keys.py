@@ -30,8 +30,14 @@ def hash_tag(key: str) -> str | None:
 
 # The kinds of the keys of one id (base + kind + ":" + id): each is the name of the Keys method
 # that builds it, and the name the scripts derive it by (lua/includes/deployment.lua ``derived``).
-PER_ID_KINDS = ("device_runs", "assigned", "waiting", "waiting_device", "host_devices", "lease", "polls", "inbox",
-                "auth_failures", "auth_throttled")
+PER_ID_KINDS = ("device_runs", "assigned", "waiting", "waiting_device", "queue_teams", "queue_teams_device",
+                "team_queues", "team_usage", "host_devices", "lease", "polls", "inbox", "auth_failures",
+                "auth_throttled")
+
+
+def team_queue(target: str, team: str) -> str:
+    """The id of one team's queue for a driver or a device: ``waiting:adb|checkout``."""
+    return f"{target}|{team}"
 
 
 class Keys:
@@ -52,6 +58,8 @@ class Keys:
         self.disabled_devices = p + "disabled_devices"
         self.hosts_draining = p + "hosts_draining"
         self.hosts_stalled = p + "hosts_stalled"  # did not claim in time; no new work until it polls
+        # sharing: per team its settings, devices held and tasks queued (lua/includes/teams.lua)
+        self.teams = p + "teams"
         # deadlines (the reaper's sweeps)
         self.queue_deadlines = p + "queue_deadlines"
         self.claim_deadlines = p + "claim_deadlines"
@@ -105,13 +113,34 @@ class Keys:
         """The task ids assigned to a host and not claimed yet: a list, in order."""
         return self._of("assigned", host_id)
 
-    def waiting(self, driver: str) -> str:
-        """Queued tasks with a selector of this driver: a zset task id -> seq, oldest first."""
-        return self._of("waiting", driver)
+    def waiting(self, queue: str) -> str:
+        """One team's queued tasks with a selector of one driver (``queue``: ``team_queue(driver,
+        team)``): a zset task id -> score, highest priority first, then oldest
+        (lua/includes/placement.lua, queueScore)."""
+        return self._of("waiting", queue)
 
-    def waiting_device(self, device_id: str) -> str:
-        """Queued tasks aimed at one device: a zset task id -> seq, oldest first."""
-        return self._of("waiting_device", device_id)
+    def waiting_device(self, queue: str) -> str:
+        """One team's queued tasks aimed at one device (``team_queue(device id, team)``): a zset,
+        ordered as ``waiting``'s."""
+        return self._of("waiting_device", queue)
+
+    def queue_teams(self, driver: str) -> str:
+        """The teams with tasks waiting for a driver (a ``waiting`` queue each): a zset team ->
+        the score of its queue's first task."""
+        return self._of("queue_teams", driver)
+
+    def queue_teams_device(self, device_id: str) -> str:
+        """The teams with tasks waiting for one device: a zset, as ``queue_teams``."""
+        return self._of("queue_teams_device", device_id)
+
+    def team_queues(self, team: str) -> str:
+        """The targets a team has tasks waiting for: a set of "d|<device>" and "p|<driver>"."""
+        return self._of("team_queues", team)
+
+    def team_usage(self, team: str) -> str:
+        """The device time a team's runs used, by the minute they ended, over the last hour: a
+        hash minute % 60 -> "<minute>:<ms>"."""
+        return self._of("team_usage", team)
 
     def host_devices(self, host_id: str) -> str:
         """The pooled device ids of a host: a set."""

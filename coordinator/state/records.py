@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import orjson
 
+import wire
+
 R = TypeVar("R")
 _FIELDS: dict[type, frozenset[str]] = {}
 
@@ -66,6 +68,8 @@ class TaskRecord:
     queue_deadline: int | None = None  # when it fails queue_timeout if still queued
     created_by: str | None = None  # the operator's name (a token's, or "admin")
     creator_token: str | None = None  # the id of the operator token that created it, if one did
+    team: str = wire.DEFAULT_TEAM  # (tasks stored before teams have none: the default's)
+    priority: int = wire.PRIORITY_DEFAULT
     # The running attempt's latest progress {step_index, status, summary}, when read with it.
     progress: dict[str, Any] | None = None
 
@@ -156,7 +160,22 @@ class OperatorToken:
     last_used_at: int | None = None
     created_by: str | None = None
     revoked_at: int | None = None
+    team: str | None = None  # every task it creates belongs to it
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> OperatorToken:
         return _from_dict(cls, orjson.loads(raw))
+
+
+@dataclass(frozen=True)
+class TeamShare:
+    """A team's share of the fleet (PROTOCOL.md, "Sharing the fleet"): its settings, the devices
+    its tasks hold and its queued tasks, as the scripts count them, and the device time its runs
+    used over the last hour."""
+
+    team: str
+    weight: int
+    max_devices: int | None
+    running: int
+    queued: int
+    device_seconds_1h: float = 0.0

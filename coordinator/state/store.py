@@ -20,6 +20,7 @@ from coordinator.state.records import (
     HostPrincipal,
     OperatorToken,
     TaskRecord,
+    TeamShare,
 )
 from coordinator.state.scripts import NO_WAIT, Durability, Script, load_scripts
 from coordinator.state.wait_reasons import candidates_from_reply
@@ -225,6 +226,12 @@ class Store:
         reply = await self._schedule("cancelTask", [task_id, owner or "", actor])
         return TaskRecord.from_json(reply[1])
 
+    async def set_team(self, team: str, change: dict[str, Any]) -> TeamShare:
+        """Set a team's ``weight`` and/or ``max_devices`` (None: no cap); its share after it."""
+        reply = await self._schedule("setTeam", [team, orjson.dumps(change)])
+        settings = orjson.loads(reply[1])
+        return TeamShare(team, settings["weight"], settings["max_devices"], int(reply[2]), int(reply[3]))
+
     async def set_host_draining(self, host_id: str, draining: bool, *, actor: str = "admin") -> bool:
         """Whether anything changed."""
         reply = await self._schedule("setHostDraining", [host_id, 1 if draining else 0, actor])
@@ -330,14 +337,16 @@ class Store:
     # -- operator tokens -------------------------------------------------------------------
 
     async def create_operator_token(self, token_id: str, digest: str, name: str, scopes: list[str],
-                                    ttl_ms: int, max_live: int, *, actor: str = "admin") -> OperatorToken:
-        """``TokenLimit`` (409) when ``max_live`` unrevoked, unexpired tokens exist already."""
+                                    ttl_ms: int, max_live: int, *, actor: str = "admin",
+                                    team: str | None = None) -> OperatorToken:
+        """``TokenLimit`` (409) when ``max_live`` unrevoked, unexpired tokens exist already.
+        ``team``: every task the token creates belongs to it."""
         k = self.keys
         reply = await self._run(
             "createOperatorToken",
             [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_by_age, k.operator_tokens_live,
-             k.feed],
-            [token_id, digest, name, orjson.dumps(scopes), ttl_ms, max_live, actor],
+             k.feed, k.teams],
+            [token_id, digest, name, orjson.dumps(scopes), ttl_ms, max_live, actor, team or ""],
         )
         return OperatorToken.from_json(reply[1])
 

@@ -39,12 +39,17 @@ class HostFlag(IntFlag):
 def waiting_reason(candidates: dict[str, Any]) -> str:
     """The contract's rule, in its order. ``no_capable_host``: devices match, some on an online
     host, and no online host of theirs lists the task's workflow (the counts take a host's own
-    reasons first: every matching device is then ``host_offline`` or ``no_workflow``)."""
+    reasons first: every matching device is then ``host_offline`` or ``no_workflow``).
+    ``team_at_quota``: a matching device is counted under no reason, so it could take the task
+    now; a queued task never waits beside such a device unless its team holds its quota
+    (lua/includes/placement.lua), so that is why."""
     if candidates["matching"] == 0:
         return wire.WaitingReason.NO_MATCHING_DEVICE.value
     no_workflow = candidates.get("no_workflow", 0)
     if no_workflow > 0 and candidates["matching"] == candidates["host_offline"] + no_workflow:
         return wire.WaitingReason.NO_CAPABLE_HOST.value
+    if candidates["matching"] > sum(candidates.get(name, 0) for name in CANDIDATE_COUNTS[1:]):
+        return wire.WaitingReason.TEAM_AT_QUOTA.value
     if candidates["busy"] > 0:
         return wire.WaitingReason.MATCHING_DEVICES_BUSY.value
     return wire.WaitingReason.NO_SCHEDULABLE_DEVICE.value

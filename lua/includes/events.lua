@@ -54,9 +54,11 @@ local function taskEvent(S, task, kind, now, reason, status)
     table.remove(history, 1)
   end
   task.events = history
-  event.task_id = task.id
+  -- The feed's copy names the task and its team (a watcher filters by either); the history,
+  -- which lives in the task's own record, implies both.
+  event.task_id, event.team = task.id, task.team
   rcall('XADD', S.key.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode(event))
-  event.task_id = nil  -- implied in the history, which lives in the task's own record
+  event.task_id, event.team = nil, nil
 end
 
 -- A device's runs, newest first, one entry per claimed attempt, written when the attempt ends

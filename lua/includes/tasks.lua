@@ -3,7 +3,7 @@
   its queue (the same attempt, or the next), and the device it held takes other work.
 
   Functions (each takes the deployment, includes/deployment.lua, first, but nextAttempt):
-    dropReservation(S, task)                 the task no longer holds its device
+    dropReservation(S, task, now)            the task no longer holds its device
     releaseDevice(S, task, now, finished)    drop it, and let the device take other work
     finishTask(S, task, previous, now)       a terminal status: saved, deleted after retention
     nextAttempt(task, now)                   a new attempt starts its wait
@@ -18,23 +18,32 @@
 --- @include "includes/deployment"
 --- @include "includes/events"
 --- @include "includes/placement"
+--- @include "includes/teams"
 
--- Remove the task's reservation of its device (if it still holds it); the device id, or nil,
--- and whether the reservation was dropped.
-local function dropReservation(S, task)
+-- Remove the task's reservation of its device (if it still holds it), counting it off its
+-- team's devices and its run's time into the team's usage; the device id, or nil, and whether
+-- the reservation was dropped, and whether that took the team below its quota.
+local function dropReservation(S, task, now)
   local deviceId = task.device_id
   if deviceId and rcall('HGET', S.key.reservations, deviceId) == task.id then
     rcall('HDEL', S.key.reservations, deviceId)
-    return deviceId, true
+    local team = teamOf(task)
+    local running = countHeld(S, team, -1)
+    -- Its attempt ran (was claimed since it last queued): the time since the claim was used.
+    if task.started_at and task.started_at >= (task.queued_at or 0) then
+      recordUsage(S, team, task.started_at, now)
+    end
+    local cap = standingsOf(S, {team})[team].max_devices
+    return deviceId, true, cap ~= nil and running + 1 >= cap and running < cap
   end
-  return deviceId, false
+  return deviceId, false, false
 end
 
 -- Drop a task's hold on its device and let the device take other work.
 -- `finished` marks a device the agent reported busy as available again: the agent has just told
 -- us the work that made it busy is over, and waiting for its next heartbeat would idle it.
 local function releaseDevice(S, task, now, finished)
-  local deviceId, released = dropReservation(S, task)
+  local deviceId, released, belowQuota = dropReservation(S, task, now)
   if not deviceId then
     return
   end
@@ -47,6 +56,9 @@ local function releaseDevice(S, task, now, finished)
     end
   end
   refreshDevice(S, deviceId, now, device, released)
+  if belowQuota then
+    placeTeamWork(S, teamOf(task), now)
+  end
 end
 
 -- A task reaches a terminal status: it is saved, and deleted once the retention has passed.
@@ -70,7 +82,7 @@ end
 -- recording `kind` with `reason` (the event still names the host and device it leaves), and
 -- placing it before its old device is freed so it does not wait behind that device.
 local function requeueTask(S, task, now, kind, reason)
-  local deviceId, released = dropReservation(S, task)
+  local deviceId, released, belowQuota = dropReservation(S, task, now)
   local previous = task.status
   task.status = 'queued'
   taskEvent(S, task, kind, now, reason)
@@ -83,6 +95,9 @@ local function requeueTask(S, task, now, kind, reason)
   saveTask(S, task, previous)
   if deviceId then
     refreshDevice(S, deviceId, now, nil, released)
+  end
+  if belowQuota then
+    placeTeamWork(S, teamOf(task), now)
   end
 end
 

@@ -20,7 +20,7 @@ one before it:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -64,6 +64,8 @@ class Stored:
     lease_keys: dict[str, dict[str, Any]]  # task id -> its lease key's value
     # host id -> the workflows it lists; a host with no entry listed nothing (it runs anything)
     capabilities: dict[str, set[str]]
+    # the teams hash: "<team>" -> settings JSON, "<team>|running" and "<team>|queued" -> counts
+    teams: dict[str, str] = field(default_factory=dict)
 
 
 async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
@@ -89,7 +91,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
                 continue
             read.append((kind, ident))
         for key in (keys.tasks, keys.devices, keys.reservations, keys.idempotency, keys.claims,
-                    keys.host_capabilities):
+                    keys.host_capabilities, keys.teams):
             pipe.hgetall(key)
         for key in (keys.tasks_by_status, keys.free, keys.devices_by_driver, keys.hosts_online, keys.lease_deadlines,
                     keys.claim_deadlines, keys.queue_deadlines, keys.retention):
@@ -113,7 +115,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
             assigned[ident] = [_text(t) for t in reply]
         elif reply is not None:  # a lease key (its TTL may run out between the scan and the read)
             lease_keys[ident] = orjson.loads(reply)
-    (tasks, devices, reservations, idempotency, claims, capabilities, by_status, free, by_driver, online,
+    (tasks, devices, reservations, idempotency, claims, capabilities, teams, by_status, free, by_driver, online,
      lease_deadlines, claim_deadlines, queue_deadlines, retention, disabled, progress, draining,
      stalled) = replies[len(read):]
 
@@ -144,6 +146,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         progress={_text(k) for k in progress},
         lease_keys=lease_keys,
         capabilities={_text(k): set(orjson.loads(v)["workflows"]) for k, v in capabilities.items()},
+        teams={_text(k): _text(v) for k, v in teams.items()},
     )
 
 
@@ -152,7 +155,15 @@ def member(driver: str, device_id: str) -> str:
 
 
 def waiting_key(task: dict[str, Any]) -> str:
-    return f"waiting_device:{task['target_device']}" if task.get("target_device") else f"waiting:{task['driver']}"
+    team = task.get("team") or "default"
+    if task.get("target_device"):
+        return f"waiting_device:{task['target_device']}|{team}"
+    return f"waiting:{task['driver']}|{team}"
+
+
+def queue_score(task: dict[str, Any]) -> float:
+    """Its score in its queue: higher priority first, then older (lua/includes/placement.lua)."""
+    return (100 - task.get("priority", 0)) * 2**44 + task["seq"]
 
 
 def fits(task: dict[str, Any], device_id: str, device: dict[str, Any]) -> bool:
@@ -202,7 +213,7 @@ def check_indexes(s: Stored) -> None:
         assert (task_id in s.claim_deadlines) == (status == "assigned"), (task_id, status, "claim deadline")
         assert (task_id in s.retention) == (status in TERMINAL), (task_id, status, "retention")
         if status == "queued":
-            assert in_waiting == [waiting_key(task)] and s.waiting[in_waiting[0]][task_id] == task["seq"], \
+            assert in_waiting == [waiting_key(task)] and s.waiting[in_waiting[0]][task_id] == queue_score(task), \
                 (task_id, in_waiting)
             assert not in_assigned and not holds, task_id
             assert (task_id in s.queue_deadlines) == bool(task.get("queue_deadline")), task_id
@@ -241,9 +252,38 @@ def check_indexes(s: Stored) -> None:
                 and host in s.online and host not in s.draining and host not in s.stalled), (entry, device)
 
 
+def team_of(task: dict[str, Any]) -> str:
+    return task.get("team") or "default"
+
+
+def team_settings(s: Stored, team: str) -> tuple[int, int | None]:
+    """A team's weight and cap, as stored (absent: weight 1, no cap)."""
+    settings = orjson.loads(s.teams.get(team, "{}"))
+    return int(settings.get("weight") or 1), settings.get("max_devices")
+
+
+def team_running(s: Stored, team: str) -> int:
+    """The devices the team's tasks hold, counted from the tasks (not from the stored count)."""
+    return sum(1 for t in s.tasks.values() if t["status"] in ("assigned", "running") and team_of(t) == team)
+
+
+def at_quota(s: Stored, team: str) -> bool:
+    cap = team_settings(s, team)[1]
+    return cap is not None and team_running(s, team) >= cap
+
+
+def check_team_counts(s: Stored) -> None:
+    """Each team's stored counts are what its tasks say: devices held, tasks queued."""
+    teams = {team_of(t) for t in s.tasks.values()} | {f.partition("|")[0] for f in s.teams}
+    for team in teams:
+        queued = sum(1 for t in s.tasks.values() if t["status"] == "queued" and team_of(t) == team)
+        assert int(s.teams.get(f"{team}|running", 0)) == team_running(s, team), (team, "running")
+        assert int(s.teams.get(f"{team}|queued", 0)) == queued, (team, "queued")
+
+
 def check_nothing_stranded(s: Stored, offline_after_ms: int) -> None:
     for task_id, task in s.tasks.items():
-        if task["status"] != "queued":
+        if task["status"] != "queued" or at_quota(s, team_of(task)):  # quota aside
             continue
         beside = [d for d in s.devices if fits(task, d, s.devices[d]) and could_run_now(s, d, offline_after_ms)
                   and host_runs(s, s.devices[d]["host_id"], task)]
@@ -261,7 +301,7 @@ def device_busy(s: Stored, task: dict[str, Any], device_id: str, offline_after_m
 
 
 def expected_waiting_reason(s: Stored, task: dict[str, Any], offline_after_ms: int) -> str:
-    """PROTOCOL.md, "Waiting work", from what is stored (teams aside: there are none yet)."""
+    """PROTOCOL.md, "Waiting work", from what is stored."""
     matching = [d for d in s.devices if fits(task, d, s.devices[d])]
     if not matching:
         return "no_matching_device"
@@ -269,6 +309,9 @@ def expected_waiting_reason(s: Stored, task: dict[str, Any], offline_after_ms: i
                     if host_online(s, s.devices[d]["host_id"], offline_after_ms)}
     if online_hosts and not any(host_runs(s, h, task) for h in online_hosts):
         return "no_capable_host"
+    if any(could_run_now(s, d, offline_after_ms) and host_runs(s, s.devices[d]["host_id"], task) for d in matching):
+        assert at_quota(s, team_of(task)), "only a team at its quota waits beside a free device"
+        return "team_at_quota"
     if any(device_busy(s, task, d, offline_after_ms) for d in matching):
         return "matching_devices_busy"
     return "no_schedulable_device"
@@ -315,17 +358,53 @@ def check_assignments_runnable(s: Stored) -> None:
             assert host_runs(s, task["host_id"], task), f"{task_id} is assigned to a host that does not list it"
 
 
-def check_first_in_first_out(s: Stored, before: Stored | None) -> None:
+def check_order(s: Stored, before: Stored | None) -> None:
+    """PROTOCOL.md's order rules, for each task assigned in this step, against the tasks still
+    queued after it that could have taken its device (its target, a host that runs them): none of
+    higher priority, unless its team is at its quota (priority never inverted); none of its own
+    team and priority that is older (FIFO within a team)."""
     if before is None:
         return
     for task_id, task in s.tasks.items():
         was = before.tasks.get(task_id)
         if task["status"] != "assigned" or (was is not None and was["status"] == "assigned"):
             continue
-        older = [other_id for other_id, other in s.tasks.items()
-                 if other["status"] == "queued" and other["seq"] < task["seq"] and same_target(other, task)
-                 and host_runs(s, task["host_id"], other)]
-        assert not older, f"{task_id} was assigned while older tasks of its target wait: {older}"
+        rivals = [(other_id, other) for other_id, other in s.tasks.items()
+                  if other["status"] == "queued" and same_target(other, task) and host_runs(s, task["host_id"], other)]
+        priority = task.get("priority", 0)
+        higher = [i for i, other in rivals if other.get("priority", 0) > priority and not at_quota(s, team_of(other))]
+        assert not higher, f"{task_id} was assigned while tasks of higher priority wait for its target: {higher}"
+        older = [i for i, other in rivals if team_of(other) == team_of(task) and other.get("priority", 0) == priority
+                 and other["seq"] < task["seq"]]
+        assert not older, f"{task_id} was assigned while older tasks of its team and priority wait: {older}"
+
+
+def check_fair_share(s: Stored, before: Stored | None) -> None:
+    """When a step assigned one queued task, to a device that was not free before it (a device
+    freed in this step, so chosen among everything waiting for it): no other team with a task
+    of that priority waiting for that device, not at its quota, held fewer devices for its
+    weight than the chosen team did when the device was handed over (ties: the older task)."""
+    if before is None:
+        return
+    newly = [(i, t) for i, t in s.tasks.items() if t["status"] == "assigned"
+             and i in before.tasks and before.tasks[i]["status"] == "queued"]
+    if len(newly) != 1:
+        return
+    _, task = newly[0]
+    device_id = task["device_id"]
+    if member(s.devices[device_id]["driver"], device_id) in before.free:
+        return
+    team, priority = team_of(task), task.get("priority", 0)
+    weight = team_settings(s, team)[0]
+    mine = ((team_running(s, team) - 1) / weight, task["seq"])
+    for other_id, other in s.tasks.items():
+        rival = team_of(other)
+        if (other["status"] != "queued" or rival == team or other.get("priority", 0) != priority
+                or not fits(other, device_id, s.devices[device_id]) or at_quota(s, rival)
+                or not host_runs(s, task["host_id"], other)):
+            continue
+        theirs = (team_running(s, rival) / team_settings(s, rival)[0], other["seq"])
+        assert mine <= theirs, f"{device_id} went to {team} {mine} over {rival} {theirs} ({other_id})"
 
 
 def check_accounted(s: Stored, before: Stored | None, created: dict[str, Any]) -> None:
@@ -348,7 +427,9 @@ def check_stored(s: Stored, before: Stored | None, offline_after_ms: int, create
     check_indexes(s)
     check_nothing_stranded(s, offline_after_ms)
     check_assignments_runnable(s)
-    check_first_in_first_out(s, before)
+    check_order(s, before)
+    check_fair_share(s, before)
+    check_team_counts(s)
     check_accounted(s, before, created)
     running_devices = [t["device_id"] for t in s.tasks.values() if t["status"] in ("assigned", "running")]
     assert len(running_devices) == len(set(running_devices)), "a device holds at most one task"

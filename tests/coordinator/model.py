@@ -95,6 +95,12 @@ KINDS: list[dict[str, Any]] = [
     {"kind": "workflow", "workflow": {"name": "factory-reset", "params": {}}},
 ]
 CAPABILITIES: list[tuple[str, ...] | None] = [None, (), ("note-smoke",), ("note-smoke", "factory-reset")]
+# Sharing the fleet: the teams a task may belong to, the priorities it may have, and what an admin
+# may set of a team (PROTOCOL.md, "Sharing the fleet").
+TEAMS = ["default", "red", "blue"]
+PRIORITIES = [0, 0, 5, -5]
+WEIGHTS = [1, 2, 3]
+CAPS: list[int | None] = [None, 0, 1, 2]
 
 
 MANAGED_TOKEN = "tht_" + "m" * 40
@@ -245,12 +251,12 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(aim=st.sampled_from(TARGETS), key=st.sampled_from([None, "k1", "k2"]),
           queue_timeout_s=st.sampled_from(QUEUE_TIMEOUTS_S), max_attempts=st.sampled_from([1, 2, 3]),
-          what=st.sampled_from(KINDS))
+          what=st.sampled_from(KINDS), team=st.sampled_from(TEAMS), priority=st.sampled_from(PRIORITIES))
     def create(self, aim: dict[str, Any], key: str | None, queue_timeout_s: int | None, max_attempts: int,
-               what: dict[str, Any]) -> None:
+               what: dict[str, Any], team: str, priority: int) -> None:
         if "managed device" in aim:
             aim = {"device_id": self.cloud.get(aim["managed device"], "d_never_enrolled")}
-        body = {**what, "max_attempts": max_attempts, **aim}
+        body = {**what, "max_attempts": max_attempts, **aim, "team": team, "priority": priority}
         if queue_timeout_s is not None:
             body["queue_timeout_s"] = queue_timeout_s
         if key is not None:
@@ -303,6 +309,19 @@ class ProtocolMachine(RuleBasedStateMachine):
             static = None if host == MANAGED else self.principal(host).digest
             self.run(self.store.revoke_host(self.principal(host).host_id, static))
             self.told.revoked.add(host)
+
+    @rule(team=st.sampled_from(TEAMS), weight=st.sampled_from([None, *WEIGHTS]),
+          cap=st.sampled_from(["keep", *CAPS]))
+    def set_team(self, team: str, weight: int | None, cap: int | str | None) -> None:
+        """An admin sets a team's weight, its cap, or both (a cap of None lifts it)."""
+        change: dict[str, Any] = {}
+        if weight is not None:
+            change["weight"] = weight
+        if cap != "keep":
+            change["max_devices"] = cap
+        share = self.run(self.store.set_team(team, change))
+        assert share.team == team and (weight is None or share.weight == weight)
+        assert cap == "keep" or share.max_devices == cap
 
     @rule(locals_=st.lists(st.sampled_from(sorted(FLEET[MANAGED])), min_size=1, unique=True))
     def enroll_devices(self, locals_: list[str]) -> None:

@@ -45,7 +45,8 @@ async def test_the_feed_carries_the_same_events_as_the_history(api: Api) -> None
     redis, keys = api.ctx.store.redis, api.ctx.store.keys
     fed = [orjson.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.feed)]
     record = orjson.loads(await redis.hget(keys.tasks, task["task_id"]))
-    history = [{**event, "task_id": task["task_id"]} for event in record["events"]]
+    # The feed's copy names the task and its team too (a watcher filters by either).
+    history = [{**event, "task_id": task["task_id"], "team": "default"} for event in record["events"]]
     assert [e["type"] for e in history] == ["created", "assigned", "claimed", "result"]
     assert [e for e in fed if e.get("task_id") == task["task_id"]] == history
     assert fed[0]["type"] == "host_online" and fed[0]["host_id"] == "host-a"

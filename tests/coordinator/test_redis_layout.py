@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from coordinator.longpoll import ClaimWaiter
-from coordinator.state.keys import STATUS_CODES, STATUS_SPAN
+from coordinator.state.keys import STATUS_CODES, STATUS_SPAN, team_queue
 from coordinator.transport.base import RedisTransport
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
@@ -101,8 +101,8 @@ async def test_queues_devices_and_leases_read_plainly(api: Api) -> None:
     # the waiting tasks of a driver, oldest first, and of one device
     waiting = [(await api.create_task(selector={"driver": "sim"})).json()["task_id"] for _ in range(2)]
     aimed = (await api.create_task(device_id="a3")).json()["task_id"]
-    assert [t.decode() for t in await redis.zrange(keys.waiting("sim"), 0, -1)] == waiting
-    assert [t.decode() for t in await redis.zrange(keys.waiting_device("a3"), 0, -1)] == [aimed]
+    assert [t.decode() for t in await redis.zrange(keys.waiting(team_queue("sim", "default")), 0, -1)] == waiting
+    assert [t.decode() for t in await redis.zrange(keys.waiting_device(team_queue("a3", "default")), 0, -1)] == [aimed]
 
     # a lease lives in its task's record: the current one, and every earlier one with its host and
     # attempt; its deadline is the reaper's index
@@ -120,7 +120,7 @@ async def test_queues_devices_and_leases_read_plainly(api: Api) -> None:
     # a device the host stops reporting leaves its set; the freed a2... took the oldest waiting task
     await api.heartbeat("host-a", ["a2", "a3"])
     assert {d.decode() for d in await redis.smembers(keys.host_devices("host-a"))} == {"a2", "a3"}
-    assert [t.decode() for t in await redis.zrange(keys.waiting("sim"), 0, -1)] == waiting[1:]
+    assert [t.decode() for t in await redis.zrange(keys.waiting(team_queue("sim", "default")), 0, -1)] == waiting[1:]
 
 
 async def test_a_reaped_lease_answers_exactly_however_late_it_comes(api: Api) -> None:

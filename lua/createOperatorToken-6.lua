@@ -9,6 +9,8 @@
                                            nudged past the newest), for listing in order
     KEYS[4] operator_tokens_live    zset   token id -> expires_at (ms), of tokens not revoked
     KEYS[5] feed                    stream the deployment's events
+    KEYS[6] teams                   hash   the teams (lua/includes/teams.lua): a token's team is
+                                           named, so it is listed from now on
     ARGV[1] token id
     ARGV[2] SHA-256 of the secret (hex)
     ARGV[3] name
@@ -16,6 +18,7 @@
     ARGV[5] lifetime (ms)
     ARGV[6] at most this many live tokens (COORDINATOR_MAX_OPERATOR_TOKENS)
     ARGV[7] actor: the operator's name, on the `operator_token_created` event
+    ARGV[8] team: every task the token creates belongs to it; "" for none (the creator chooses)
   Output:
     {0, token JSON}
     {TOKEN_LIMIT}  as many live tokens as allowed exist already; nothing changed
@@ -24,7 +27,7 @@
   creates them; expiry is on the Redis clock; the feed names who created it, never its secret.
 ]]
 --- @include "includes/common"
-local tokensKey, hashesKey, byAgeKey, liveKey, feedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local tokensKey, hashesKey, byAgeKey, liveKey, feedKey, teamsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 local now = nowMs()
 -- Expired tokens no longer count (their records stay, for the listing and the audit).
@@ -42,11 +45,15 @@ local token = {
   created_by = ARGV[7],
   revoked = false,
 }
+if ARGV[8] ~= '' then
+  token.team = ARGV[8]
+  rcall('HSETNX', teamsKey, token.team, '{}')
+end
 putJson(tokensKey, token.id, token)
 rcall('HSET', hashesKey, token.digest, token.id)
 rcall('ZADD', liveKey, token.expires_at, token.id)
 local newest = rcall('ZREVRANGE', byAgeKey, 0, 0, 'WITHSCORES')[2]
 rcall('ZADD', byAgeKey, math.max(now, newest and tonumber(newest) + 1 or now), token.id)
 publishTo(feedKey, {type = 'operator_token_created', token_id = token.id, name = token.name,
-                    scopes = token.scopes, at = now}, ARGV[7])
+                    scopes = token.scopes, team = token.team, at = now}, ARGV[7])
 return {0, cjson.encode(token)}
