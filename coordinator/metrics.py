@@ -4,7 +4,8 @@ Two kinds. Per-process ones are counted where they happen (requests, claims, ren
 artifact uploads, the schedule-to-start and blob-store histograms, waiting polls, feed watchers);
 with several worker processes each scrape sees the process that answered it. Deployment-wide ones
 are read from Redis at scrape time (tasks by status, queue depth by waiting reason, expiries,
-timeouts, retries, deletions, artifact bytes stored), so every process answers the same figures.
+timeouts, retries, deletions, artifact bytes stored, each team's devices held and tasks queued), so
+every process answers the same figures.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from prometheus_client.registry import Collector
 
 import wire
 from coordinator.state.reads import Queries
+from coordinator.state.records import TeamShare
 from coordinator.state.wait_reasons import waiting_reason
 
 
@@ -35,6 +37,7 @@ class Deployment:
     queued_by_reason: dict[str, int] = field(default_factory=dict)
     queued_examined: int = 0
     counters: dict[str, int] = field(default_factory=dict)  # the stats hash
+    teams: list[TeamShare] = field(default_factory=list)
 
 
 # The stats hash's fields (written by the scripts) and what each counts.
@@ -70,6 +73,15 @@ class _DeploymentCollector(Collector):
         for name, help_text in STAT_COUNTERS.items():
             yield CounterMetricFamily(f"tether_{name}", f"{help_text} (deployment-wide)",
                                       value=d.counters.get(name, 0))
+        running = GaugeMetricFamily("tether_team_running", "Devices each team's tasks hold (deployment-wide)",
+                                    labels=["team"])
+        queued = GaugeMetricFamily("tether_team_queued", "Each team's queued tasks (deployment-wide)",
+                                   labels=["team"])
+        for share in d.teams:
+            running.add_metric([share.team], share.running)
+            queued.add_metric([share.team], share.queued)
+        yield running
+        yield queued
         yield GaugeMetricFamily("tether_artifact_bytes",
                                 "Bytes of artifacts in the blob store that descriptions name (deployment-wide)",
                                 value=d.counters.get("artifact_bytes", 0))
@@ -132,4 +144,5 @@ async def read_deployment(queries: Queries) -> Deployment:
         queued_by_reason=by_reason,
         queued_examined=len(queued),
         counters=await queries.stats(),
+        teams=await queries.teams(),
     )

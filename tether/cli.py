@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 import wire
-from tether import artifacts_cmd, commands
+from tether import artifacts_cmd, commands, teams_cmd
 from tether.arg_types import positive_int
 from tether.client import Client
 from tether.errors import TetherError
@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", metavar="K=V", action="append", type=_label, help="device label to match (repeatable)")
     p.add_argument("--max-attempts", metavar="N", type=positive_int)
     p.add_argument("--queue-timeout", metavar="S", type=positive_int, help="fail it if not assigned within S seconds")
+    p.add_argument("--priority", metavar="N", type=int, help="-100..100, higher first (default 0)")
+    p.add_argument("--team", metavar="T", help="the team it belongs to (a token with a team sets its own)")
     p.add_argument("--wait", action="store_true", help="follow it like `watch` until it ends")
 
     p = command("tasks", commands.tasks, "list tasks, newest first")
@@ -150,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(run=commands.operator_tokens_revoke)
     t.add_argument("id", metavar="ID")
     command("me", commands.me, "who this token is: its name, scopes and expiry")
+    command("teams", teams_cmd.teams, "every team's share of the fleet")
+    p = command("team", teams_cmd.team_set, "set a team's share (admin only)")
+    team = p.add_subparsers(title="team commands", metavar="COMMAND", required=True)
+    t = team.add_parser("set", parents=[common], help="set a team's weight or cap on devices")
+    t.set_defaults(run=teams_cmd.team_set)
+    teams_cmd.add_set_arguments(t)
     artifacts_cmd.add_arguments(command("artifacts", artifacts_cmd.artifacts,
                                         "list a task's artifacts (screenshots, log); save one with NAME"))
     return parser

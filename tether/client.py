@@ -64,7 +64,8 @@ class Client:
                     params: Mapping[str, Any] | None = None, device_id: str | None = None,
                     selector: Mapping[str, Any] | None = None, max_attempts: int | None = None,
                     max_steps: int | None = None, queue_timeout_s: int | None = None,
-                    idempotency_key: str | None = None) -> Json:
+                    idempotency_key: str | None = None, priority: int | None = None,
+                    team: str | None = None) -> Json:
         """A goal task (``goal=``) or a workflow task (``workflow=`` name, ``params=``), for one
         device (``device_id=``) or any matching ``selector={"driver": ..., "labels": {...}}``."""
         if (goal is None) == (workflow is None):
@@ -73,9 +74,26 @@ class Client:
             "kind": "workflow", "workflow": {"name": workflow, "params": dict(params or {})}}
         optional = {"device_id": device_id, "selector": dict(selector) if selector is not None else None,
                     "max_attempts": max_attempts, "max_steps": max_steps, "queue_timeout_s": queue_timeout_s,
-                    "idempotency_key": idempotency_key}
+                    "idempotency_key": idempotency_key, "priority": priority, "team": team}
         body.update({k: v for k, v in optional.items() if v is not None})
         return self._call("POST", "/api/v1/tasks", json=body)
+
+    # -- teams ---------------------------------------------------------------------------------
+
+    def list_teams(self) -> Json:
+        """Every team's share of the fleet: ``{"teams": [{"team", "weight", "max_devices",
+        "running", "queued", "device_seconds_1h"}]}``."""
+        return self._call("GET", "/api/v1/teams")
+
+    def set_team(self, team: str, *, weight: int | None = None, max_devices: int | None = None,
+                 no_max: bool = False) -> Json:
+        """Set a team's weight and/or cap (``no_max=True`` lifts the cap); admin only."""
+        body: Json = {} if weight is None else {"weight": weight}
+        if no_max:
+            body["max_devices"] = None
+        elif max_devices is not None:
+            body["max_devices"] = max_devices
+        return self._call("PUT", f"/api/v1/teams/{_id(team, 'team')}", json=body)
 
     def get_task(self, task_id: str) -> Json:
         return self._call("GET", f"/api/v1/tasks/{_id(task_id, 'task id')}")

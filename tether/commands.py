@@ -49,7 +49,7 @@ def submit(client: Client, args: Namespace, out: Output) -> int:
     selector = {"driver": args.driver, "labels": dict(args.label or [])} if args.driver else None
     task = client.create_task(goal=args.goal, workflow=args.workflow, params=dict(args.param or []),
                               device_id=args.device, selector=selector, max_attempts=args.max_attempts,
-                              queue_timeout_s=args.queue_timeout)
+                              queue_timeout_s=args.queue_timeout, priority=args.priority, team=args.team)
     if args.driver and not _driver_pooled(client, args.driver):
         out.warn(f"no pooled device has driver {args.driver!r}: the task waits until one does "
                  "(a typo? `tether devices` lists the pool)")

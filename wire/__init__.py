@@ -92,8 +92,16 @@ class WaitingReason(str, Enum):
 
     NO_MATCHING_DEVICE = "no_matching_device"
     NO_CAPABLE_HOST = "no_capable_host"
+    TEAM_AT_QUOTA = "team_at_quota"
     MATCHING_DEVICES_BUSY = "matching_devices_busy"
     NO_SCHEDULABLE_DEVICE = "no_schedulable_device"
+
+
+# Sharing the fleet (PROTOCOL.md): a task's priority, higher first; a team's weight; the team of a
+# task nobody named one for.
+PRIORITY_MIN, PRIORITY_MAX, PRIORITY_DEFAULT = -100, 100, 0
+TEAM_WEIGHT_MIN, TEAM_WEIGHT_MAX = 1, 1000
+DEFAULT_TEAM = "default"
 
 
 def values(enum: type[Enum]) -> tuple[str, ...]:

@@ -75,6 +75,7 @@ class Operator:
     scopes: frozenset[str]
     token_id: str | None = None
     expires_at: int | None = None  # ms, Redis clock; None for the bootstrap admin
+    team: str | None = None  # a token's team: every task it creates belongs to it
 
     def may(self, scope: str) -> bool:
         return scope == ANY_SCOPE or scope in self.scopes or wire.OperatorScope.ADMIN.value in self.scopes
@@ -158,7 +159,7 @@ class Authenticator:
         token, now_ms = await self._operator_tokens.read_operator_token(digest)
         if token.last_used_at is None or now_ms - token.last_used_at >= TOUCH_INTERVAL_MS:
             await self._operator_tokens.touch_operator_token(token.id, TOUCH_INTERVAL_MS)
-        return Operator(token.name, frozenset(token.scopes), token.id, token.expires_at)
+        return Operator(token.name, frozenset(token.scopes), token.id, token.expires_at, token.team)
 
     async def authorize(self, request: Request, scope: str, own_scope: str | None = None) -> Access:
         """The operator, if it may call a route that needs ``scope``: 401 for a bad credential,

@@ -30,6 +30,7 @@ from pydantic import (
     GetJsonSchemaHandler,
     Strict,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -152,12 +153,14 @@ class OperatorBody(RequestBody):
     """A body of the operator API: unknown fields refused, none null, values strict."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+    # The fields where null says something (``max_devices: null``: no cap); null elsewhere is refused.
+    nullable: ClassVar[frozenset[str]] = frozenset()
 
     @field_validator("*", mode="before")
     @classmethod
-    def _not_null(cls, value: Any) -> Any:
+    def _not_null(cls, value: Any, info: ValidationInfo) -> Any:
         # Runs only on fields that were sent: a field left out takes its default.
-        if value is None:
+        if value is None and info.field_name not in cls.nullable:
             raise PydanticCustomError("null", "must not be null: give a value or leave it out")
         return value
 
@@ -167,6 +170,8 @@ class OperatorBody(RequestBody):
         optional field's schema is its value's alone."""
         json_schema = handler.resolve_ref_schema(handler(schema))
         for name, field in list(json_schema.get("properties", {}).items()):
+            if name in cls.nullable:
+                continue
             options = field.get("anyOf", ())
             values = [option for option in options if option != {"type": "null"}]
             if len(values) < len(options):
@@ -337,6 +342,8 @@ class TaskCreate(OperatorBody):
     max_steps: Annotated[int, Field(ge=1, le=MAX_STEPS), Integral] | None = None
     idempotency_key: Id | None = None
     queue_timeout_s: Annotated[int, Field(ge=1, le=MAX_QUEUE_TIMEOUT_S), Integral] | None = None
+    priority: Annotated[int, Field(ge=wire.PRIORITY_MIN, le=wire.PRIORITY_MAX), Integral] = wire.PRIORITY_DEFAULT
+    team: Id | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> TaskCreate:
@@ -395,8 +402,19 @@ class OperatorTokenCreate(OperatorBody):
                       AfterValidator(_distinct)]
     ttl_s: Annotated[int, Field(ge=wire.OPERATOR_TOKEN_TTL_MIN_S, le=wire.OPERATOR_TOKEN_TTL_MAX_S),
                      Integral] = wire.OPERATOR_TOKEN_TTL_DEFAULT_S
+    team: Id | None = None
+
+
+class TeamSettings(OperatorBody):
+    """A team's share (PUT /api/v1/teams/{team}): either or both; ``max_devices: null`` lifts the
+    cap."""
+
+    nullable = frozenset({"max_devices"})
+
+    weight: Annotated[int, Field(ge=wire.TEAM_WEIGHT_MIN, le=wire.TEAM_WEIGHT_MAX), Integral] | None = None
+    max_devices: Annotated[int, Field(ge=0, le=INT32_MAX), Integral] | None = None
 
 
 # The document's name of each request body is its model's name (routes.py names them).
 REQUESTS: tuple[type[RequestBody], ...] = (Enroll, DeviceEnroll, Heartbeat, Claim, Renew, Renewals, Result,
-                                          TaskCreate, DeviceDisable, TokenCreate, OperatorTokenCreate)
+                                          TaskCreate, DeviceDisable, TokenCreate, OperatorTokenCreate, TeamSettings)

@@ -114,6 +114,11 @@ SCHEMAS: dict[str, Any] = {
             "lease_expires_at": {"type": "string"}, "cancel_requested": {"type": "boolean"},
             "progress": {"enum": list(wire.values(wire.ProgressOutcome))},
             "code": {"enum": ["lease_expired", "lease_replaced", "lease_not_owned"]}}}}}},
+    "Team": {"type": "object", "required": ["team", "weight", "max_devices", "running", "queued"], "properties": {
+        "team": _ID, "weight": {"type": "integer"}, "max_devices": {"type": ["integer", "null"]},
+        "running": {"type": "integer"}, "queued": {"type": "integer"}, "device_seconds_1h": {"type": "number"}}},
+    "Teams": {"type": "object", "properties": {
+        "teams": {"type": "array", "items": {"$ref": "#/components/schemas/Team"}}}},
     "Recorded": {"type": "object", "properties": {
         "task_id": _ID, "attempt": {"type": "integer"}, "status": {"type": "string"},
         "task_status": {"enum": ["succeeded", "failed", "cancelled", "queued"]},
@@ -133,7 +138,9 @@ SCHEMAS: dict[str, Any] = {
             name: {"type": "integer"} for name in (
                 "matching", "busy", "unavailable", "host_offline", "host_draining", "disabled", "host_stalled",
                 "no_workflow")}},
-        "queue_timeout_s": {"type": ["integer", "null"]}}},
+        "queue_timeout_s": {"type": ["integer", "null"]},
+        "team": _ID, "priority": {"type": "integer", "minimum": wire.PRIORITY_MIN, "maximum": wire.PRIORITY_MAX},
+        "run_id": {"type": ["string", "null"]}}},
     "Events": {"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object", "properties": {
         "at": {"type": "string"}, "type": {"enum": list(wire.values(wire.EventType))}, "task_id": _ID,
         "attempt": {"type": "integer"}, "host_id": {"type": ["string", "null"]},
@@ -219,7 +226,7 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     # Any finite number of seconds; more than COORDINATOR_CLAIM_WAIT_MAX_S waits that long.
     ("post", "/internal/v1/hosts/{host_id}/claim"): {"wait_s": {"type": "number", "minimum": 0,
                                                                 "maximum": sys.float_info.max}},
-    ("get", "/api/v1/tasks"): {"status": _STATUS, "host_id": _ID, "device_id": _ID,
+    ("get", "/api/v1/tasks"): {"status": _STATUS, "host_id": _ID, "device_id": _ID, "team": _ID,
                                "limit": _limit(*limits.TASKS_LIMIT),
                                "cursor": _integer(0, limits.TASK_CURSOR_MAX)},
     ("get", "/api/v1/devices"): {"host_id": _ID, "driver": _ID, "status": _DEVICE_STATUS,
@@ -238,7 +245,7 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
 _HEADERS: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/events"): {"Last-Event-ID": _STREAM_ID},
 }
-_PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id")
+_PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id", "team")
 # Bodies a client may leave out (read as {}).
 _OPTIONAL_BODIES = frozenset(model.__name__ for model in bodies.REQUESTS if model.body_optional)
 # Content of the successful answers that are not JSON.

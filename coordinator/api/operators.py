@@ -31,7 +31,7 @@ async def create_token(ctx: Context, request: Request) -> Response:
     secret = wire.OPERATOR_TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = await ctx.store.create_operator_token(
         "ot_" + secrets.token_hex(8), token_digest(secret), body.name, scopes, body.ttl_s * 1000,
-        ctx.settings.max_operator_tokens, actor=access_of(request).operator.name,
+        ctx.settings.max_operator_tokens, actor=access_of(request).operator.name, team=body.team,
     )
     return tokens.created(operator_token_view(token, token.created_at), secret)
 
@@ -50,6 +50,7 @@ def me_view(operator: Operator) -> dict[str, Any]:
         "scopes": [s for s in _SCOPES if s in operator.scopes],
         "expires_at": iso_ms(operator.expires_at),
         "token_id": operator.token_id,
+        "team": operator.team,
     }
 
 

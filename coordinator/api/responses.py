@@ -82,6 +82,9 @@ def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dic
         "finished_at": iso_ms(task.finished_at) if task.status in wire.TERMINAL_STATUSES else None,
         # The operator who created it (a token's name, or "admin"); null for tasks of earlier versions.
         "created_by": task.created_by,
+        "team": task.team,
+        "priority": task.priority,
+        "run_id": None,  # runs (PROTOCOL.md, "Runs") are not built yet
     }
     if task.kind == wire.TaskKind.GOAL:
         view["goal"] = task.goal
@@ -154,6 +157,7 @@ def operator_token_view(token: OperatorToken, now_ms: int) -> dict[str, Any]:
         "expires_at": iso_ms(token.expires_at),
         "last_used_at": iso_ms(token.last_used_at),
         "created_by": token.created_by,
+        "team": token.team,
         "expired": now_ms >= token.expires_at,
         "revoked": bool(token.revoked),
     }

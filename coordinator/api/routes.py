@@ -26,6 +26,7 @@ from coordinator.api import (
     operators,
     ops,
     tasks,
+    teams,
     ui,
 )
 from coordinator.api.auth import ANY_SCOPE
@@ -150,6 +151,10 @@ ENDPOINTS: list[Endpoint] = [
     Endpoint("DELETE", "/api/v1/operator-tokens/{token_id}", operators.revoke_token,
              "Revoke an operator token", "operator", None, {200: "OperatorToken", 404: "Error", **_ADMIN_ERRORS},
              scope=ADMIN),
+    Endpoint("GET", "/api/v1/teams", teams.list_teams, "Every team and its share of the fleet", "operator",
+             None, {200: "Teams", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("PUT", "/api/v1/teams/{team}", teams.set_team, "Set a team's weight and cap", "operator",
+             "TeamSettings", {200: "Team", 400: "Error", **_ADMIN_ERRORS}, scope=ADMIN),
     # An addition to the contract: who the caller is, for any valid operator credential.
     Endpoint("GET", "/api/v1/me", operators.me, "The calling operator: name, scopes, expiry", "operator",
              None, {200: "Me", **_ADMIN_ERRORS}, scope=ANY_SCOPE),

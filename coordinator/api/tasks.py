@@ -12,12 +12,12 @@ from starlette.responses import Response
 
 import wire
 from coordinator.api import limits
-from coordinator.api.auth import access_of
+from coordinator.api.auth import Operator, access_of
 from coordinator.api.bodies import DEFAULT_GOAL_MAX_STEPS, TaskCreate
 from coordinator.api.context import Context
 from coordinator.api.responses import event_view, json_response, task_view
 from coordinator.api.validation import Query, canonical_json, read, require_id
-from coordinator.errors import found
+from coordinator.errors import InsufficientScope, found
 from coordinator.state.records import TaskRecord
 
 _TASK_STATUSES = wire.values(wire.TaskStatus)
@@ -38,6 +38,8 @@ def parse_task(body: TaskCreate, default_queue_timeout_ms: int) -> dict[str, Any
         task["driver"] = body.selector.driver
         task["labels"] = canonical_json(body.selector.labels)
     task["max_attempts"] = body.max_attempts
+    task["priority"] = body.priority
+    task["team"] = body.team
     task["queue_timeout_ms"] = (body.queue_timeout_s * 1000 if body.queue_timeout_s is not None
                                 else default_queue_timeout_ms)
     if body.idempotency_key is not None:
@@ -53,12 +55,23 @@ async def _views(ctx: Context, tasks: list[TaskRecord]) -> list[dict[str, Any]]:
     return [task_view(t, candidates.get(t.id)) for t in tasks]
 
 
+def team_for(operator: Operator, named: str | None) -> str:
+    """The team a create by ``operator`` puts its task in: the token's own (naming another is
+    refused), else the one named, else the default."""
+    if operator.team is not None:
+        if named is not None and named != operator.team:
+            raise InsufficientScope("admin", f"this token creates tasks of team {operator.team!r} only")
+        return operator.team
+    return named or wire.DEFAULT_TEAM
+
+
 async def create_task(ctx: Context, request: Request) -> Response:
     task = parse_task(await read(request, TaskCreate, ctx.settings.max_body_bytes), ctx.settings.queue_timeout_ms)
     task["id"] = "t_" + secrets.token_hex(12)
     # Who created it: named in its view, and what a submit-only token's cancel is checked against.
     # Added after parsing, so the idempotency key's request hash does not depend on the caller.
     operator = access_of(request).operator
+    task["team"] = team_for(operator, task.get("team"))
     task["created_by"] = operator.name
     if operator.token_id is not None:
         task["creator_token"] = operator.token_id
@@ -80,11 +93,11 @@ async def get_task(ctx: Context, request: Request) -> Response:
 async def list_tasks(ctx: Context, request: Request) -> Response:
     query = Query(request)
     status = query.choice("status", _TASK_STATUSES)
-    host_id, device_id = query.id("host_id"), query.id("device_id")
+    host_id, device_id, team = query.id("host_id"), query.id("device_id"), query.id("team")
     limit = query.limit(*limits.TASKS_LIMIT)
     cursor = query.integer("cursor", default=-1, low=0, high=limits.TASK_CURSOR_MAX)
     page = await ctx.queries.list_tasks(status=status, host_id=host_id, device_id=device_id, limit=limit,
-                                        cursor=None if cursor < 0 else cursor)
+                                        cursor=None if cursor < 0 else cursor, team=team)
     return json_response({"tasks": await _views(ctx, page.items), "next_cursor": page.next_cursor})
 
 

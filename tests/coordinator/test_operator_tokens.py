@@ -92,7 +92,7 @@ async def test_every_scope_against_the_route(api: Api, endpoint: Any) -> None:
     for scope in SCOPES:  # "admin" last: what it changes cannot hide another scope's answer
         task = (await api.create_task(device_id="a1")).json()  # an admin's, not this token's
         path = endpoint.path.format(task_id=task["task_id"], host_id="host-a", device_id="a1",
-                                    token_id="ot_none", name="a.png")
+                                    token_id="ot_none", name="a.png", team="qa")
         kwargs: dict[str, Any] = {}
         if endpoint.path == "/api/v1/events":
             kwargs["headers"] = {"last-event-id": "not-an-id"}  # past the scope: 400, not a stream

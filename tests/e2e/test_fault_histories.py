@@ -112,9 +112,17 @@ def agents(url: str, tmp_path: Path, workflows: Path) -> Iterator[list[Process]]
             process.stop()
 
 
-def work(operator: Operator, keys: range, ms: int = 500) -> list[str]:
+# Three teams sharing the pool (PROTOCOL.md, "Sharing the fleet"): weights, a cap, priorities.
+TEAMS = {"release": {"weight": 2}, "checkout": {"weight": 1}, "nightly": {"weight": 1, "max_devices": 1}}
+
+
+def work(operator: Operator, keys: range, ms: int = 500, teams: bool = False) -> list[str]:
+    """Workflow tasks for any sim device; with ``teams``, spread over TEAMS, some urgent."""
+    def sharing(n: int) -> dict[str, Any]:
+        return {"team": list(TEAMS)[n % 3], "priority": 10 if n % 4 == 0 else 0} if teams else {}
+
     return [operator.create(f"job-{n}", kind="workflow", workflow={"name": "slow", "params": {"ms": ms}},
-                            selector={"driver": "sim"}, max_attempts=3) for n in keys]
+                            selector={"driver": "sim"}, max_attempts=3, **sharing(n)) for n in keys]
 
 
 def count(operator: Operator, status: str) -> int:
@@ -148,7 +156,7 @@ def test_a_coordinator_process_stopped_under_load_loses_nothing_and_runs_nothing
 ) -> None:
     """Two coordinator processes on one Redis, taken in turn by the proxy; one of them is killed
     (or told to stop) while tasks run, the agents and the operator retry through the other, and
-    the stopped one comes back on its port."""
+    the stopped one comes back on its port. The work belongs to three teams, one of them capped."""
     history = History()
     with ExitStack() as stack:
         prefix = stack.enter_context(fresh_prefix())
@@ -160,17 +168,21 @@ def test_a_coordinator_process_stopped_under_load_loses_nothing_and_runs_nothing
         stack.enter_context(agents(proxy.url, tmp_path, workflows))
         operator = Operator(proxy.url)
         stack.callback(operator.close)
-        tasks = work(operator, range(8))
+        for team, settings in TEAMS.items():
+            assert operator.call("PUT", f"/api/v1/teams/{team}", settings).status_code == 200
+        tasks = work(operator, range(8), teams=True)
         wait_until(lambda: count(operator, "running") >= 2, what="tasks running")
         assert doomed.process is not None
         doomed.process.signal(signum)
         doomed.process.wait()
         doomed.stop()  # only its temporary folder is left to remove
-        tasks += work(operator, range(8, 14))
+        tasks += work(operator, range(8, 14), teams=True)
         wait_until(lambda: count(operator, "succeeded") >= 4, what="work done while one process is down")
         doomed.start()  # the same port: the proxy takes it in turn again
-        tasks += work(operator, range(14, 18))
+        tasks += work(operator, range(14, 18), teams=True)
         operator.wait_terminal(tasks)
+        teams = {t["team"]: t for t in operator.call("GET", "/api/v1/teams").json()["teams"]}
+        assert all((teams[team]["running"], teams[team]["queued"]) == (0, 0) for team in TEAMS), teams
     verify(history, at_least=100, name=f"coordinator {signum.name}")
 
 

@@ -1,0 +1,185 @@
+"""Sharing the fleet (PROTOCOL.md): priorities, weighted fair share between teams, quotas, teams
+named by tokens, and the teams' listing, through the HTTP API on real Redis, fakeredis and the
+cluster. The order rules over any sequence of steps are the model test's (test_model.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import Api
+from tests.coordinator.helpers import claim_one
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
+
+SIM = {"driver": "sim"}
+
+
+async def _create(api: Api, **body: Any) -> dict[str, Any]:
+    """A task of any sim device, unless ``device_id`` names one."""
+    target = {} if "device_id" in body else {"selector": SIM}
+    response = await api.create_task(**target, **body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+async def _finish_on(api: Api, host: str) -> dict[str, Any]:
+    """Claim the host's next assignment and report it: its device is freed."""
+    assignment = await claim_one(api, host)
+    assert (await api.result(host, assignment)).status_code == 200
+    return assignment
+
+
+async def _set_team(api: Api, team: str, **settings: Any) -> Any:
+    return await api.admin("PUT", f"/api/v1/teams/{team}", json=settings)
+
+
+async def _teams(api: Api) -> dict[str, dict[str, Any]]:
+    response = await api.admin("GET", "/api/v1/teams")
+    assert response.status_code == 200, response.text
+    return {t["team"]: t for t in response.json()["teams"]}
+
+
+async def test_a_freed_device_takes_the_highest_priority_first(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    await _create(api)  # holds a1
+    low = await _create(api, priority=-5)
+    normal = await _create(api)
+    urgent = await _create(api, priority=50)
+    aimed = await _create(api, device_id="a1", priority=10)
+    order = [(await _finish_on(api, "host-a"))["task_id"] for _ in range(5)]
+    assert order[1:] == [urgent["task_id"], aimed["task_id"], normal["task_id"], low["task_id"]]
+
+
+async def test_a_freed_device_goes_to_the_team_holding_fewest_devices_for_its_weight(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1", "a2", "a3", "a4"])
+    assert (await _set_team(api, "big", weight=3)).status_code == 200
+    held = [await _create(api, team="big") for _ in range(3)] + [await _create(api, team="small")]
+    assert all(t["status"] == "assigned" for t in held)
+    # Saturated: both teams wait. big holds 3 for weight 3 (1.0), small 1 for weight 1 (1.0):
+    # a tie, so the older waiting task; then small has 2 (2.0) against big's 3 (1.0): big.
+    small_first = await _create(api, team="small")
+    big_next = await _create(api, team="big")
+    big_last = await _create(api, team="big")
+    assert (await api.task(small_first["task_id"]))["status"] == "queued"
+    taken = [(await _finish_on(api, "host-a"))["task_id"] for _ in range(3)]
+    assert taken == [t["task_id"] for t in held[:3]]
+    tasks = [await api.task(t["task_id"]) for t in (small_first, big_next, big_last)]
+    assert [t["status"] for t in tasks] == ["assigned", "assigned", "assigned"]
+
+
+async def test_a_team_arriving_late_gets_the_next_freed_devices_until_it_holds_its_share(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1", "a2", "a3", "a4"])
+    early = [await _create(api, team="early") for _ in range(8)]
+    late = [await _create(api, team="late") for _ in range(3)]
+    # early holds all four; the next two freed devices go to late (0, then 1 against early's 3),
+    # then they alternate.
+    for _ in range(2):
+        await _finish_on(api, "host-a")
+    statuses = [(await api.task(t["task_id"]))["status"] for t in late]
+    assert statuses == ["assigned", "assigned", "queued"]
+    assert (await _teams(api))["late"]["running"] == 2 and (await _teams(api))["early"]["running"] == 2
+    early_statuses = [(await api.task(t["task_id"]))["status"] for t in early]
+    assert early_statuses.count("queued") == 4 and early_statuses.count("succeeded") == 2
+
+
+async def test_a_team_at_its_quota_waits_and_the_devices_go_to_others(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1", "a2", "a3"])
+    assert (await _set_team(api, "nightly", max_devices=1)).json()["max_devices"] == 1
+    first = await _create(api, team="nightly")
+    second = await _create(api, team="nightly")
+    assert first["status"] == "assigned" and second["status"] == "queued"
+    assert second["waiting_reason"] == "team_at_quota"
+    other = await _create(api, team="release")
+    assert other["status"] == "assigned"
+    assert (await api.task(second["task_id"]))["waiting_reason"] == "team_at_quota"
+    teams = await _teams(api)
+    assert (teams["nightly"]["running"], teams["nightly"]["queued"]) == (1, 1)
+    # Lifting the quota takes effect at once: a3 is free.
+    lifted = await _set_team(api, "nightly", max_devices=None)
+    assert lifted.status_code == 200 and lifted.json()["max_devices"] is None
+    assert (await api.task(second["task_id"]))["status"] == "assigned"
+    assert (await _teams(api))["nightly"]["running"] == 2
+
+
+async def test_a_team_below_its_quota_again_takes_a_free_device_it_waited_beside(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    await api.heartbeat("host-b", ["b1"])
+    await _set_team(api, "nightly", max_devices=1)
+    running = await _create(api, team="nightly", device_id="a1")
+    waiting = await _create(api, team="nightly", device_id="b1")
+    assert waiting["waiting_reason"] == "team_at_quota"
+    await _finish_on(api, "host-a")  # a1 is freed, but the waiting task is b1's: it takes b1 now
+    assert running["task_id"] != waiting["task_id"]
+    assert (await api.task(waiting["task_id"]))["status"] == "assigned"
+
+
+async def test_a_tokens_team_is_its_tasks_team(api: Api) -> None:
+    made = await api.admin("POST", "/api/v1/operator-tokens",
+                           json={"name": "ci", "scopes": ["submit"], "team": "checkout"})
+    assert made.status_code == 201 and made.json()["team"] == "checkout"
+    headers = {"authorization": f"Bearer {made.json()['token']}"}
+    body = {"kind": "goal", "goal": "g", "selector": SIM}
+    own = await api.client.post("/api/v1/tasks", json=body, headers=headers)
+    assert own.status_code == 201 and own.json()["team"] == "checkout"
+    named = await api.client.post("/api/v1/tasks", json={**body, "team": "checkout"}, headers=headers)
+    assert named.status_code == 201
+    other = await api.client.post("/api/v1/tasks", json={**body, "team": "payments"}, headers=headers)
+    assert other.status_code == 403 and other.json()["error"]["code"] == "insufficient_scope"
+    assert (await _create(api))["team"] == "default"
+    assert (await _create(api, team="payments"))["team"] == "payments"
+    assert {"checkout", "default", "payments"} <= set(await _teams(api))
+
+
+@pytest.mark.parametrize("body", [
+    {"priority": 101}, {"priority": -101}, {"priority": "1"}, {"priority": 1.5}, {"team": "not an id"},
+    {"team": None}, {"priority": None},
+])
+async def test_a_bad_priority_or_team_is_refused_and_creates_nothing(api: Api, body: dict[str, Any]) -> None:
+    response = await api.create_task(selector=SIM, **body)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request"
+    listed = await api.admin("GET", "/api/v1/tasks")
+    assert listed.json()["tasks"] == []
+
+
+@pytest.mark.parametrize("body", [
+    {"weight": 0}, {"weight": 1001}, {"weight": None}, {"max_devices": -1}, {"max_devices": "3"},
+    {"weight": 2, "color": "red"},
+])
+async def test_bad_team_settings_are_refused_and_change_nothing(api: Api, body: dict[str, Any]) -> None:
+    assert (await _set_team(api, "qa", weight=2, max_devices=5)).status_code == 200
+    response = await _set_team(api, "qa", **body)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request"
+    qa = (await _teams(api))["qa"]
+    assert (qa["weight"], qa["max_devices"]) == (2, 5)
+
+
+async def test_only_the_admin_sets_a_team(api: Api) -> None:
+    made = await api.admin("POST", "/api/v1/operator-tokens", json={"name": "ops", "scopes": ["control", "read"]})
+    headers = {"authorization": f"Bearer {made.json()['token']}"}
+    refused = await api.client.put("/api/v1/teams/qa", json={"weight": 5}, headers=headers)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "insufficient_scope"
+    assert (await api.client.get("/api/v1/teams", headers=headers)).status_code == 200
+    assert "qa" not in await _teams(api)
+
+
+async def test_the_teams_listing_counts_devices_held_queued_tasks_and_device_time(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    await _create(api, team="qa")
+    await _create(api, team="qa")
+    qa = (await _teams(api))["qa"]
+    assert (qa["weight"], qa["max_devices"], qa["running"], qa["queued"]) == (1, None, 1, 1)
+    metrics = (await api.client.get("/metrics")).text
+    assert 'tether_team_running{team="qa"} 1.0' in metrics and 'tether_team_queued{team="qa"} 1.0' in metrics
+    await _finish_on(api, "host-a")
+    qa = (await _teams(api))["qa"]
+    assert (qa["running"], qa["queued"]) == (1, 0)
+    assert qa["device_seconds_1h"] >= 0
+
+
+async def test_the_task_listing_filters_by_team(api: Api) -> None:
+    mine = await _create(api, team="qa")
+    await _create(api, team="other")
+    listed = await api.admin("GET", "/api/v1/tasks", params={"team": "qa"})
+    assert [t["task_id"] for t in listed.json()["tasks"]] == [mine["task_id"]]
