@@ -61,6 +61,7 @@ from bench.requests import (
     renew_req,
     result_req,
 )
+from bench.teams import sharing_cost
 from bench.wrk import wrk_lifecycles, wrk_load
 from coordinator.api.bodies import TaskCreate
 from coordinator.api.tasks import parse_task
@@ -372,4 +373,5 @@ SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "cost": cost_growth,
     "artifacts": artifacts,
     "renewals": batch_renewals,
+    "teams": sharing_cost,
 }
