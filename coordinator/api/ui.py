@@ -42,6 +42,7 @@ ASSETS: dict[str, str] = {
     "detail.js": "text/javascript; charset=utf-8",
     "activity.js": "text/javascript; charset=utf-8",
     "charts.js": "text/javascript; charset=utf-8",
+    "teams.js": "text/javascript; charset=utf-8",
     "artifacts.js": "text/javascript; charset=utf-8",
     "artifactviewer.js": "text/javascript; charset=utf-8",
 }

@@ -13,6 +13,7 @@ import { byId, el } from "./dom.js";
 import { Feed } from "./feed.js";
 import { Records, RESULTS_SHOWN } from "./records.js";
 import { Rereads } from "./rereads.js";
+import { TeamsPanel } from "./teams.js";
 import * as views from "./views.js";
 
 const RESYNC_EVERY_MS = 15_000;
@@ -56,6 +57,7 @@ export class Dashboard {
       onError: (error) => (error.unauthorized ? this.onUnauthorized(error) : this.#banner(`Could not read: ${error.message}`)),
     });
     this.charts = new Charts(api, { waiting: () => this.records.queue.size });
+    this.teams = new TeamsPanel(byId("teams"), byId("teams-count"));
 
     this.feed = new Feed({
       headers: () => api.headers(),
@@ -72,10 +74,11 @@ export class Dashboard {
     this.held = [];
     this.feed.start();
     try {
-      const [fleet, tasks] = await Promise.all([this.#readFleet(), this.#readTasks()]);
+      const [fleet, tasks, teams] = await Promise.all([this.#readFleet(), this.#readTasks(), this.#readTeams()]);
       performance.mark("tether:render-start");
       this.records.showFleet(fleet);
       this.records.showTasks(tasks);
+      this.#showTeams(teams);
       performance.mark("tether:ready");
       performance.measure("tether:render", "tether:render-start", "tether:ready");
       performance.measure("tether:load", "tether:load-start", "tether:ready");
@@ -120,6 +123,14 @@ export class Dashboard {
       queueMore: queued.next_cursor !== null,
       ended: ended.flatMap((page) => page.tasks).sort(views.finishedNewestFirst).slice(0, RESULTS_SHOWN),
     };
+  }
+
+  async #readTeams() {
+    return (await this.api.get("/api/v1/teams")).teams;
+  }
+
+  #showTeams(teams) {
+    this.teams.show(teams, this.records.usableDevices());
   }
 
   /** Read lists with events held back, so an event is never applied before older list data. */
@@ -231,9 +242,10 @@ export class Dashboard {
     const { records } = this;
     if (everything) {
       await this.#reading(async () => {
-        const [fleet, lists] = await Promise.all([this.#readFleet(), this.#readTasks()]);
+        const [fleet, lists, teams] = await Promise.all([this.#readFleet(), this.#readTasks(), this.#readTeams()]);
         records.showFleet(fleet);
         records.showTasks(lists);
+        this.#showTeams(teams);
       });
       return;
     }
@@ -246,6 +258,8 @@ export class Dashboard {
       work.push(this.#one(`/api/v1/devices/${enc(id)}`, (d) => records.setDevice(d), () => records.dropDevice(id)));
     }
     for (const id of hostDevices) work.push(this.#rereadHostDevices(id));
+    // A task's change may move its team's running or queued count: one read of the teams per round.
+    if (tasks.size > 0) work.push(this.#readTeams().then((teams) => this.#showTeams(teams)));
     await Promise.all(work);
     records.totalsSoon();
   }

@@ -12,6 +12,7 @@ const ACTIVE = new Set(["assigned", "running"]);
 // The order of the device counts: what can take work first, then what cannot.
 const STATE_ORDER = ["available", "busy", "draining", "unavailable", "disabled", "host offline"];
 const WAITING = new Set(["queued", "assigned"]);
+const USABLE = new Set(["available", "busy"]);
 
 export class Records {
   /**
@@ -185,6 +186,15 @@ export class Records {
   #putDevice(deviceId) {
     const device = this.deviceRecords.get(deviceId);
     if (device) this.devices.put(this.#row(device));
+  }
+
+  /** How many devices can take work now (available or busy): what the teams share. */
+  usableDevices() {
+    let usable = 0;
+    for (const device of this.deviceRecords.values()) {
+      if (USABLE.has(views.deviceState(this.#row(device)))) usable += 1;
+    }
+    return usable;
   }
 
   // -- the device filter and the totals ---------------------------------------------------------

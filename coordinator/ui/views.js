@@ -138,6 +138,8 @@ const queueFields = [
   { title: "Work", value: work, wide: true },
   { title: "Target", value: target },
   { title: "Status", value: (t) => t.status, tone: (t) => tone(t.status) },
+  { title: "Priority", value: (t) => String(t.priority ?? 0) },
+  { title: "Team", value: (t) => t.team ?? "" },
   {
     title: "Waiting reason",
     value: (t) => (t.status === "assigned" ? `assigned to ${t.host_id}, waiting for its claim` : t.waiting_reason ?? ""),
