@@ -8,8 +8,7 @@ import { Feed } from "./feed.js";
 
 const HOUR_MS = 3_600_000;
 const DRAW_EVERY_MS = 5_000;
-const W = 360;
-const H = 64;
+const H = 64; // the plot's height in px; its width is the chart's, read at each drawing
 const SVG = "http://www.w3.org/2000/svg";
 
 export class Charts {
@@ -32,12 +31,15 @@ export class Charts {
     this.feed.start();
     this.draw();
     this.timer = setInterval(() => this.draw(), DRAW_EVERY_MS);
+    this.onResize = () => this.#soon();
+    window.addEventListener("resize", this.onResize);
   }
 
   stop() {
     this.feed.stop();
     clearInterval(this.timer);
     clearTimeout(this.drawSoon);
+    window.removeEventListener("resize", this.onResize);
   }
 
   #soon() {
@@ -63,8 +65,11 @@ function svg(tag, attrs = {}) {
   return node;
 }
 
+/** The chart of `figure` cleared to its axis and labels, in user units of one px each: a
+ *  viewBox of another width would stretch its text as the window widens. */
 function frame(figure, max, label) {
   const chart = figure.querySelector("svg");
+  const W = Math.max(120, Math.round(chart.getBoundingClientRect().width));
   chart.setAttribute("viewBox", `0 0 ${W} ${H + 14}`);
   chart.replaceChildren(
     svg("line", { x1: 0, y1: H, x2: W, y2: H, class: "axis" }),
@@ -73,12 +78,12 @@ function frame(figure, max, label) {
     Object.assign(svg("text", { x: W - 2, y: H + 12, class: "tick", "text-anchor": "end" }), { textContent: "now" }),
   );
   figure.querySelector("figcaption .value").textContent = label;
-  return chart;
+  return { chart, W };
 }
 
 function drawSteps(figure, points, now) {
   const max = Math.max(1, ...points.map((p) => p.n));
-  const chart = frame(figure, max, `${points.at(-1).n} now, at most ${max}`);
+  const { chart, W } = frame(figure, max, `${points.at(-1).n} now, at most ${max}`);
   const x = (t) => ((t - (now - HOUR_MS)) / HOUR_MS) * W;
   const y = (n) => H - (n / max) * (H - 12);
   let d = `M ${x(points[0].t).toFixed(1)} ${y(points[0].n).toFixed(1)}`;
@@ -91,7 +96,7 @@ function drawSteps(figure, points, now) {
 function drawBars(figure, counts) {
   const max = Math.max(1, ...counts);
   const total = counts.reduce((a, b) => a + b, 0);
-  const chart = frame(figure, max, `${total} in the hour, ${counts.at(-1)} this minute`);
+  const { chart, W } = frame(figure, max, `${total} in the hour, ${counts.at(-1)} this minute`);
   const width = W / counts.length;
   counts.forEach((n, i) => {
     if (n === 0) return;

@@ -51,7 +51,8 @@ export class Dashboard {
         return true;
       },
     });
-    byId("events").replaceChildren();
+    byId("events").replaceChildren(
+      el("li", { class: "empty", text: "No events yet: changes to tasks, hosts and devices show here as they happen." }));
     this.detail = new Detail(api, {
       hostName: (hostId) => this.records.hosts.get(hostId)?.hostname ?? null,
       onError: (error) => (error.unauthorized ? this.onUnauthorized(error) : this.#banner(`Could not read: ${error.message}`)),
@@ -231,6 +232,7 @@ export class Dashboard {
       line.append(text.slice(0, at), el("a", { href: views.taskHref(event.task_id), text: event.task_id }),
         text.slice(at + event.task_id.length));
     }
+    list.querySelector("li.empty")?.remove();
     list.prepend(line);
     while (list.childElementCount > EVENTS_SHOWN) list.lastElementChild.remove();
   }

@@ -76,8 +76,29 @@ export function timeline(events, steps, current = null, attempt = null) {
     s.status === current.status);
   if (current && !shown) entries.push({ kind: "step", at: null, step: { ...current, attempt, current: true } });
   // Stable: a step and a transition of the same millisecond keep the order they came in.
-  return entries
+  const sorted = entries
     .map((entry, i) => ({ entry, i }))
     .sort((a, b) => (ms(a.entry.at) || Infinity) - (ms(b.entry.at) || Infinity) || a.i - b.i)
     .map(({ entry }) => entry);
+  return withGaps(sorted);
+}
+
+/** `entries` with a "gap" entry wherever an attempt's reported steps skip some: the agent reports
+ *  a step change at most once a second, so quick steps run between two reports and no progress
+ *  event names them. The gap says which ran there, so 0, 2, 5 never reads as a three-step run. */
+function withGaps(entries) {
+  const last = new Map(); // attempt -> the step index it reported last
+  const out = [];
+  for (const entry of entries) {
+    if (entry.kind === "step") {
+      const { attempt, step_index: index } = entry.step;
+      const before = last.get(attempt);
+      if (Number.isInteger(before) && Number.isInteger(index) && index > before + 1) {
+        out.push({ kind: "gap", at: entry.at, attempt, from: before + 1, to: index - 1 });
+      }
+      if (Number.isInteger(index) && (!Number.isInteger(before) || index > before)) last.set(attempt, index);
+    }
+    out.push(entry);
+  }
+  return out;
 }

@@ -108,8 +108,7 @@ export class KeyedTable {
   }
 
   #build(key, item) {
-    const cells = this.columns.map((column) =>
-      el("td", { class: column.actions ? "actions" : column.wide ? "wrap" : column.id ? "id" : "" }));
+    const cells = this.columns.map((column) => el("td", { class: column.actions ? "actions" : cellClass(column, "") }));
     const tr = el("tr", { dataset: { key } }, ...cells);
     const row = { tr, cells, shown: this.columns.map(() => ({ text: null, tone: null })), item: null };
     this.rows.set(key, row);
@@ -140,13 +139,17 @@ export class KeyedTable {
       const signature = href ? `${href}\n${text}` : text;
       if (signature !== shown.text) {
         shown.text = signature;
-        if (href) cell.replaceChildren(el("a", { href, text }));
-        else cell.textContent = text;
+        // An id's words never break inside (`lab-1.example (h_3f…)` wraps at its space only), and
+        // the whole shows on hover where a narrow column cuts it short.
+        const content = column.id ? words(text) : [text];
+        if (href) cell.replaceChildren(el("a", { href }, ...content));
+        else cell.replaceChildren(...content);
+        if (column.id) cell.title = text;
       }
       const tone = column.tone ? column.tone(item) || "" : "";
       if (tone !== shown.tone) {
         shown.tone = tone;
-        cell.className = [column.wide ? "wrap" : column.id ? "id" : "", tone].filter(Boolean).join(" ");
+        cell.className = cellClass(column, tone);
       }
     });
   }
@@ -179,4 +182,14 @@ export class KeyedTable {
     const next = this.order[index + 1];
     this.body.insertBefore(row.tr, next === undefined ? null : this.rows.get(next).tr);
   }
+}
+
+function cellClass(column, tone) {
+  const kind = column.wide ? "wrap" : column.id ? (column.short ? "id short" : "id") : "";
+  return [kind, tone].filter(Boolean).join(" ");
+}
+
+/** The words of `text`, each kept whole, with the spaces between them left free to wrap. */
+function words(text) {
+  return text.split(" ").flatMap((word, i) => [...(i ? [" "] : []), el("span", { class: "word", text: word })]);
 }

@@ -157,6 +157,13 @@ export class TaskView {
           el("span", { class: `what ${views.toneOf(s.status)}`, text: `step ${s.step_index} ${s.status ?? ""}` }),
           el("span", { class: "detail", text: `${s.summary ?? ""}${s.attempt ? ` · attempt ${s.attempt}` : ""}` }));
       }
+      if (entry.kind === "gap") {
+        const steps = entry.from === entry.to ? `step ${entry.from}` : `steps ${entry.from}–${entry.to}`;
+        return el("li", { class: "gap", dataset: { from: String(entry.from), to: String(entry.to) } },
+          el("time", { text: "" }),
+          el("span", { class: "what", text: steps }),
+          el("span", { class: "detail", text: `ran between two reports · attempt ${entry.attempt}` }));
+      }
       const e = entry.event;
       const where = [e.device_id, e.host_id && views.named(this.hostName(e.host_id), e.host_id)].filter(Boolean).join(" on ");
       const detail = [e.attempt ? `attempt ${e.attempt}` : "", where, e.status ?? "", e.reason ? `(${e.reason})` : "",

@@ -84,11 +84,13 @@ export const byHostId = (a, b) => compareText(a.host_id, b.host_id);
 // -- devices (a row is {device, task, host}: the device, the task it runs and its host, if known)
 
 /** What a device is to an operator: a draining host's devices take no new work, so they are
- *  "draining", never counted available, whatever their own status. */
-export function deviceState({ device, host }) {
+ *  "draining", never counted available, whatever their own status; a device with a task
+ *  assigned or running is "busy" even before its agent's next heartbeat says so. */
+export function deviceState({ device, host, task }) {
   if (device.disabled) return "disabled";
   if (!device.host_online) return "host offline";
   if (host && host.draining) return "draining";
+  if (device.status === "available" && task && (task.status === "assigned" || task.status === "running")) return "busy";
   return device.status;
 }
 
@@ -100,7 +102,7 @@ const deviceFields = [
   { title: "Driver", value: (r) => r.device.driver },
   { title: "State", value: deviceState, tone: (r) => tone(deviceState(r)) },
   { title: "Disabled because", value: (r) => r.device.disabled_reason ?? "", wide: true },
-  { title: "Task", value: (r) => (r.task ? r.task.task_id : ""), id: true, href: (r) => taskHref(r.task?.task_id) },
+  { title: "Task", value: (r) => (r.task ? r.task.task_id : ""), id: true, short: true, href: (r) => taskHref(r.task?.task_id) },
   {
     title: "Task status",
     value: (r) => (r.task ? (r.task.cancel_requested ? `${r.task.status} (cancelling)` : r.task.status) : ""),
@@ -134,7 +136,7 @@ export const deviceSearchText = (r) =>
 // -- the queue (queued and assigned tasks) ------------------------------------------------------
 
 const queueFields = [
-  { title: "Task", value: (t) => t.task_id, id: true, href: (t) => taskHref(t.task_id) },
+  { title: "Task", value: (t) => t.task_id, id: true, short: true, href: (t) => taskHref(t.task_id) },
   { title: "Work", value: work, wide: true },
   { title: "Target", value: target },
   { title: "Status", value: (t) => t.status, tone: (t) => tone(t.status) },
@@ -169,7 +171,7 @@ export const newestFirst = (a, b) =>
 /** @param hostName (host id) => the host's name people use, or null */
 export const resultColumns = (hostName) => [
   { title: "Finished", value: (t) => clock(t.finished_at) },
-  { title: "Task", value: (t) => t.task_id, id: true, href: (t) => taskHref(t.task_id) },
+  { title: "Task", value: (t) => t.task_id, id: true, short: true, href: (t) => taskHref(t.task_id) },
   { title: "Work", value: work, wide: true },
   { title: "Outcome", value: (t) => t.status, tone: (t) => tone(t.status) },
   { title: "Failure reason", value: (t) => t.failure_reason ?? (t.result && t.result.failure_reason) ?? "", wide: true },
