@@ -55,6 +55,7 @@ export class Dashboard {
       el("li", { class: "empty", text: "No events yet: changes to tasks, hosts and devices show here as they happen." }));
     this.detail = new Detail(api, {
       hostName: (hostId) => this.records.hosts.get(hostId)?.hostname ?? null,
+      deviceName: (deviceId) => this.records.deviceRecords.get(deviceId)?.name ?? null,
       onError: (error) => (error.unauthorized ? this.onUnauthorized(error) : this.#banner(`Could not read: ${error.message}`)),
     });
     this.charts = new Charts(api, { waiting: () => this.records.queue.size });
@@ -225,7 +226,10 @@ export class Dashboard {
   #log(event) {
     const list = byId("events");
     const line = el("li", { dataset: { type: event.type } });
-    const text = views.eventLine(event);
+    const text = views.eventLine(event, {
+      host: (id) => this.records.hosts.get(id)?.hostname ?? null,
+      device: (id) => this.records.deviceRecords.get(id)?.name ?? null,
+    });
     const at = event.task_id ? text.indexOf(event.task_id) : -1;
     if (at < 0) line.textContent = text;
     else {

@@ -7,8 +7,8 @@ import { DeviceHistory } from "./devicehistory.js";
 import { TaskView } from "./taskview.js";
 
 export class Detail {
-  constructor(api, { hostName, onError }) {
-    Object.assign(this, { api, hostName, onError });
+  constructor(api, { hostName, deviceName, onError }) {
+    Object.assign(this, { api, hostName, deviceName, onError });
     this.view = null;
     this.onHash = () => this.show(location.hash);
     window.addEventListener("hashchange", this.onHash);
@@ -36,8 +36,8 @@ export class Detail {
     panel.dataset.id = id;
     panel.hidden = false;
     this.view = kind === "task"
-      ? new TaskView(this.api, body, id, { hostName: this.hostName, onError: this.onError })
-      : new DeviceHistory(this.api, body, id, { onError: this.onError });
+      ? new TaskView(this.api, body, id, { hostName: this.hostName, deviceName: this.deviceName, onError: this.onError })
+      : new DeviceHistory(this.api, body, id, { hostName: this.hostName, onError: this.onError });
     this.view.open();
   }
 

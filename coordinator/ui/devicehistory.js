@@ -6,8 +6,8 @@ import { formatTime } from "./time.js";
 import * as views from "./views.js";
 
 export class DeviceHistory {
-  constructor(api, root, deviceId, { onError = () => {} } = {}) {
-    Object.assign(this, { api, root, deviceId, onError });
+  constructor(api, root, deviceId, { hostName = () => null, onError = () => {} } = {}) {
+    Object.assign(this, { api, root, deviceId, hostName, onError });
   }
 
   async open() {
@@ -31,7 +31,7 @@ export class DeviceHistory {
     this.root.replaceChildren(
       el("dl", { class: "facts" },
         el("dt", { text: "Device" }), el("dd", { text: views.named(device.name, device.device_id) }),
-        el("dt", { text: "Host" }), el("dd", { text: device.host_id }),
+        el("dt", { text: "Host" }), el("dd", { text: views.named(this.hostName(device.host_id), device.host_id) }),
         el("dt", { text: "Driver" }), el("dd", { text: device.driver }),
         el("dt", { text: "Status" }), el("dd", { text: device.disabled ? `disabled (${device.disabled_reason ?? ""})` : device.status }),
         el("dt", { text: "Labels" }), el("dd", { text: views.labelText(device.labels) })),
@@ -42,7 +42,7 @@ export class DeviceHistory {
           el("tbody", {}, ...runs.map((r) => el("tr", {},
             el("td", { class: "id" }, el("a", { href: views.taskHref(r.task_id), text: r.task_id })),
             el("td", { text: String(r.attempt) }),
-            el("td", { class: "id", text: r.host_id ?? "" }),
+            el("td", { class: "id", text: r.host_id ? views.named(this.hostName(r.host_id), r.host_id) : "" }),
             el("td", { text: formatTime(r.started_at) }),
             el("td", { text: formatTime(r.ended_at) }),
             el("td", { text: r.outcome ?? "running", class: views.toneOf(r.outcome ?? "running") })))),

@@ -42,7 +42,8 @@ export class Records {
       onAction: (action, key, button) => onCancel(key, button),
     });
     this.results = new KeyedTable(byId("results"), {
-      key: (t) => t.task_id, columns: views.resultColumns((id) => this.hosts.get(id)?.hostname ?? null), compare: views.finishedNewestFirst,
+      key: (t) => t.task_id, columns: views.resultColumns((id) => this.hosts.get(id)?.hostname ?? null,
+        (id) => this.deviceRecords.get(id)?.name ?? null), compare: views.finishedNewestFirst,
       empty: "No finished tasks.",
     });
     this.filterInput = byId("device-filter");

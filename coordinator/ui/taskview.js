@@ -22,10 +22,11 @@ export class TaskView {
    * @param root      the element the view fills
    * @param taskId    the task to show
    * @param hostName  (host id) => the host's name people use, or null
+   * @param deviceName (device id) => the device's local name (its serial), or null
    * @param onError   (error) => void: a read failed
    */
-  constructor(api, root, taskId, { hostName = () => null, onError = () => {} } = {}) {
-    Object.assign(this, { api, root, taskId, hostName, onError });
+  constructor(api, root, taskId, { hostName = () => null, deviceName = () => null, onError = () => {} } = {}) {
+    Object.assign(this, { api, root, taskId, hostName, deviceName, onError });
     this.task = null;
     this.events = [];
     this.steps = [];
@@ -139,7 +140,7 @@ export class TaskView {
       el("thead", {}, el("tr", {}, ...["Attempt", "Device", "Host", "Claimed", "Ended", "Outcome"].map((t) => el("th", { text: t })))),
       el("tbody", {}, ...rows.map((a) => el("tr", { dataset: { attempt: String(a.attempt) } },
         el("td", { text: String(a.attempt) }),
-        el("td", { class: "id" }, a.device_id ? el("a", { href: views.deviceHref(a.device_id), text: a.device_id }) : ""),
+        el("td", { class: "id" }, a.device_id ? el("a", { href: views.deviceHref(a.device_id), text: views.named(this.deviceName(a.device_id), a.device_id) }) : ""),
         el("td", { class: "id", text: views.named(this.hostName(a.host_id), a.host_id) }),
         el("td", { text: formatTime(a.claimed_at) }),
         el("td", { text: formatTime(a.ended_at) }),
@@ -165,7 +166,7 @@ export class TaskView {
           el("span", { class: "detail", text: `ran between two reports · attempt ${entry.attempt}` }));
       }
       const e = entry.event;
-      const where = [e.device_id, e.host_id && views.named(this.hostName(e.host_id), e.host_id)].filter(Boolean).join(" on ");
+      const where = [e.device_id && views.named(this.deviceName(e.device_id), e.device_id), e.host_id && views.named(this.hostName(e.host_id), e.host_id)].filter(Boolean).join(" on ");
       const detail = [e.attempt ? `attempt ${e.attempt}` : "", where, e.status ?? "", e.reason ? `(${e.reason})` : "",
         e.actor ? `by ${e.actor}` : ""].filter(Boolean).join(" · ");
       return el("li", { class: "event", dataset: { type: e.type } },

@@ -168,14 +168,16 @@ export const newestFirst = (a, b) =>
 
 // -- recent results ----------------------------------------------------------------------------
 
-/** @param hostName (host id) => the host's name people use, or null */
-export const resultColumns = (hostName) => [
+/** @param hostName (host id) => the host's name people use, or null
+ *  @param deviceName (device id) => the device's local name (its serial), or null */
+export const resultColumns = (hostName, deviceName) => [
   { title: "Finished", value: (t) => clock(t.finished_at) },
   { title: "Task", value: (t) => t.task_id, id: true, short: true, href: (t) => taskHref(t.task_id) },
   { title: "Work", value: work, wide: true },
   { title: "Outcome", value: (t) => t.status, tone: (t) => tone(t.status) },
   { title: "Failure reason", value: (t) => t.failure_reason ?? (t.result && t.result.failure_reason) ?? "", wide: true },
-  { title: "Device", value: (t) => t.device_id ?? "", id: true, href: (t) => deviceHref(t.device_id) },
+  { title: "Device", value: (t) => (t.device_id ? named(deviceName(t.device_id), t.device_id) : ""), id: true,
+    href: (t) => deviceHref(t.device_id) },
   { title: "Host", value: (t) => (t.host_id ? named(hostName(t.host_id), t.host_id) : ""), id: true },
   { title: "Attempt", value: (t) => `${t.attempt}/${t.max_attempts}` },
   { title: "By", value: (t) => t.created_by ?? "" },
@@ -188,8 +190,12 @@ export const finishedNewestFirst = (a, b) =>
 
 const EVENT_IDS = ["task_id", "host_id", "device_id", "token_id"];
 
-export function eventLine(event) {
-  const ids = EVENT_IDS.filter((name) => event[name]).map((name) => event[name]);
+/** An event as one line; `names` ({host, device}: id => the name people use, or null) puts a
+ *  host's or device's name before its id. */
+export function eventLine(event, names = { host: () => null, device: () => null }) {
+  const nameOf = { host_id: names.host, device_id: names.device };
+  const ids = EVENT_IDS.filter((name) => event[name])
+    .map((name) => (nameOf[name] ? named(nameOf[name](event[name]), event[name]) : event[name]));
   const extra = [];
   if (event.attempt) extra.push(`attempt ${event.attempt}`);
   if (event.status) extra.push(event.status);

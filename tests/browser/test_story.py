@@ -201,6 +201,27 @@ def test_a_managed_phone_shows_its_serial_and_its_host_its_labels(coordinator: C
     dashboard.page.wait_for("document.querySelectorAll('#devices tbody tr[data-key]:not([hidden])').length === 1")
     assert dashboard.page.js("document.querySelector('#devices tbody tr[data-key]:not([hidden])').dataset.key") == device_id
 
+    # Wherever the phone or its host shows later, its name leads and the id follows: the event
+    # log, the recent results, the task view's attempts and timeline, the phone's history.
+    page = dashboard.page
+    task = coordinator.create_task(goal="x", device_id=device_id)
+    lease = coordinator.api.post(f"/internal/v1/hosts/{host_id}/claim", params={"wait_s": 0}, headers=auth).json()
+    result = {"task_id": task["task_id"], "attempt": lease["attempt"], "lease_id": lease["lease_id"],
+              "status": "succeeded", "failure_reason": None, "metadata": {}}
+    assert coordinator.api.post(f"/internal/v1/hosts/{host_id}/results", json=result, headers=auth).status_code == 200
+    dashboard.wait_cell("results", task["task_id"], "Device", lambda s: s == f"R58N12ABC ({device_id})")
+    assert dashboard.cell("results", task["task_id"], "Host") == f"mac-mini-3 ({host_id})"
+    line = page.wait_for("document.querySelector('#events li[data-type=claimed]')?.textContent", what="the claim's line")
+    assert f"mac-mini-3 ({host_id})" in line and f"R58N12ABC ({device_id})" in line, line
+    page.js(f"location.hash = '#task/{task['task_id']}'")
+    page.wait_for("!!document.querySelector('#task-timeline li.event[data-type=result]')", what="the task view")
+    assert page.text("#detail-body table tbody td:nth-child(2)") == f"R58N12ABC ({device_id})"
+    claimed = page.text("#task-timeline li.event[data-type=claimed] .detail") or ""
+    assert f"R58N12ABC ({device_id}) on mac-mini-3 ({host_id})" in claimed, claimed
+    page.js(f"location.hash = '#device/{device_id}'")
+    page.wait_for("!!document.querySelector('#device-runs tbody tr')", what="the phone's history")
+    assert page.text("#device-runs tbody td:nth-child(3)") == f"mac-mini-3 ({host_id})"
+
 
 def test_the_charts_show_the_last_hour(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
     coordinator.heartbeat("host-a", ["phone-1"])
