@@ -115,7 +115,8 @@ def test_steps_that_ran_between_two_reports_are_named_in_the_timeline(
     fleet.finish("host-a", lease, "succeeded", None)
     dashboard.open_signed_in()
     dashboard.page.js(f"location.hash = '#task/{lease['task_id']}'")
-    dashboard.page.wait_for("!!document.querySelector('#task-timeline li.event[data-type=result]')", what="the task view")
+    dashboard.page.wait_for("document.querySelectorAll('#task-timeline li.step').length === 4",
+                            what="the four reported steps, replayed from the feed")
     timeline = dashboard.page.js("""[...document.querySelectorAll('#task-timeline li.step, #task-timeline li.gap')]
         .map(li => li.classList.contains('gap') ? `gap ${li.dataset.from}-${li.dataset.to}` : `step ${li.dataset.step}`)""")
     assert timeline == ["step 0", "gap 1-1", "step 2", "gap 3-4", "step 5", "step 6"]
