@@ -218,3 +218,83 @@ def test_a_lease_whose_claim_answer_arrived_late_is_not_taken_for_live_beside_it
     # ... while a grant that certainly fell inside the live lease's interval is flagged
     inside = replace(ops[0], invoked_at=6.0, responded_at=7.0)
     assert "device_overlap" in check([inside, ops[1], ops[2]]).kinds()
+
+
+# -- (f) the order of placement, from the tasks' own histories ----------------------------------
+
+
+def _at(ms: int) -> str:
+    return f"2026-12-05T10:00:{ms // 1000:02d}.{ms % 1000:03d}Z"
+
+
+class _Orders:
+    """A history of creates, then each task's history read at the end, as the fault tests make."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.events: dict[str, list[dict[str, Any]]] = {}
+        self.clock = 0.0
+
+    def _op(self, method: str, path: str, request: Any, status: int, body: Any) -> None:
+        self.clock += 1
+        self.ops.append(Op(index=len(self.ops), side="operator", method=method, path=path, query={},
+                           request=request, invoked_at=self.clock, responded_at=self.clock + 0.5,
+                           status=status, body=body, delivered=True))
+
+    def team(self, team: str, **settings: Any) -> None:
+        self._op("PUT", f"/api/v1/teams/{team}", settings, 200, {"team": team, **settings})
+
+    def create(self, task_id: str, *, events: list[tuple[int, str, str]], team: str | None = None,
+               priority: int = 0, driver: str = "sim") -> None:
+        request: dict[str, Any] = {"kind": "goal", "goal": "x", "selector": {"driver": driver}, "priority": priority}
+        if team:
+            request["team"] = team
+        self._op("POST", "/api/v1/tasks", request, 201, {"task_id": task_id, "status": "queued"})
+        self.events[task_id] = [{"at": _at(ms), "type": kind, "status": status} for ms, kind, status in events]
+
+    def read_histories(self) -> list[Op]:
+        for task_id, events in self.events.items():
+            self._op("GET", f"/api/v1/tasks/{task_id}/events", None, 200, {"events": events})
+        return self.ops
+
+
+def _waited(created: int, assigned: int) -> list[tuple[int, str, str]]:
+    return [(created, "created", "queued"), (assigned, "assigned", "assigned"), (assigned + 5, "claimed", "running"),
+            (assigned + 50, "result", "succeeded")]
+
+
+def _order_kinds(ops: list[Op]) -> list[str]:
+    return [v.kind for v in check(ops).violations if v.kind == "order_inverted"]
+
+
+def test_an_older_task_of_a_team_passed_over_by_a_newer_one_is_flagged() -> None:
+    history = _Orders()
+    history.create("t_old", events=_waited(1000, 1010))
+    history.create("t_new", events=_waited(1001, 1005))  # placed while t_old waited
+    assert _order_kinds(history.read_histories()) == ["order_inverted"]
+
+
+def test_tasks_placed_in_their_order_or_too_close_to_tell_pass() -> None:
+    history = _Orders()
+    history.create("t_old", events=_waited(1000, 1003))
+    history.create("t_new", events=_waited(1001, 1005))
+    history.create("t_tie", events=_waited(1005, 1020))  # queued in the very ms t_new was placed
+    assert _order_kinds(history.read_histories()) == []
+
+
+def test_a_higher_priority_passed_over_is_flagged_unless_its_team_has_a_quota() -> None:
+    for capped, expected in ((False, ["order_inverted"]), (True, [])):
+        history = _Orders()
+        if capped:
+            history.team("nightly", max_devices=1)
+        history.create("t_urgent", team="nightly", priority=10, events=_waited(1000, 1010))
+        history.create("t_later", team="release", priority=0, events=_waited(900, 1005))
+        assert _order_kinds(history.read_histories()) == expected, capped
+
+
+def test_tasks_that_asked_for_different_devices_are_not_compared() -> None:
+    history = _Orders()
+    history.create("t_old", events=_waited(1000, 1010), driver="adb")
+    history.create("t_new", events=_waited(1001, 1005))
+    history.create("t_other", team="release", events=_waited(1000, 1010))  # same priority, other team: by share
+    assert _order_kinds(history.read_histories()) == []

@@ -183,7 +183,11 @@ def test_a_coordinator_process_stopped_under_load_loses_nothing_and_runs_nothing
         operator.wait_terminal(tasks)
         teams = {t["team"]: t for t in operator.call("GET", "/api/v1/teams").json()["teams"]}
         assert all((teams[team]["running"], teams[team]["queued"]) == (0, 0) for team in TEAMS), teams
-    verify(history, at_least=100, name=f"coordinator {signum.name}")
+        for task_id in tasks:  # each task's own history: when it waited and was placed (checker, (f))
+            assert operator.call("GET", f"/api/v1/tasks/{task_id}/events").status_code == 200
+    report = verify(history, at_least=100, name=f"coordinator {signum.name}")
+    assert report.counts["placements_ordered"] >= len(tasks), report.counts
+    assert report.counts["placed_past_a_waiting_task"] > 0, report.counts  # the order was put to the test
 
 
 @contextmanager

@@ -29,6 +29,9 @@ What the checker verifies, and how each is decided:
     creates with one idempotency key, equal the first answer that left the coordinator before
     they were sent (status code, and the fields that must not change: ids, attempt, status,
     ``recorded_at``, error code).
+(f) ``order_inverted``: placement kept the order of PROTOCOL's "Sharing the fleet" (priority, and
+    FIFO within a team) wherever the tasks' own histories, read at the end, decide it
+    (``tests/history/order.py`` says how).
 
 Answers the proxy lost on purpose still count: the coordinator gave them, the proxy saw them.
 An answer of 5xx is "try again" and is compared with nothing.
@@ -43,12 +46,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.history.order import check_order
 from tests.history.records import TERMINAL, History, Op
 
 
 @dataclass(frozen=True)
 class Violation:
-    kind: str  # unfinished, two_results, stale_accepted, attempt_reissued, device_overlap, replay_mismatch
+    kind: str  # unfinished, two_results, stale_accepted, attempt_reissued, device_overlap, replay_mismatch,
+    # order_inverted
     message: str
     ops: tuple[int, ...] = ()
 
@@ -129,7 +134,7 @@ class _Lease:
 
 
 def check(ops: Iterable[Op]) -> Report:
-    """Check ``ops`` (one test's history, finished) against the promises (a)-(e) above."""
+    """Check ``ops`` (one test's history, finished) against the promises (a)-(f) above."""
     ops = sorted(ops, key=lambda op: op.index)
     by_index = {op.index: op for op in ops}
     report = Report(operations=len(ops), answered=sum(op.answered for op in ops))
@@ -283,6 +288,11 @@ def check(ops: Iterable[Op]) -> Report:
                     "two_results", f"task {task_id}: attempt {_field(last.request, 'attempt')} recorded {status}, "
                     f"the task ends {_field(read.body, 'status')} with attempt {_field(result, 'attempt')}'s result",
                     (last.index, read.index)))
+
+    # -- (f) placement in PROTOCOL's order, where the tasks' histories decide it ------------------
+    inverted, ordered = check_order(ops)
+    report.counts.update(ordered)
+    violations += [Violation("order_inverted", message, indexes) for message, indexes in inverted]
 
     # -- (a) every acknowledged create ends, and stays ended -----------------------------------
     acknowledged: dict[str, Op] = {}
