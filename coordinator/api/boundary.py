@@ -11,6 +11,9 @@ catches first, are handed to the same ``response_for`` (``app.py``):
   405 with the ``Allow`` header of every method the path takes;
 - Redis unreachable, loading, read-only or failing over: ``503 unavailable`` with ``Retry-After``,
   logged through the process's ``OutageLog``: one line as the outage begins, none per request;
+- a client that hung up mid-request (Starlette's ``ClientDisconnect``, raised as a body is read):
+  no answer (nobody is there to read it), one line at debug level, and counted as status ``499``
+  (nginx's "client closed request"): not an error of the server (PROTOCOL.md, Conventions);
 - anything else: ``500 internal``, logged once with a request id that the body names, and never
   the exception's text.
 
@@ -25,6 +28,7 @@ import logging
 import secrets
 import time
 
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -52,6 +56,8 @@ request_log = logging.getLogger(REQUESTS_LOGGER)
 
 # The metrics label is one of these, whatever a client sends as its method.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# The status a request is counted under when its client hung up before it was answered (nginx's).
+CLIENT_CLOSED = 499
 # Where a request's id is kept once chosen, so its error line and its request line agree.
 _REQUEST_ID = "tether.request_id"
 
@@ -149,6 +155,11 @@ class RequestBoundary:
 
         try:
             await self.app(scope, receive, send_and_record)
+        except ClientDisconnect:
+            # The client is gone: nothing to answer, nothing the server did wrong.
+            if not started:
+                status = CLIENT_CLOSED
+            log.debug("request %s: the client hung up before the body ended", request_id(scope))
         except Exception as exc:  # this is the boundary
             if started:
                 # Too late for an error body: log it once, and the server closes the connection.
