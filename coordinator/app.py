@@ -149,7 +149,8 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
 
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(RequestBoundary, metrics=ctx.metrics, outage=outage, throttle=throttle)],
+        middleware=[Middleware(RequestBoundary, metrics=ctx.metrics, outage=outage, throttle=throttle,
+                               body_timeout_s=settings.body_timeout_s)],
         exception_handlers={HTTPException: routing_error},
         lifespan=lifespan,
     )

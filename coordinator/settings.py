@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     # Live (unrevoked, unexpired) operator tokens at most: each is a credential someone holds.
     max_operator_tokens: int = Field(default=1000, gt=0)
     header_timeout_s: float = Field(default=10.0, gt=0)
+    # A request body not complete this long after its head gets 408 request_timeout and its
+    # connection closed (coordinator/api/boundary.py): a slow body holds no connection for long.
+    body_timeout_s: float = Field(default=30.0, gt=0)
     # Managed Redis often presents a self-signed certificate on rediss://; this accepts it.
     redis_tls_insecure: bool = False
     # Connections per process (per node on a cluster), whatever the number of waiting polls or

@@ -11,6 +11,9 @@ catches first, are handed to the same ``response_for`` (``app.py``):
   405 with the ``Allow`` header of every method the path takes;
 - Redis unreachable, loading, read-only or failing over: ``503 unavailable`` with ``Retry-After``,
   logged through the process's ``OutageLog``: one line as the outage begins, none per request;
+- a body not complete within ``COORDINATOR_BODY_TIMEOUT_S`` of the head: ``408
+  request_timeout``, and the connection closed (``body_deadline.py``, which also closes the
+  connection of any answer sent before its body was read);
 - a client that hung up mid-request (Starlette's ``ClientDisconnect``, raised as a body is read):
   no answer (nobody is there to read it), one line at debug level, and counted as status ``499``
   (nginx's "client closed request"): not an error of the server (PROTOCOL.md, Conventions);
@@ -33,6 +36,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from coordinator.api.body_deadline import BodyDeadline
 from coordinator.api.responses import json_response
 from coordinator.api.throttle import FailureThrottle
 from coordinator.errors import (
@@ -131,8 +135,9 @@ class RequestBoundary:
     ``outage``. Refused credentials are counted by ``throttle`` (None: never throttled)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, outage: OutageLog,
-                 throttle: FailureThrottle | None = None) -> None:
+                 throttle: FailureThrottle | None = None, body_timeout_s: float = 30.0) -> None:
         self.app = app
+        self.body_timeout_s = body_timeout_s
         self.metrics = metrics
         self.outage = outage
         self.throttle = throttle
@@ -145,16 +150,18 @@ class RequestBoundary:
         started_at = time.perf_counter() if logged else 0.0
         status = 500
         started = False
+        body = BodyDeadline(scope, receive, self.body_timeout_s)
 
         async def send_and_record(message: Message) -> None:
             nonlocal status, started
             if message["type"] == "http.response.start":
                 status = message["status"]
                 started = True
+                message = body.closing(message)
             await send(message)
 
         try:
-            await self.app(scope, receive, send_and_record)
+            await self.app(scope, body.receive, send_and_record)
         except ClientDisconnect:
             # The client is gone: nothing to answer, nothing the server did wrong.
             if not started:
@@ -170,7 +177,7 @@ class RequestBoundary:
                 if isinstance(exc, Unauthorized) and self.throttle is not None:
                     # Only a refused credential is counted: a valid one never gets here.
                     exc = await self.throttle.refusal(exc, scope, self.outage)
-                await response_for(exc, scope, self.outage)(scope, receive, send_and_record)
+                await response_for(exc, scope, self.outage)(scope, body.receive, send_and_record)
         finally:
             route = scope.get("route")
             path = getattr(route, "path", "unmatched")
