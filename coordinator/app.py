@@ -17,6 +17,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from coordinator.api.auth import ACCESS, Authenticator
+from coordinator.api.body_slots import LargeBodies
 from coordinator.api.boundary import RequestBoundary, response_for
 from coordinator.api.context import Context
 from coordinator.api.routes import ENDPOINTS, Endpoint
@@ -86,6 +87,7 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
         artifacts=Artifacts(open_blob_store(settings), redis.client, keys, metrics,
                             max_uploads=settings.max_concurrent_uploads,
                             orphan_grace_s=settings.artifact_orphan_grace_s),
+        large_bodies=LargeBodies(settings.max_concurrent_large_bodies, settings.max_body_bytes),
     )
 
 

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     # Renewals may carry a screenshot pushed into progress by a careless agent: read it, reject
     # the progress and still renew, rather than fail the renewal with 413.
     max_renew_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    # Bodies over max_body_bytes (renewals) this process reads and parses at once; more wait
+    # their turn (coordinator/api/body_slots.py), so their memory stays bounded.
+    max_concurrent_large_bodies: int = Field(default=1, gt=0)
     max_devices_per_host: int = Field(default=256, gt=0)
     max_body_bytes: int = Field(default=65536, gt=0)
     # Live (unrevoked, unexpired) operator tokens at most: each is a credential someone holds.

@@ -8,13 +8,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+import tracemalloc
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.api.boundary import REQUESTS_LOGGER
 from coordinator.api.routes import ENDPOINTS, Endpoint
+from coordinator.api.validation import LARGE_JSON_BYTES, load_object
+from coordinator.errors import InvalidRequest
 from tests.conftest import Api
 from tests.coordinator.helpers import enrolled_host, running_task
 
@@ -179,3 +185,65 @@ async def test_a_body_in_time_keeps_its_connection(api: Api) -> None:
              "client": ("127.0.0.1", 1), "server": ("coordinator", 80), "root_path": ""}
     await api.app(scope, receive, send)
     assert sent[0]["status"] == 201 and header(sent[0], b"connection") is None
+
+
+# -- large renewals: bounded memory --------------------------------------------------------
+
+MIB = 1024 * 1024
+
+
+async def test_sixteen_large_renewals_at_once_hold_a_bounded_memory(api: Api) -> None:
+    """Each 8 MiB renewal was parsed by orjson in some 104 MiB, all 16 at once: now one at a time
+    (COORDINATOR_MAX_CONCURRENT_LARGE_BODIES), by the standard library, in about 16 MiB."""
+    leased = await running_task(api)
+    chunk = b"a" * (64 * 1024)  # one object, sent 127 times (just under 8 MiB): the client holds 64 KiB
+    head = (b'{"task_id": "%s", "attempt": %d, "progress": {"step_index": 0, "status": "running", "summary": "'
+            % (leased["task_id"].encode(), leased["attempt"]))
+    size = len(head) + 127 * len(chunk) + 3
+
+    async def body() -> AsyncIterator[bytes]:
+        yield head
+        for _ in range(127):
+            yield chunk
+        yield b'"}}'
+
+    async def renew() -> int:
+        response = await api.client.post(
+            f"/internal/v1/hosts/host-a/leases/{leased['lease_id']}/renew", content=body(),
+            headers={**Api.host_headers("host-a"), "content-type": "application/json", "content-length": str(size)})
+        return response.status_code
+
+    tracemalloc.start()
+    try:
+        statuses = await asyncio.gather(*(renew() for _ in range(16)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert statuses == [200] * 16
+    assert peak < 40 * MIB, f"{peak / MIB:.0f} MiB at the peak"
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)  # no lone surrogate: not JSON's
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | _TEXT,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT, inner, max_size=5),
+    max_leaves=20,
+)
+_PAD = "x" * (LARGE_JSON_BYTES + 1)  # past it, a body is parsed by the standard library
+
+
+@settings(max_examples=200, deadline=None)
+@given(_JSON)
+def test_a_large_body_is_read_as_orjson_reads_it(value: Any) -> None:
+    raw = orjson.dumps({"pad": _PAD, "value": value})
+    assert load_object(raw) == orjson.loads(raw)
+
+
+@pytest.mark.parametrize("text", [b"NaN", b"-Infinity", b'"\\ud800"', b'"\xff"', b"[" * 100_000, b"1e400x", b"{}{}"])
+def test_a_large_body_refuses_what_orjson_refuses(text: bytes) -> None:
+    raw = b'{"pad": "' + _PAD.encode() + b'", "value": ' + text + b"}"
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(raw)  # the reference refuses it ...
+    with pytest.raises(InvalidRequest):
+        load_object(raw)  # ... and so does the large body's reading
