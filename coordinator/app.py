@@ -17,10 +17,13 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from coordinator.api.auth import ACCESS, Authenticator
+from coordinator.api.bodies import NoBody
+from coordinator.api.body_slots import LargeBodies
 from coordinator.api.boundary import RequestBoundary, response_for
 from coordinator.api.context import Context
 from coordinator.api.routes import ENDPOINTS, Endpoint
 from coordinator.api.throttle import FailureThrottle
+from coordinator.api.validation import read
 from coordinator.blobs.artifacts import Artifacts, open_blob_store, run_orphan_sweeper
 from coordinator.clock import ShiftedClock
 from coordinator.feed import EventFeed
@@ -40,13 +43,15 @@ from coordinator.transport.open import open_redis
 log = logging.getLogger("coordinator")
 
 ADMIN_TOKEN_MIN_CHARS = 32
+# The methods whose body an operator route that takes none still reads, to refuse any field in it.
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class _Endpoint:
     """A route's ASGI app: an operator route's credential and scope checked, the one place,
     before its handler reads the path or the body (the handler finds the operator with
-    ``auth.access_of``); then its handler, called with the context and the request, and the
-    response sent."""
+    ``auth.access_of``), and the body of one that takes none refused if it holds a field; then
+    its handler, called with the context and the request, and the response sent."""
 
     def __init__(self, endpoint: Endpoint, ctx: Context) -> None:
         self._endpoint = endpoint
@@ -57,6 +62,8 @@ class _Endpoint:
         endpoint = self._endpoint
         if endpoint.scope is not None:
             scope[ACCESS] = await self._ctx.auth.authorize(request, endpoint.scope, endpoint.own_scope)
+            if endpoint.request is None and scope["method"] in _WRITES:
+                await read(request, NoBody, self._ctx.settings.max_body_bytes)  # nothing, or {}
         response = await endpoint.handler(self._ctx, request)
         await response(scope, receive, send)
 
@@ -86,6 +93,7 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
         artifacts=Artifacts(open_blob_store(settings), redis.client, keys, metrics,
                             max_uploads=settings.max_concurrent_uploads,
                             orphan_grace_s=settings.artifact_orphan_grace_s),
+        large_bodies=LargeBodies(settings.max_concurrent_large_bodies, settings.max_body_bytes),
     )
 
 
@@ -149,11 +157,16 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
 
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(RequestBoundary, metrics=ctx.metrics, outage=outage, throttle=throttle)],
+        middleware=[Middleware(RequestBoundary, metrics=ctx.metrics, outage=outage, throttle=throttle,
+                               body_timeout_s=settings.body_timeout_s)],
         exception_handlers={HTTPException: routing_error},
         lifespan=lifespan,
     )
     app.state.ctx = ctx  # for tests and the demo; routes get ctx explicitly
+    # Starlette would answer a path with a trailing slash a 307 to the one without, its Location
+    # built from the request's Host header (a client's text: "Host: evil.example" sent readers
+    # elsewhere). Every path of the contract is exact: the other is 404 not_found.
+    app.router.redirect_slashes = False
 
     def stopping() -> None:
         """Told to stop: waiting polls answer 204 and feed watchers' streams end, at once."""

@@ -108,7 +108,7 @@ class Metrics:
             "tether_artifact_uploads", "Artifact uploads by outcome (stored, replayed or the error code)",
             ["outcome"], registry=self.registry)
         self.artifact_store_seconds = Histogram(
-            "tether_artifact_store_seconds", "Blob store calls by operation (put, get, delete, list)",
+            "tether_artifact_store_seconds", "Blob store calls by operation (put, commit, head, get, delete, list)",
             ["operation"], buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=self.registry,
         )

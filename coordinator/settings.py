@@ -35,11 +35,17 @@ class Settings(BaseSettings):
     # Renewals may carry a screenshot pushed into progress by a careless agent: read it, reject
     # the progress and still renew, rather than fail the renewal with 413.
     max_renew_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    # Bodies over max_body_bytes (renewals) this process reads and parses at once; more wait
+    # their turn (coordinator/api/body_slots.py), so their memory stays bounded.
+    max_concurrent_large_bodies: int = Field(default=1, gt=0)
     max_devices_per_host: int = Field(default=256, gt=0)
     max_body_bytes: int = Field(default=65536, gt=0)
     # Live (unrevoked, unexpired) operator tokens at most: each is a credential someone holds.
     max_operator_tokens: int = Field(default=1000, gt=0)
     header_timeout_s: float = Field(default=10.0, gt=0)
+    # A request body not complete this long after its head gets 408 request_timeout and its
+    # connection closed (coordinator/api/boundary.py): a slow body holds no connection for long.
+    body_timeout_s: float = Field(default=30.0, gt=0)
     # Managed Redis often presents a self-signed certificate on rediss://; this accepts it.
     redis_tls_insecure: bool = False
     # Connections per process (per node on a cluster), whatever the number of waiting polls or

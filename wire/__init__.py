@@ -174,6 +174,7 @@ class ErrorCode(str, Enum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     RATE_LIMITED = "rate_limited"
     REQUEST_HEADER_TOO_LARGE = "request_header_too_large"
+    REQUEST_TIMEOUT = "request_timeout"
     INTERNAL = "internal"
     UNAVAILABLE = "unavailable"
     # conflicts (409)

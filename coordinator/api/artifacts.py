@@ -3,9 +3,13 @@ artifacts/{name}``) and the operators' reads (``GET /api/v1/tasks/{task_id}/arti
 ``.../artifacts/{name}?attempt=N``). What they rest on: coordinator/blobs/artifacts.py.
 
 The upload: the credential and the path's host first, then everything but the body (name,
-Content-Type, query, a declared length over the cap), then whether the lease is current (a read),
-then the body streamed to the blob store, then one script records the description. Its answer is
-the description's view: 201 when stored, 200 for the same bytes again.
+Content-Type, query, a declared length over the cap), then lua/admitArtifact (a read): the lease
+current, the name not described yet, the task's caps against the declared length. Then the body
+streams to a temporary name of the blob store, one script records the description, and only
+then do the bytes become the blob; a refusal or a hang-up deletes the temporary at once, so
+nothing refused stays (PROTOCOL.md, Conventions). Under a name already described the body is only
+hashed, never stored: the record then answers the replay (200) or the conflict (409). The
+answer is the description's view: 201 when stored, 200 for the same bytes again.
 """
 
 from __future__ import annotations
@@ -21,15 +25,18 @@ import wire
 from coordinator.api.context import Context
 from coordinator.api.responses import json_response
 from coordinator.api.validation import require_id
-from coordinator.blobs.folder import BlobMissing, BlobTooLarge, namespace_of
+from coordinator.blobs.folder import BlobMissing, BlobTooLarge, namespace_of, spool
 from coordinator.errors import (
     ApiError,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    ScriptError,
+    error_for,
     found,
 )
 from coordinator.state.records import HostPrincipal
+from coordinator.state.store import ArtifactRecorded
 from wire import iso_ms
 
 _NAME = re.compile(wire.ARTIFACT_NAME_PATTERN)
@@ -80,8 +87,8 @@ async def _parse_upload(ctx: Context, request: Request) -> Upload:
     if attempt is None:
         raise InvalidRequest("attempt is required")
     step_index = _index(query.get("step_index"), "step_index", 0)
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > ctx.settings.max_artifact_bytes:
+    declared = _declared(request)
+    if declared is not None and declared > ctx.settings.max_artifact_bytes:
         raise PayloadTooLarge(f"an artifact is at most {ctx.settings.max_artifact_bytes} bytes")
     return Upload(lease_id, task_id, attempt, name, content_type, step_index)
 
@@ -99,29 +106,65 @@ def artifact_view(description: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _too_large(settings_max: int, limit: int) -> ApiError:
+    """The refusal of a body that passed ``limit``: the artifact's own cap (413), else the task's
+    (its room was smaller)."""
+    if limit >= settings_max:
+        return PayloadTooLarge(f"an artifact is at most {settings_max} bytes")
+    return error_for(ScriptError.ARTIFACT_LIMIT)
+
+
 async def _store(ctx: Context, principal: HostPrincipal, upload: Upload,
                  request: Request) -> tuple[dict[str, Any], bool]:
-    """The body streamed to the blob store, then its description recorded: (description,
+    """The body staged, its description recorded, then the bytes made the blob: (description,
     whether it replayed an earlier upload)."""
     settings = ctx.settings
-    # Refused before any byte is stored when the lease has already ended; checked again as the
-    # description is written (the lease may end while the bytes stream).
-    await ctx.auth.run_for(principal, ctx.store.check_lease(principal, upload.lease_id, upload.task_id,
-                                                            upload.attempt))
+    admitted = await ctx.auth.run_for(principal, ctx.store.admit_artifact(
+        principal, upload.lease_id, upload.task_id, upload.attempt, upload.name, declared=_declared(request),
+        max_task_bytes=settings.max_task_artifact_bytes, max_task_artifacts=settings.max_task_artifacts,
+    ))
+    namespace = namespace_of(upload.task_id)
+    earlier = admitted.earlier
     with ctx.artifacts.upload_slot():
+        if earlier is not None and await ctx.artifacts.exists(earlier["blob"]):
+            # A replay or a conflict, which the bytes' hash decides: none is stored.
+            limit = settings.max_artifact_bytes
+            try:
+                sha256, size = await spool(request.stream(), None, limit)
+            except BlobTooLarge:
+                raise _too_large(settings.max_artifact_bytes, limit) from None
+            recorded = await _record(ctx, principal, upload, size, sha256, f"{namespace}/{sha256}")
+            return recorded.description, recorded.replayed
+        # New bytes, or a replay whose blob is missing (a store that failed after the record):
+        # staged, and the blob only once the record accepts them.
+        limit = settings.max_artifact_bytes if earlier is not None else min(settings.max_artifact_bytes, admitted.room)
         try:
-            blob = await ctx.artifacts.put(namespace_of(upload.task_id), request.stream(), settings.max_artifact_bytes)
+            staged = await ctx.artifacts.stage(namespace, request.stream(), limit)
         except BlobTooLarge:
-            raise PayloadTooLarge(f"an artifact is at most {settings.max_artifact_bytes} bytes") from None
-        except ClientDisconnect:  # the agent went away mid-body (nothing was stored): its fault, not ours
-            raise InvalidRequest("the client went away before the body ended") from None
-    recorded = await ctx.auth.run_for(principal, ctx.store.record_artifact(
+            raise _too_large(settings.max_artifact_bytes, limit) from None
+        try:
+            blob = staged.blob
+            recorded = await _record(ctx, principal, upload, blob.size, blob.sha256, blob.key)
+            await ctx.artifacts.commit(staged)
+        finally:
+            await staged.discard()  # refused, or gone: nothing stays (after a commit, nothing to do)
+    return recorded.description, recorded.replayed
+
+
+def _declared(request: Request) -> int | None:
+    declared = request.headers.get("content-length")
+    return int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
+
+
+async def _record(ctx: Context, principal: HostPrincipal, upload: Upload, size: int, sha256: str,
+                  blob: str) -> ArtifactRecorded:
+    settings = ctx.settings
+    return await ctx.auth.run_for(principal, ctx.store.record_artifact(
         principal, upload.lease_id, upload.task_id, upload.attempt, upload.name,
-        size=blob.size, sha256=blob.sha256, content_type=upload.content_type, step_index=upload.step_index,
-        blob=blob.key, max_task_bytes=settings.max_task_artifact_bytes,
+        size=size, sha256=sha256, content_type=upload.content_type, step_index=upload.step_index,
+        blob=blob, max_task_bytes=settings.max_task_artifact_bytes,
         max_task_artifacts=settings.max_task_artifacts,
     ))
-    return recorded.description, recorded.replayed
 
 
 async def upload(ctx: Context, request: Request) -> Response:
@@ -131,6 +174,9 @@ async def upload(ctx: Context, request: Request) -> Response:
         description, replayed = await _store(ctx, principal, parsed, request)
     except ApiError as exc:
         ctx.metrics.artifact_uploads.labels(exc.code).inc()
+        raise
+    except ClientDisconnect:  # the agent went away mid-body: nothing stays, the boundary counts it
+        ctx.metrics.artifact_uploads.labels("disconnected").inc()
         raise
     ctx.metrics.artifact_uploads.labels("replayed" if replayed else "stored").inc()
     view = artifact_view(description)

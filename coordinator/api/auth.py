@@ -44,7 +44,7 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 
 import wire
-from coordinator.errors import ApiError, Forbidden, InsufficientScope, Unauthorized
+from coordinator.errors import ApiError, Forbidden, InsufficientScope, RequestTimeout, Unauthorized
 from coordinator.state.epoch import Epoch
 from coordinator.state.keys import Keys
 from coordinator.state.reads.common import text
@@ -207,9 +207,13 @@ class Authenticator:
             raise Unauthorized
 
     async def parse_for(self, principal: HostPrincipal, parse: Awaitable[T]) -> T:
-        """``parse``'s value; if it refuses the request, a revoked credential's 401 comes first."""
+        """``parse``'s value; if it refuses the request, a revoked credential's 401 comes first
+        (not for a body that never arrived: its 408 says nothing of what the body held, and the
+        slow client costs no Redis call)."""
         try:
             return await parse
+        except RequestTimeout:
+            raise
         except ApiError:
             await self.ensure_live(principal)
             raise

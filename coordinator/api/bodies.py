@@ -358,6 +358,13 @@ class TaskCreate(OperatorBody):
         return self
 
 
+class NoBody(OperatorBody):
+    """What an operator route that takes no body accepts: nothing, or an empty object. A field
+    sent there (``{"reason": "x"}`` on a drain) is a mistake, answered naming it, never ignored."""
+
+    body_optional = True
+
+
 class DeviceDisable(OperatorBody):
     """Disable a device (POST /api/v1/devices/{device_id}/disable); the body may be left out."""
 

@@ -11,6 +11,12 @@ catches first, are handed to the same ``response_for`` (``app.py``):
   405 with the ``Allow`` header of every method the path takes;
 - Redis unreachable, loading, read-only or failing over: ``503 unavailable`` with ``Retry-After``,
   logged through the process's ``OutageLog``: one line as the outage begins, none per request;
+- a body not complete within ``COORDINATOR_BODY_TIMEOUT_S`` of the head: ``408
+  request_timeout``, and the connection closed (``body_deadline.py``, which also closes the
+  connection of any answer sent before its body was read);
+- a client that hung up mid-request (Starlette's ``ClientDisconnect``, raised as a body is read):
+  no answer (nobody is there to read it), one line at debug level, and counted as status ``499``
+  (nginx's "client closed request"): not an error of the server (PROTOCOL.md, Conventions);
 - anything else: ``500 internal``, logged once with a request id that the body names, and never
   the exception's text.
 
@@ -25,10 +31,12 @@ import logging
 import secrets
 import time
 
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from coordinator.api.body_deadline import BodyDeadline
 from coordinator.api.responses import json_response
 from coordinator.api.throttle import FailureThrottle
 from coordinator.errors import (
@@ -52,6 +60,8 @@ request_log = logging.getLogger(REQUESTS_LOGGER)
 
 # The metrics label is one of these, whatever a client sends as its method.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# The status a request is counted under when its client hung up before it was answered (nginx's).
+CLIENT_CLOSED = 499
 # Where a request's id is kept once chosen, so its error line and its request line agree.
 _REQUEST_ID = "tether.request_id"
 
@@ -125,8 +135,9 @@ class RequestBoundary:
     ``outage``. Refused credentials are counted by ``throttle`` (None: never throttled)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, outage: OutageLog,
-                 throttle: FailureThrottle | None = None) -> None:
+                 throttle: FailureThrottle | None = None, body_timeout_s: float = 30.0) -> None:
         self.app = app
+        self.body_timeout_s = body_timeout_s
         self.metrics = metrics
         self.outage = outage
         self.throttle = throttle
@@ -139,16 +150,23 @@ class RequestBoundary:
         started_at = time.perf_counter() if logged else 0.0
         status = 500
         started = False
+        body = BodyDeadline(scope, receive, self.body_timeout_s)
 
         async def send_and_record(message: Message) -> None:
             nonlocal status, started
             if message["type"] == "http.response.start":
                 status = message["status"]
                 started = True
+                message = body.closing(message)
             await send(message)
 
         try:
-            await self.app(scope, receive, send_and_record)
+            await self.app(scope, body.receive, send_and_record)
+        except ClientDisconnect:
+            # The client is gone: nothing to answer, nothing the server did wrong.
+            if not started:
+                status = CLIENT_CLOSED
+            log.debug("request %s: the client hung up before the body ended", request_id(scope))
         except Exception as exc:  # this is the boundary
             if started:
                 # Too late for an error body: log it once, and the server closes the connection.
@@ -159,7 +177,7 @@ class RequestBoundary:
                 if isinstance(exc, Unauthorized) and self.throttle is not None:
                     # Only a refused credential is counted: a valid one never gets here.
                     exc = await self.throttle.refusal(exc, scope, self.outage)
-                await response_for(exc, scope, self.outage)(scope, receive, send_and_record)
+                await response_for(exc, scope, self.outage)(scope, body.receive, send_and_record)
         finally:
             route = scope.get("route")
             path = getattr(route, "path", "unmatched")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.api.auth import Authenticator
+from coordinator.api.body_slots import LargeBodies
 from coordinator.blobs.artifacts import Artifacts
 from coordinator.feed import EventFeed
 from coordinator.longpoll import ClaimWaiter
@@ -26,3 +27,4 @@ class Context:
     feed: EventFeed
     epoch: Epoch
     artifacts: Artifacts
+    large_bodies: LargeBodies

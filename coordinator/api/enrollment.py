@@ -19,7 +19,7 @@ from coordinator.api.bodies import DeviceEnroll, Enroll, TokenCreate
 from coordinator.api.context import Context
 from coordinator.api.responses import json_response, token_view
 from coordinator.api.validation import canonical_json, read
-from coordinator.errors import ApiError, Forbidden, Unauthorized, device_limit
+from coordinator.errors import ApiError, Forbidden, RequestTimeout, Unauthorized, device_limit
 
 # -- operator --------------------------------------------------------------------------------
 
@@ -53,10 +53,15 @@ async def _parse_enroll(ctx: Context, request: Request) -> tuple[str, str, str, 
 
 
 async def enroll(ctx: Context, request: Request) -> Response:
-    # Which token it is, and whether it is still good, is decided atomically by the script.
+    # Which token it is, and whether it is still good, is decided atomically by the script. The
+    # credential comes before the body (PROTOCOL.md, Conventions): a token never minted reads none.
     token_hash = token_digest(bearer_secret(request))
+    if not await ctx.queries.enrollment_token_known(token_hash):
+        raise Unauthorized
     try:
         enrollment_id, host_token, hostname, labels_json = await _parse_enroll(ctx, request)
+    except RequestTimeout:
+        raise  # says nothing of the body, as in Authenticator.parse_for
     except ApiError:
         # Credential first: a token that could not enroll gets its 401, whatever the body.
         if not await ctx.queries.enrollment_token_usable(token_hash):

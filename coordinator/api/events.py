@@ -9,7 +9,8 @@ silence, so proxies keep the connection. A client resumes with ``Last-Event-ID``
 ``?last_event_id=`` for one that cannot set headers); without either it gets events from now on.
 ``?task_id=`` and ``?host_id=`` keep only the events that name that task or host.
 
-Everything that can fail with a status (credential, parameters, Redis for the starting position)
+A ``HEAD`` answers the stream's headers and ends (parameters checked as for ``GET``), with no
+watcher. Everything that can fail with a status (credential, parameters, Redis for the starting position)
 is checked before the response starts. Once it has started, losing Redis ends the stream with a
 comment: the client reconnects after the retry delay and resumes from its last event.
 """
@@ -39,6 +40,10 @@ _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 async def events(ctx: Context, request: Request) -> Response:
     last_id = _last_event_id(request)
     match = _filters(request)
+    if request.method == "HEAD":
+        # The stream's head alone: a stream that is never sent would never end, keeping the
+        # connection (and its pipelined requests) and a watcher counted until the client left.
+        return Response(media_type="text/event-stream", headers=_HEADERS)
     if last_id is None:
         last_id = await ctx.feed.latest_id()  # "now" is when the request came, not when it streams
     return EventStream(_stream(ctx.feed, last_id, match, ctx.settings.feed_keepalive_s))

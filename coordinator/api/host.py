@@ -140,9 +140,12 @@ async def _parse_renew(ctx: Context, request: Request) -> tuple[str, str, int, w
     lease_id = require_id(request.path_params["lease_id"], "lease_id")
     # Progress is judged by parse_progress alone (a bad one is "rejected", never a failed
     # renewal), so it is exempt from the depth check, and the body may be large.
-    body = await read(request, Renew, ctx.settings.max_renew_body_bytes, unchecked=("progress",))
-    outcome, progress_json = parse_progress(body.progress, ctx.settings.progress_summary_max_chars)
-    return lease_id, body.task_id, body.attempt, outcome, progress_json
+    async with ctx.large_bodies.turn(request):
+        body = await read(request, Renew, ctx.settings.max_renew_body_bytes, unchecked=("progress",))
+        outcome, progress_json = parse_progress(body.progress, ctx.settings.progress_summary_max_chars)
+        task_id, attempt = body.task_id, body.attempt
+        del body  # the progress as sent: its memory goes with the turn
+    return lease_id, task_id, attempt, outcome, progress_json
 
 
 async def renew(ctx: Context, request: Request) -> Response:
@@ -168,16 +171,18 @@ async def renew(ctx: Context, request: Request) -> Response:
 
 async def _parse_renewals(ctx: Context, request: Request) -> tuple[list[RenewalEntry], list[wire.ProgressOutcome]]:
     """The batch's leases, in the order sent, and each one's progress outcome."""
-    body = await read(request, Renewals, ctx.settings.max_renew_body_bytes, unchecked=("progress",))
-    if len(body.leases) > ctx.settings.max_devices_per_host:
-        # A host holds at most one lease per device: more is a malformed batch, not a device limit.
-        raise InvalidRequest(f"at most {ctx.settings.max_devices_per_host} leases in one batch "
-                             "(COORDINATOR_MAX_DEVICES_PER_HOST)")
-    entries, outcomes = [], []
-    for lease in body.leases:
-        outcome, progress_json = parse_progress(lease.progress, ctx.settings.progress_summary_max_chars)
-        entries.append(RenewalEntry(lease.lease_id, lease.task_id, lease.attempt, progress_json))
-        outcomes.append(outcome)
+    async with ctx.large_bodies.turn(request):
+        body = await read(request, Renewals, ctx.settings.max_renew_body_bytes, unchecked=("progress",))
+        if len(body.leases) > ctx.settings.max_devices_per_host:
+            # A host holds at most one lease per device: more is a malformed batch, not a device limit.
+            raise InvalidRequest(f"at most {ctx.settings.max_devices_per_host} leases in one batch "
+                                 "(COORDINATOR_MAX_DEVICES_PER_HOST)")
+        entries, outcomes = [], []
+        for lease in body.leases:
+            outcome, progress_json = parse_progress(lease.progress, ctx.settings.progress_summary_max_chars)
+            entries.append(RenewalEntry(lease.lease_id, lease.task_id, lease.attempt, progress_json))
+            outcomes.append(outcome)
+        del body  # the progress as sent: its memory goes with the turn
     return entries, outcomes
 
 

@@ -1,17 +1,21 @@
 """Artifacts: the blob store as the coordinator uses it, timed, with the bound on concurrent
 uploads, and the two ways blobs leave it (docs/operations.md, "Artifacts").
 
-An upload writes twice, in this order: the bytes to the blob store under their SHA-256, then the
-description to Redis (lua/recordArtifact, which checks the lease and the caps). A crash between
-the two, or a description refused, leaves a blob no description names. Blobs leave the store:
+An upload writes in this order: the bytes to a temporary name of the blob store (``stage``), the
+description to Redis (lua/recordArtifact, which checks the lease and the caps), then the bytes
+become the blob under their SHA-256 (``commit``). A description refused, or a client gone, deletes
+the temporary at once: nothing refused stays. A crash between the writes leaves a temporary file,
+or a description whose blob is missing (reads answer 404) until the agent's retry, which finds
+the blob missing and stores it; a commit that fails (the bucket unreachable) the same, answered
+503. Blobs leave the store:
 
 - with their task: retention's script (lua/purgeTasks) deletes the descriptions and answers the
   blob keys no description names any more; ``purge`` deletes those from the store after the
   script. A process that dies in between leaves orphans, found as below.
 - as orphans: ``sweep_orphans`` reads one page of the store's keys (a cursor that wraps around),
   and deletes each key older than ``COORDINATOR_ARTIFACT_ORPHAN_GRACE_S`` that ``artifact_blobs``
-  does not hold. The grace covers an upload between its two writes (the blob's time is when it
-  landed, a moment before its description). What it does not cover: the same task uploading the
+  does not hold (temporary files included). The grace covers an upload still streaming into its
+  temporary file. What it does not cover: the same task uploading the
   same bytes again in the instant between the sweep's read of ``artifact_blobs`` and its delete,
   for a blob orphaned more than the grace ago; that upload's description then names a missing
   blob, which reads answer 404.
@@ -33,6 +37,7 @@ from coordinator.blobs.folder import (
     BlobStoreFailed,
     Listed,
     LocalBlobStore,
+    Staged,
     is_key,
 )
 from coordinator.cancellation import cancelling
@@ -105,15 +110,35 @@ class Artifacts:
         finally:
             self._uploads -= 1
 
-    async def put(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Blob:
-        """The blob stored; ``BlobTooLarge``, or ``Unavailable`` (503) when the store fails."""
+    async def stage(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Staged:
+        """The bytes under a temporary name; ``BlobTooLarge``, or ``Unavailable`` (503) when the
+        store fails. The caller commits or discards it."""
         with self._timed("put"), _store_unavailable("put"):
-            return await self.blobs.put(namespace, chunks, max_bytes)
+            return await self.blobs.stage(namespace, chunks, max_bytes)
+
+    async def commit(self, staged: Staged) -> None:
+        """The staged bytes become their blob; ``Unavailable`` (503) when the store fails."""
+        with self._timed("commit"), _store_unavailable("commit"):
+            await staged.commit()
+
+    async def put(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Blob:
+        """Staged and committed at once (no description to wait for)."""
+        staged = await self.stage(namespace, chunks, max_bytes)
+        try:
+            await self.commit(staged)
+        finally:
+            await staged.discard()
+        return staged.blob
 
     async def open(self, key: str) -> AsyncIterator[bytes]:
         """The blob's chunks; ``BlobMissing``, or ``Unavailable`` (503) when the store fails."""
         with self._timed("get"), _store_unavailable("get"):
             return await self.blobs.open(key)
+
+    async def exists(self, key: str) -> bool:
+        """Whether the blob is in the store; ``Unavailable`` (503) when the store fails."""
+        with self._timed("head"), _store_unavailable("head"):
+            return await self.blobs.exists(key)
 
     async def delete(self, keys: list[str]) -> None:
         with self._timed("delete"):

@@ -10,10 +10,14 @@ name from a request ever reaches a path or an object key. Blobs are per task, so
 purged task's blobs can never take bytes another task's artifact still names (two artifacts of one
 task with the same bytes share one blob; Redis's ``artifact_blobs`` set says which keys are named).
 
-``put`` streams: the bytes go to a temporary file as they arrive (hashed and counted on the way,
-refused past ``max_bytes``), never held whole in memory; the file then becomes the blob (a rename
-on the local store, an upload on S3). A put that fails leaves no blob; a process that dies
-mid-put leaves at most a temporary file, which the orphan sweep removes once it is old.
+``stage`` streams: the bytes go to a temporary file as they arrive (hashed and counted on the
+way, refused past ``max_bytes``), never held whole in memory, and nothing under a blob's key
+exists yet. The caller records the description first; only then does ``Staged.commit`` make the
+file the blob (a rename on the local store, an upload on S3), and ``Staged.discard`` deletes it
+at once when the description was refused or the client hung up. So bytes the service refuses
+leave nothing in the store; a process that dies mid-upload leaves at most a temporary file,
+which the orphan sweep removes once it is old (the local store's; S3's is unnamed, and goes with
+the process). ``put`` is the two at once, for a caller with nothing to decide in between.
 """
 
 from __future__ import annotations
@@ -65,13 +69,32 @@ class Listed:
     modified_s: float
 
 
+class Staged(Protocol):
+    """Bytes streamed in under a temporary name, not yet the blob ``blob.key``."""
+
+    @property
+    def blob(self) -> Blob: ...
+
+    async def commit(self) -> None:
+        """Make the bytes the blob ``blob.key`` (the same bytes again replace identical ones)."""
+
+    async def discard(self) -> None:
+        """Delete what was not committed; after a commit, nothing. Never fails."""
+
+
 class BlobStore(Protocol):
+    async def stage(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Staged:
+        """Stream ``chunks`` in under a temporary name, to become the blob ``<namespace>/<sha256>``
+        on ``commit``; ``BlobTooLarge`` past ``max_bytes`` (nothing stored)."""
+
     async def put(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Blob:
-        """Stream ``chunks`` in as the blob ``<namespace>/<sha256>``; ``BlobTooLarge`` past
-        ``max_bytes`` (nothing stored)."""
+        """``stage`` and ``commit`` at once."""
 
     async def open(self, key: str) -> AsyncIterator[bytes]:
         """The blob's bytes, in chunks; ``BlobMissing`` (raised here, before any chunk) if absent."""
+
+    async def exists(self, key: str) -> bool:
+        """Whether the blob ``key`` is stored."""
 
     async def delete(self, keys: list[str]) -> None:
         """Delete these keys; one already gone is no error."""
@@ -105,9 +128,20 @@ def check_namespace(namespace: str) -> str:
     return namespace
 
 
-async def spool(chunks: AsyncIterable[bytes], file: BinaryIO, max_bytes: int) -> tuple[str, int]:
-    """Copy ``chunks`` to ``file``; their SHA-256 (hex) and size. ``BlobTooLarge`` as soon as
-    they pass ``max_bytes``, before the rest is read."""
+async def stage_and_commit(store: BlobStore, namespace: str, chunks: AsyncIterable[bytes],
+                           max_bytes: int) -> Blob:
+    """A store's ``put``: staged, then committed."""
+    staged = await store.stage(namespace, chunks, max_bytes)
+    try:
+        await staged.commit()
+    finally:
+        await staged.discard()
+    return staged.blob
+
+
+async def spool(chunks: AsyncIterable[bytes], file: BinaryIO | None, max_bytes: int) -> tuple[str, int]:
+    """Copy ``chunks`` to ``file`` (None: only hash them); their SHA-256 (hex) and size.
+    ``BlobTooLarge`` as soon as they pass ``max_bytes``, before the rest is read."""
     digest = hashlib.sha256()
     size = 0
     async for chunk in chunks:
@@ -115,8 +149,39 @@ async def spool(chunks: AsyncIterable[bytes], file: BinaryIO, max_bytes: int) ->
         if size > max_bytes:
             raise BlobTooLarge(f"more than {max_bytes} bytes")
         digest.update(chunk)
-        file.write(chunk)  # to the page cache: a chunk is at most what one receive brought
+        if file is not None:
+            file.write(chunk)  # to the page cache: a chunk is at most what one receive brought
     return digest.hexdigest(), size
+
+
+def _place(tmp: Path, final: Path) -> None:
+    # The same bytes again replace a file with identical content. A sweep may remove the
+    # namespace's folder between mkdir and the rename: make it again then.
+    for _ in range(3):
+        final.parent.mkdir(exist_ok=True)
+        try:
+            os.replace(tmp, final)
+            return
+        except FileNotFoundError:
+            if not tmp.exists():
+                raise
+    os.replace(tmp, final)
+
+
+@dataclass
+class _LocalStaged:
+    blob: Blob
+    tmp: Path
+    final: Path
+
+    async def commit(self) -> None:
+        try:
+            await asyncio.to_thread(_place, self.tmp, self.final)
+        except OSError as exc:
+            raise BlobStoreFailed(f"{type(exc).__name__}: {exc}") from exc
+
+    async def discard(self) -> None:
+        self.tmp.unlink(missing_ok=True)  # a metadata call; after the commit's rename, nothing there
 
 
 class LocalBlobStore:
@@ -129,7 +194,7 @@ class LocalBlobStore:
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
-    async def put(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Blob:
+    async def stage(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Staged:
         check_namespace(namespace)
         tmp_dir = self.root / TMP
         try:
@@ -140,28 +205,16 @@ class LocalBlobStore:
         try:
             with open(tmp, "wb") as file:  # noqa: ASYNC230 - as spool() writes: to the page cache, no thread hop
                 sha256, size = await spool(chunks, file, max_bytes)
-            key = f"{namespace}/{sha256}"
-            await asyncio.to_thread(self._place, tmp, self._path(key))
-        except BaseException as exc:
+        except BaseException as exc:  # too large, the client gone, the disk full: nothing stays
             tmp.unlink(missing_ok=True)
             if isinstance(exc, OSError):  # a full disk, a folder it may not write
                 raise BlobStoreFailed(f"{type(exc).__name__}: {exc}") from exc
             raise
-        return Blob(key, sha256, size)
+        key = f"{namespace}/{sha256}"
+        return _LocalStaged(Blob(key, sha256, size), tmp, self._path(key))
 
-    @staticmethod
-    def _place(tmp: Path, final: Path) -> None:
-        # The same bytes again replace a file with identical content. A sweep may remove the
-        # namespace's folder between mkdir and the rename: make it again then.
-        for _ in range(3):
-            final.parent.mkdir(exist_ok=True)
-            try:
-                os.replace(tmp, final)
-                return
-            except FileNotFoundError:
-                if not tmp.exists():
-                    raise
-        os.replace(tmp, final)
+    async def put(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Blob:
+        return await stage_and_commit(self, namespace, chunks, max_bytes)
 
     async def open(self, key: str) -> AsyncIterator[bytes]:
         path = self._path(key)
@@ -175,6 +228,9 @@ class LocalBlobStore:
         with open(path, "rb") as file:  # noqa: ASYNC230 - an open is a metadata call; the reads go to a thread
             while chunk := await asyncio.to_thread(file.read, CHUNK_BYTES):
                 yield chunk
+
+    async def exists(self, key: str) -> bool:
+        return self._path(key).is_file()  # a metadata call, as open's
 
     async def delete(self, keys: list[str]) -> None:
         paths = [self._path(key) for key in keys]

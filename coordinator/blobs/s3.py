@@ -13,9 +13,12 @@ Credentials and region come from the standard environment (``AWS_ACCESS_KEY_ID``
 instance or container credentials too), never from a coordinator setting, so no secret passes
 through the coordinator's configuration or its logs.
 
-A put spools the body to an unnamed temporary file (hashed and counted as it streams in: the key
-is the bytes' SHA-256, known only at the end), then uploads that file under its key: a crash
-leaves no object behind (the OS removes the unnamed file). The upload to the bucket reads the file
+A stage spools the body to an unnamed temporary file of the process (hashed and counted as it
+streams in: the key is the bytes' SHA-256, known only at the end; the OS removes the file as it
+closes, or as the process dies), then uploads that file under a temporary key (``.tmp/<random>``),
+so that a bucket that cannot be reached is known before anything is recorded. Its commit renames
+that object to the blob's key (a server-side copy and a delete), its discard deletes it; one a
+crash left behind is an orphan to the sweep, like any key no description names. The upload to the bucket reads the file
 a part at a time (one PUT up to 5 MiB, else 5 MiB parts, two in flight), so an upload holds at
 most 10 MiB in memory while it goes up, whatever the artifact's size.
 """
@@ -23,6 +26,7 @@ most 10 MiB in memory while it goes up, whatever the artifact's size.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import tempfile
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from datetime import timedelta
@@ -37,13 +41,16 @@ if TYPE_CHECKING:  # obstore declares its option dicts in its stubs only
     from obstore.store import ClientConfig, RetryConfig, S3Config
 
 from coordinator.blobs.folder import (
+    TMP,
     Blob,
     BlobMissing,
     BlobStoreFailed,
     Listed,
+    Staged,
     check_key,
     check_namespace,
     spool,
+    stage_and_commit,
 )
 
 _PARTS_IN_FLIGHT = 2
@@ -68,6 +75,26 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     return parts.netloc, parts.path.strip("/")
 
 
+class _S3Staged:
+    def __init__(self, blob: Blob, store: S3Store, tmp_key: str) -> None:
+        self.blob = blob
+        self._store = store
+        self._tmp_key: str | None = tmp_key
+
+    async def commit(self) -> None:
+        assert self._tmp_key is not None, "committed once"
+        with _failures():
+            await obstore.rename_async(self._store, self._tmp_key, self.blob.key)
+        self._tmp_key = None
+
+    async def discard(self) -> None:
+        tmp_key, self._tmp_key = self._tmp_key, None
+        if tmp_key is not None:
+            # A failure here leaves the temporary object to the orphan sweep.
+            with contextlib.suppress(ObstoreError, OSError):
+                await obstore.delete_async(self._store, tmp_key)
+
+
 class S3BlobStore:
     def __init__(self, url: str, endpoint: str | None = None) -> None:
         bucket, prefix = parse_s3_url(url)
@@ -86,17 +113,20 @@ class S3BlobStore:
         self._store = S3Store(bucket, prefix=prefix or None, config=config, client_options=client_options,
                               retry_config=retry)
 
-    async def put(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Blob:
+    async def stage(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Staged:
         check_namespace(namespace)
+        tmp_key = f"{TMP}/{secrets.token_hex(16)}"
         with tempfile.TemporaryFile() as file, _failures():
             sha256, size = await spool(chunks, file, max_bytes)
             file.seek(0)
-            key = f"{namespace}/{sha256}"
             # Past one part (5 MiB) obstore uploads in parts, each read into memory: two at a
             # time bound what one upload holds to 10 MiB, and keep a part in flight while the
             # next is read.
-            await obstore.put_async(self._store, key, file, max_concurrency=_PARTS_IN_FLIGHT)
-        return Blob(key, sha256, size)
+            await obstore.put_async(self._store, tmp_key, file, max_concurrency=_PARTS_IN_FLIGHT)
+        return _S3Staged(Blob(f"{namespace}/{sha256}", sha256, size), self._store, tmp_key)
+
+    async def put(self, namespace: str, chunks: AsyncIterable[bytes], max_bytes: int) -> Blob:
+        return await stage_and_commit(self, namespace, chunks, max_bytes)
 
     async def open(self, key: str) -> AsyncIterator[bytes]:
         try:
@@ -110,6 +140,14 @@ class S3BlobStore:
     async def _chunks(got: Any) -> AsyncIterator[bytes]:
         async for chunk in got.stream():
             yield bytes(chunk)
+
+    async def exists(self, key: str) -> bool:
+        try:
+            with _failures():
+                await obstore.head_async(self._store, check_key(key))
+        except FileNotFoundError:
+            return False
+        return True
 
     async def delete(self, keys: list[str]) -> None:
         if keys:

@@ -94,6 +94,16 @@ class ArtifactRecorded:
 
 
 @dataclass(frozen=True)
+class ArtifactAdmitted:
+    """What lua/admitArtifact lets an upload do: the name's earlier description (the bytes are
+    then only hashed: a replay or a conflict, never stored), or else how many bytes the task may
+    still hold."""
+
+    earlier: dict[str, Any] | None
+    room: int
+
+
+@dataclass(frozen=True)
 class Purge:
     """What one retention call did: due tasks taken, tasks deleted, and the blob keys their
     artifacts left that no description names any more (for the caller to delete)."""
@@ -284,10 +294,21 @@ class Store:
 
     # -- artifacts -------------------------------------------------------------------------
 
-    async def check_lease(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int) -> None:
-        """The renewal's refusal (409, or 401 for a revoked credential) if the lease is not the
-        task's current one; nothing changes either way (lua/checkLease)."""
-        await self._on_lease("checkLease", host, lease_id, task_id, attempt, [], [])
+    async def admit_artifact(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
+                             name: str, *, declared: int | None, max_task_bytes: int,
+                             max_task_artifacts: int) -> ArtifactAdmitted:
+        """Whether an upload may store any byte, before its body is read (lua/admitArtifact): the
+        renewal's refusal (409, or 401 for a revoked credential) if the lease is not the task's
+        current one, ``artifact_limit`` when the task is at a cap or ``declared`` passes it;
+        nothing changes either way."""
+        k = self.keys
+        reply = await self._on_lease(
+            "admitArtifact", host, lease_id, task_id, attempt,
+            [k.artifacts, k.artifact_index, k.artifact_usage],
+            [name, "" if declared is None else declared, max_task_bytes, max_task_artifacts],
+        )
+        earlier = orjson.loads(reply[1]) if reply[1] else None
+        return ArtifactAdmitted(earlier, int(reply[2]))
 
     async def record_artifact(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
                               name: str, *, size: int, sha256: str, content_type: str,

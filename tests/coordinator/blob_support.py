@@ -34,6 +34,11 @@ class S3Server:
         listed = httpx.get(f"{self.url}/{bucket}", params={"list-type": "2"}).text
         return [part.split("</Key>")[0] for part in listed.split("<Key>")[1:]]
 
+    def stored_bytes(self, bucket: str) -> int:
+        """The bytes of every object of the bucket (ListObjectsV2's sizes; one page of 1,000)."""
+        listed = httpx.get(f"{self.url}/{bucket}", params={"list-type": "2"}).text
+        return sum(int(part.split("</Size>")[0]) for part in listed.split("<Size>")[1:])
+
 
 def moto_available() -> bool:
     return Path(sys.executable).with_name("moto_server").exists()

@@ -68,6 +68,18 @@ async def test_bytes_past_the_cap_are_refused_and_leave_nothing(blobs: BlobStore
     assert exactly.size == 5000
 
 
+async def test_staged_bytes_are_no_blob_until_committed_and_a_discard_leaves_nothing(blobs: BlobStore) -> None:
+    discarded = await blobs.stage(NS, chunks_of(b"refused"), max_bytes=100)
+    await discarded.discard()
+    staged = await blobs.stage(NS, chunks_of(b"accepted"), max_bytes=100)
+    assert not await blobs.exists(staged.blob.key)
+    assert [e.key for e in await blobs.list_after("", 10) if not e.key.startswith(".tmp/")] == []
+    await staged.commit()
+    await staged.discard()  # after the commit: nothing left to delete, the blob stays
+    assert await blobs.exists(staged.blob.key) and await read(blobs, staged.blob.key) == b"accepted"
+    assert [e.key for e in await blobs.list_after("", 10)] == [staged.blob.key]
+
+
 async def test_delete_is_idempotent_and_a_missing_blob_says_so(blobs: BlobStore) -> None:
     blob = await blobs.put(NS, chunks_of(b"bytes"), max_bytes=100)
     await blobs.delete([blob.key])

@@ -90,3 +90,10 @@ async def test_metrics_method_label_is_a_fixed_set(api: Api) -> None:
     metrics = (await api.client.get("/metrics")).text
     assert "FROBNICATE" not in metrics and "X" * 40 not in metrics
     assert 'method="other"' in metrics
+
+
+@pytest.mark.parametrize("path", ["/api/v1/tasks/", "/healthz/", "/ui/", "/internal/v1/hosts/host-a/heartbeat/"])
+async def test_a_trailing_slash_is_404_never_a_redirect_built_from_the_host_header(api: Api, path: str) -> None:
+    response = await api.client.get(path, headers={**Api.admin_headers, "host": "evil.example"})
+    assert response.status_code == 404 and "location" not in response.headers
+    assert response.json()["error"]["code"] == "not_found"

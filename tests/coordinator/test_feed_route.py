@@ -248,3 +248,20 @@ async def test_200_watchers_share_one_reader_and_a_few_pooled_connections(prefix
         await delete_prefix_async(observer, prefix)
         await observer.aclose()
         await pool.disconnect()
+
+
+async def test_a_head_answers_the_streams_head_and_the_connection_serves_the_next_request(served: Served) -> None:
+    url = httpx.URL(str(served.client.base_url))
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    try:  # a HEAD, and a GET pipelined behind it on the same connection
+        writer.write(b"HEAD /api/v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ADMIN.encode()
+                     + b"\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"content-type: text/event-stream" in head.lower()
+        second = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert second.startswith(b"HTTP/1.1 200 ")
+    finally:
+        writer.close()
+    assert served.feed.watchers == 0
+    metrics = await served.client.get("/metrics")
+    assert b"tether_feed_watchers 0.0" in metrics.content

@@ -128,3 +128,26 @@ async def test_the_host_api_ignores_unknown_fields(api: Api) -> None:
     assert recorded.status_code == 200 and recorded.json()["task_status"] == "succeeded"
     await api.create_task(device_id="a1")
     assert (await api.result("host-a", await claim_one(api, "host-a"), failure_reason=None)).status_code == 200
+
+
+# Every operator route that changes something and takes no body.
+BODYLESS = [e for e in ENDPOINTS if e.security == "operator" and e.request is None and e.method != "GET"]
+
+
+@pytest.mark.parametrize("endpoint", BODYLESS, ids=lambda e: f"{e.method} {e.path}")
+async def test_a_route_that_takes_no_body_refuses_one_with_a_field_naming_it(api: Api, endpoint: Any) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    path = endpoint.path.replace("{host_id}", "host-a").replace("{device_id}", "a1")
+    path = path.replace("{task_id}", "t-1").replace("{token_id}", "tok-1")
+    before = await redis_state(api)
+    refused = await api.admin(endpoint.method, path, json={"reason": "maintenance"})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "invalid_request"
+    assert "'reason'" in refused.json()["error"]["message"]
+    assert await redis_state(api) == before
+
+
+async def test_a_route_that_takes_no_body_takes_none_or_an_empty_object(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    assert (await api.admin("POST", "/api/v1/hosts/host-a/drain")).json()["draining"] is True
+    assert (await api.admin("POST", "/api/v1/hosts/host-a/undrain", json={})).json()["draining"] is False

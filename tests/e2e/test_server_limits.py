@@ -4,7 +4,9 @@ head over 64 KiB, heads that never complete) and a graceful stop with long-polls
 from __future__ import annotations
 
 import json
+import os
 import re
+import resource
 import signal
 import socket
 import threading
@@ -242,3 +244,54 @@ def test_head_answers_as_get_does_on_every_route_that_advertises_it(url: str, pa
         head, get = _read_answers(sock, ["HEAD", "GET"], timeout=2)
     status = get.split(b"\r\n", 1)[0]
     assert alone.split(b"\r\n", 1)[0] == head.split(b"\r\n", 1)[0] == status
+
+
+BODY_TIMEOUT_S = 0.5
+
+
+def _served(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_a_slow_body_attack_does_not_lock_out_other_clients(tmp_path: Path) -> None:
+    """Three times more connections than the process has file descriptors left, each sending a
+    valid host's heartbeat head and one byte of its body, then nothing: each is answered 408
+    (or closed) after the body timeout, and another client is served meanwhile. (Out of
+    descriptors, the server's event loop refuses a connection it cannot accept: another client
+    keeps trying, as a host's agent does.)"""
+    with fresh_prefix() as prefix, coordinator_process(
+        coordinator_env(prefix, COORDINATOR_BODY_TIMEOUT_S=BODY_TIMEOUT_S), tmp_path
+    ) as coordinator:
+        spare = 20
+        limit = len(os.listdir(f"/proc/{coordinator.pid}/fd")) + spare
+        resource.prlimit(coordinator.pid, resource.RLIMIT_NOFILE, (limit, limit))
+        head = (b"PUT /internal/v1/hosts/host-a/heartbeat HTTP/1.1\r\nHost: t\r\n"
+                b"Authorization: Bearer " + HOSTS["host-a"].encode() + b"\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+        attackers = [_connect(coordinator.url) for _ in range(3 * spare)]
+        try:
+            for sock in attackers:
+                sock.sendall(head)
+            started = time.monotonic()
+            wait_until(lambda: _served(coordinator.url), 10 * BODY_TIMEOUT_S, 0.05, what="/healthz served")
+            served_in = time.monotonic() - started
+            answers = [_read_until_closed(sock, timeout=30) for sock in attackers]
+        finally:
+            for sock in attackers:
+                sock.close()
+        metrics = coordinator.api.get("/metrics").text
+    # Before the body timeout, these connections were held for as long as the attacker liked, and
+    # the process, out of descriptors, served no other client.
+    assert served_in < 10 * BODY_TIMEOUT_S
+    log = (tmp_path / "coordinator.log").read_text()
+    assert "Traceback" not in log and " ERROR " not in log
+    for answer in answers:
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+        assert answer == b"" or b'"code":"request_timeout"' in answer
+    assert sum(a.startswith(b"HTTP/1.1 408 ") for a in answers) >= spare
+    counted = re.search(rb'tether_http_requests_total\{method="PUT",route="/internal/v1/hosts/\{host_id\}/heartbeat",'
+                        rb'status="408"\} (\d+)', metrics.encode())
+    assert counted is not None and int(counted.group(1)) >= spare

@@ -36,6 +36,12 @@ class TokenReads(Reader):
         raw = [v for v in replies[0] if v is not None] if ids else []
         return raw, now, more
 
+    async def enrollment_token_known(self, digest: str) -> bool:
+        """Whether an enrollment token of this digest was ever minted (and not yet purged): the
+        one refusal an enrollment can have before its body, since the identical retry of a
+        completed enrollment is answered even after its token was used up, expired or revoked."""
+        return bool(await self.redis.hexists(self.keys.enrollment_token_hashes, digest))
+
     async def enrollment_token_usable(self, digest: str) -> bool:
         """Whether an enrollment token could enroll a new host now (a read, for ordering errors)."""
         k = self.keys

@@ -1,0 +1,53 @@
+--[[
+  Whether an artifact upload may store any byte, judged before its body is read: the lease checked
+  as a renewal checks it, then the name's earlier description, then the task's caps against the
+  declared size. So the refusals that need no byte (an ended lease, a task at its cap, a declared
+  size past what the task may still hold) store nothing, and an upload under a name already
+  described is only hashed, never stored (it is a replay or a conflict, which lua/recordArtifact
+  decides once the bytes' SHA-256 is known). lua/recordArtifact checks everything again as it
+  writes: the lease may end and other uploads may land while these bytes stream.
+
+  Input:
+    KEYS[1] tasks            hash  task id -> task JSON
+    KEYS[2] lease_deadlines  zset  task id -> its running lease's expiry (ms)
+    KEYS[3] revoked_tokens   set   SHA-256 digests of revoked host tokens
+    KEYS[4] artifacts        hash  "task id\0attempt\0name" -> description JSON
+    KEYS[5] artifact_index   zset  "task id\0attempt\0name", score 0 (lex)
+    KEYS[6] artifact_usage   hash  task id -> bytes of its artifacts
+    ARGV[1] host id
+    ARGV[2] lease id
+    ARGV[3] task id
+    ARGV[4] attempt
+    ARGV[5] SHA-256 of the credential the request came with
+    ARGV[6] artifact name
+    ARGV[7] declared size (bytes), or "" when the body is not declared (chunked)
+    ARGV[8] at most this many bytes of artifacts per task
+    ARGV[9] at most this many artifacts per task
+  Output:
+    {0, earlier description JSON, 0}  the name is described already: hash the bytes, store none
+    {0, "", room}                     store at most room bytes (what the task may still hold)
+    {LEASE_NOT_OWNED} | {LEASE_REPLACED} | {LEASE_EXPIRED} | {REVOKED}  as a renewal answers
+    {ARTIFACT_LIMIT}                  the task holds its count already, or the declared size
+                                      passes what it may still hold
+
+  Invariant: reads only.
+]]
+--- @flags no-writes
+--- @include "includes/common"
+local artifactsKey, indexKey, usageKey = KEYS[4], KEYS[5], KEYS[6]
+local taskId, attempt, name = ARGV[3], ARGV[4], ARGV[6]
+local declared, maxBytes, maxCount = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+
+local _, lease, failure = requestLease(KEYS, ARGV, nowMs())
+if not lease then
+  return {failure}
+end
+local earlier = rcall('HGET', artifactsKey, indexMember(taskId, attempt, name))
+if earlier then
+  return {0, earlier, 0}
+end
+local room = maxBytes - tonumber(rcall('HGET', usageKey, taskId) or '0')
+if rcall('ZLEXCOUNT', indexKey, prefixRange(taskId)) >= maxCount or (declared and declared > room) then
+  return {E.ARTIFACT_LIMIT}
+end
+return {0, '', room}
