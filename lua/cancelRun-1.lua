@@ -14,7 +14,7 @@
     {NOT_FOUND}
     {NOT_OWNER}  an owner was given and the run was not created by it; nothing changed
 
-  Invariant: afterwards no task of the run is queued or assigned, each running one has its
+  Invariant: an ended run is left as it is; afterwards no task of the run is queued or assigned, each running one has its
   cancel requested, and the run ends `cancelled` (unless every task succeeded) when its last
   task ends, in that task's step.
 ]]
@@ -34,6 +34,10 @@ if not run then
 end
 if owner ~= '' and run.creator_token ~= owner then
   return {E.NOT_OWNER}
+end
+if run.status ~= 'running' then
+  -- Ended already: nothing to cancel, and its status stands.
+  return {0, cjson.encode(run), rcall('HGETALL', derived(S, 'run_counts', runId))}
 end
 if not run.cancel_requested then
   -- Saved before its tasks are cancelled: the step that ends its last task reads it.
