@@ -353,3 +353,17 @@ async def test_a_run_goes_with_the_last_of_its_tasks(api: Api) -> None:
     assert await store.redis.hlen(store.keys.run_idempotency) == 0
     again = await _create_run(api, idempotency_key="once", tasks=[_goal("g", device_id="a1")])
     assert again["run_id"] != run["run_id"]
+
+
+# -- metrics -------------------------------------------------------------------------------
+
+
+async def test_metrics_count_runs_by_status(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    first = await _create_run(api, tasks=[_goal("g", device_id="a1")])
+    await _create_run(api, tasks=[_goal("g", device_id="a1")])
+    await api.admin("POST", f"/api/v1/runs/{first['run_id']}/cancel")
+    text = (await api.client.get("/metrics")).text
+    assert 'tether_runs{status="running"} 1.0' in text
+    assert 'tether_runs{status="cancelled"} 1.0' in text
+    assert 'tether_runs{status="succeeded"} 0.0' in text
