@@ -171,7 +171,9 @@ ENDPOINTS: list[Endpoint] = [
              "operator", None, {200: "Run", 404: "Error", **_ADMIN_ERRORS}, scope=CONTROL, own_scope=SUBMIT),
     Endpoint("POST", "/api/v1/runs/{run_id}/rerun-failed", runs.rerun_failed,
              "Rerun a run's failed tasks, each in its place", "operator", None,
-             {201: "RunRerun", 404: "Error", **_ADMIN_ERRORS}, scope=CONTROL, own_scope=SUBMIT),
+             # PROTOCOL's scopes: submit reruns the runs it created; control cancels any run but
+             # reruns none it did not create, so rerunning any run is the admin's.
+             {201: "RunRerun", 404: "Error", **_ADMIN_ERRORS}, scope=ADMIN, own_scope=SUBMIT),
     # An addition to the contract: who the caller is, for any valid operator credential.
     Endpoint("GET", "/api/v1/me", operators.me, "The calling operator: name, scopes, expiry", "operator",
              None, {200: "Me", **_ADMIN_ERRORS}, scope=ANY_SCOPE),

@@ -20,7 +20,7 @@ from coordinator.api.reports import report_json, report_junit, suites
 from coordinator.api.responses import json_response, run_state_view
 from coordinator.api.tasks import parse_task, team_for
 from coordinator.api.validation import Query, canonical_json, read, require_id
-from coordinator.errors import found
+from coordinator.errors import InsufficientScope, found
 
 _RUN_STATUSES = wire.values(wire.RunStatus)
 # What a run's task spec leaves to the run (lua/createRun sets them from the run).
@@ -99,7 +99,11 @@ async def cancel_run(ctx: Context, request: Request) -> Response:
 async def rerun_failed(ctx: Context, request: Request) -> Response:
     access = access_of(request)
     run_id = require_id(request.path_params["run_id"], "run_id")
-    created, state = await ctx.store.rerun_failed(run_id, actor=access.operator.name, owner=access.owner)
+    try:
+        created, state = await ctx.store.rerun_failed(run_id, actor=access.operator.name, owner=access.owner)
+    except InsufficientScope:  # a submit-only token, and a run it did not create
+        raise InsufficientScope("admin", "without the 'admin' scope, a token may rerun only the runs it "
+                                         "created") from None
     return json_response({"run_id": run_id, "created": created, "run": run_state_view(state.run, state.counts)}, 201)
 
 

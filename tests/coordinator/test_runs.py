@@ -287,16 +287,20 @@ async def test_scopes_read_may_not_create_and_submit_cancels_and_reruns_only_its
     ci, other = await _token(api, "ci", ["submit"]), await _token(api, "other-ci", ["submit"])
     mine = await _create_run(api, headers=ci, tasks=[_goal("g")])
     assert mine["created_by"] == "ci"
-    for action in ("cancel", "rerun-failed"):
+    for action, required in (("cancel", "control"), ("rerun-failed", "admin")):
         theirs = await api.client.post(f"/api/v1/runs/{mine['run_id']}/{action}", headers=other)
         assert theirs.status_code == 403 and theirs.json()["error"]["code"] == "insufficient_scope"
+        assert theirs.json()["error"]["details"] == {"required": required}
         assert (await api.client.post(f"/api/v1/runs/{mine['run_id']}/{action}", headers=reader)).status_code == 403
     assert (await _run(api, mine["run_id"]))["cancel_requested"] is False
     own = await api.client.post(f"/api/v1/runs/{mine['run_id']}/cancel", headers=ci)
     assert own.status_code == 200 and own.json()["status"] == "cancelled"
     control = await _token(api, "ops", ["control"])
     second = await _create_run(api, headers=ci, tasks=[_goal("g")])
+    assert (await api.client.post(f"/api/v1/runs/{second['run_id']}/rerun-failed", headers=control)).status_code == 403
     assert (await api.client.post(f"/api/v1/runs/{second['run_id']}/cancel", headers=control)).status_code == 200
+    own_rerun = await api.client.post(f"/api/v1/runs/{second['run_id']}/rerun-failed", headers=ci)
+    assert own_rerun.status_code == 201 and own_rerun.json()["created"] == 0
     assert (await api.client.get(f"/api/v1/runs/{second['run_id']}", headers=reader)).status_code == 200
 
 
