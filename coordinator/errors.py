@@ -208,7 +208,8 @@ def error_for(code: int, detail: Any = None) -> ApiError:
         return InsufficientScope("control", "without the 'control' scope, a token may cancel (or rerun) only the "
                                             "tasks and runs it created")
     if failure is ScriptError.TOO_MANY_TASKS:
-        return InvalidRequest(f"matrix: a run has at most {wire.MAX_RUN_TASKS} tasks; this matrix makes {detail}")
+        return InvalidRequest(f"matrix: a run has at most {wire.MAX_RUN_TASKS} tasks; this matrix makes {detail} "
+                              "or more")
     details = {"device_id": detail} if isinstance(detail, str) and failure in (
         ScriptError.DEVICE_CONFLICT,
         ScriptError.UNKNOWN_DEVICE,
