@@ -371,7 +371,8 @@ def _run_task(task: TaskCreate) -> TaskCreate:
     return task
 
 
-_RUN_TASK_SCHEMA = {"description": f"a task of a run names none of {', '.join(_RUN_SETS)}: the run's apply"}
+_RUN_TASK_SCHEMA = {"description": f"a task of a run names none of {', '.join(_RUN_SETS)}: the run's apply",
+                    "not": {"anyOf": [{"required": [name]} for name in _RUN_SETS]}}
 
 
 class WorkItem(OperatorBody):
