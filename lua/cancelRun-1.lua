@@ -45,10 +45,17 @@ if not run.cancel_requested then
   saveRun(S, run)
 end
 local now = nowMs()
-for _, taskId in ipairs(rcall('ZRANGE', derived(S, 'run_tasks', runId), 0, -1)) do
-  local task = getJson(S.key.tasks, taskId)
-  if task and not RUN_TASK_ENDED[task.status] then
-    cancelTaskNow(S, task, now)
+local taskIds = rcall('ZRANGE', derived(S, 'run_tasks', runId), 0, -1)
+-- Each task read as it is cancelled (cancelling one may place another); the queued ones first,
+-- so a device an assigned one lets go is never handed a task of this run about to be cancelled.
+local function cancelEach(pick)
+  for _, taskId in ipairs(taskIds) do
+    local task = getJson(S.key.tasks, taskId)
+    if task and pick(task.status) then
+      cancelTaskNow(S, task, now)
+    end
   end
 end
+cancelEach(function(status) return status == 'queued' end)
+cancelEach(function(status) return not RUN_TASK_ENDED[status] end)
 return {0, cjson.encode(getJson(S.key.runs, runId)), rcall('HGETALL', derived(S, 'run_counts', runId))}

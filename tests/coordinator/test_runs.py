@@ -249,6 +249,17 @@ async def test_cancel_cancels_every_task_not_ended_and_the_run_ends_cancelled(ap
     assert ended["status"] == "cancelled" and ended["counts"] == _counts(cancelled=3)
 
 
+async def test_a_device_a_cancelled_run_lets_go_is_not_handed_another_of_its_tasks(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    run = await _create_run(api, tasks=[_goal("first", device_id="a1"), _goal("second", device_id="a1")])
+    other = (await api.create_task(device_id="a1")).json()
+    second = next(t for t in await _run_tasks(api, run["run_id"]) if t["goal"] == "second")
+    assert second["status"] == "queued"
+    await api.admin("POST", f"/api/v1/runs/{run['run_id']}/cancel")
+    assert [e["type"] for e in await api.events(second["task_id"])] == ["created", "cancelled"]
+    assert (await api.task(other["task_id"]))["status"] == "assigned"  # a1 went to the next in line
+
+
 async def test_rerun_failed_replaces_each_failed_task_in_its_place(api: Api) -> None:
     await api.heartbeat("host-a", ["a1"])
     run = await _create_run(api, tasks=[_goal("passes", device_id="a1"), _goal("flaky", device_id="a1",
