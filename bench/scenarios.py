@@ -61,6 +61,7 @@ from bench.requests import (
     renew_req,
     result_req,
 )
+from bench.runs import matrix_create
 from bench.teams import sharing_cost
 from bench.wrk import wrk_lifecycles, wrk_load
 from coordinator.api.bodies import TaskCreate
@@ -374,4 +375,5 @@ SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "artifacts": artifacts,
     "renewals": batch_renewals,
     "teams": sharing_cost,
+    "runs": matrix_create,
 }

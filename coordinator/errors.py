@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from redis import exceptions as redis_errors
 from starlette.exceptions import HTTPException
 
+import wire
 from wire import ErrorCode
 
 
@@ -168,6 +169,8 @@ class ScriptError(IntEnum):
     NOT_OWNER = -19
     ARTIFACT_CONFLICT = -20
     ARTIFACT_LIMIT = -21
+    NO_MATCHING_DEVICE = -22
+    TOO_MANY_TASKS = -23
 
 
 _CONFLICT_MESSAGES = {
@@ -187,6 +190,7 @@ _CONFLICT_MESSAGES = {
     ScriptError.TOKEN_LIMIT: "as many live operator tokens as COORDINATOR_MAX_OPERATOR_TOKENS allows exist; "
                              "revoke one first",
     ScriptError.ARTIFACT_CONFLICT: "an artifact of this name with other bytes exists for this attempt",
+    ScriptError.NO_MATCHING_DEVICE: "the matrix's selector matches no pooled, enabled device",
     ScriptError.ARTIFACT_LIMIT: "the task's artifacts would exceed COORDINATOR_MAX_TASK_ARTIFACT_BYTES "
                                 "or COORDINATOR_MAX_TASK_ARTIFACTS",
 }
@@ -202,7 +206,11 @@ def error_for(code: int, detail: Any = None) -> ApiError:
     if failure is ScriptError.NOT_ENROLLED_HOST:
         return Forbidden("static hosts do not enroll devices")
     if failure is ScriptError.NOT_OWNER:
-        return InsufficientScope("control", "without the 'control' scope, a token may cancel only the tasks it created")
+        return InsufficientScope("control", "without the 'control' scope, a token may cancel (or rerun) only the "
+                                            "tasks and runs it created")
+    if failure is ScriptError.TOO_MANY_TASKS:
+        return InvalidRequest(f"matrix: a run has at most {wire.MAX_RUN_TASKS} tasks; this matrix makes {detail} "
+                              "or more")
     details = {"device_id": detail} if isinstance(detail, str) and failure in (
         ScriptError.DEVICE_CONFLICT,
         ScriptError.UNKNOWN_DEVICE,

@@ -4,7 +4,8 @@ Two kinds. Per-process ones are counted where they happen (requests, claims, ren
 artifact uploads, the schedule-to-start and blob-store histograms, waiting polls, feed watchers);
 with several worker processes each scrape sees the process that answered it. Deployment-wide ones
 are read from Redis at scrape time (tasks by status, queue depth by waiting reason, expiries,
-timeouts, retries, deletions, artifact bytes stored, each team's devices held and tasks queued), so
+timeouts, retries, deletions, artifact bytes stored, each team's devices held and tasks queued, runs
+by status), so
 every process answers the same figures.
 """
 
@@ -82,6 +83,11 @@ class _DeploymentCollector(Collector):
             queued.add_metric([share.team], share.queued)
         yield running
         yield queued
+        runs = GaugeMetricFamily("tether_runs", "Runs by status, kept by the scripts (deployment-wide)",
+                                 labels=["status"])
+        for status in wire.values(wire.RunStatus):
+            runs.add_metric([status], d.counters.get(f"runs_{status}", 0))
+        yield runs
         yield GaugeMetricFamily("tether_artifact_bytes",
                                 "Bytes of artifacts in the blob store that descriptions name (deployment-wide)",
                                 value=d.counters.get("artifact_bytes", 0))

@@ -33,29 +33,7 @@ end
 if owner ~= '' and task.creator_token ~= owner then
   return {E.NOT_OWNER}
 end
-local now = nowMs()
-local previous = task.status
-if previous == 'queued' then
-  unqueueTask(S, task)
-elseif previous == 'assigned' then
-  rcall('LREM', derived(S, 'assigned', task.host_id), 1, task.id)
-  rcall('ZREM', S.key.claim_deadlines, task.id)
-  releaseDevice(S, task, now, false)
-elseif previous == 'running' then
-  if not task.cancel_requested then
-    task.cancel_requested = true
-    task.updated_at = now
-    taskEvent(S, task, 'cancel_requested', now)
-    saveTask(S, task, previous)
-  end
-  return {0, cjson.encode(task)}
-elseif previous == 'cancelled' then
-  return {0, cjson.encode(task)}
-else
+if not cancelTaskNow(S, task, nowMs()) then
   return {E.TASK_TERMINAL, cjson.encode(task)}
 end
-task.status = 'cancelled'
-task.failure_reason = 'cancelled'
-taskEvent(S, task, 'cancelled', now, 'cancelled')
-finishTask(S, task, previous, now)
 return {0, cjson.encode(task)}

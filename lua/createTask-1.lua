@@ -45,6 +45,7 @@
 --- @include "includes/events"
 --- @include "includes/placement"
 --- @include "includes/candidates"
+--- @include "includes/tasks"
 local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[8])
 
@@ -63,18 +64,7 @@ if task.idempotency_key then
   rcall('HSET', S.key.idempotency, task.idempotency_key, task.id)
 end
 
-task.seq = rcall('INCR', S.key.task_seq)
-task.status = 'queued'
-task.attempt = 1
-task.created_at = now
-task.updated_at = now
-task.queued_at = now
-if task.queue_timeout_ms then
-  task.queue_deadline = now + task.queue_timeout_ms
-end
-taskEvent(S, task, 'created', now)
-placeTask(S, task, now)
-local encoded = saveTask(S, task, nil)
+local encoded = startTask(S, task, now)
 if task.status == 'queued' then
   return {0, encoded, 1, waitingCandidates(S, task, tonumber(ARGV[7]), now)}
 end

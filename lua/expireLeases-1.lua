@@ -24,6 +24,7 @@
 --- @include "includes/deployment"
 --- @include "includes/events"
 --- @include "includes/tasks"
+--- @include "includes/runs"
 local S = deployment(KEYS, ARGV)
 local limit = tonumber(ARGV[6])
 
@@ -31,6 +32,7 @@ local now = nowMs()
 local taken = sweepDue(S.key.lease_deadlines, S.key.tasks, now, limit, function(taskId, task)
   rcall('DEL', derived(S, 'lease', taskId))  -- as a rule gone by its own TTL already
   if task and task.status == 'running' then
+    keepLastStep(S, task)
     rcall('HDEL', S.key.progress, task.id)
     count(S, 'lease_expiries')
     endRun(S, task, task.attempt, now, 'lease_expired')

@@ -1,7 +1,8 @@
 --[[
   Reaper: delete terminal tasks whose retention has passed, with everything hanging off them:
   the record (which carries its history and its leases), its index entries, its idempotency key,
-  its progress, its claim records and its artifacts' descriptions. The artifacts' bytes live
+  its progress, its claim records and its artifacts' descriptions; a run goes with the last of
+  its tasks (includes/runs.lua, forgetRunTask). The artifacts' bytes live
   outside Redis: the blob keys no description names any more are answered, for the caller to
   delete from the blob store (coordinator/blobs/artifacts.py); a blob the caller never gets to delete
   is an orphan, which the orphan sweep finds.
@@ -21,6 +22,9 @@
     ARGV[1] at most this many tasks per call
     ARGV[2] take no further task once this many artifact descriptions were deleted (bounds the
             call's work; the tasks left stay due for the next call)
+    ARGV[3] key base: the deployment's prefix and ':', which a run's keys (runs, runs_by_age,
+            run_idempotency, run_counts:<run>, run_tasks:<run>) are derived from, as the
+            scheduling scripts derive them (includes/deployment.lua)
   Output:
     {0, number of tasks deleted, number of due tasks taken, blob key, blob key, ...}
 
@@ -31,12 +35,17 @@
   and artifact_bytes falls by its size then.
 ]]
 --- @include "includes/common"
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/runs"
 local tasksKey, byStatusKey, retentionKey, idempotencyKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local claimsKey, progressKey, statsKey = KEYS[5], KEYS[6], KEYS[7]
 local limit = tonumber(ARGV[1])
 
 local artifactsKey, indexKey, usageKey, blobsKey = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local artifactBudget = tonumber(ARGV[2])
+-- What the runs include reads of a deployment: its key base and fixed keys.
+local S = {base = ARGV[3], key = fixedKeys(ARGV[3])}
 
 local TERMINAL = {succeeded = true, failed = true, cancelled = true}
 
@@ -86,8 +95,9 @@ for _, taskId in ipairs(due) do
     for _, claimField in ipairs(task.claims or {}) do
       rcall('HDEL', claimsKey, claimField)
     end
-    local count, bytes = dropArtifacts(taskId, reply)
-    described = described + count
+    forgetRunTask(S, task)
+    local dropped, bytes = dropArtifacts(taskId, reply)
+    described = described + dropped
     freedBytes = freedBytes + bytes
     deleted = deleted + 1
   end

@@ -55,6 +55,7 @@
 --- @include "includes/deployment"
 --- @include "includes/events"
 --- @include "includes/tasks"
+--- @include "includes/runs"
 local S = deployment(KEYS, ARGV)
 local hostId, taskId, attempt, leaseId = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
 local resultJson, credential = ARGV[10], ARGV[11]
@@ -97,6 +98,7 @@ local retry = report.retryable == true and report.status == 'failed'
   and task.attempt < task.max_attempts and not task.cancel_requested
 rcall('ZREM', S.key.lease_deadlines, taskId)
 rcall('DEL', derived(S, 'lease', taskId))
+keepLastStep(S, task)  -- a task of a run: its report names the last step (one HGET, runs only)
 rcall('HDEL', S.key.progress, taskId)
 endRun(S, task, attempt, now, report.status)
 task.result_report = resultJson

@@ -99,10 +99,12 @@ class Client:
         return self._call("GET", f"/api/v1/tasks/{_id(task_id, 'task id')}")
 
     def list_tasks(self, *, status: str | None = None, host_id: str | None = None,
-                   device_id: str | None = None, limit: int | None = None, cursor: str | None = None) -> Json:
+                   device_id: str | None = None, limit: int | None = None, cursor: str | None = None,
+                   run_id: str | None = None) -> Json:
         """One page, newest first: ``{"tasks": [...], "next_cursor": ...}``."""
         return self._call("GET", "/api/v1/tasks", params={
-            "status": status, "host_id": host_id, "device_id": device_id, "limit": limit, "cursor": cursor})
+            "status": status, "host_id": host_id, "device_id": device_id, "limit": limit, "cursor": cursor,
+            "run_id": run_id})
 
     def iter_tasks(self, *, status: str | None = None, host_id: str | None = None,
                    device_id: str | None = None, page_size: int | None = None) -> Iterator[Json]:
@@ -115,6 +117,44 @@ class Client:
 
     def cancel_task(self, task_id: str) -> Json:
         return self._call("POST", f"/api/v1/tasks/{_id(task_id, 'task id')}/cancel")
+
+    # -- runs: many tasks as one (PROTOCOL.md, "Runs") -------------------------------------------
+
+    def create_run(self, body: Mapping[str, Any]) -> Json:
+        """A run, from the body of ``POST /api/v1/runs`` as given: ``{"name", "tasks": [task
+        bodies]}`` or ``{"name", "matrix": {"work": [...], "devices": {"driver", "labels"}}}``,
+        with ``priority``, ``team``, ``idempotency_key``. All its tasks are created, or none."""
+        return self._call("POST", "/api/v1/runs", json=dict(body))
+
+    def get_run(self, run_id: str) -> Json:
+        """The run: ``status``, ``counts`` by task status, ``breakdown`` by device and work item."""
+        return self._call("GET", f"/api/v1/runs/{_id(run_id, 'run id')}")
+
+    def list_runs(self, *, status: str | None = None, team: str | None = None, limit: int | None = None,
+                  cursor: str | None = None) -> Json:
+        """One page, newest first: ``{"runs": [...], "next_cursor": ...}``."""
+        return self._call("GET", "/api/v1/runs", params={"status": status, "team": team, "limit": limit,
+                                                          "cursor": cursor})
+
+    def iter_runs(self, *, status: str | None = None, team: str | None = None,
+                  page_size: int | None = None) -> Iterator[Json]:
+        return self._items(self.list_runs, "runs", status=status, team=team, limit=page_size)
+
+    def cancel_run(self, run_id: str) -> Json:
+        """Cancel every task of the run not yet ended; the run after it."""
+        return self._call("POST", f"/api/v1/runs/{_id(run_id, 'run id')}/cancel")
+
+    def rerun_failed(self, run_id: str) -> Json:
+        """A new task for each failed one, in its place: ``{"run_id", "created", "run"}``."""
+        return self._call("POST", f"/api/v1/runs/{_id(run_id, 'run id')}/rerun-failed")
+
+    def run_report(self, run_id: str) -> Json:
+        """The run's report as JSON: ``{"run", "suites": [{"work", "cases": [...]}]}``."""
+        return self._call("GET", f"/api/v1/runs/{_id(run_id, 'run id')}/report", params={"format": "json"})
+
+    def run_report_junit(self, run_id: str) -> bytes:
+        """The run's report as JUnit XML, as CI systems read it."""
+        return self._send("GET", f"/api/v1/runs/{_id(run_id, 'run id')}/report", params={"format": "junit"}).content
 
     # -- artifacts (a run's screenshots, log, final screen) ----------------------------------
 
@@ -232,11 +272,12 @@ class Client:
 
     # -- the live feed -------------------------------------------------------------------------
 
-    def feed(self, *, task_id: str | None = None, host_id: str | None = None,
+    def feed(self, *, task_id: str | None = None, host_id: str | None = None, run_id: str | None = None,
              last_event_id: str | None = None) -> Feed:
-        """The live feed, optionally only the events naming one task or host; it starts at "now"
-        unless ``last_event_id`` resumes it. See ``tether.feed.Feed``."""
-        params = {"task_id": task_id and _id(task_id, "task id"), "host_id": host_id and _id(host_id, "host id")}
+        """The live feed, optionally only the events naming one task, host or run; it starts at
+        "now" unless ``last_event_id`` resumes it. See ``tether.feed.Feed``."""
+        params = {"task_id": task_id and _id(task_id, "task id"), "host_id": host_id and _id(host_id, "host id"),
+                  "run_id": run_id and _id(run_id, "run id")}
         return Feed(self._http, "/api/v1/events", {k: v for k, v in params.items() if v},
                     last_event_id=last_event_id, read_timeout_s=self._feed_read_timeout_s)
 

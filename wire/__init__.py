@@ -85,6 +85,8 @@ class EventType(str, Enum):
     OPERATOR_TOKEN_REVOKED = "operator_token_revoked"
     PROGRESS = "progress"  # a running attempt's new progress (step_index, status, summary)
     ARTIFACT = "artifact"  # an artifact stored (name, attempt, step_index, size, content_type)
+    RUN_CREATED = "run_created"  # a run and its tasks created (run_id, name, team, tasks)
+    RUN_ENDED = "run_ended"  # a run's last task ended (run_id, name, team, status)
 
 
 class WaitingReason(str, Enum):
@@ -102,6 +104,16 @@ class WaitingReason(str, Enum):
 PRIORITY_MIN, PRIORITY_MAX, PRIORITY_DEFAULT = -100, 100, 0
 TEAM_WEIGHT_MIN, TEAM_WEIGHT_MAX = 1, 1000
 DEFAULT_TEAM = "default"
+
+# Runs (PROTOCOL.md, "Runs"): a run's status, and how many tasks one holds at most.
+class RunStatus(str, Enum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+MAX_RUN_TASKS = 1000
 
 
 def values(enum: type[Enum]) -> tuple[str, ...]:
@@ -194,6 +206,7 @@ class ErrorCode(str, Enum):
     TOKEN_LIMIT = "token_limit"
     ARTIFACT_CONFLICT = "artifact_conflict"
     ARTIFACT_LIMIT = "artifact_limit"
+    NO_MATCHING_DEVICE = "no_matching_device"  # a run's matrix matches no device
 
 
 def iso_ms(ms: int | None) -> str | None:

@@ -50,6 +50,7 @@ MAX_TOKEN_TTL_S = 30 * 24 * 3600
 DEFAULT_TOKEN_TTL_S = 3600
 MAX_TOKEN_USES = 100_000
 MAX_REASON_CHARS = 256
+NAME_MAX_CHARS = 200  # a run's name
 # Labels (selectors, enrollment tokens, heartbeats): a flat object of short strings.
 LABELS_MAX_ITEMS = 64
 LABEL_MAX_CHARS = 256
@@ -365,6 +366,81 @@ class NoBody(OperatorBody):
     body_optional = True
 
 
+# A run's tasks take its team and priority, and its idempotency key is the run's: a task of a
+# run naming one of these is refused (one place to say each, the run).
+_RUN_SETS = ("team", "priority", "idempotency_key")
+
+
+def _run_task(task: TaskCreate) -> TaskCreate:
+    for name in _RUN_SETS:
+        if name in task.model_fields_set:
+            raise PydanticCustomError("run", "{name} is the run's: set it on the run, for every task", {"name": name})
+    return task
+
+
+_RUN_TASK_SCHEMA = {"description": f"a task of a run names none of {', '.join(_RUN_SETS)}: the run's apply",
+                    "not": {"anyOf": [{"required": [name]} for name in _RUN_SETS]}}
+
+
+class WorkItem(OperatorBody):
+    """One work item of a run's matrix: a goal or a workflow, as a task names it."""
+
+    model_config = ConfigDict(json_schema_extra=lambda schema: schema.update(
+        oneOf=[{"properties": {"kind": {"const": kind}}, "required": [needs], "not": {"required": [excludes]}}
+               for kind, (needs, excludes) in _KIND_NEEDS.items()]))
+
+    kind: Annotated[wire.TaskKind, Strict(False)]
+    goal: Annotated[Text, Field(max_length=wire.MAX_GOAL_CHARS), Cleaned] | None = None
+    workflow: Workflow | None = None
+    max_steps: Annotated[int, Field(ge=1, le=MAX_STEPS), Integral] | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> WorkItem:
+        needs, excludes = _KIND_NEEDS[self.kind.value]
+        if getattr(self, needs) is None:
+            raise PydanticCustomError("rule", "a {kind} work item needs {needs}",
+                                      {"kind": self.kind.value, "needs": needs})
+        if excludes in self.model_fields_set:
+            raise PydanticCustomError("rule", "a {kind} work item has no {excludes}",
+                                      {"kind": self.kind.value, "excludes": excludes})
+        return self
+
+
+class Matrix(OperatorBody):
+    """Work items x every pooled, enabled device the selector matches when the run is created,
+    each task pinned to its device."""
+
+    work: Annotated[list[WorkItem], Field(min_length=1, max_length=wire.MAX_RUN_TASKS)]
+    devices: Selector
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS), Integral] = DEFAULT_MAX_ATTEMPTS
+    queue_timeout_s: Annotated[int, Field(ge=1, le=MAX_QUEUE_TIMEOUT_S), Integral] | None = None
+
+
+def _run_rules(schema: dict[str, Any]) -> None:
+    schema["oneOf"] = [{"required": ["tasks"], "not": {"required": ["matrix"]}},
+                       {"required": ["matrix"], "not": {"required": ["tasks"]}}]
+
+
+class RunCreate(OperatorBody):
+    """Create a run (POST /api/v1/runs): a list of tasks, or a matrix; 1..MAX_RUN_TASKS tasks."""
+
+    model_config = ConfigDict(json_schema_extra=_run_rules)
+
+    name: Annotated[Text, Field(max_length=NAME_MAX_CHARS), Cleaned] | None = None
+    tasks: Annotated[list[Annotated[TaskCreate, AfterValidator(_run_task), Field(json_schema_extra=_RUN_TASK_SCHEMA)]],
+                     Field(min_length=1, max_length=wire.MAX_RUN_TASKS)] | None = None
+    matrix: Matrix | None = None
+    priority: Annotated[int, Field(ge=wire.PRIORITY_MIN, le=wire.PRIORITY_MAX), Integral] = wire.PRIORITY_DEFAULT
+    team: Id | None = None
+    idempotency_key: Id | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RunCreate:
+        if (self.tasks is None) == (self.matrix is None):
+            raise PydanticCustomError("rule", "give exactly one of tasks or matrix")
+        return self
+
+
 class DeviceDisable(OperatorBody):
     """Disable a device (POST /api/v1/devices/{device_id}/disable); the body may be left out."""
 
@@ -424,4 +500,5 @@ class TeamSettings(OperatorBody):
 
 # The document's name of each request body is its model's name (routes.py names them).
 REQUESTS: tuple[type[RequestBody], ...] = (Enroll, DeviceEnroll, Heartbeat, Claim, Renew, Renewals, Result,
-                                          TaskCreate, DeviceDisable, TokenCreate, OperatorTokenCreate, TeamSettings)
+                                          TaskCreate, DeviceDisable, TokenCreate, OperatorTokenCreate, TeamSettings,
+                                          RunCreate)

@@ -7,7 +7,7 @@ event is ``id: <stream id>`` and ``data: <the
 event's JSON>``, and a comment (``: keepalive``) after every ``feed_keepalive_s`` (a setting) of
 silence, so proxies keep the connection. A client resumes with ``Last-Event-ID`` (or
 ``?last_event_id=`` for one that cannot set headers); without either it gets events from now on.
-``?task_id=`` and ``?host_id=`` keep only the events that name that task or host.
+``?task_id=``, ``?host_id=`` and ``?run_id=`` keep only the events that name that task, host or run.
 
 A ``HEAD`` answers the stream's headers and ends (parameters checked as for ``GET``), with no
 watcher. Everything that can fail with a status (credential, parameters, Redis for the starting position)
@@ -33,7 +33,7 @@ from coordinator.feed import Entry, EventFeed, Notice, StreamId
 log = logging.getLogger("coordinator.feed")
 
 RETRY_MS = 2000
-FILTERS = ("task_id", "host_id")
+FILTERS = ("task_id", "host_id", "run_id")
 _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 

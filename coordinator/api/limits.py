@@ -9,6 +9,10 @@ TASKS_LIMIT = (50, 500)
 DEVICES_LIMIT = (100, 1000)
 HOSTS_LIMIT = (100, 1000)
 TOKENS_LIMIT = (100, 1000)
+RUNS_LIMIT = (50, 500)
+# A run's body carries up to wire.MAX_RUN_TASKS task bodies: it may be this many times
+# COORDINATOR_MAX_BODY_BYTES (4 MiB at the default 64 KiB).
+RUN_BODY_FACTOR = 64
 CURSOR_MAX_CHARS = 300  # an opaque text cursor (devices)
 TASK_CURSOR_MAX = 2**63 - 1  # tasks page by sequence number
 OFFSET_CURSOR_MAX = 2**31 - 1  # tokens page by position

@@ -69,6 +69,9 @@ class _Schemas(GenerateJsonSchema):
 _REF = "#/components/schemas/{model}"
 # Labels as a view shows them: the same shape a body sends.
 _LABELS = TypeAdapter(bodies.Labels).json_schema(schema_generator=_Schemas)
+# A run's counts: tasks by status, each status named.
+_RUN_COUNTS = {"type": "object", "required": list(wire.values(wire.TaskStatus)),
+               "properties": {status: {"type": "integer", "minimum": 0} for status in wire.values(wire.TaskStatus)}}
 
 
 def request_schemas(max_devices_per_host: int) -> dict[str, Any]:
@@ -140,7 +143,24 @@ SCHEMAS: dict[str, Any] = {
                 "no_workflow")}},
         "queue_timeout_s": {"type": ["integer", "null"]},
         "team": _ID, "priority": {"type": "integer", "minimum": wire.PRIORITY_MIN, "maximum": wire.PRIORITY_MAX},
-        "run_id": {"type": ["string", "null"]}}},
+        "run_id": {"type": ["string", "null"]}, "rerun_of": {"type": ["string", "null"]},
+        "replaced_by": {"type": ["string", "null"]}}},
+    "Run": {"type": "object", "required": ["run_id", "status", "counts", "created_at"], "properties": {
+        "run_id": _ID, "name": {"type": ["string", "null"]}, "status": {"enum": list(wire.values(wire.RunStatus))},
+        "counts": _RUN_COUNTS, "tasks": {"type": "integer"}, "created_at": {"type": "string"},
+        "ended_at": {"type": ["string", "null"]}, "team": _ID, "priority": {"type": "integer"},
+        "created_by": {"type": ["string", "null"]}, "cancel_requested": {"type": "boolean"},
+        "idempotency_key": {"type": ["string", "null"]},
+        "breakdown": {"type": "object", "properties": {
+            "devices": {"type": "array", "items": {"type": "object", "properties": {
+                "device_id": {"type": ["string", "null"]}, "counts": _RUN_COUNTS}}},
+            "work": {"type": "array", "items": {"type": "object", "properties": {
+                "work": {"type": "string"}, "counts": _RUN_COUNTS}}}}}}},
+    "RunPage": {"type": "object", "properties": {
+        "runs": {"type": "array", "items": {"$ref": "#/components/schemas/Run"}},
+        "next_cursor": {"type": ["string", "null"]}}},
+    "RunRerun": {"type": "object", "properties": {
+        "run_id": _ID, "created": {"type": "integer", "minimum": 0}, "run": {"$ref": "#/components/schemas/Run"}}},
     "Events": {"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object", "properties": {
         "at": {"type": "string"}, "type": {"enum": list(wire.values(wire.EventType))}, "task_id": _ID,
         "attempt": {"type": "integer"}, "host_id": {"type": ["string", "null"]},
@@ -226,7 +246,7 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     # Any finite number of seconds; more than COORDINATOR_CLAIM_WAIT_MAX_S waits that long.
     ("post", "/internal/v1/hosts/{host_id}/claim"): {"wait_s": {"type": "number", "minimum": 0,
                                                                 "maximum": sys.float_info.max}},
-    ("get", "/api/v1/tasks"): {"status": _STATUS, "host_id": _ID, "device_id": _ID, "team": _ID,
+    ("get", "/api/v1/tasks"): {"status": _STATUS, "host_id": _ID, "device_id": _ID, "team": _ID, "run_id": _ID,
                                "limit": _limit(*limits.TASKS_LIMIT),
                                "cursor": _integer(0, limits.TASK_CURSOR_MAX)},
     ("get", "/api/v1/devices"): {"host_id": _ID, "driver": _ID, "status": _DEVICE_STATUS,
@@ -238,6 +258,9 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/hosts"): {"limit": _limit(*limits.HOSTS_LIMIT), "cursor": _ID},
     ("get", "/api/v1/enrollment-tokens"): _OFFSET_PAGE,
     ("get", "/api/v1/operator-tokens"): _OFFSET_PAGE,
+    ("get", "/api/v1/runs"): {"status": {"enum": list(wire.values(wire.RunStatus))}, "team": _ID,
+                              "limit": _limit(*limits.RUNS_LIMIT), "cursor": _integer(0, limits.TASK_CURSOR_MAX)},
+    ("get", "/api/v1/runs/{run_id}/report"): {"format": {"enum": ["json", "junit"], "default": "json"}},
     ("get", "/api/v1/events"): {**dict.fromkeys(FEED_FILTERS, _ID), "last_event_id": _STREAM_ID},
     _UPLOAD: {"task_id": _ID, "attempt": _integer(1), "step_index": _integer(0)},
     _ARTIFACT_BYTES: {"attempt": _integer(1)},
@@ -245,7 +268,7 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
 _HEADERS: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/events"): {"Last-Event-ID": _STREAM_ID},
 }
-_PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id", "team")
+_PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id", "team", "run_id")
 # Bodies a client may leave out (read as {}).
 _OPTIONAL_BODIES = frozenset(model.__name__ for model in bodies.REQUESTS if model.body_optional)
 # Content of the successful answers that are not JSON.

@@ -14,6 +14,8 @@ from coordinator.state.records import (
     EnrollmentToken,
     HostRecord,
     OperatorToken,
+    RunCounts,
+    RunRecord,
     TaskRecord,
 )
 from coordinator.state.wait_reasons import waiting_reason
@@ -84,7 +86,9 @@ def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dic
         "created_by": task.created_by,
         "team": task.team,
         "priority": task.priority,
-        "run_id": None,  # runs (PROTOCOL.md, "Runs") are not built yet
+        "run_id": task.run_id,
+        "rerun_of": task.rerun_of,
+        "replaced_by": task.replaced_by,
     }
     if task.kind == wire.TaskKind.GOAL:
         view["goal"] = task.goal
@@ -93,6 +97,35 @@ def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dic
     if task.driver:
         view["selector"] = {"driver": task.driver, "labels": _json_field(task.labels) or {}}
     return view
+
+
+def _status_counts(counts: dict[str, int]) -> dict[str, int]:
+    """Every task status, each with its count (0 when none)."""
+    return {status: counts.get(status, 0) for status in wire.values(wire.TaskStatus)}
+
+
+def run_state_view(run: RunRecord, counts: RunCounts) -> dict[str, Any]:
+    """A run (PROTOCOL.md, "Runs"): its status, counts by task status, and the breakdown by
+    device (null: a selector's task not placed yet) and by work item, in the order first seen."""
+    return {
+        "run_id": run.id,
+        "name": run.name,
+        "status": run.status,
+        "counts": _status_counts(counts.by_status),
+        "tasks": run.places,
+        "created_at": iso_ms(run.created_at),
+        "ended_at": iso_ms(run.ended_at) if run.status != wire.RunStatus.RUNNING else None,
+        "team": run.team,
+        "priority": run.priority,
+        "created_by": run.created_by,
+        "cancel_requested": bool(run.cancel_requested),
+        "idempotency_key": run.idempotency_key,
+        "breakdown": {
+            "devices": [{"device_id": device or None, "counts": _status_counts(by)}
+                        for device, by in sorted(counts.by_device.items())],
+            "work": [{"work": work, "counts": _status_counts(by)} for work, by in sorted(counts.by_work.items())],
+        },
+    }
 
 
 def device_view(state: DeviceState) -> dict[str, Any]:

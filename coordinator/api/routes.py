@@ -25,6 +25,7 @@ from coordinator.api import (
     host,
     operators,
     ops,
+    runs,
     tasks,
     teams,
     ui,
@@ -155,6 +156,24 @@ ENDPOINTS: list[Endpoint] = [
              None, {200: "Teams", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("PUT", "/api/v1/teams/{team}", teams.set_team, "Set a team's weight and cap", "operator",
              "TeamSettings", {200: "Team", 400: "Error", **_ADMIN_ERRORS}, scope=ADMIN),
+    # Runs (PROTOCOL.md, "Runs"): many tasks as one.
+    Endpoint("POST", "/api/v1/runs", runs.create_run, "Create a run: a list of tasks or a matrix, all or nothing",
+             "operator", "RunCreate", {200: "Run", 201: "Run", 400: "Error", 409: "Error", 413: "Error",
+                                       **_ADMIN_ERRORS}, scope=SUBMIT),
+    Endpoint("GET", "/api/v1/runs", runs.list_runs, "List runs, newest first", "operator", None,
+             {200: "RunPage", 400: "Error", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("GET", "/api/v1/runs/{run_id}", runs.get_run, "Get a run", "operator", None,
+             {200: "Run", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("GET", "/api/v1/runs/{run_id}/report", runs.run_report,
+             "A run's report: JSON, or JUnit XML (?format=junit)", "operator", None,
+             {200: None, 400: "Error", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
+    Endpoint("POST", "/api/v1/runs/{run_id}/cancel", runs.cancel_run, "Cancel every task of a run not yet ended",
+             "operator", None, {200: "Run", 404: "Error", **_ADMIN_ERRORS}, scope=CONTROL, own_scope=SUBMIT),
+    Endpoint("POST", "/api/v1/runs/{run_id}/rerun-failed", runs.rerun_failed,
+             "Rerun a run's failed tasks, each in its place", "operator", None,
+             # PROTOCOL's scopes: submit reruns the runs it created; control cancels any run but
+             # reruns none it did not create, so rerunning any run is the admin's.
+             {201: "RunRerun", 404: "Error", **_ADMIN_ERRORS}, scope=ADMIN, own_scope=SUBMIT),
     # An addition to the contract: who the caller is, for any valid operator credential.
     Endpoint("GET", "/api/v1/me", operators.me, "The calling operator: name, scopes, expiry", "operator",
              None, {200: "Me", **_ADMIN_ERRORS}, scope=ANY_SCOPE),

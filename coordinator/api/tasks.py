@@ -94,10 +94,11 @@ async def list_tasks(ctx: Context, request: Request) -> Response:
     query = Query(request)
     status = query.choice("status", _TASK_STATUSES)
     host_id, device_id, team = query.id("host_id"), query.id("device_id"), query.id("team")
+    run_id = query.id("run_id")
     limit = query.limit(*limits.TASKS_LIMIT)
     cursor = query.integer("cursor", default=-1, low=0, high=limits.TASK_CURSOR_MAX)
     page = await ctx.queries.list_tasks(status=status, host_id=host_id, device_id=device_id, limit=limit,
-                                        cursor=None if cursor < 0 else cursor, team=team)
+                                        cursor=None if cursor < 0 else cursor, team=team, run_id=run_id)
     return json_response({"tasks": await _views(ctx, page.items), "next_cursor": page.next_cursor})
 
 

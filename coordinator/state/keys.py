@@ -32,7 +32,7 @@ def hash_tag(key: str) -> str | None:
 # that builds it, and the name the scripts derive it by (lua/includes/deployment.lua ``derived``).
 PER_ID_KINDS = ("device_runs", "assigned", "waiting", "waiting_device", "queue_teams", "queue_teams_device",
                 "team_queues", "team_usage", "host_devices", "lease", "polls", "inbox", "auth_failures",
-                "auth_throttled")
+                "auth_throttled", "run_counts", "run_tasks")
 
 
 def team_queue(target: str, team: str) -> str:
@@ -49,6 +49,11 @@ class Keys:
         self.task_seq = p + "task_seq"
         self.tasks_by_status = p + "tasks_by_status"
         self.idempotency = p + "idempotency"
+        # runs: many tasks as one (lua/includes/runs.lua)
+        self.runs = p + "runs"  # run id -> run JSON
+        self.run_seq = p + "run_seq"
+        self.runs_by_age = p + "runs_by_age"  # run id -> its seq: the listing, newest first
+        self.run_idempotency = p + "run_idempotency"  # a run's idempotency key -> run id
         # scheduling
         self.devices = p + "devices"
         self.reservations = p + "reservations"
@@ -168,6 +173,18 @@ class Keys:
         """Present while a client address's failed credentials are answered 429; its TTL is
         what is left of the throttle."""
         return self._of("auth_throttled", address)
+
+    def run_counts(self, run_id: str) -> str:
+        """A run's counts, kept by the scripts that change its tasks' statuses
+        (lua/includes/runs.lua): a hash "<status>" -> its tasks of that status, "d\0<device>\0<status>"
+        and "w\0<work item>\0<status>" -> the same by device and by work item (the breakdown),
+        "open" -> its tasks not ended, "stored" -> its task records retention has not deleted."""
+        return self._of("run_counts", run_id)
+
+    def run_tasks(self, run_id: str) -> str:
+        """A run's tasks, one per place of the run: a zset task id -> its place (0-based); a
+        rerun takes the place of the task it replaces."""
+        return self._of("run_tasks", run_id)
 
     # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
     # joined by NUL.

@@ -72,6 +72,14 @@ class TaskRecord:
     priority: int = wire.PRIORITY_DEFAULT
     # The running attempt's latest progress {step_index, status, summary}, when read with it.
     progress: dict[str, Any] | None = None
+    # A task of a run (lua/includes/runs.lua): the run, its place in it, its work item, the task
+    # it reran and the one that replaced it, and its last attempt's last progress.
+    run_id: str | None = None
+    run_place: int | None = None
+    run_work: str | None = None
+    rerun_of: str | None = None
+    replaced_by: str | None = None
+    last_step: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, raw: bytes | str, progress: bytes | str | None = None) -> TaskRecord:
@@ -179,3 +187,53 @@ class TeamShare:
     running: int
     queued: int
     device_seconds_1h: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """A run's counts as the scripts keep them (keys.py, run_counts): by task status, and the
+    breakdown by device and by work item."""
+
+    by_status: dict[str, int]
+    by_device: dict[str, dict[str, int]]
+    by_work: dict[str, dict[str, int]]
+
+    @classmethod
+    def from_hash(cls, raw: dict[bytes, bytes] | list[bytes]) -> RunCounts:
+        """From HGETALL's answer (a dict, or a script's flat list of fields and values)."""
+        pairs = list(raw.items()) if isinstance(raw, dict) else list(zip(raw[::2], raw[1::2], strict=True))
+        by_status = dict.fromkeys(wire.values(wire.TaskStatus), 0)
+        by_device: dict[str, dict[str, int]] = {}
+        by_work: dict[str, dict[str, int]] = {}
+        for name, value in pairs:
+            field_name = name.decode() if isinstance(name, bytes) else name
+            count = int(value)
+            if field_name in by_status:
+                by_status[field_name] = count
+            elif field_name[:2] in ("d\0", "w\0") and count:
+                _, key, status = field_name.split("\0")
+                (by_device if field_name[0] == "d" else by_work).setdefault(key, {})[status] = count
+        return cls(by_status, by_device, by_work)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run (PROTOCOL.md, "Runs"), as lua/includes/runs.lua keeps it."""
+
+    id: str
+    seq: int
+    status: str  # a wire.RunStatus value
+    created_at: int
+    places: int  # its tasks, one per place
+    name: str | None = None
+    team: str = wire.DEFAULT_TEAM
+    priority: int = wire.PRIORITY_DEFAULT
+    ended_at: int | None = None
+    cancel_requested: bool = False
+    created_by: str | None = None
+    creator_token: str | None = None
+    idempotency_key: str | None = None
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> RunRecord:
+        return _from_dict(cls, orjson.loads(raw))

@@ -19,6 +19,8 @@ from coordinator.state.records import (
     EnrollmentToken,
     HostPrincipal,
     OperatorToken,
+    RunCounts,
+    RunRecord,
     TaskRecord,
     TeamShare,
 )
@@ -52,6 +54,21 @@ class Created:
     task: TaskRecord
     created: bool
     candidates: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A run and its counts, as a script that changed it answered them."""
+
+    run: RunRecord
+    counts: RunCounts
+
+
+@dataclass(frozen=True)
+class RunCreated(RunState):
+    """A run create's answer: ``created`` false for an idempotent repeat."""
+
+    created: bool
 
 
 @dataclass(frozen=True)
@@ -236,6 +253,28 @@ class Store:
         reply = await self._schedule("cancelTask", [task_id, owner or "", actor])
         return TaskRecord.from_json(reply[1])
 
+    # -- runs (lua/includes/runs.lua) ---------------------------------------------------------
+
+    async def create_run(self, run: dict[str, Any], tasks: list[dict[str, Any]], matrix: dict[str, Any] | None,
+                         max_tasks: int, *, actor: str = "admin") -> RunCreated:
+        """A run and all its tasks in one step (lua/createRun): ``tasks`` their specs, or a
+        ``matrix`` ({work, driver, labels}) the script expands over the devices matching now."""
+        reply = await self._schedule("createRun", [orjson.dumps(run), orjson.dumps(tasks),
+                                                   "" if matrix is None else orjson.dumps(matrix), max_tasks,
+                                                   actor])
+        return RunCreated(RunRecord.from_json(reply[1]), RunCounts.from_hash(reply[3]), reply[2] == 1)
+
+    async def cancel_run(self, run_id: str, *, actor: str = "admin", owner: str | None = None) -> RunState:
+        """``owner``: cancel only if this operator token created the run (else ``InsufficientScope``)."""
+        reply = await self._schedule("cancelRun", [run_id, owner or "", actor])
+        return RunState(RunRecord.from_json(reply[1]), RunCounts.from_hash(reply[2]))
+
+    async def rerun_failed(self, run_id: str, *, actor: str = "admin",
+                           owner: str | None = None) -> tuple[int, RunState]:
+        """How many failed tasks got a rerun, and the run after it."""
+        reply = await self._schedule("rerunFailed", [run_id, owner or "", actor])
+        return int(reply[1]), RunState(RunRecord.from_json(reply[2]), RunCounts.from_hash(reply[3]))
+
     async def set_team(self, team: str, change: dict[str, Any]) -> TeamShare:
         """Set a team's ``weight`` and/or ``max_devices`` (None: no cap); its share after it."""
         reply = await self._schedule("setTeam", [team, orjson.dumps(change)])
@@ -288,7 +327,7 @@ class Store:
             "purgeTasks",
             [k.tasks, k.tasks_by_status, k.retention, k.idempotency, k.claims,
              k.progress, k.stats, k.artifacts, k.artifact_index, k.artifact_usage, k.artifact_blobs],
-            [limit, artifact_budget],
+            [limit, artifact_budget, k.base],
         )
         return Purge(taken=int(reply[2]), acted=int(reply[1]), blobs=[_text(b) for b in reply[3:]])
 

@@ -54,11 +54,11 @@ local function taskEvent(S, task, kind, now, reason, status)
     table.remove(history, 1)
   end
   task.events = history
-  -- The feed's copy names the task and its team (a watcher filters by either); the history,
-  -- which lives in the task's own record, implies both.
-  event.task_id, event.team = task.id, task.team
+  -- The feed's copy names the task, its team and its run (a watcher filters by any); the
+  -- history, which lives in the task's own record, implies them.
+  event.task_id, event.team, event.run_id = task.id, task.team, task.run_id
   rcall('XADD', S.key.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode(event))
-  event.task_id, event.team = nil, nil
+  event.task_id, event.team, event.run_id = nil, nil, nil
 end
 
 -- A device's runs, newest first, one entry per claimed attempt, written when the attempt ends

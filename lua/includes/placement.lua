@@ -12,7 +12,8 @@
   no waiting task it may run, but those of teams at their quota.
 
   Functions (each takes the deployment, includes/deployment.lua, first):
-    saveTask(S, task, previousStatus)        write a task back, moving it in `tasks_by_status`
+    saveTask(S, task, previousStatus)        write a task back, moving it in `tasks_by_status` and
+                                             in its run's counts
     queueScore(task)                         a queued task's order in its queue
     waitingKey(S, task)                      the queue a queued task waits in
     enqueueTask(S, task)                     put a queued task in its queue, with its deadline
@@ -34,7 +35,8 @@
       time a team drops below its quota, its waiting tasks take free devices), so a new task
       never jumps the queue by taking a free device;
     - a team's running and queued counts (includes/teams.lua) change with each reservation and
-      each queue entry, in the same step;
+      each queue entry, in the same step; a run's counts (includes/runs.lua) with each status
+      its tasks take, in the step that saves them;
     - a task is in exactly one of: a waiting queue (queued), its host's `assigned` list
       (assigned), a lease (running), or `retention` (terminal); an assigned task has a claim
       deadline, and its device's reservation names it;
@@ -46,11 +48,16 @@
 --- @include "includes/pool"
 --- @include "includes/wakeups"
 --- @include "includes/teams"
+--- @include "includes/runs"
 
--- Write a task back, moving it in the status index when its status changed; its JSON.
+-- Write a task back, moving it in the status index when its status changed, and in its run's
+-- counts (includes/runs.lua) when it belongs to one; its JSON.
 local function saveTask(S, task, previousStatus)
   if previousStatus ~= task.status then
     rcall('ZADD', S.key.tasks_by_status, statusScore(task.status, task.seq), task.id)
+  end
+  if task.run_id then
+    countRunTask(S, task, previousStatus)
   end
   local encoded = cjson.encode(task)
   rcall('HSET', S.key.tasks, task.id, encoded)

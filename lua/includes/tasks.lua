@@ -9,6 +9,8 @@
     nextAttempt(task, now)                   a new attempt starts its wait
     requeueTask(S, task, now, kind, reason)  a task that held a device goes back to its queue
     unassignTask(S, task, now, reason)       an assignment its host will not claim goes back
+    startTask(S, task, now)                  a new task: aged, `created`, placed and saved
+    cancelTaskNow(S, task, now)              an operator's cancel of one task
 
   Invariants kept: a task leaves its device and reaches its next state (queued, or terminal with
   a retention deadline) in one step, recording its event; a requeued task is placed before its
@@ -107,4 +109,50 @@ local function unassignTask(S, task, now, reason)
   rcall('LREM', derived(S, 'assigned', task.host_id), 1, task.id)
   rcall('ZREM', S.key.claim_deadlines, task.id)
   requeueTask(S, task, now, 'unassigned', reason)
+end
+
+-- A new task (its id and spec set by the caller): given its age and first attempt, `created` in
+-- its history, placed on a free device or queued, and saved; its JSON.
+local function startTask(S, task, now)
+  task.seq = rcall('INCR', S.key.task_seq)
+  task.status = 'queued'
+  task.attempt = 1
+  task.created_at = now
+  task.updated_at = now
+  task.queued_at = now
+  if task.queue_timeout_ms then
+    task.queue_deadline = now + task.queue_timeout_ms
+  end
+  taskEvent(S, task, 'created', now)
+  placeTask(S, task, now)
+  return saveTask(S, task, nil)
+end
+
+-- Cancel a task: at once when it is queued or assigned (it leaves its queue or device and is
+-- `cancelled`); a running one is asked to stop (`cancel_requested`: cancelled when its agent
+-- reports or its lease expires). Whether the cancel holds (false: it already succeeded or failed).
+local function cancelTaskNow(S, task, now)
+  local previous = task.status
+  if previous == 'queued' then
+    unqueueTask(S, task)
+  elseif previous == 'assigned' then
+    rcall('LREM', derived(S, 'assigned', task.host_id), 1, task.id)
+    rcall('ZREM', S.key.claim_deadlines, task.id)
+    releaseDevice(S, task, now, false)
+  elseif previous == 'running' then
+    if not task.cancel_requested then
+      task.cancel_requested = true
+      task.updated_at = now
+      taskEvent(S, task, 'cancel_requested', now)
+      saveTask(S, task, previous)
+    end
+    return true
+  else
+    return previous == 'cancelled'
+  end
+  task.status = 'cancelled'
+  task.failure_reason = 'cancelled'
+  taskEvent(S, task, 'cancelled', now, 'cancelled')
+  finishTask(S, task, previous, now)
+  return true
 end

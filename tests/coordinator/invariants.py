@@ -20,6 +20,7 @@ one before it:
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,10 @@ class Stored:
     capabilities: dict[str, set[str]]
     # the teams hash: "<team>" -> settings JSON, "<team>|running" and "<team>|queued" -> counts
     teams: dict[str, str] = field(default_factory=dict)
+    # runs: run id -> its record, its counts (run_counts) and its tasks by place (run_tasks)
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    run_counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    run_tasks: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
@@ -87,11 +92,15 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
                 pipe.lrange(key, 0, -1)
             elif kind == "lease":
                 pipe.get(key)
+            elif kind == "run_counts":
+                pipe.hgetall(key)
+            elif kind == "run_tasks":
+                pipe.zrange(key, 0, -1, withscores=True)
             else:
                 continue
             read.append((kind, ident))
         for key in (keys.tasks, keys.devices, keys.reservations, keys.idempotency, keys.claims,
-                    keys.host_capabilities, keys.teams):
+                    keys.host_capabilities, keys.teams, keys.runs):
             pipe.hgetall(key)
         for key in (keys.tasks_by_status, keys.free, keys.devices_by_driver, keys.hosts_online, keys.lease_deadlines,
                     keys.claim_deadlines, keys.queue_deadlines, keys.retention):
@@ -106,6 +115,8 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
     waiting: dict[str, dict[str, float]] = {}
     assigned: dict[str, list[str]] = {}
     lease_keys: dict[str, dict[str, Any]] = {}
+    run_counts: dict[str, dict[str, int]] = {}
+    run_tasks: dict[str, dict[str, float]] = {}
     for (kind, ident), reply in zip(read, replies, strict=False):
         if kind == "host_devices":
             host_devices[ident] = {_text(m) for m in reply}
@@ -113,9 +124,13 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
             waiting[ident] = {_text(m): s for m, s in reply}
         elif kind == "assigned":
             assigned[ident] = [_text(t) for t in reply]
+        elif kind == "run_counts":
+            run_counts[ident] = {_text(k): int(v) for k, v in reply.items()}
+        elif kind == "run_tasks":
+            run_tasks[ident] = {_text(m): score for m, score in reply}
         elif reply is not None:  # a lease key (its TTL may run out between the scan and the read)
             lease_keys[ident] = orjson.loads(reply)
-    (tasks, devices, reservations, idempotency, claims, capabilities, teams, by_status, free, by_driver, online,
+    (tasks, devices, reservations, idempotency, claims, capabilities, teams, runs, by_status, free, by_driver, online,
      lease_deadlines, claim_deadlines, queue_deadlines, retention, disabled, progress, draining,
      stalled) = replies[len(read):]
 
@@ -147,6 +162,9 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         lease_keys=lease_keys,
         capabilities={_text(k): set(orjson.loads(v)["workflows"]) for k, v in capabilities.items()},
         teams={_text(k): _text(v) for k, v in teams.items()},
+        runs={_text(k): orjson.loads(v) for k, v in runs.items()},
+        run_counts=run_counts,
+        run_tasks=run_tasks,
     )
 
 
@@ -423,8 +441,45 @@ def check_accounted(s: Stored, before: Stored | None, created: dict[str, Any]) -
         assert all(task_id not in q for q in s.waiting.values()) and task_id not in s.reservations.values()
 
 
+def check_runs(s: Stored) -> None:
+    """A run's kept state is what its tasks say (PROTOCOL.md, "Runs"): its counts are its current
+    tasks' statuses (one per place, the latest rerun), by device and by work item too; it is
+    `running` exactly while one of them has not ended, then succeeded, cancelled or failed by the
+    rule; `stored` counts its task records, and a run whose last task was purged is gone whole."""
+    for run_id, run in s.runs.items():
+        counts = s.run_counts.get(run_id, {})
+        mine = {task_id: t for task_id, t in s.tasks.items() if t.get("run_id") == run_id}
+        assert mine and counts.get("stored") == len(mine), f"{run_id} stores {counts.get('stored')} of {len(mine)}"
+        places = s.run_tasks.get(run_id, {})
+        assert {t_id for t_id, t in mine.items() if "replaced_by" not in t} <= set(places), run_id
+        assert sorted(places.values()) == sorted(set(places.values())), f"{run_id}: a place holds one task"
+        current = [s.tasks[t_id] for t_id in places if t_id in s.tasks]
+        if len(current) < run["places"]:
+            continue  # retention took some already: the counts keep what they ended as
+        statuses = Counter(t["status"] for t in current)
+        for status in STATUS_CODES:
+            assert counts.get(status, 0) == statuses.get(status, 0), (run_id, status, counts, statuses)
+        for prefix in ("d\0", "w\0"):
+            summed: Counter[str] = Counter()
+            for name, n in counts.items():
+                if name.startswith(prefix):
+                    summed[name.rsplit("\0", 1)[1]] += n
+            assert +summed == +statuses, (run_id, prefix, summed, statuses)
+        open_tasks = sum(1 for t in current if t["status"] not in TERMINAL)
+        assert counts.get("open", 0) == open_tasks, (run_id, counts.get("open"), open_tasks)
+        if open_tasks:
+            expected = "running"
+        elif statuses["succeeded"] == len(current):
+            expected = "succeeded"
+        else:
+            expected = "cancelled" if run.get("cancel_requested") else "failed"
+        assert run["status"] == expected, (run_id, run["status"], expected)
+    assert set(s.run_counts) <= set(s.runs) and set(s.run_tasks) <= set(s.runs), "a purged run left keys"
+
+
 def check_stored(s: Stored, before: Stored | None, offline_after_ms: int, created: dict[str, Any]) -> None:
     check_indexes(s)
+    check_runs(s)
     check_nothing_stranded(s, offline_after_ms)
     check_assignments_runnable(s)
     check_order(s, before)

@@ -101,6 +101,9 @@ TEAMS = ["default", "red", "blue"]
 PRIORITIES = [0, 0, 5, -5]
 WEIGHTS = [1, 2, 3]
 CAPS: list[int | None] = [None, 0, 1, 2]
+# Runs (PROTOCOL.md, "Runs"): a matrix's selector, as its devices are matched when it is created.
+MATRIX_DEVICES: list[dict[str, Any]] = [{"driver": "sim"}, {"driver": "sim", "labels": {"rack": "1"}},
+                                        {"driver": "ios"}]
 
 
 MANAGED_TOKEN = "tht_" + "m" * 40
@@ -128,6 +131,7 @@ class Told:
     claims: dict[tuple[str, str], Handed] = field(default_factory=dict)  # (host, claim id) -> first answer
     results: dict[tuple[str, str], tuple[str, Any]] = field(default_factory=dict)  # (task, lease) -> (report, answer)
     revoked: set[str] = field(default_factory=set)
+    runs: list[str] = field(default_factory=list)  # the runs created, in order
 
 
 class ProtocolMachine(RuleBasedStateMachine):
@@ -309,6 +313,63 @@ class ProtocolMachine(RuleBasedStateMachine):
             static = None if host == MANAGED else self.principal(host).digest
             self.run(self.store.revoke_host(self.principal(host).host_id, static))
             self.told.revoked.add(host)
+
+    @rule(aims=st.lists(st.sampled_from(TARGETS), min_size=1, max_size=3), what=st.sampled_from(KINDS),
+          matrix=st.sampled_from([None, *MATRIX_DEVICES]), max_attempts=st.sampled_from([1, 2]),
+          team=st.sampled_from(TEAMS), priority=st.sampled_from(PRIORITIES))
+    def create_run(self, aims: list[dict[str, Any]], what: dict[str, Any], matrix: dict[str, Any] | None,
+                   max_attempts: int, team: str, priority: int) -> None:
+        """An operator submits a run: a task for each aim, or a matrix of one work item over the
+        devices its selector matches now (lua/createRun; its specs as coordinator/api/runs.py
+        builds them)."""
+        run = {"id": "r_" + self.fresh("run"), "team": team, "priority": priority, "created_by": "admin"}
+        if matrix is None:
+            specs = []
+            for aim in aims:
+                if "managed device" in aim:
+                    aim = {"device_id": self.cloud.get(aim["managed device"], "d_never_enrolled")}
+                spec = parse_task(TaskCreate.model_validate({**what, **aim, "max_attempts": max_attempts}),
+                                  DEFAULT_QUEUE_TIMEOUT_MS)
+                specs.append({k: v for k, v in spec.items() if k not in ("team", "priority")})
+            answer = self.attempt(self.store.create_run(run, specs, None, 1000))
+        else:
+            work = {k: v for k, v in parse_task(TaskCreate.model_validate({**what, "device_id": "x"}),
+                                                DEFAULT_QUEUE_TIMEOUT_MS).items()
+                    if k not in ("team", "priority", "target_device")}
+            work["max_attempts"] = max_attempts
+            spec = {"work": [work], "driver": matrix["driver"], "labels": canonical_json(matrix.get("labels", {}))}
+            answer = self.attempt(self.store.create_run(run, [], spec, 1000))
+        if isinstance(answer, ApiError):
+            now = self.stored()
+            matching = [d for d, device in now.devices.items() if matrix is not None and d not in now.disabled
+                        and device["driver"] == matrix["driver"]
+                        and all(orjson.loads(device.get("labels") or "{}").get(k) == v
+                                for k, v in matrix.get("labels", {}).items())]
+            assert answer.code == "no_matching_device" and matrix is not None and not matching, answer
+            return
+        assert answer.created and answer.run.status == "running"
+        self.told.runs.append(run["id"])
+        for place in range(answer.run.places):
+            self.told.created[f"t_{run['id'][2:]}-{place + 1}"] = {"run_id": run["id"]}
+
+    @rule(action=st.sampled_from(["cancel", "rerun"]), data=st.data())
+    def steer_run(self, action: str, data: st.DataObject) -> None:
+        """An operator cancels a run, or reruns its failed tasks."""
+        if not self.told.runs:
+            return
+        run_id = data.draw(st.sampled_from(self.told.runs), label="run")
+        if action == "cancel":
+            answer: Any = self.attempt(self.store.cancel_run(run_id))
+        else:
+            answer = self.attempt(self.store.rerun_failed(run_id))
+        if isinstance(answer, ApiError):
+            assert answer.code == "not_found" and run_id not in self.stored().runs, answer
+            return
+        if action == "rerun":
+            created, _ = answer
+            minted = self.stored().runs[run_id]["minted"]
+            for n in range(minted - created + 1, minted + 1):
+                self.told.created[f"t_{run_id[2:]}-{n}"] = {"run_id": run_id}
 
     @rule(team=st.sampled_from(TEAMS), weight=st.sampled_from([None, *WEIGHTS]),
           cap=st.sampled_from(["keep", *CAPS]))

@@ -37,10 +37,11 @@ def contract_scope(method: str, path: str) -> str | None:
         return "admin"
     if method == "GET":
         return "read"
-    if (method, path) == ("POST", "/api/v1/tasks"):
+    if (method, path) in {("POST", "/api/v1/tasks"), ("POST", "/api/v1/runs")}:
         return "submit"
     if (method, path) in {
         ("POST", "/api/v1/tasks/{task_id}/cancel"),
+        ("POST", "/api/v1/runs/{run_id}/cancel"),
         ("POST", "/api/v1/hosts/{host_id}/drain"),
         ("POST", "/api/v1/hosts/{host_id}/undrain"),
         ("POST", "/api/v1/devices/{device_id}/disable"),
@@ -91,8 +92,10 @@ async def test_every_scope_against_the_route(api: Api, endpoint: Any) -> None:
     tokens = {scope: await mint(api, f"only-{scope}", scope) for scope in SCOPES}
     for scope in SCOPES:  # "admin" last: what it changes cannot hide another scope's answer
         task = (await api.create_task(device_id="a1")).json()  # an admin's, not this token's
+        run = (await api.admin("POST", "/api/v1/runs", json={"tasks": [{"kind": "goal", "goal": "x",
+                                                                       "device_id": "a1"}]})).json()
         path = endpoint.path.format(task_id=task["task_id"], host_id="host-a", device_id="a1",
-                                    token_id="ot_none", name="a.png", team="qa")
+                                    token_id="ot_none", name="a.png", team="qa", run_id=run["run_id"])
         kwargs: dict[str, Any] = {}
         if endpoint.path == "/api/v1/events":
             kwargs["headers"] = {"last-event-id": "not-an-id"}  # past the scope: 400, not a stream

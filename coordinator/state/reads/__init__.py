@@ -1,6 +1,6 @@
 """Reads of the operator API, one class (`Queries`) assembled from one module per thing read:
 tasks and their counters (``tasks.py``), devices and hosts (``fleet.py``), tokens (``tokens.py``),
-teams and their share (``teams.py``),
+teams and their share (``teams.py``), runs (``runs.py``),
 artifacts' descriptions (``artifacts.py``); what they share is ``common.py``. Here: the Redis
 connection they read through, and the reads that are scripts of lua/ (read-only functions of the
 library, called as ``store.py`` calls the others): the Redis clock (``readClock``), hosts'
@@ -23,6 +23,7 @@ from coordinator.settings import CANDIDATES_SCANNED
 from coordinator.state.keys import Keys
 from coordinator.state.reads.artifacts import ArtifactReads
 from coordinator.state.reads.fleet import FleetReads
+from coordinator.state.reads.runs import RunReads
 from coordinator.state.reads.tasks import TaskReads
 from coordinator.state.reads.teams import TeamReads
 from coordinator.state.reads.tokens import TokenReads
@@ -32,7 +33,7 @@ from coordinator.state.wait_reasons import HostFlag, candidates_from_reply, targ
 from coordinator.transport.base import RedisTransport
 
 
-class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads):
+class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads, RunReads):
     """Every read of the operator API, through one Redis client."""
 
     def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,

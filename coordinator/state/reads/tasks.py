@@ -52,11 +52,12 @@ class TaskReads(Reader):
         return [task_id for task_id, _ in newest[:count]]
 
     async def list_tasks(self, *, status: str | None, host_id: str | None, device_id: str | None,
-                         limit: int, cursor: int | None, team: str | None = None) -> Page:
-        """Newest first; the cursor is the seq of the last task examined. Host, device and team
-        filters have no index: a page examines at most SCAN_BOUND tasks, so it may hold fewer than
+                         limit: int, cursor: int | None, team: str | None = None,
+                         run_id: str | None = None) -> Page:
+        """Newest first; the cursor is the seq of the last task examined. Host, device, team and
+        run filters have no index: a page examines at most SCAN_BOUND tasks, so it may hold fewer than
         ``limit`` with a cursor to go on."""
-        filtered = host_id is not None or device_id is not None or team is not None
+        filtered = host_id is not None or device_id is not None or team is not None or run_id is not None
         found: list[TaskRecord] = []
         examined = 0
         last = cursor
@@ -68,7 +69,8 @@ class TaskReads(Reader):
                 last = task.seq
                 if ((host_id is None or task.host_id == host_id)
                         and (device_id is None or (task.device_id or task.target_device) == device_id)
-                        and (team is None or task.team == team)):
+                        and (team is None or task.team == team)
+                        and (run_id is None or task.run_id == run_id)):
                     found.append(task)
                     if len(found) == limit:
                         break

@@ -1,0 +1,149 @@
+"""A run as the report CI systems read (GET /api/v1/runs/{run_id}/report, PROTOCOL.md "Runs"):
+JUnit XML, or the same as JSON with each task's result.
+
+One suite per work item (a workflow's name or a goal's text), in the order the run holds them;
+one case per task of the run (the latest rerun in each place), named by its device, its time the
+seconds its last attempt ran. A failed task is a ``failure`` (its ``failure_reason``, and its last
+step's summary), a cancelled one ``skipped``, one not ended yet ``skipped`` saying so; each case's
+``system-out`` names its task and artifacts. The XML is valid against the JUnit schema Jenkins
+reads (tests/coordinator/schemas/jenkins-junit.xsd).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from xml.etree import ElementTree
+
+import wire
+from coordinator.api.responses import run_state_view, task_result
+from coordinator.state.records import RunCounts, RunRecord, TaskRecord
+from wire import iso_ms
+
+UNPLACED = "unplaced"  # the device of a selector's task that never had one
+
+
+@dataclass(frozen=True)
+class Case:
+    """One task of the run, as its report names it."""
+
+    task: TaskRecord
+    artifacts: list[str]
+
+    @property
+    def device(self) -> str:
+        return self.task.device_id or self.task.target_device or UNPLACED
+
+    @property
+    def seconds(self) -> float:
+        """How long its last attempt ran: from its claim to its end (0 if it never ran or runs still)."""
+        started, finished = self.task.started_at, self.task.finished_at
+        if started is None or finished is None or finished < started:
+            return 0.0
+        return (finished - started) / 1000
+
+    @property
+    def last_step(self) -> str | None:
+        step = self.task.last_step
+        if not step:
+            return None
+        return f"step {step.get('step_index')} ({step.get('status')}): {step.get('summary', '')}"
+
+
+@dataclass(frozen=True)
+class Suite:
+    work: str
+    cases: list[Case]
+
+    def count(self, status: str) -> int:
+        return sum(case.task.status == status for case in self.cases)
+
+    @property
+    def not_ended(self) -> int:
+        return sum(case.task.status not in wire.TERMINAL_STATUSES for case in self.cases)
+
+    @property
+    def seconds(self) -> float:
+        return sum(case.seconds for case in self.cases)
+
+
+def suites(tasks: Iterable[TaskRecord], artifacts: dict[str, list[str]]) -> list[Suite]:
+    """The run's tasks (in place order) grouped by work item, each work item where it first appears."""
+    grouped: dict[str, list[Case]] = {}
+    for task in tasks:
+        work = task.run_work if task.run_work is not None else (task.goal or "")
+        grouped.setdefault(work, []).append(Case(task, artifacts.get(task.id, [])))
+    return [Suite(work, cases) for work, cases in grouped.items()]
+
+
+def _case_json(case: Case) -> dict[str, Any]:
+    task = case.task
+    return {
+        "task_id": task.id,
+        "device_id": task.device_id or task.target_device,
+        "status": task.status,
+        "time_s": case.seconds,
+        "failure_reason": task.failure_reason if task.status in wire.TERMINAL_STATUSES else None,
+        "last_step": task.last_step,
+        "result": task_result(task),
+        "artifacts": case.artifacts,
+        "rerun_of": task.rerun_of,
+    }
+
+
+def report_json(run: RunRecord, counts: RunCounts, run_suites: list[Suite]) -> dict[str, Any]:
+    return {
+        "run": run_state_view(run, counts),
+        "suites": [{
+            "work": suite.work,
+            "tests": len(suite.cases),
+            "failures": suite.count(wire.TaskStatus.FAILED.value),
+            "skipped": suite.count(wire.TaskStatus.CANCELLED.value) + suite.not_ended,
+            "time_s": suite.seconds,
+            "cases": [_case_json(case) for case in suite.cases],
+        } for suite in run_suites],
+    }
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _case_xml(parent: ElementTree.Element, suite: Suite, case: Case) -> None:
+    task = case.task
+    element = ElementTree.SubElement(parent, "testcase", name=case.device, classname=suite.work,
+                                     time=_seconds(case.seconds))
+    if task.status == wire.TaskStatus.FAILED:
+        reason = task.failure_reason or "failed"
+        failure = ElementTree.SubElement(element, "failure", message=reason, type=reason)
+        failure.text = case.last_step or reason
+    elif task.status == wire.TaskStatus.CANCELLED:
+        skipped = ElementTree.SubElement(element, "skipped", message="cancelled")
+        skipped.text = case.last_step or "cancelled"
+    elif task.status not in wire.TERMINAL_STATUSES:
+        ElementTree.SubElement(element, "skipped", message=f"not ended: {task.status}")
+    out = ElementTree.SubElement(element, "system-out")
+    out.text = f"task {task.id}; artifacts: {', '.join(case.artifacts) if case.artifacts else 'none'}\n"
+
+
+def report_junit(run: RunRecord, run_suites: list[Suite]) -> bytes:
+    failures = sum(suite.count(wire.TaskStatus.FAILED.value) for suite in run_suites)
+    root = ElementTree.Element("testsuites", name=run.name or run.id,
+                               tests=str(sum(len(suite.cases) for suite in run_suites)),
+                               failures=str(failures), errors="0",
+                               time=_seconds(sum(suite.seconds for suite in run_suites)))
+    timestamp = iso_ms(run.created_at) or ""
+    for index, suite in enumerate(run_suites):
+        element = ElementTree.SubElement(
+            root, "testsuite", name=suite.work, id=str(index), package=run.name or run.id,
+            tests=str(len(suite.cases)), failures=str(suite.count(wire.TaskStatus.FAILED.value)), errors="0",
+            skipped=str(suite.count(wire.TaskStatus.CANCELLED.value) + suite.not_ended),
+            time=_seconds(suite.seconds), timestamp=timestamp)
+        properties = ElementTree.SubElement(element, "properties")
+        for name, value in (("run_id", run.id), ("run_status", run.status), ("team", run.team)):
+            ElementTree.SubElement(properties, "property", name=name, value=value)
+        for case in suite.cases:
+            _case_xml(element, suite, case)
+    document: bytes = ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
+    return document

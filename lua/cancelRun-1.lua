@@ -1,0 +1,61 @@
+--[[
+  Cancel a run: every task of it not yet ended is cancelled as a task's cancel does (queued or
+  assigned: at once; running: asked to stop). Idempotent.
+
+  Input:
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6]     run id
+    ARGV[7]     owner: the token id the run must have been created by ("" for any run: a caller
+                allowed to cancel every run)
+    ARGV[8]     actor: the operator's name, on every event of this step
+  Keys it touches besides those of its includes: runs, run_tasks:<run>, run_counts:<run>
+  Output:
+    {0, run JSON, counts}  counts: run_counts:<run> as HGETALL answers it
+    {NOT_FOUND}
+    {NOT_OWNER}  an owner was given and the run was not created by it; nothing changed
+
+  Invariant: an ended run is left as it is; afterwards no task of the run is queued or assigned, each running one has its
+  cancel requested, and the run ends `cancelled` (unless every task succeeded) when its last
+  task ends, in that task's step.
+]]
+--- @include "includes/common"
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/placement"
+--- @include "includes/tasks"
+--- @include "includes/runs"
+local S = deployment(KEYS, ARGV)
+setActor(S, ARGV[8])
+local runId, owner = ARGV[6], ARGV[7]
+
+local run = getJson(S.key.runs, runId)
+if not run then
+  return {E.NOT_FOUND}
+end
+if owner ~= '' and run.creator_token ~= owner then
+  return {E.NOT_OWNER}
+end
+if run.status ~= 'running' then
+  -- Ended already: nothing to cancel, and its status stands.
+  return {0, cjson.encode(run), rcall('HGETALL', derived(S, 'run_counts', runId))}
+end
+if not run.cancel_requested then
+  -- Saved before its tasks are cancelled: the step that ends its last task reads it.
+  run.cancel_requested = true
+  saveRun(S, run)
+end
+local now = nowMs()
+local taskIds = rcall('ZRANGE', derived(S, 'run_tasks', runId), 0, -1)
+-- Each task read as it is cancelled (cancelling one may place another); the queued ones first,
+-- so a device an assigned one lets go is never handed a task of this run about to be cancelled.
+local function cancelEach(pick)
+  for _, taskId in ipairs(taskIds) do
+    local task = getJson(S.key.tasks, taskId)
+    if task and pick(task.status) then
+      cancelTaskNow(S, task, now)
+    end
+  end
+end
+cancelEach(function(status) return status == 'queued' end)
+cancelEach(function(status) return not RUN_TASK_ENDED[status] end)
+return {0, cjson.encode(getJson(S.key.runs, runId)), rcall('HGETALL', derived(S, 'run_counts', runId))}

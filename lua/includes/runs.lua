@@ -1,0 +1,168 @@
+--[[
+  Runs: many tasks as one (PROTOCOL.md, "Runs"). A run is its record in `runs` (JSON: id, seq,
+  name, team, priority, status, created_at, ended_at, cancel_requested, created_by,
+  creator_token, idempotency_key and request_hash, places, minted), its tasks one per place in
+  `run_tasks:<run>` (task id -> place; a rerun takes the place of the task it replaces) and its
+  counts in `run_counts:<run>` (coordinator/state/keys.py, run_counts). A task of a run carries
+  `run_id`, `run_place`, `run_work` (its work item: a workflow's name or a goal's text) and
+  `run_device` (the device its counts stand under now).
+
+  Functions (each takes the deployment, includes/deployment.lua, first, but runWork):
+    runWork(task)                      a task's work item (kept on the task as `run_work`)
+    countRunTask(S, task, previous)    a task of a run saved, `previous` its status before (nil:
+                                       it joins the run): its counts move, and the run ends when
+                                       its last open task ends (run_ended), or runs again when an
+                                       ended run gains an open task
+    uncountRunTask(S, task)            a task replaced by its rerun leaves its run's counts
+    keepLastStep(S, task)              a run's task keeps its attempt's last progress as that
+                                       attempt ends (the report names its last step)
+    forgetRunTask(S, task)             retention deleted a run's task: the run goes with its last
+
+  Invariants kept: a run's counts are its current tasks' statuses (the latest rerun in each
+  place), moved in the step that saves the task (placement's saveTask calls countRunTask), never
+  recounted; `open` is how many of them have not ended, and the run is `running` exactly while
+  it is above 0; `stored` is how many task records of the run exist, and the run's keys are
+  deleted in the step that deletes its last task.
+]]
+--- @include "includes/common"
+--- @include "includes/deployment"
+--- @include "includes/events"
+
+local RUN_TASK_ENDED = {succeeded = true, failed = true, cancelled = true}
+
+local function runWork(task)
+  if task.run_work then
+    return task.run_work
+  end
+  if task.kind == 'workflow' then
+    return cjson.decode(task.workflow).name
+  end
+  return task.goal
+end
+
+-- The device a task's counts stand under: where it runs or ran, else the one it is aimed at,
+-- else '' (a selector's task not placed yet).
+local function runDeviceOf(task)
+  return task.device_id or task.target_device or ''
+end
+
+-- Add `by` to one field of a run's breakdown, dropping a field that falls to 0.
+local function countBreakdown(countsKey, field, by)
+  if rcall('HINCRBY', countsKey, field, by) == 0 then
+    rcall('HDEL', countsKey, field)
+  end
+end
+
+-- The run's record written back.
+local function saveRun(S, run)
+  rcall('HSET', S.key.runs, run.id, cjson.encode(run))
+end
+
+-- A run whose last open task ended: succeeded if every task did, else cancelled if it was
+-- cancelled, else failed; `run_ended` to the feed.
+local function closeRun(S, runId, countsKey)
+  local run = getJson(S.key.runs, runId)
+  if not run or run.status ~= 'running' then
+    return
+  end
+  local ended = rcall('HMGET', countsKey, 'failed', 'cancelled')
+  local now = nowMs()
+  if (tonumber(ended[1]) or 0) == 0 and (tonumber(ended[2]) or 0) == 0 then
+    run.status = 'succeeded'
+  elseif run.cancel_requested then
+    run.status = 'cancelled'
+  else
+    run.status = 'failed'
+  end
+  run.ended_at = now
+  saveRun(S, run)
+  count(S, 'runs_running', -1)
+  count(S, 'runs_' .. run.status)
+  publish(S, {type = 'run_ended', run_id = runId, name = run.name, team = run.team, status = run.status,
+              at = now})
+end
+
+-- An ended run that gains an open task (a rerun) is running again.
+local function reopenRun(S, runId)
+  local run = getJson(S.key.runs, runId)
+  if not run or run.status == 'running' then
+    return
+  end
+  count(S, 'runs_' .. run.status, -1)
+  count(S, 'runs_running')
+  run.status = 'running'
+  run.ended_at = nil
+  saveRun(S, run)
+end
+
+-- Move a task of a run from status `from` to `to` in its run's counts (nil: not counted).
+local function moveRunCounts(S, task, from, to)
+  local countsKey = derived(S, 'run_counts', task.run_id)
+  local work = runWork(task)
+  task.run_work = work
+  if from then
+    rcall('HINCRBY', countsKey, from, -1)
+    countBreakdown(countsKey, indexMember('d', task.run_device or '', from), -1)
+    countBreakdown(countsKey, indexMember('w', work, from), -1)
+  elseif to then
+    rcall('HINCRBY', countsKey, 'stored', 1)  -- a task joins the run
+  end
+  if to then
+    task.run_device = runDeviceOf(task)
+    rcall('HINCRBY', countsKey, to, 1)
+    rcall('HINCRBY', countsKey, indexMember('d', task.run_device, to), 1)
+    rcall('HINCRBY', countsKey, indexMember('w', work, to), 1)
+  end
+  local wasOpen = from ~= nil and not RUN_TASK_ENDED[from]
+  local isOpen = to ~= nil and not RUN_TASK_ENDED[to]
+  if wasOpen ~= isOpen then
+    local open = rcall('HINCRBY', countsKey, 'open', isOpen and 1 or -1)
+    if open == 0 then
+      closeRun(S, task.run_id, countsKey)
+    elseif isOpen and open == 1 then
+      reopenRun(S, task.run_id)
+    end
+  end
+end
+
+local function countRunTask(S, task, previous)
+  if previous == task.status and runDeviceOf(task) == task.run_device then
+    return
+  end
+  moveRunCounts(S, task, previous, task.status)
+end
+
+local function uncountRunTask(S, task)
+  moveRunCounts(S, task, task.status, nil)
+end
+
+local function keepLastStep(S, task)
+  if task.run_id then
+    local raw = rcall('HGET', S.key.progress, task.id)
+    if raw then
+      task.last_step = cjson.decode(raw)
+    end
+  end
+end
+
+local function forgetRunTask(S, task)
+  if not task.run_id then
+    return
+  end
+  local countsKey = derived(S, 'run_counts', task.run_id)
+  local tasksKey = derived(S, 'run_tasks', task.run_id)
+  rcall('ZREM', tasksKey, task.id)
+  if rcall('HINCRBY', countsKey, 'stored', -1) > 0 then
+    return
+  end
+  local run = getJson(S.key.runs, task.run_id)
+  rcall('DEL', countsKey, tasksKey)
+  rcall('HDEL', S.key.runs, task.run_id)
+  rcall('ZREM', S.key.runs_by_age, task.run_id)
+  if run then
+    if run.idempotency_key and rcall('HGET', S.key.run_idempotency, run.idempotency_key) == run.id then
+      rcall('HDEL', S.key.run_idempotency, run.idempotency_key)
+    end
+    count(S, 'runs_' .. run.status, -1)
+  end
+end

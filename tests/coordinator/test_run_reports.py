@@ -1,0 +1,115 @@
+"""A run's report (PROTOCOL.md, "Runs"): JUnit XML that a JUnit library reads back and the JUnit
+schema Jenkins reads accepts (tests/coordinator/schemas/jenkins-junit.xsd), and the same as JSON,
+on real Redis, fakeredis and the cluster."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xmlschema
+from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
+
+from tests.conftest import Api
+from tests.coordinator.helpers import claim_one
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
+
+SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "schemas" / "jenkins-junit.xsd")
+WORK = [{"kind": "goal", "goal": "open settings"}, {"kind": "workflow", "workflow": {"name": "login"}}]
+
+
+@pytest.fixture
+async def api_with_artifacts(api_factory: Callable[..., Any], tmp_path: Path) -> AsyncIterator[Api]:
+    async with api_factory(artifacts_dir=tmp_path / "artifacts") as api:
+        yield api
+
+
+async def _finished_run(api: Api) -> dict[str, Any]:
+    """A matrix of two work items on a1 and a2: open settings succeeds on a1 (with a log) and fails
+    on a2 (after a step's progress); login runs on a1 and waits for a2 when the run is cancelled,
+    so it ends cancelled on both."""
+    await api.heartbeat("host-a", ["a1", "a2"])
+    created = await api.admin("POST", "/api/v1/runs", json={
+        "name": "nightly", "matrix": {"work": WORK, "devices": {"driver": "sim"}}})
+    assert created.status_code == 201, created.text
+    run: dict[str, Any] = created.json()
+    passed = await claim_one(api, "host-a")
+    log = await api.client.put(
+        f"/internal/v1/hosts/host-a/leases/{passed['lease_id']}/artifacts/run.log",
+        params={"task_id": passed["task_id"], "attempt": passed["attempt"]}, content=b"all good\n",
+        headers={**api.host_headers("host-a"), "content-type": "text/plain"})
+    assert log.status_code == 201, log.text
+    assert (await api.result("host-a", passed)).status_code == 200
+    failing = await claim_one(api, "host-a")
+    step = {"step_index": 2, "status": "failed", "summary": "Settings did not open"}
+    assert (await api.renew("host-a", failing, progress=step)).status_code == 200
+    assert (await api.result("host-a", failing, "failed", failure_reason="assertion_failed")).status_code == 200
+    running = await claim_one(api, "host-a")
+    assert (await api.admin("POST", f"/api/v1/runs/{run['run_id']}/cancel")).status_code == 200
+    assert (await api.result("host-a", running, "cancelled", failure_reason="cancelled")).status_code == 200
+    return {"run": run, "passed": passed, "failing": failing}
+
+
+async def test_the_junit_report_is_valid_junit_that_a_junit_library_reads(api_with_artifacts: Api) -> None:
+    api = api_with_artifacts
+    made = await _finished_run(api)
+    response = await api.admin("GET", f"/api/v1/runs/{made['run']['run_id']}/report", params={"format": "junit"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/xml")
+    SCHEMA.validate(response.text)  # raises, naming the element, if Jenkins's schema refuses it
+
+    report = JUnitXml.fromstring(response.content)
+    suites = {suite.name: suite for suite in report if isinstance(suite, TestSuite)}
+    assert set(suites) == {"open settings", "login"}
+    opened = suites["open settings"]
+    assert (opened.tests, opened.failures, opened.skipped) == (2, 1, 0)
+    assert (suites["login"].tests, suites["login"].skipped) == (2, 2)
+    cases = {(case.classname, case.name): case for suite in suites.values() for case in suite
+             if isinstance(case, TestCase)}
+    assert set(cases) == {(work, device) for work in ("open settings", "login") for device in ("a1", "a2")}
+    passed = cases[("open settings", "a1")]
+    assert passed.is_passed and passed.time >= 0
+    assert "run.log" in (passed.system_out or "") and made["passed"]["task_id"] in (passed.system_out or "")
+    failed = cases[("open settings", "a2")]
+    [failure] = [r for r in failed.result if isinstance(r, Failure)]
+    assert failure.message == "assertion_failed" and "Settings did not open" in (failure.text or "")
+    for device in ("a1", "a2"):
+        assert [type(r) for r in cases[("login", device)].result] == [Skipped]
+
+
+async def test_the_json_report_gives_each_tasks_result_and_artifacts(api_with_artifacts: Api) -> None:
+    api = api_with_artifacts
+    made = await _finished_run(api)
+    response = await api.admin("GET", f"/api/v1/runs/{made['run']['run_id']}/report")
+    assert response.status_code == 200, response.text
+    report = response.json()
+    assert report["run"]["status"] == "cancelled" and report["run"]["name"] == "nightly"
+    assert report["run"]["counts"]["succeeded"] == 1 and report["run"]["counts"]["failed"] == 1
+    cases = {(suite["work"], case["device_id"]): case for suite in report["suites"] for case in suite["cases"]}
+    assert cases[("open settings", "a1")]["artifacts"] == ["run.log"]
+    assert cases[("open settings", "a1")]["result"]["status"] == "succeeded"
+    failed = cases[("open settings", "a2")]
+    assert failed["failure_reason"] == "assertion_failed" and failed["last_step"]["summary"] == "Settings did not open"
+    assert {cases[("login", d)]["status"] for d in ("a1", "a2")} == {"cancelled"}
+
+
+async def test_a_report_of_a_running_run_names_what_has_not_ended(api: Api) -> None:
+    created = await api.admin("POST", "/api/v1/runs", json={"tasks": [
+        {"kind": "goal", "goal": "wait", "device_id": "nowhere"}]})
+    run_id = created.json()["run_id"]
+    response = await api.admin("GET", f"/api/v1/runs/{run_id}/report", params={"format": "junit"})
+    SCHEMA.validate(response.text)
+    [suite] = list(JUnitXml.fromstring(response.content))
+    [case] = list(suite)
+    assert case.name == "nowhere" and [r.message for r in case.result] == ["not ended: queued"]
+
+
+async def test_a_report_of_no_such_run_is_404_and_an_unknown_format_400(api: Api) -> None:
+    assert (await api.admin("GET", "/api/v1/runs/r_none/report")).status_code == 404
+    created = await api.admin("POST", "/api/v1/runs", json={"tasks": [{"kind": "goal", "goal": "g",
+                                                                       "device_id": "a1"}]})
+    bad = await api.admin("GET", f"/api/v1/runs/{created.json()['run_id']}/report", params={"format": "xml"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
