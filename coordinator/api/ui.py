@@ -43,6 +43,8 @@ ASSETS: dict[str, str] = {
     "activity.js": "text/javascript; charset=utf-8",
     "charts.js": "text/javascript; charset=utf-8",
     "teams.js": "text/javascript; charset=utf-8",
+    "runs.js": "text/javascript; charset=utf-8",
+    "runview.js": "text/javascript; charset=utf-8",
     "artifacts.js": "text/javascript; charset=utf-8",
     "artifactviewer.js": "text/javascript; charset=utf-8",
 }

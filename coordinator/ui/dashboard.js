@@ -13,6 +13,7 @@ import { byId, el } from "./dom.js";
 import { Feed } from "./feed.js";
 import { Records, RESULTS_SHOWN } from "./records.js";
 import { Rereads } from "./rereads.js";
+import { RUNS_SHOWN, RunsPanel } from "./runs.js";
 import { TeamsPanel } from "./teams.js";
 import * as views from "./views.js";
 
@@ -60,6 +61,7 @@ export class Dashboard {
     });
     this.charts = new Charts(api, { waiting: () => this.records.queue.size });
     this.teams = new TeamsPanel(byId("teams"), byId("teams-count"));
+    this.runs = new RunsPanel(byId("runs"), byId("runs-count"));
 
     this.feed = new Feed({
       headers: () => api.headers(),
@@ -76,11 +78,13 @@ export class Dashboard {
     this.held = [];
     this.feed.start();
     try {
-      const [fleet, tasks, teams] = await Promise.all([this.#readFleet(), this.#readTasks(), this.#readTeams()]);
+      const [fleet, tasks, teams, runs] = await Promise.all([
+        this.#readFleet(), this.#readTasks(), this.#readTeams(), this.#readRuns()]);
       performance.mark("tether:render-start");
       this.records.showFleet(fleet);
       this.records.showTasks(tasks);
       this.#showTeams(teams);
+      this.runs.show(runs.runs, runs.next_cursor !== null);
       performance.mark("tether:ready");
       performance.measure("tether:render", "tether:render-start", "tether:ready");
       performance.measure("tether:load", "tether:load-start", "tether:ready");
@@ -129,6 +133,10 @@ export class Dashboard {
 
   async #readTeams() {
     return (await this.api.get("/api/v1/teams")).teams;
+  }
+
+  #readRuns() {
+    return this.api.get("/api/v1/runs", { limit: RUNS_SHOWN });
   }
 
   #showTeams(teams) {
@@ -203,6 +211,7 @@ export class Dashboard {
       default:
         if (event.task_id) rereads.mark("tasks", event.task_id);
     }
+    if (event.run_id) rereads.mark("runs", event.run_id); // its counts, or the run itself, moved
   }
 
   /** A renewal's progress: shown at once on the device running the task. */
@@ -243,15 +252,17 @@ export class Dashboard {
 
   // -- re-reading what events touched ----------------------------------------------------------
 
-  async #reread({ everything, tasks, hosts, devices, hostDevices }) {
+  async #reread({ everything, tasks, hosts, devices, hostDevices, runs }) {
     if (this.stopped) return;
     const { records } = this;
     if (everything) {
       await this.#reading(async () => {
-        const [fleet, lists, teams] = await Promise.all([this.#readFleet(), this.#readTasks(), this.#readTeams()]);
+        const [fleet, lists, teams, runPage] = await Promise.all([
+          this.#readFleet(), this.#readTasks(), this.#readTeams(), this.#readRuns()]);
         records.showFleet(fleet);
         records.showTasks(lists);
         this.#showTeams(teams);
+        this.runs.show(runPage.runs, runPage.next_cursor !== null);
       });
       return;
     }
@@ -266,6 +277,8 @@ export class Dashboard {
     for (const id of hostDevices) work.push(this.#rereadHostDevices(id));
     // A task's change may move its team's running or queued count: one read of the teams per round.
     if (tasks.size > 0) work.push(this.#readTeams().then((teams) => this.#showTeams(teams)));
+    // A run's task moved, or a run began or ended: one read of the runs per round.
+    if (runs.size > 0) work.push(this.#readRuns().then((page) => this.runs.show(page.runs, page.next_cursor !== null)));
     await Promise.all(work);
     records.totalsSoon();
   }

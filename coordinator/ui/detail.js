@@ -1,10 +1,13 @@
-// The panel beside the tables that the address's hash opens: #task/<id> (the task view) or
-// #device/<id> (the device's history); an empty hash closes it. Links anywhere on the page are
+// The panel beside the tables that the address's hash opens: #task/<id> (the task view),
+// #device/<id> (the device's history) or #run/<id> (the run's grid); an empty hash closes it. Links anywhere on the page are
 // plain <a href="#task/…">, so the back button and a shared address work too.
 
 import { byId } from "./dom.js";
 import { DeviceHistory } from "./devicehistory.js";
+import { RunView } from "./runview.js";
 import { TaskView } from "./taskview.js";
+
+const TITLES = { task: "Task", device: "Device", run: "Run" };
 
 export class Detail {
   constructor(api, { hostName, deviceName, onError }) {
@@ -22,7 +25,7 @@ export class Detail {
   show(hash) {
     if (this.view) this.view.close();
     this.view = null;
-    const match = /^#(task|device)\/(.+)$/.exec(hash);
+    const match = /^#(task|device|run)\/(.+)$/.exec(hash);
     const panel = byId("detail");
     if (!match) {
       panel.hidden = true;
@@ -31,13 +34,14 @@ export class Detail {
     const [, kind, raw] = match;
     const id = decodeURIComponent(raw);
     const body = byId("detail-body");
-    byId("detail-title").textContent = kind === "task" ? `Task ${id}` : `Device ${id}`;
+    byId("detail-title").textContent = `${TITLES[kind]} ${id}`;
     panel.dataset.kind = kind;
     panel.dataset.id = id;
     panel.hidden = false;
-    this.view = kind === "task"
-      ? new TaskView(this.api, body, id, { hostName: this.hostName, deviceName: this.deviceName, onError: this.onError })
-      : new DeviceHistory(this.api, body, id, { hostName: this.hostName, onError: this.onError });
+    const { api, hostName, deviceName, onError } = this;
+    if (kind === "task") this.view = new TaskView(api, body, id, { hostName, deviceName, onError });
+    else if (kind === "run") this.view = new RunView(api, body, id, { deviceName, onError });
+    else this.view = new DeviceHistory(api, body, id, { hostName, onError });
     this.view.open();
   }
 

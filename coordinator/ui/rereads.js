@@ -1,5 +1,5 @@
-// What events touched, to be read again: marks (a task, a host, a device, a host's devices, or
-// everything) gathered into rounds at most FLUSH_EVERY_MS apart, one round at a time. A round
+// What events touched, to be read again: marks (a task, a host, a device, a host's devices, a run,
+// or everything) gathered into rounds at most FLUSH_EVERY_MS apart, one round at a time. A round
 // that fails marks everything and the next one waits RETRY_AFTER_FAILURE_MS.
 
 const FLUSH_EVERY_MS = 250;
@@ -7,7 +7,7 @@ const RETRY_AFTER_FAILURE_MS = 2_000;
 
 export class Rereads {
   /**
-   * @param reread    ({everything, tasks, hosts, devices, hostDevices}) => Promise: one round's reads
+   * @param reread    ({everything, tasks, hosts, devices, hostDevices, runs}) => Promise: one round's reads
    * @param succeeded () => void: a round read everything it was asked to
    * @param failed    (error) => boolean: a round failed; true to retry everything, false to give up
    *                  until the next mark
@@ -62,9 +62,10 @@ export class Rereads {
 }
 
 function emptyMarks() {
-  return { everything: false, tasks: new Set(), hosts: new Set(), devices: new Set(), hostDevices: new Set() };
+  return { everything: false, tasks: new Set(), hosts: new Set(), devices: new Set(), hostDevices: new Set(), runs: new Set() };
 }
 
 function isEmpty(marks) {
-  return !marks.everything && !marks.tasks.size && !marks.hosts.size && !marks.devices.size && !marks.hostDevices.size;
+  return !marks.everything && !marks.tasks.size && !marks.hosts.size && !marks.devices.size && !marks.hostDevices.size &&
+    !marks.runs.size;
 }
