@@ -167,6 +167,8 @@ class ScriptError(IntEnum):
     NOT_OWNER = -19
     ARTIFACT_CONFLICT = -20
     ARTIFACT_LIMIT = -21
+    # A gap before the webhooks' code, so that codes other branches add meanwhile do not collide.
+    WEBHOOK_LIMIT = -30
 
 
 _CONFLICT_MESSAGES = {
@@ -188,6 +190,7 @@ _CONFLICT_MESSAGES = {
     ScriptError.ARTIFACT_CONFLICT: "an artifact of this name with other bytes exists for this attempt",
     ScriptError.ARTIFACT_LIMIT: "the task's artifacts would exceed COORDINATOR_MAX_TASK_ARTIFACT_BYTES "
                                 "or COORDINATOR_MAX_TASK_ARTIFACTS",
+    ScriptError.WEBHOOK_LIMIT: "as many webhooks as a deployment may hold exist; remove one first",
 }
 
 

@@ -13,6 +13,7 @@ from coordinator.settings import Settings
 from coordinator.state.epoch import Epoch
 from coordinator.state.reads import Queries
 from coordinator.state.store import Store
+from coordinator.state.webhooks import WebhookStore
 
 
 @dataclass
@@ -26,3 +27,4 @@ class Context:
     feed: EventFeed
     epoch: Epoch
     artifacts: Artifacts
+    webhooks: WebhookStore

@@ -33,7 +33,8 @@ def contract_scope(method: str, path: str) -> str | None:
     any valid operator credential (``GET /api/v1/me``)."""
     if path == "/api/v1/me":
         return None
-    if path.startswith(("/api/v1/operator-tokens", "/api/v1/enrollment-tokens")) or path.endswith("/revoke"):
+    if path.startswith(("/api/v1/operator-tokens", "/api/v1/enrollment-tokens", "/api/v1/webhooks")) \
+            or path.endswith("/revoke"):
         return "admin"
     if method == "GET":
         return "read"
@@ -92,7 +93,7 @@ async def test_every_scope_against_the_route(api: Api, endpoint: Any) -> None:
     for scope in SCOPES:  # "admin" last: what it changes cannot hide another scope's answer
         task = (await api.create_task(device_id="a1")).json()  # an admin's, not this token's
         path = endpoint.path.format(task_id=task["task_id"], host_id="host-a", device_id="a1",
-                                    token_id="ot_none", name="a.png", team="qa")
+                                    token_id="ot_none", name="a.png", team="qa", webhook_id="wh_none")
         kwargs: dict[str, Any] = {}
         if endpoint.path == "/api/v1/events":
             kwargs["headers"] = {"last-event-id": "not-an-id"}  # past the scope: 400, not a stream
