@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 import wire
-from tether import artifacts_cmd, commands, teams_cmd
+from tether import artifacts_cmd, commands, teams_cmd, webhooks_cmd
 from tether.arg_types import positive_int
 from tether.client import Client
 from tether.errors import TetherError
@@ -158,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = team.add_parser("set", parents=[common], help="set a team's weight or cap on devices")
     t.set_defaults(run=teams_cmd.team_set)
     teams_cmd.add_set_arguments(t)
+    webhooks_cmd.add_arguments(command("webhooks", webhooks_cmd.webhooks,
+                                       "list webhooks (admin only); add or remove one, or see its deliveries"),
+                               common)
     artifacts_cmd.add_arguments(command("artifacts", artifacts_cmd.artifacts,
                                         "list a task's artifacts (screenshots, log); save one with NAME"))
     return parser
