@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     artifact_sweep_interval_s: float = Field(default=60.0, gt=0)
     # Webhook delivery (coordinator/webhooks.py; docs/operations.md, "Webhooks"): each attempt's
     # timeout; how long a delivery a process took stays its own before another process takes it
-    # over (more than the attempt's timeout, or a slow attempt is made twice); attempts at once
+    # over (more than twice the attempt timeout, or a slow attempt is made twice); attempts at once
     # per process and per endpoint; the retries' backoff (doubling from the base, each delay at
     # most the max, with jitter) and how long after its event a delivery is retried before it is
     # failed; how often an idle process looks for deliveries.

@@ -13,11 +13,14 @@ payload elsewhere.
 
 Isolation: one attempt lasts at most ``attempt_timeout`` (the whole exchange, the answer's body
 never read); a process makes at most ``concurrency`` attempts at once and at most
-``endpoint_concurrency`` to one webhook, and takes no more deliveries than it can start, so a
-hanging endpoint holds a few of its slots and nothing else. A delivery whose endpoint is at its
-limit is deferred (due again shortly, no attempt counted), never held waiting: a held delivery
-past the visibility timeout would be taken over and made twice. The API's requests never wait
-on any of this: the loop shares only the event loop, and each attempt awaits its endpoint.
+``endpoint_concurrency`` to one webhook, and takes no more deliveries than it has attempt slots
+free, so a hanging endpoint holds a few of its slots and nothing else. A delivery whose endpoint
+has no free slot waits for one in the process (a few per slot, and only as long as its
+visibility timeout leaves room for its attempt after: past it, another process would take it over
+and make it twice); beyond that it is deferred, due again after about as long as the endpoint's
+oldest attempt has run (no attempt counted), so a fast endpoint's burst goes out at once and a
+hanging endpoint's backlog is looked at seldom. The API's requests never wait on any of this: the
+loop shares only the event loop, and each attempt awaits its endpoint.
 
 A failed attempt is logged as one line naming the webhook, the delivery and what went wrong;
 never the secret, the body or the URL (a chat service's URL is its credential).
@@ -95,6 +98,25 @@ class _Outcome:
     problem: str  # "" when delivered
 
 
+# A delivery whose endpoint has all its attempts in flight waits in the process for one of
+# them, up to this many per attempt slot; more are deferred (back to Redis, due again later).
+WAITING_PER_SLOT = 4
+
+
+class _Endpoint:
+    """One webhook's share of this process: its attempt slots, who waits for one, and since when
+    its oldest attempt in flight has run (how slow it is now)."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = asyncio.Semaphore(slots)
+        self.assigned = 0  # deliveries attempted or waiting for a slot
+        self.started: dict[int, float] = {}  # attempt -> its start (monotonic)
+
+    def slowness_s(self) -> float:
+        """How long its oldest attempt in flight has run (0 with none)."""
+        return time.monotonic() - min(self.started.values()) if self.started else 0.0
+
+
 class WebhookDelivery:
     """One process's delivery loop (``run``), as its consumer ``consumer`` of the outbox."""
 
@@ -108,14 +130,14 @@ class WebhookDelivery:
         self._consumer = consumer
         self._transport = transport
         self._rng = rng or random.Random()
-        self._running: set[asyncio.Task[None]] = set()
-        self._per_endpoint: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._attempting = 0  # attempts in flight: what the process's concurrency bounds
+        self._endpoints: dict[str, _Endpoint] = {}
         self._slot_freed = asyncio.Event()
         self._outage = OutageLog(log, "webhook delivery")
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._running)
+        # How long a delivery may wait in the process for its endpoint: it and its attempt must
+        # end within the visibility timeout, or another process would take it over.
+        self._hold_s = max(0.0, policy.visibility_s - 2 * policy.attempt_timeout_s)
 
     async def run(self) -> None:
         """Take and attempt deliveries until cancelled."""
@@ -129,14 +151,14 @@ class WebhookDelivery:
             try:
                 await self._loop(client)
             finally:
-                for task in self._running:
+                for task in self._tasks:
                     task.cancel()
-                await asyncio.gather(*self._running, return_exceptions=True)
+                await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _loop(self, client: httpx.AsyncClient) -> None:
         policy = self._policy
         while True:
-            free = policy.concurrency - len(self._running)
+            free = policy.concurrency - self._attempting
             taken: list[Taken] = []
             if free > 0:
                 try:
@@ -150,39 +172,77 @@ class WebhookDelivery:
                     self._outage.failed(exc)
             if cancelling():  # a library that swallowed our cancellation (as the reaper guards too)
                 raise asyncio.CancelledError
-            for delivery in taken:
-                self._start(client, delivery)
-            if free > 0 and len(taken) == free:
-                continue  # a full batch: there may be more
+            started = sum([self._start(client, delivery) for delivery in taken])
+            if free > 0 and len(taken) == free and started:
+                continue  # a full batch that went out: there may be more
             self._slot_freed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), policy.poll_interval_s * self._rng.uniform(0.5, 1.0))
             if cancelling():
                 raise asyncio.CancelledError
 
-    def _start(self, client: httpx.AsyncClient, taken: Taken) -> None:
-        endpoint = taken.webhook.id
-        if self._per_endpoint.get(endpoint, 0) >= self._policy.endpoint_concurrency:
-            work = self._defer(taken)
-        else:
-            self._per_endpoint[endpoint] = self._per_endpoint.get(endpoint, 0) + 1
-            work = self._attempt(client, taken)
+    def _start(self, client: httpx.AsyncClient, taken: Taken) -> bool:
+        """Attempt ``taken`` now, or once its endpoint has a free slot; or, with too many waiting
+        for that endpoint already, defer it. Whether it was not deferred."""
+        endpoint = self._endpoints.get(taken.webhook.id)
+        if endpoint is None:
+            endpoint = self._endpoints[taken.webhook.id] = _Endpoint(self._policy.endpoint_concurrency)
+        slots = self._policy.endpoint_concurrency
+        room = slots + (WAITING_PER_SLOT * slots if self._hold_s > 0 else 0)
+        going = endpoint.assigned < room
+        if going:
+            endpoint.assigned += 1
+        work = self._attempt(client, taken, endpoint) if going else self._defer(taken, endpoint)
         task = asyncio.create_task(work, name=f"webhook {taken.delivery.id}")
-        self._running.add(task)
-        task.add_done_callback(self._finished)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return going
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.discard(task)
-        self._slot_freed.set()
+    def _release(self, webhook_id: str, endpoint: _Endpoint) -> None:
+        if not endpoint.assigned:
+            self._endpoints.pop(webhook_id, None)
 
-    async def _defer(self, taken: Taken) -> None:
+    async def _defer(self, taken: Taken, endpoint: _Endpoint) -> None:
+        # Due again once its endpoint may have a free slot: about as long as its oldest attempt
+        # has run so far (a fast endpoint's at the next poll, a hanging one's within half an
+        # attempt's timeout), doubled for each time it was put off before and jittered, so a
+        # hanging endpoint's backlog is looked at ever more seldom rather than churned.
+        policy = self._policy
+        first_s = min(policy.attempt_timeout_s / 2, max(policy.poll_interval_s, endpoint.slowness_s()))
+        delay_s = min(policy.retry_max_delay_s, first_s * 2.0 ** min(taken.delivery.deferrals, 30))
         try:
-            await self._store.settle(taken, "defer", delay_ms=int(self._policy.retry_base_s * 1000),
-                                     retry_for_ms=int(self._policy.retry_for_s * 1000))
+            await self._store.settle(taken, "defer", delay_ms=int(delay_s * self._rng.uniform(0.5, 1.0) * 1000),
+                                     retry_for_ms=int(policy.retry_for_s * 1000))
         except Exception as exc:  # noqa: BLE001 - the delivery comes back after its visibility timeout
             self._outage.failed(exc)
+        finally:
+            self._release(taken.webhook.id, endpoint)
 
-    async def _attempt(self, client: httpx.AsyncClient, taken: Taken) -> None:
+    async def _attempt(self, client: httpx.AsyncClient, taken: Taken, endpoint: _Endpoint) -> None:
+        try:
+            async with asyncio.timeout(self._hold_s):
+                await endpoint.slots.acquire()
+        except TimeoutError:
+            endpoint.assigned -= 1
+            await self._defer(taken, endpoint)
+            return
+        except asyncio.CancelledError:
+            endpoint.assigned -= 1
+            raise
+        self._attempting += 1
+        key = id(taken)
+        endpoint.started[key] = time.monotonic()
+        try:
+            await self._attempt_now(client, taken)
+        finally:
+            del endpoint.started[key]
+            endpoint.slots.release()
+            endpoint.assigned -= 1
+            self._attempting -= 1
+            self._slot_freed.set()
+            self._release(taken.webhook.id, endpoint)
+
+    async def _attempt_now(self, client: httpx.AsyncClient, taken: Taken) -> None:
         delivery, policy = taken.delivery, self._policy
         try:
             outcome = await self._post(client, taken)
@@ -196,10 +256,6 @@ class WebhookDelivery:
         except Exception as exc:  # noqa: BLE001 - the delivery comes back after its visibility timeout
             self._outage.failed(exc)
             return
-        finally:
-            self._per_endpoint[taken.webhook.id] -= 1
-            if not self._per_endpoint[taken.webhook.id]:
-                del self._per_endpoint[taken.webhook.id]
         self._metrics.webhook_attempts.labels(outcome="delivered" if outcome.delivered else "failed").inc()
         if outcome.delivered:
             self._metrics.webhook_latency.observe(max(0.0, time.time() - delivery.created_at / 1000))

@@ -2,7 +2,8 @@
   Record one attempt of a delivery (coordinator/webhooks.py) and decide what follows: delivered
   (a 2xx), tried again after a delay, or failed once retrying would pass the delivery's time to
   live. A delivery its process could not start (its endpoint already at its concurrency) is
-  deferred: due again after the delay, no attempt counted.
+  deferred: due again after the delay, no attempt counted, its deferrals counted (the caller
+  backs off on them).
 
   Input:
     KEYS[1] webhook_outbox      stream  the outbox (an entry is acknowledged and deleted here)
@@ -41,7 +42,9 @@ if not record or record.state ~= 'pending' then
   return {0, record and record.state or 'gone'}
 end
 local now = nowMs()
-if outcome ~= 'defer' then
+if outcome == 'defer' then
+  record.deferrals = (record.deferrals or 0) + 1
+else
   record.attempts = record.attempts + 1
   record.last_attempt_at = now
   record.last_status = status > 0 and status or nil

@@ -64,7 +64,7 @@ local function fromOutbox(entry)
   local record = getJson(deliveriesKey, deliveryId)
   if not record and rcall('HEXISTS', webhooksKey, fields.webhook) == 1 then
     record = {id = deliveryId, webhook_id = fields.webhook, event = fields.type, subject = fields.subject,
-              created_at = tonumber(fields.at) or now, attempts = 0, state = 'pending', next_attempt_at = now}
+              created_at = tonumber(fields.at) or now, attempts = 0, state = 'pending'}
     keepRecent(S, deliveriesKey, record, kept)
   end
   if not record or not hand(record, entryId) then

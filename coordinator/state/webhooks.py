@@ -63,13 +63,14 @@ class Delivery:
     last_attempt_at: int | None = None
     next_attempt_at: int | None = None
     delivered_at: int | None = None
+    deferrals: int = 0  # times it was put off because its endpoint had no free slot
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Delivery:
         d = orjson.loads(raw)
         return cls(d["id"], d["webhook_id"], d["event"], d["subject"], int(d["created_at"]), int(d["attempts"]),
                    d["state"], d.get("last_status"), d.get("last_error"), d.get("last_attempt_at"),
-                   d.get("next_attempt_at"), d.get("delivered_at"))
+                   d.get("next_attempt_at"), d.get("delivered_at"), int(d.get("deferrals", 0)))
 
 
 @dataclass(frozen=True)

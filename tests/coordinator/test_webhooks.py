@@ -280,3 +280,27 @@ async def test_metrics_show_the_outbox_and_the_delivery_latency(api_factory: Any
             assert "tether_webhook_outbox 0.0" in after and "tether_webhook_delivery_seconds_count 1.0" in after
             assert 'tether_webhook_attempts_total{outcome="delivered"} 1.0' in after
             assert webhook["secret"] not in after
+
+
+async def test_a_hanging_endpoint_holds_only_its_own_slots_and_never_delays_another(api_factory: Any) -> None:
+    settings = {**FAST, "webhook_endpoint_concurrency": 2, "webhook_attempt_timeout_s": 30.0,
+                "webhook_visibility_s": 60.0}
+    with receiving(default=HANG) as hanging, receiving() as healthy:
+        async with api_factory(**settings) as api:
+            stuck = await register(api, hanging.url)
+            fine = await register(api, healthy.url)
+            ended = [await end_task(api) for _ in range(5)]
+            # The healthy endpoint hears of every task while the hanging one holds two attempts.
+            delivered = await healthy.arrived(5)
+            assert sorted(r.json()["data"]["task_id"] for r in delivered) == sorted(ended)
+            await delivery_where(api, fine["id"], lambda d: d["state"] == "delivered")
+            await hanging.arrived(2)
+
+            async def three_deferred() -> bool:
+                listed = await deliveries(api, stuck["id"])
+                waiting = [d for d in listed if d["attempts"] == 0 and d["next_attempt_at"] is not None]
+                return len(listed) == 5 and len(waiting) == 3
+
+            # The other three wait their turn (deferred, no attempt counted), never sent meanwhile.
+            await wait_until_async(three_deferred, what="three deliveries deferred")
+            assert len(hanging.requests()) == 2
