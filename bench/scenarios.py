@@ -62,6 +62,7 @@ from bench.requests import (
     result_req,
 )
 from bench.teams import sharing_cost
+from bench.webhooks import hanging_endpoint
 from bench.wrk import wrk_lifecycles, wrk_load
 from coordinator.api.bodies import TaskCreate
 from coordinator.api.tasks import parse_task
@@ -374,4 +375,5 @@ SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "artifacts": artifacts,
     "renewals": batch_renewals,
     "teams": sharing_cost,
+    "webhooks": hanging_endpoint,
 }
