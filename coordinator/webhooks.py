@@ -98,6 +98,12 @@ class _Outcome:
     problem: str  # "" when delivered
 
 
+# A stopped process stays a consumer of the outbox's group: forgotten once idle this long with
+# nothing pending, looked for this often by each process. (Forgetting a live one that is merely
+# idle costs nothing: it holds nothing, and its next read makes it a consumer again.)
+FORGET_CONSUMER_AFTER_S = 3600.0
+FORGET_EVERY_S = 300.0
+
 # A delivery whose endpoint has all its attempts in flight waits in the process for one of
 # them, up to this many per attempt slot; more are deferred (back to Redis, due again later).
 WAITING_PER_SLOT = 4
@@ -157,12 +163,18 @@ class WebhookDelivery:
 
     async def _loop(self, client: httpx.AsyncClient) -> None:
         policy = self._policy
+        forget_at = time.monotonic() + FORGET_EVERY_S * self._rng.uniform(0.1, 1.0)
+        forget_idle_ms = int(max(FORGET_CONSUMER_AFTER_S, 10 * policy.visibility_s) * 1000)
         while True:
             free = policy.concurrency - self._attempting
             taken: list[Taken] = []
             if free > 0:
+                forget = time.monotonic() >= forget_at
                 try:
-                    taken = await self._store.take(self._consumer, free, int(policy.visibility_s * 1000))
+                    taken = await self._store.take(self._consumer, free, int(policy.visibility_s * 1000),
+                                                   forget_idle_ms if forget else 0)
+                    if forget:
+                        forget_at = time.monotonic() + FORGET_EVERY_S
                     self._outage.succeeded()
                 except asyncio.CancelledError:
                     raise

@@ -19,6 +19,8 @@
     ARGV[4] at most this many deliveries
     ARGV[5] visibility timeout (ms)
     ARGV[6] deliveries listed per webhook (wire.WEBHOOK_DELIVERIES_KEPT)
+    ARGV[7] forget the group's consumers idle longer than this (ms) with nothing pending: the
+            processes that stopped (each process is a consumer of its own); 0 forgets none
   Output:
     {0, then for each delivery taken: delivery JSON, outbox entry id ("" for a retry),
      webhook JSON, secret}
@@ -78,6 +80,18 @@ end
 -- nothing to read, and an idle deployment is left as it was.
 local claimed = redis.pcall('XAUTOCLAIM', outboxKey, group, consumer, visibilityMs, '0-0', 'COUNT', limit)
 if not claimed.err then
+  local forgetIdleMs = tonumber(ARGV[7])
+  if forgetIdleMs > 0 then
+    for _, info in ipairs(rcall('XINFO', 'CONSUMERS', outboxKey, group)) do
+      local fields = {}
+      for i = 1, #info, 2 do
+        fields[info[i]] = info[i + 1]
+      end
+      if fields.name ~= consumer and tonumber(fields.pending) == 0 and tonumber(fields.idle) > forgetIdleMs then
+        rcall('XGROUP', 'DELCONSUMER', outboxKey, group, fields.name)
+      end
+    end
+  end
   for _, entry in ipairs(claimed[2]) do
     fromOutbox(entry)
   end

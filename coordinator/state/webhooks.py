@@ -155,15 +155,18 @@ class WebhookStore:
 
     # -- delivery (coordinator/webhooks.py) ------------------------------------------------
 
-    async def take(self, consumer: str, limit: int, visibility_ms: int) -> list[Taken]:
+    async def take(self, consumer: str, limit: int, visibility_ms: int, forget_idle_ms: int = 0) -> list[Taken]:
         """Up to ``limit`` deliveries for this process to attempt now, each held for
-        ``visibility_ms`` (lua/takeDeliveries). Never waits for replicas: a hold a failover
-        loses only lets a delivery be attempted twice, which receivers dedupe."""
+        ``visibility_ms`` (lua/takeDeliveries); with ``forget_idle_ms``, the consumers of
+        stopped processes idle that long with nothing pending are forgotten first. Never waits for
+        replicas: a hold a failover loses only lets a delivery be attempted twice, which receivers
+        dedupe."""
         k = self.keys
         reply = await self._run(
             "takeDeliveries",
             [k.webhook_outbox, k.webhook_retries, k.webhook_deliveries, k.webhooks, k.webhook_secrets],
-            [k.base, OUTBOX_GROUP, consumer, limit, visibility_ms, wire.WEBHOOK_DELIVERIES_KEPT], NO_WAIT)
+            [k.base, OUTBOX_GROUP, consumer, limit, visibility_ms, wire.WEBHOOK_DELIVERIES_KEPT, forget_idle_ms],
+            NO_WAIT)
         return [Taken(Delivery.from_json(reply[i]), _text(reply[i + 1]), Webhook.from_json(reply[i + 2]),
                       _text(reply[i + 3]))
                 for i in range(1, len(reply), 4)]

@@ -19,7 +19,7 @@ from coordinator.state.scripts import load_scripts
 from coordinator.state.store import Store
 from coordinator.state.webhooks import Taken, WebhookStore
 from coordinator.transport.base import RedisTransport
-from tests.support import delete_prefix_async, unique_prefix
+from tests.support import delete_prefix_async, unique_prefix, wait_until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -71,7 +71,7 @@ class Outbox:
             assert not holders, f"{t.delivery.id} handed to {consumer} while {holders} hold it"
             assert t.delivery.id not in self.delivered, f"{t.delivery.id} handed out after it was delivered"
             assert t.secret == "whsec_test" and t.webhook.id == "wh_1"
-        self.held[consumer] += taken
+        self.held.setdefault(consumer, []).extend(taken)
 
     async def settle(self, consumer: str, index: int, outcome: str) -> None:
         held = self.held[consumer]
@@ -123,3 +123,33 @@ async def test_each_delivery_is_held_by_one_process_and_delivered_exactly_once(
         anyio.from_thread.run(run, steps)
 
     await anyio.to_thread.run_sync(examples)
+
+
+async def test_the_consumers_of_stopped_processes_are_forgotten_unless_they_hold_something(
+        redis_client: aioredis.Redis, transport: RedisTransport) -> None:
+    outbox = Outbox(transport)
+    keys = Keys(outbox.prefix)
+    try:
+        await outbox.start()
+        await outbox.end_task()
+        await outbox.end_task()
+        await outbox.take("stopped", 1)
+        await outbox.settle("stopped", 0, "delivered")  # it holds nothing now
+        await outbox.take("holder", 1)  # and this one holds the second delivery, never settled
+
+        async def consumers() -> set[str]:
+            listed = await redis_client.xinfo_consumers(keys.webhook_outbox, "delivery")
+            return {c["name"].decode() if isinstance(c["name"], bytes) else c["name"] for c in listed}
+
+        assert {"stopped", "holder"} <= await consumers()
+
+        async def forgotten() -> bool:
+            await outbox.hooks.take("alive", 1, visibility_ms=DAY_MS, forget_idle_ms=1)
+            return "stopped" not in await consumers()
+
+        await wait_until_async(forgotten, what="the idle consumer forgotten")
+        assert "holder" in await consumers()  # it holds a delivery: never forgotten
+        pending = await redis_client.xpending(keys.webhook_outbox, "delivery")
+        assert pending["pending"] == 1
+    finally:
+        await delete_prefix_async(redis_client, outbox.prefix)
