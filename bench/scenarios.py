@@ -63,6 +63,7 @@ from bench.requests import (
 )
 from bench.runs import matrix_create
 from bench.teams import sharing_cost
+from bench.webhooks import hanging_endpoint
 from bench.wrk import wrk_lifecycles, wrk_load
 from coordinator.api.bodies import TaskCreate
 from coordinator.api.tasks import parse_task
@@ -376,4 +377,5 @@ SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "renewals": batch_renewals,
     "teams": sharing_cost,
     "runs": matrix_create,
+    "webhooks": hanging_endpoint,
 }

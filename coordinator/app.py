@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 
@@ -24,6 +25,7 @@ from coordinator.api.context import Context
 from coordinator.api.routes import ENDPOINTS, Endpoint
 from coordinator.api.throttle import FailureThrottle
 from coordinator.api.validation import read
+from coordinator.api.webhooks import subject_view
 from coordinator.blobs.artifacts import Artifacts, open_blob_store, run_orphan_sweeper
 from coordinator.clock import ShiftedClock
 from coordinator.feed import EventFeed
@@ -37,8 +39,10 @@ from coordinator.state.keys import Keys
 from coordinator.state.reads import Queries
 from coordinator.state.scripts import Durability, load_scripts
 from coordinator.state.store import Store
+from coordinator.state.webhooks import WebhookStore
 from coordinator.transport.base import RedisTransport
 from coordinator.transport.open import open_redis
+from coordinator.webhooks import DeliveryPolicy, WebhookDelivery
 
 log = logging.getLogger("coordinator")
 
@@ -75,9 +79,10 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
     # What this process keeps from Redis is dropped when Redis lost its data.
     epoch = Epoch(redis.client, keys.epoch)
     epoch.on_change(next(iter(scripts.values())).library.forget)
+    durability = Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms)
     store = Store(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
                   claim_timeout_ms=settings.claim_timeout_ms, retention_ms=settings.task_retention_ms,
-                  durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
+                  durability=durability,
                   scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock)
     metrics = Metrics()
     return Context(
@@ -94,6 +99,7 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
                             max_uploads=settings.max_concurrent_uploads,
                             orphan_grace_s=settings.artifact_orphan_grace_s),
         large_bodies=LargeBodies(settings.max_concurrent_large_bodies, settings.max_body_bytes),
+        webhooks=WebhookStore(redis, keys, scripts, durability, clock),
     )
 
 
@@ -110,6 +116,8 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
     ctx = build_context(settings, redis, clock)
     ctx.metrics.waiting_polls.set_function(lambda: ctx.waiter.waiting)
     ctx.metrics.feed_watchers.set_function(lambda: ctx.feed.watchers)
+    delivery = WebhookDelivery(ctx.webhooks, functools.partial(subject_view, ctx), DeliveryPolicy.of(settings),
+                               ctx.metrics, ctx.waiter.process_id)
     # Requests that answer 503 and the reaper's sweeps report to one outage: its first failure is
     # a line, and the first sweep that works ends it (requests cannot tell when Redis is back).
     outage = OutageLog(logging.getLogger("coordinator.outage"), "requests and reaper")
@@ -130,7 +138,8 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
                  asyncio.create_task(run_reaper(ctx.store, ctx.artifacts, settings.reaper_interval_s, outage),
                                      name="reaper"),
                  asyncio.create_task(run_orphan_sweeper(ctx.artifacts, settings.artifact_sweep_interval_s),
-                                     name="orphan sweep")]
+                                     name="orphan sweep"),
+                 asyncio.create_task(delivery.run(), name="webhook delivery")]
         try:
             yield
         finally:

@@ -171,6 +171,8 @@ class ScriptError(IntEnum):
     ARTIFACT_LIMIT = -21
     NO_MATCHING_DEVICE = -22
     TOO_MANY_TASKS = -23
+    # A gap before the webhooks' code, so that codes other branches add meanwhile do not collide.
+    WEBHOOK_LIMIT = -30
 
 
 _CONFLICT_MESSAGES = {
@@ -193,6 +195,7 @@ _CONFLICT_MESSAGES = {
     ScriptError.NO_MATCHING_DEVICE: "the matrix's selector matches no pooled, enabled device",
     ScriptError.ARTIFACT_LIMIT: "the task's artifacts would exceed COORDINATOR_MAX_TASK_ARTIFACT_BYTES "
                                 "or COORDINATOR_MAX_TASK_ARTIFACTS",
+    ScriptError.WEBHOOK_LIMIT: "as many webhooks as a deployment may hold exist; remove one first",
 }
 
 

@@ -28,6 +28,7 @@ import wire
 from coordinator.state.reads import Queries
 from coordinator.state.records import TeamShare
 from coordinator.state.wait_reasons import waiting_reason
+from coordinator.state.webhooks import WebhookStore
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Deployment:
     queued_examined: int = 0
     counters: dict[str, int] = field(default_factory=dict)  # the stats hash
     teams: list[TeamShare] = field(default_factory=list)
+    webhook_outbox: int = 0  # deliveries in the outbox: not attempted yet, or held by a process
+    webhook_retries: int = 0  # deliveries waiting for a retry
 
 
 # The stats hash's fields (written by the scripts) and what each counts.
@@ -88,6 +91,12 @@ class _DeploymentCollector(Collector):
         for status in wire.values(wire.RunStatus):
             runs.add_metric([status], d.counters.get(f"runs_{status}", 0))
         yield runs
+        yield GaugeMetricFamily("tether_webhook_outbox",
+                                "Webhook deliveries in the outbox, not attempted yet (deployment-wide)",
+                                value=d.webhook_outbox)
+        yield GaugeMetricFamily("tether_webhook_retries",
+                                "Webhook deliveries waiting for their next attempt (deployment-wide)",
+                                value=d.webhook_retries)
         yield GaugeMetricFamily("tether_artifact_bytes",
                                 "Bytes of artifacts in the blob store that descriptions name (deployment-wide)",
                                 value=d.counters.get("artifact_bytes", 0))
@@ -124,6 +133,14 @@ class Metrics:
         self.feed_watchers = Gauge(
             "tether_feed_watchers", "Watchers of the live event feed in this process", registry=self.registry
         )
+        self.webhook_attempts = Counter(
+            "tether_webhook_attempts", "Webhook delivery attempts this process made, by outcome (delivered, failed)",
+            ["outcome"], registry=self.registry)
+        self.webhook_latency = Histogram(
+            "tether_webhook_delivery_seconds", "From an event to its webhook delivery's 2xx, retries included",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400),
+            registry=self.registry,
+        )
         self._deployment = _DeploymentCollector()
         self.registry.register(self._deployment)
 
@@ -138,9 +155,10 @@ class Metrics:
 QUEUED_EXAMINED = 500
 
 
-async def read_deployment(queries: Queries) -> Deployment:
+async def read_deployment(queries: Queries, webhooks: WebhookStore | None = None) -> Deployment:
     """The deployment-wide figures a scrape reports, read from Redis now."""
     queued = await queries.oldest_queued(QUEUED_EXAMINED)
+    outbox, retries = await webhooks.backlog() if webhooks is not None else (0, 0)
     candidates = await queries.candidates(queued)
     by_reason: dict[str, int] = dict.fromkeys(wire.values(wire.WaitingReason), 0)
     for counts in candidates.values():
@@ -151,4 +169,6 @@ async def read_deployment(queries: Queries) -> Deployment:
         queued_examined=len(queued),
         counters=await queries.stats(),
         teams=await queries.teams(),
+        webhook_outbox=outbox,
+        webhook_retries=retries,
     )

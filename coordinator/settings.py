@@ -99,6 +99,20 @@ class Settings(BaseSettings):
     # once it is this old; the orphan sweep looks at a page of blobs every interval.
     artifact_orphan_grace_s: float = Field(default=3600.0, gt=0)
     artifact_sweep_interval_s: float = Field(default=60.0, gt=0)
+    # Webhook delivery (coordinator/webhooks.py; docs/operations.md, "Webhooks"): each attempt's
+    # timeout; how long a delivery a process took stays its own before another process takes it
+    # over (more than twice the attempt timeout, or a slow attempt is made twice); attempts at once
+    # per process and per endpoint; the retries' backoff (doubling from the base, each delay at
+    # most the max, with jitter) and how long after its event a delivery is retried before it is
+    # failed; how often an idle process looks for deliveries.
+    webhook_attempt_timeout_s: float = Field(default=10.0, gt=0)
+    webhook_visibility_s: float = Field(default=60.0, gt=0)
+    webhook_concurrency: int = Field(default=32, gt=0)
+    webhook_endpoint_concurrency: int = Field(default=4, gt=0)
+    webhook_retry_base_s: float = Field(default=1.0, gt=0)
+    webhook_retry_max_delay_s: float = Field(default=3600.0, gt=0)
+    webhook_retry_for_s: float = Field(default=86400.0, gt=0)
+    webhook_poll_interval_s: float = Field(default=0.5, gt=0)
     # Worker processes of `serve` (Heroku's name), and the log format: "text" or "json".
     web_concurrency: int = Field(default=1, ge=1, le=64, validation_alias=AliasChoices("WEB_CONCURRENCY"))
     log_format: Literal["text", "json"] = "text"

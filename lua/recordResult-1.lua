@@ -29,7 +29,7 @@
     {REVOKED}
 
   Commands, a succeeded result that frees a device nobody waits for (bench/footprint.py, row
-  8a: 24 with the FCALL), each for a reason:
+  8a: 25 with the FCALL, no webhook registered), each for a reason:
     HGET tasks, SISMEMBER revoked_tokens, TIME   the record, the credential, the clock
     ZREM lease_deadlines, DEL lease:<task>, HDEL progress   the lease and its progress end
     LPUSH, PEXPIRE device_runs:<device>   the device's history, bounded and expiring
@@ -43,6 +43,8 @@
     ZRANGE waiting_device:<device>, ZRANGE waiting:<driver>   the oldest task waiting for this
                       device or for any of its driver (the head only, bounded)
     ZADD free         nothing waits: the device is free
+    HGET webhook_routes   whether a webhook wants `task.ended` (then an XADD webhook_outbox for
+                      each one that does: includes/events.lua, taskEnded)
 
   Invariants: one result per attempt; a replay of any attempt's report gets the answer it first
   got, even after later attempts reported; a stale or conflicting report changes nothing; the task

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 import wire
-from tether import artifacts_cmd, commands, runs_cmd, teams_cmd
+from tether import artifacts_cmd, commands, runs_cmd, teams_cmd, webhooks_cmd
 from tether.arg_types import positive_int
 from tether.client import Client
 from tether.errors import TetherError
@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs_cmd.add_run_arguments(command(
         "run", runs_cmd.run, "a run: submit FILE [--wait], show ID, cancel ID, rerun-failed ID, "
                              "report ID [--junit FILE]"))
+    webhooks_cmd.add_arguments(command("webhooks", webhooks_cmd.webhooks,
+                                       "list webhooks (admin only); add or remove one, or see its deliveries"),
+                               common)
     artifacts_cmd.add_arguments(command("artifacts", artifacts_cmd.artifacts,
                                         "list a task's artifacts (screenshots, log); save one with NAME"))
     return parser

@@ -270,6 +270,29 @@ class Client:
         """Revoke (admin only): the token is refused ``401`` on every process from the next request."""
         return self._call("DELETE", f"/api/v1/operator-tokens/{_id(token_id, 'token id')}")
 
+    # -- webhooks ------------------------------------------------------------------------------
+
+    def list_webhooks(self) -> Json:
+        """``{"webhooks": [{"id", "url", "events", "team", ...}]}`` (admin only; never a secret)."""
+        return self._call("GET", "/api/v1/webhooks")
+
+    def create_webhook(self, url: str, events: Sequence[str], *, team: str | None = None) -> Json:
+        """``{"id", "url", "events", "team", "secret"}`` (admin only): the signing ``secret`` is in
+        this answer only."""
+        body: Json = {"url": url, "events": list(events)}
+        if team is not None:
+            body["team"] = team
+        return self._call("POST", "/api/v1/webhooks", json=body)
+
+    def delete_webhook(self, webhook_id: str) -> Json:
+        return self._call("DELETE", f"/api/v1/webhooks/{_id(webhook_id, 'webhook id')}")
+
+    def webhook_deliveries(self, webhook_id: str, *, limit: int | None = None) -> Json:
+        """``{"deliveries": [...]}``, newest first: each with ``attempts``, ``last_status``,
+        ``next_attempt_at`` and ``state`` (pending, delivered, failed)."""
+        params = {} if limit is None else {"limit": limit}
+        return self._call("GET", f"/api/v1/webhooks/{_id(webhook_id, 'webhook id')}/deliveries", params=params)
+
     # -- the live feed -------------------------------------------------------------------------
 
     def feed(self, *, task_id: str | None = None, host_id: str | None = None, run_id: str | None = None,

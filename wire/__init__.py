@@ -164,6 +164,34 @@ class OperatorScope(str, Enum):
     ADMIN = "admin"
 
 
+class WebhookEvent(str, Enum):
+    """What a webhook may be told of (PROTOCOL.md, "Webhooks")."""
+
+    TASK_ENDED = "task.ended"
+    RUN_ENDED = "run.ended"
+    HOST_OFFLINE = "host.offline"
+    DEVICE_DISABLED = "device.disabled"
+
+
+class DeliveryState(str, Enum):
+    """Where one webhook delivery stands: tried until a 2xx (``delivered``) or until its retries
+    run out (``failed``)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+# A webhook's signing secret carries this prefix (as tokens do theirs), so a scanner finds a leak.
+WEBHOOK_SECRET_PREFIX = "whsec_"
+# The headers of a delivery (PROTOCOL.md, "Webhooks").
+WEBHOOK_SIGNATURE_HEADER = "Tether-Signature"
+WEBHOOK_DELIVERY_HEADER = "Tether-Delivery"
+# Webhooks a deployment may hold, and the deliveries of each that stay listed.
+WEBHOOKS_MAX = 100
+WEBHOOK_DELIVERIES_KEPT = 100
+WEBHOOK_URL_MAX_CHARS = 2048
+
 # The actor of an event the bootstrap admin token (COORDINATOR_ADMIN_TOKEN) caused; no operator
 # token may take this name.
 BOOTSTRAP_ACTOR = "admin"
@@ -207,6 +235,7 @@ class ErrorCode(str, Enum):
     ARTIFACT_CONFLICT = "artifact_conflict"
     ARTIFACT_LIMIT = "artifact_limit"
     NO_MATCHING_DEVICE = "no_matching_device"  # a run's matrix matches no device
+    WEBHOOK_LIMIT = "webhook_limit"
 
 
 def iso_ms(ms: int | None) -> str | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, ClassVar
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -498,7 +499,54 @@ class TeamSettings(OperatorBody):
     max_devices: Annotated[int, Field(ge=0, le=INT32_MAX), Integral] | None = None
 
 
+def _webhook_url(url: str) -> str:
+    """An endpoint deliveries may be posted to: http or https, a host, and no credentials in it
+    (they would sit in every listing, and a redirect-free POST has no use for them)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise PydanticCustomError("webhook_url", "is not a URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PydanticCustomError("webhook_url", "must be an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise PydanticCustomError("webhook_url", "must not carry credentials (user:password@)")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port out of range
+    except ValueError:
+        raise PydanticCustomError("webhook_url", "has an invalid port") from None
+    return url
+
+
+# What the document says a webhook's URL is, so a client can tell a good one before sending it:
+# http(s), a host name or IPv4 address (no user:password@, which has no character here), a port
+# in range, then any printable ASCII. _webhook_url checks the same with the URL parser.
+_PORT = "(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+WEBHOOK_URL_PATTERN = f"^https?://[A-Za-z0-9._-]+(?::{_PORT})?(?:[/?#][!-~]*)?$"
+WebhookUrl = Annotated[str, StringConstraints(min_length=1, max_length=wire.WEBHOOK_URL_MAX_CHARS,
+                                              pattern=WEBHOOK_URL_PATTERN),
+                       AfterValidator(_webhook_url)]
+
+
+WebhookEventName = Annotated[wire.WebhookEvent, Strict(False)]  # its wire string, as Scope
+
+
+def _distinct_events(events: list[wire.WebhookEvent]) -> list[wire.WebhookEvent]:
+    if len(set(events)) != len(events):
+        raise PydanticCustomError("duplicate", "each event at most once")
+    return events
+
+
+class WebhookCreate(OperatorBody):
+    """Register a webhook (POST /api/v1/webhooks): where to post, which events, and optionally
+    the one team whose task and run events it hears of."""
+
+    url: WebhookUrl
+    events: Annotated[list[WebhookEventName], Field(min_length=1, json_schema_extra={"uniqueItems": True}),
+                      AfterValidator(_distinct_events)]
+    team: Id | None = None
+
+
 # The document's name of each request body is its model's name (routes.py names them).
 REQUESTS: tuple[type[RequestBody], ...] = (Enroll, DeviceEnroll, Heartbeat, Claim, Renew, Renewals, Result,
                                           TaskCreate, DeviceDisable, TokenCreate, OperatorTokenCreate, TeamSettings,
-                                          RunCreate)
+                                          RunCreate, WebhookCreate)

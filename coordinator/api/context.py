@@ -14,6 +14,7 @@ from coordinator.settings import Settings
 from coordinator.state.epoch import Epoch
 from coordinator.state.reads import Queries
 from coordinator.state.store import Store
+from coordinator.state.webhooks import WebhookStore
 
 
 @dataclass
@@ -28,3 +29,4 @@ class Context:
     epoch: Epoch
     artifacts: Artifacts
     large_bodies: LargeBodies
+    webhooks: WebhookStore

@@ -90,6 +90,11 @@ def request_schemas(max_devices_per_host: int) -> dict[str, Any]:
     return schemas
 
 
+_WEBHOOK: dict[str, Any] = {"type": "object", "required": ["id", "url", "events", "team"], "properties": {
+    "id": _ID, "url": {"type": "string"}, "events": {"type": "array", "items": {"enum": list(wire.values(
+        wire.WebhookEvent))}}, "team": {"type": ["string", "null"]}, "created_at": {"type": "string"},
+    "created_by": {"type": "string"}}}
+
 SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
@@ -217,6 +222,21 @@ SCHEMAS: dict[str, Any] = {
             "name": {"type": "string"}, "attempt": {"type": "integer"}, "step_index": {"type": ["integer", "null"]},
             "size": {"type": "integer"}, "sha256": {"type": "string"},
             "content_type": {"enum": list(wire.ARTIFACT_CONTENT_TYPES)}, "created_at": {"type": "string"}}}}}},
+    "Webhook": _WEBHOOK,
+    "WebhookCreated": {**_WEBHOOK, "properties": {
+        **_WEBHOOK["properties"], "secret": {"type": "string", "pattern": f"^{wire.WEBHOOK_SECRET_PREFIX}"}}},
+    "Webhooks": {"type": "object", "properties": {
+        "webhooks": {"type": "array", "items": {"$ref": "#/components/schemas/Webhook"}}}},
+    "Deliveries": {"type": "object", "properties": {"deliveries": {"type": "array", "items": {
+        "type": "object", "required": ["id", "event", "created_at", "attempts", "last_status", "next_attempt_at",
+                                       "state"],
+        "properties": {
+            "id": _ID, "event": {"enum": list(wire.values(wire.WebhookEvent))}, "subject": _ID,
+            "created_at": {"type": "string"}, "attempts": {"type": "integer", "minimum": 0},
+            "last_status": {"type": ["integer", "null"]}, "last_error": {"type": ["string", "null"]},
+            "last_attempt_at": {"type": ["string", "null"]}, "next_attempt_at": {"type": ["string", "null"]},
+            "delivered_at": {"type": ["string", "null"]},
+            "state": {"enum": list(wire.values(wire.DeliveryState))}}}}}},
     "Me": {"type": "object", "properties": {
         "name": {"type": "string"}, "scopes": _SCOPES, "expires_at": {"type": ["string", "null"]},
         "token_id": {"type": ["string", "null"]}}},
@@ -261,6 +281,8 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/runs"): {"status": {"enum": list(wire.values(wire.RunStatus))}, "team": _ID,
                               "limit": _limit(*limits.RUNS_LIMIT), "cursor": _integer(0, limits.TASK_CURSOR_MAX)},
     ("get", "/api/v1/runs/{run_id}/report"): {"format": {"enum": ["json", "junit"], "default": "json"}},
+    ("get", "/api/v1/webhooks/{webhook_id}/deliveries"): {
+        "limit": _limit(wire.WEBHOOK_DELIVERIES_KEPT, wire.WEBHOOK_DELIVERIES_KEPT)},
     ("get", "/api/v1/events"): {**dict.fromkeys(FEED_FILTERS, _ID), "last_event_id": _STREAM_ID},
     _UPLOAD: {"task_id": _ID, "attempt": _integer(1), "step_index": _integer(0)},
     _ARTIFACT_BYTES: {"attempt": _integer(1)},
@@ -268,7 +290,7 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
 _HEADERS: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/events"): {"Last-Event-ID": _STREAM_ID},
 }
-_PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id", "team", "run_id")
+_PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id", "team", "run_id", "webhook_id")
 # Bodies a client may leave out (read as {}).
 _OPTIONAL_BODIES = frozenset(model.__name__ for model in bodies.REQUESTS if model.body_optional)
 # Content of the successful answers that are not JSON.

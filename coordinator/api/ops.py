@@ -31,7 +31,7 @@ async def readyz(ctx: Context, request: Request) -> Response:
 
 async def metrics(ctx: Context, request: Request) -> Response:
     try:
-        deployment = await read_deployment(ctx.queries)
+        deployment = await read_deployment(ctx.queries, ctx.webhooks)
     except Exception:  # noqa: BLE001 - Redis down: still answer this process's own metrics
         deployment = None
     return Response(ctx.metrics.render(deployment), media_type="text/plain; version=0.0.4; charset=utf-8")

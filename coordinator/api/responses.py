@@ -19,6 +19,7 @@ from coordinator.state.records import (
     TaskRecord,
 )
 from coordinator.state.wait_reasons import waiting_reason
+from coordinator.state.webhooks import Delivery, Webhook
 from wire import iso_ms
 
 
@@ -234,4 +235,32 @@ def run_view(run: dict[str, Any]) -> dict[str, Any]:
         "started_at": iso_ms(run.get("started_at")),
         "ended_at": iso_ms(run.get("ended_at")),
         "outcome": run.get("outcome"),
+    }
+
+
+def webhook_view(webhook: Webhook) -> dict[str, Any]:
+    """A webhook as listed: never its secret (only the create's answer adds it)."""
+    return {
+        "id": webhook.id,
+        "url": webhook.url,
+        "events": webhook.events,
+        "team": webhook.team,
+        "created_at": iso_ms(webhook.created_at),
+        "created_by": webhook.created_by,
+    }
+
+
+def delivery_view(delivery: Delivery) -> dict[str, Any]:
+    return {
+        "id": delivery.id,
+        "event": delivery.event,
+        "subject": delivery.subject,
+        "created_at": iso_ms(delivery.created_at),
+        "attempts": delivery.attempts,
+        "last_status": delivery.last_status,
+        "last_error": delivery.last_error,
+        "last_attempt_at": iso_ms(delivery.last_attempt_at),
+        "next_attempt_at": iso_ms(delivery.next_attempt_at),
+        "delivered_at": iso_ms(delivery.delivered_at),
+        "state": delivery.state,
     }

@@ -29,6 +29,7 @@ from coordinator.api import (
     tasks,
     teams,
     ui,
+    webhooks,
 )
 from coordinator.api.auth import ANY_SCOPE
 from coordinator.api.context import Context
@@ -174,6 +175,16 @@ ENDPOINTS: list[Endpoint] = [
              # PROTOCOL's scopes: submit reruns the runs it created; control cancels any run but
              # reruns none it did not create, so rerunning any run is the admin's.
              {201: "RunRerun", 404: "Error", **_ADMIN_ERRORS}, scope=ADMIN, own_scope=SUBMIT),
+    Endpoint("POST", "/api/v1/webhooks", webhooks.create_webhook, "Register a webhook (secret shown once)",
+             "operator", "WebhookCreate", {201: "WebhookCreated", 400: "Error", 409: "Error", 413: "Error",
+                                           **_ADMIN_ERRORS}, scope=ADMIN),
+    Endpoint("GET", "/api/v1/webhooks", webhooks.list_webhooks, "List webhooks (never the secret)", "operator",
+             None, {200: "Webhooks", **_ADMIN_ERRORS}, scope=ADMIN),
+    Endpoint("DELETE", "/api/v1/webhooks/{webhook_id}", webhooks.delete_webhook, "Remove a webhook", "operator",
+             None, {200: "Webhook", 404: "Error", **_ADMIN_ERRORS}, scope=ADMIN),
+    Endpoint("GET", "/api/v1/webhooks/{webhook_id}/deliveries", webhooks.list_deliveries,
+             "A webhook's latest deliveries, newest first", "operator", None,
+             {200: "Deliveries", 400: "Error", 404: "Error", **_ADMIN_ERRORS}, scope=ADMIN),
     # An addition to the contract: who the caller is, for any valid operator credential.
     Endpoint("GET", "/api/v1/me", operators.me, "The calling operator: name, scopes, expiry", "operator",
              None, {200: "Me", **_ADMIN_ERRORS}, scope=ANY_SCOPE),

@@ -32,7 +32,7 @@ def hash_tag(key: str) -> str | None:
 # that builds it, and the name the scripts derive it by (lua/includes/deployment.lua ``derived``).
 PER_ID_KINDS = ("device_runs", "assigned", "waiting", "waiting_device", "queue_teams", "queue_teams_device",
                 "team_queues", "team_usage", "host_devices", "lease", "polls", "inbox", "auth_failures",
-                "auth_throttled", "run_counts", "run_tasks")
+                "auth_throttled", "run_counts", "run_tasks", "webhook_recent")
 
 
 def team_queue(target: str, team: str) -> str:
@@ -100,6 +100,16 @@ class Keys:
         self.operator_token_hashes = p + "operator_token_hashes"  # digests of unrevoked tokens
         self.operator_tokens_by_age = p + "operator_tokens_by_age"
         self.operator_tokens_live = p + "operator_tokens_live"  # unrevoked, by expiry
+        # webhooks (coordinator/webhooks.py): the registered endpoints (never their secrets), the
+        # secrets apart (read by delivery only), which webhooks want each event (what the scripts
+        # that end a task read), the outbox stream and its consumer group, retries by due time,
+        # and each delivery's record
+        self.webhooks = p + "webhooks"
+        self.webhook_secrets = p + "webhook_secrets"
+        self.webhook_routes = p + "webhook_routes"
+        self.webhook_outbox = p + "webhook_outbox"
+        self.webhook_retries = p + "webhook_retries"
+        self.webhook_deliveries = p + "webhook_deliveries"
         # a random value written once: a process that finds another (or none) knows Redis lost
         # the data its caches mirror (coordinator/state/epoch.py)
         self.epoch = p + "epoch"
@@ -185,6 +195,11 @@ class Keys:
         """A run's tasks, one per place of the run: a zset task id -> its place (0-based); a
         rerun takes the place of the task it replaces."""
         return self._of("run_tasks", run_id)
+
+    def webhook_recent(self, webhook_id: str) -> str:
+        """A webhook's latest deliveries (the last WEBHOOK_DELIVERIES_KEPT): a zset delivery id ->
+        when its event happened (ms)."""
+        return self._of("webhook_recent", webhook_id)
 
     # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
     # joined by NUL.

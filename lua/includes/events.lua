@@ -8,12 +8,16 @@
     taskEvent(S, task, kind, now, ...)    an event of a task, to its history and the feed
     endRun(S, task, attempt, now, outcome) an attempt's run, to its device's runs
     count(S, name, by)                    add by (default 1) to a deployment-wide counter (`stats`)
+    notifyWebhooks(S, kind, subject, team, at)  an event webhooks are told of, to the outbox
+    taskEnded(S, task)                    a task reached its terminal status: `task.ended`
 
   Invariants kept: every transition appends its event to the task's history (the record the
   caller saves in the same step) and to the feed in the same step, so neither can disagree with
   the state; the history keeps the last TASK_EVENTS_KEPT events, the feed about FEED_EVENTS_KEPT,
   a device's runs the last DEVICE_RUNS_KEPT, and a device's runs expire a retention after its
-  last use.
+  last use. An event that registered webhooks want is appended to the outbox in the step that
+  makes it (one delivery per webhook that wants it), so a delivery is never lost nor invented;
+  with no webhook for it, that costs one HGET.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
@@ -28,9 +32,46 @@ local function setActor(S, actor)
   end
 end
 
--- An event of no task (host_online, device_disabled, ...): to the feed only.
+-- An event webhooks are told of (PROTOCOL.md, "Webhooks"; `kind` one of wire.WebhookEvent):
+-- one outbox entry per webhook that wants it, read by every coordinator process's delivery loop
+-- (coordinator/webhooks.py). `webhook_routes` holds, per kind, the webhooks that want it with
+-- their team filter, so with no webhook for the kind this is one HGET. A team filter limits task
+-- and run events (`team` given) to that team's; host and device events (no team) go to all.
+local function notifyWebhooks(S, kind, subject, team, at)
+  local routes = rcall('HGET', S.key.webhook_routes, kind)
+  if not routes then
+    return
+  end
+  for _, route in ipairs(cjson.decode(routes)) do
+    if route.team == nil or team == nil or route.team == team then
+      rcall('XADD', S.key.webhook_outbox, '*', 'webhook', route.id, 'type', kind, 'subject', subject,
+            'at', at)
+    end
+  end
+end
+
+-- The feed events webhooks are told of: their webhook kind, and the field naming their subject.
+-- (`run_ended` is the runs' event: published with its `run_id` and `team`, it reaches webhooks.)
+local WEBHOOK_EVENTS = {
+  host_offline = {'host.offline', 'host_id'},
+  device_disabled = {'device.disabled', 'device_id'},
+  run_ended = {'run.ended', 'run_id'},
+}
+
+-- An event of no task (host_online, device_disabled, ...): to the feed, and to the webhooks that
+-- want it.
 local function publish(S, event)
   publishTo(S.key.feed, event, S.actor)
+  local hook = WEBHOOK_EVENTS[event.type]
+  if hook then
+    notifyWebhooks(S, hook[1], event[hook[2]], event.team, event.at)
+  end
+end
+
+-- A task reached its terminal status (the caller saves it in the same step): `task.ended` to the
+-- webhooks that want it.
+local function taskEnded(S, task)
+  notifyWebhooks(S, 'task.ended', task.id, task.team or 'default', task.finished_at)
 end
 
 -- A task's event: appended to its history, which its record carries (the last

@@ -5,7 +5,8 @@
   Functions (each takes the deployment, includes/deployment.lua, first, but nextAttempt):
     dropReservation(S, task, now)            the task no longer holds its device
     releaseDevice(S, task, now, finished)    drop it, and let the device take other work
-    finishTask(S, task, previous, now)       a terminal status: saved, deleted after retention
+    finishTask(S, task, previous, now)       a terminal status: saved, deleted after retention,
+                                             and told to webhooks
     nextAttempt(task, now)                   a new attempt starts its wait
     requeueTask(S, task, now, kind, reason)  a task that held a device goes back to its queue
     unassignTask(S, task, now, reason)       an assignment its host will not claim goes back
@@ -69,6 +70,7 @@ local function finishTask(S, task, previous, now)
   task.updated_at = now
   saveTask(S, task, previous)
   rcall('ZADD', S.key.retention, now + S.retentionMs, task.id)
+  taskEnded(S, task)
 end
 
 -- A new attempt starts its wait: a fresh queue deadline, and the clock of schedule-to-start.

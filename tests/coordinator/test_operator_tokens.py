@@ -33,7 +33,8 @@ def contract_scope(method: str, path: str) -> str | None:
     any valid operator credential (``GET /api/v1/me``)."""
     if path == "/api/v1/me":
         return None
-    if path.startswith(("/api/v1/operator-tokens", "/api/v1/enrollment-tokens")) or path.endswith("/revoke"):
+    if path.startswith(("/api/v1/operator-tokens", "/api/v1/enrollment-tokens", "/api/v1/webhooks")) \
+            or path.endswith("/revoke"):
         return "admin"
     if method == "GET":
         return "read"
@@ -95,7 +96,8 @@ async def test_every_scope_against_the_route(api: Api, endpoint: Any) -> None:
         run = (await api.admin("POST", "/api/v1/runs", json={"tasks": [{"kind": "goal", "goal": "x",
                                                                        "device_id": "a1"}]})).json()
         path = endpoint.path.format(task_id=task["task_id"], host_id="host-a", device_id="a1",
-                                    token_id="ot_none", name="a.png", team="qa", run_id=run["run_id"])
+                                    token_id="ot_none", name="a.png", team="qa", run_id=run["run_id"],
+                                    webhook_id="wh_none")
         kwargs: dict[str, Any] = {}
         if endpoint.path == "/api/v1/events":
             kwargs["headers"] = {"last-event-id": "not-an-id"}  # past the scope: 400, not a stream

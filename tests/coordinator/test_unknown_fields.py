@@ -32,6 +32,7 @@ VALID_BODIES: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("POST", "/api/v1/operator-tokens"): ("/api/v1/operator-tokens", {"name": "ci", "scopes": ["read"]}),
     ("PUT", "/api/v1/teams/{team}"): ("/api/v1/teams/qa", {"weight": 2}),
     ("POST", "/api/v1/runs"): ("/api/v1/runs", {"tasks": [{"kind": "goal", "goal": "g", "device_id": "a1"}]}),
+    ("POST", "/api/v1/webhooks"): ("/api/v1/webhooks", {"url": "https://ci.example/hook", "events": ["task.ended"]}),
 }
 ROUTES = sorted(VALID_BODIES)
 
