@@ -10,7 +10,7 @@ import sys
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from coordinator.settings import Settings
+from coordinator.settings import MAX_PORT, Settings
 
 log = logging.getLogger("coordinator")
 
@@ -56,7 +56,18 @@ def _worker_count(settings: Settings) -> int:
     return settings.web_concurrency
 
 
+def _port_in_range(port: int | None) -> bool:
+    """``--port`` outside 0..65535 is one line naming it (the socket layer would wrap it modulo
+    65536 without a word, or refuse a negative one with an obscure errno)."""
+    if port is None or 0 <= port <= MAX_PORT:
+        return True
+    print(f"coordinator: invalid configuration: --port: {port} is not a port (0..{MAX_PORT})", file=sys.stderr)
+    return False
+
+
 def _serve(args: argparse.Namespace) -> int:
+    if not _port_in_range(args.port):
+        return 2
     settings = _settings()
     if settings is None:
         return 2

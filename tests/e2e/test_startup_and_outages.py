@@ -76,6 +76,23 @@ def test_bad_static_hosts_are_one_line_naming_the_variable(value: str, why: str)
     assert why in line and "EnvSettingsSource" not in line and SECRET not in line
 
 
+@pytest.mark.parametrize(("port_env", "port_arg", "named"), [
+    ("99999", None, "PORT"),  # once wrapped modulo 65536 to 34463, without a word
+    ("-1", None, "PORT"),  # once "[Errno -8] Servname not supported"
+    (None, "70000", "--port"),  # once 4464
+    (None, "-1", "--port"),
+])
+def test_a_port_out_of_range_is_one_line_naming_the_setting(port_env: str | None, port_arg: str | None,
+                                                            named: str) -> None:
+    env = coordinator_env(unique_prefix(), **({"PORT": port_env} if port_env is not None else {}))
+    command = [sys.executable, "-m", "coordinator", "serve"] + (["--port", port_arg] if port_arg else [])
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30, cwd="/")
+    assert result.returncode == BAD_CONFIGURATION
+    line = _one_line(result)
+    assert line.startswith(f"coordinator: invalid configuration: {named}: "), line
+    assert "65535" in line, line
+
+
 def test_a_single_process_logs_the_address_it_listens_on(tmp_path: Path) -> None:
     with fresh_prefix() as prefix, coordinator_process(coordinator_env(prefix), tmp_path) as coordinator:
         assert f"coordinator listening on {coordinator.url} (dashboard {coordinator.url}/ui)" in \
