@@ -10,7 +10,7 @@ stream. Plain ``httpx``, synchronous: a script, the ``tether`` command, or a not
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
@@ -23,6 +23,11 @@ from tether.feed import Feed
 
 DEFAULT_TIMEOUT_S = 10.0
 Json = dict[str, Any]
+# An ambiguous prefix names at most this many of its matches (and says there are more).
+AMBIGUOUS_MATCHES_SHOWN = 10
+# The largest page the tasks listing gives (coordinator/api/limits.py): a prefix's search reads
+# as few pages as it can.
+_PREFIX_PAGE_SIZE = 500
 
 
 class Client:
@@ -97,6 +102,29 @@ class Client:
 
     def get_task(self, task_id: str) -> Json:
         return self._call("GET", f"/api/v1/tasks/{_id(task_id, 'task id')}")
+
+    def resolve_task_id(self, prefix: str) -> str:
+        """The id of the one task whose id is ``prefix`` or starts with it, as git takes a unique
+        prefix of a commit (the demo prints ``t_1caa8b9e``). An exact id wins without a listing;
+        else the listing is read (newest first) for ids starting with ``prefix``. None:
+        ``not_found``; several: ``ambiguous_id``, naming them in the message and in
+        ``details["matches"]`` (at most ``AMBIGUOUS_MATCHES_SHOWN`` of them: a short prefix stops
+        the listing there rather than reading every task). A token that may not read tasks gets
+        ``prefix`` back as it is, to be used as a whole id."""
+        try:
+            return str(self.get_task(prefix)["task_id"])
+        except TetherError as exc:
+            if exc.code == "insufficient_scope":
+                return prefix  # a submit-only token reads no task: it may still cancel its own by id
+            if exc.code != "not_found":
+                raise
+            not_found = exc
+        matches = _matches(prefix, (str(t["task_id"]) for t in self.iter_tasks(page_size=_PREFIX_PAGE_SIZE)))
+        if not matches:
+            raise not_found
+        if len(matches) > 1:
+            raise TetherError.ambiguous("task", prefix, matches, more=len(matches) > AMBIGUOUS_MATCHES_SHOWN)
+        return matches[0]
 
     def list_tasks(self, *, status: str | None = None, host_id: str | None = None,
                    device_id: str | None = None, limit: int | None = None, cursor: str | None = None) -> Json:
@@ -275,6 +303,18 @@ class Client:
             cursor = page.get("next_cursor")
             if cursor is None or cursor == "":
                 return
+
+
+def _matches(prefix: str, ids: Iterable[str]) -> list[str]:
+    """The ids starting with ``prefix``, in the listing's order; once there are more than can be
+    shown the search stops: it is ambiguous whatever follows."""
+    found: list[str] = []
+    for candidate in ids:
+        if candidate.startswith(prefix):
+            found.append(candidate)
+            if len(found) > AMBIGUOUS_MATCHES_SHOWN:
+                break
+    return found
 
 
 def _id(value: str, what: str) -> str:

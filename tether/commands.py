@@ -79,15 +79,15 @@ def tasks(client: Client, args: Namespace, out: Output) -> int:
 
 
 def task(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.get_task(args.id), render.task_fields)
+    return out.show(client.get_task(client.resolve_task_id(args.id)), render.task_fields)
 
 
 def events(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.task_events(args.id), lambda e: render.events_table(e["events"]))
+    return out.show(client.task_events(client.resolve_task_id(args.id)), lambda e: render.events_table(e["events"]))
 
 
 def watch(client: Client, args: Namespace, out: Output) -> int:
-    return _watch(client, args.id, out)
+    return _watch(client, client.resolve_task_id(args.id), out)
 
 
 def _watch(client: Client, task_id: str, out: Output) -> int:
@@ -101,7 +101,7 @@ def cancel(client: Client, args: Namespace, out: Output) -> int:
             return f"task {t['task_id']}: cancel requested (it is running; it stops at its next step)"
         return f"task {t['task_id']}: {t['status']}"
 
-    return out.show(client.cancel_task(args.id), text)
+    return out.show(client.cancel_task(client.resolve_task_id(args.id)), text)
 
 
 # -- hosts -----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
       code = the contract's error.code   the coordinator answered 4xx/5xx with its JSON error
       code = "unavailable"               the coordinator could not be reached (status None)
       code = "invalid_request"           refused before sending: an id outside the id grammar
+      code = "ambiguous_id"              a prefix that starts more than one id (details["matches"])
       code = "invalid_response"          an answer that is not the contract's JSON
 
 One type, so a script needs one ``except``; ``code`` is what it branches on. Neither the message
@@ -36,6 +37,13 @@ class TetherError(Exception):
     def unreachable(cls, url: str, exc: httpx.TransportError) -> TetherError:
         reason = str(exc) or type(exc).__name__
         return cls("unavailable", f"cannot reach the coordinator at {url}: {reason}")
+
+    @classmethod
+    def ambiguous(cls, what: str, prefix: str, matches: list[str], *, more: bool) -> TetherError:
+        shown = matches[:-1] if more else matches
+        named = ", ".join(shown) + (" and more" if more else "")
+        return cls("ambiguous_id", f"{prefix!r} is the start of more than one {what} id: {named}; "
+                   "give more of it", details={"matches": shown})
 
     @classmethod
     def from_response(cls, response: httpx.Response) -> TetherError:
