@@ -20,6 +20,7 @@ import httpx
 import wire
 from tether.errors import TetherError
 from tether.feed import Feed
+from tether.waiting import describe, unplaceable_reason
 
 DEFAULT_TIMEOUT_S = 10.0
 Json = dict[str, Any]
@@ -28,6 +29,8 @@ AMBIGUOUS_MATCHES_SHOWN = 10
 # The largest page the tasks listing gives (coordinator/api/limits.py): a prefix's search reads
 # as few pages as it can.
 _PREFIX_PAGE_SIZE = 500
+# The largest page of the devices listing: what a warning reads to name the pool's drivers.
+_DRIVERS_PAGE_SIZE = 1000
 
 
 class Client:
@@ -82,6 +85,28 @@ class Client:
                     "idempotency_key": idempotency_key, "priority": priority, "team": team}
         body.update({k: v for k, v in optional.items() if v is not None})
         return self._call("POST", "/api/v1/tasks", json=body)
+
+    def wait_warning(self, task: Json) -> str | None:
+        """Why ``task`` (as ``create_task`` or ``get_task`` answer it) may wait until its queue
+        deadline: a sentence naming its ``waiting_reason`` and what the fleet has instead, when
+        that reason is ``no_matching_device`` (a misspelled driver, label or device) or
+        ``no_capable_host`` (a misspelled workflow); else None (placed, or waiting for a busy
+        device). What the fleet has is read with this token; one that may not read it gets the
+        sentence without it."""
+        reason = unplaceable_reason(task)
+        if reason is None:
+            return None
+        workflows: list[str] | None = None
+        drivers: list[str] | None = None
+        try:
+            if reason == wire.WaitingReason.NO_CAPABLE_HOST.value:
+                workflows = [str(w["name"]) for w in self.list_workflows()["workflows"]]
+            else:  # the drivers of one page of the pool (drivers are few, devices may be many)
+                devices = self.list_devices(limit=_DRIVERS_PAGE_SIZE)["devices"]
+                drivers = sorted({str(d["driver"]) for d in devices})
+        except TetherError:
+            pass  # the task is created: the warning goes out without the inventory
+        return describe(task, workflows=workflows, drivers=drivers)
 
     # -- teams ---------------------------------------------------------------------------------
 
