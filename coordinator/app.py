@@ -16,6 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from coordinator.api.agent_instances import AgentInstances
 from coordinator.api.auth import ACCESS, Authenticator
 from coordinator.api.boundary import RequestBoundary, response_for
 from coordinator.api.context import Context
@@ -86,6 +87,7 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
         artifacts=Artifacts(open_blob_store(settings), redis.client, keys, metrics,
                             max_uploads=settings.max_concurrent_uploads,
                             orphan_grace_s=settings.artifact_orphan_grace_s),
+        agents=AgentInstances(settings.host_offline_after_s),
     )
 
 

@@ -231,13 +231,18 @@ def _host_word(host: Json) -> str:
 
 
 def host_fields(host: Json) -> str:
-    return fields([
+    pairs = [
         ("host", host["host_id"]), ("kind", host.get("kind")), ("online", host.get("online")),
         ("devices", host.get("devices")), ("draining", host.get("draining")), ("revoked", host.get("revoked")),
         ("last seen", short_time(host.get("last_seen"))), ("hostname", host.get("hostname")),
         ("agent", host.get("agent_version")), ("labels", host.get("labels")),
         ("enrollment token", host.get("enrollment_token_id")), ("created", short_time(host.get("created_at"))),
-    ])
+    ]
+    other = host.get("conflicting_agent")
+    if isinstance(other, dict):  # two agents heartbeat as this host, replacing each other's devices
+        where = f"instance {other.get('instance_id')} on {other.get('hostname') or '?'}"
+        pairs.append(("second agent", f"{where}, last seen {short_time(other.get('last_seen'))}: stop one of them"))
+    return fields(pairs)
 
 
 def host_state(host: Json) -> str:

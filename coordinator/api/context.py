@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.api.agent_instances import AgentInstances
 from coordinator.api.auth import Authenticator
 from coordinator.blobs.artifacts import Artifacts
 from coordinator.feed import EventFeed
@@ -26,3 +27,4 @@ class Context:
     feed: EventFeed
     epoch: Epoch
     artifacts: Artifacts
+    agents: AgentInstances
