@@ -10,6 +10,7 @@ import sys
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
+from coordinator.serve import usage
 from coordinator.settings import MAX_PORT, Settings
 
 log = logging.getLogger("coordinator")
@@ -109,8 +110,9 @@ def _serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m coordinator")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the coordinator")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve = commands.add_parser("serve", help="run the coordinator", description=usage.description(),
+                                epilog=usage.settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="default: $PORT, else 8000")
     demo = commands.add_parser("demo", help="coordinator + simulated hosts on the embedded Redis")
     demo.add_argument("--keep", action="store_true",

@@ -14,9 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from coordinator.serve import usage
 from tests.cluster import LocalCluster
 from tests.support import (
     ADMIN,
+    REPO,
     coordinator_env,
     coordinator_process,
     free_port,
@@ -91,6 +93,19 @@ def test_a_port_out_of_range_is_one_line_naming_the_setting(port_env: str | None
     line = _one_line(result)
     assert line.startswith(f"coordinator: invalid configuration: {named}: "), line
     assert "65535" in line, line
+
+
+def test_serve_help_lists_every_setting_that_operations_md_explains() -> None:
+    # As the agent's --help does; it needs no configuration, not even a valid one.
+    result = subprocess.run([sys.executable, "-m", "coordinator", "serve", "--help"], capture_output=True,
+                            text=True, timeout=30, cwd="/", env=coordinator_env(unique_prefix(), PORT="99999"))
+    assert result.returncode == 0, result.stderr
+    listed = re.findall(r"^  ([A-Z_]+) +\S", result.stdout, re.MULTILINE)
+    assert listed == usage.variables() and "COORDINATOR_LEASE_TTL_S" in listed, result.stdout
+    assert re.search(r"^  COORDINATOR_LEASE_TTL_S +60$", result.stdout, re.MULTILINE), result.stdout
+    operations = (REPO / "docs" / "operations.md").read_text()
+    unexplained = [v for v in listed if f"| `{v}` |" not in operations]
+    assert not unexplained, f"not in docs/operations.md's configuration table: {unexplained}"
 
 
 def test_a_single_process_logs_the_address_it_listens_on(tmp_path: Path) -> None:
