@@ -20,6 +20,7 @@ from coordinator.api.agent_instances import AgentInstances
 from coordinator.api.auth import ACCESS, Authenticator
 from coordinator.api.boundary import RequestBoundary, response_for
 from coordinator.api.context import Context
+from coordinator.api.names import Names
 from coordinator.api.routes import ENDPOINTS, Endpoint
 from coordinator.api.throttle import FailureThrottle
 from coordinator.blobs.artifacts import Artifacts, open_blob_store, run_orphan_sweeper
@@ -74,11 +75,12 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
                   durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
                   scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock)
     metrics = Metrics()
+    queries = Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
+                      scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock)
     return Context(
         settings=settings,
         store=store,
-        queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
-                        scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock),
+        queries=queries,
         auth=Authenticator(redis.client, keys, settings.admin_token, settings.static_hosts, epoch, store),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=metrics,
@@ -88,6 +90,7 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
                             max_uploads=settings.max_concurrent_uploads,
                             orphan_grace_s=settings.artifact_orphan_grace_s),
         agents=AgentInstances(settings.host_offline_after_s),
+        names=Names(queries),
     )
 
 

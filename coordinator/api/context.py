@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from coordinator.api.agent_instances import AgentInstances
 from coordinator.api.auth import Authenticator
+from coordinator.api.names import Names
 from coordinator.blobs.artifacts import Artifacts
 from coordinator.feed import EventFeed
 from coordinator.longpoll import ClaimWaiter
@@ -28,3 +29,4 @@ class Context:
     epoch: Epoch
     artifacts: Artifacts
     agents: AgentInstances
+    names: Names

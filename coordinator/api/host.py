@@ -77,6 +77,7 @@ async def heartbeat(ctx: Context, request: Request) -> Response:
             agent["conflicting_agent"] = other.describe()
     snapshot = canonical_json({"agent": agent, "devices": devices})
     draining = await ctx.auth.run_for(principal, ctx.store.heartbeat(principal, snapshot, capabilities))
+    ctx.names.heard(principal.host_id, agent.get("hostname"))
     return json_response({
         "host_id": principal.host_id,
         "devices": len(devices),
