@@ -4,6 +4,10 @@ Race-free start: the feed (filtered to the task) is opened first, which fixes it
 only then is the task read; so every event after that read is in the feed, and a task that was
 already over is reported from the read alone. The task is read again after every event that may
 have ended it (a ``result`` may be followed by a retry), and its final document decides.
+
+The feed's events name hosts and devices by id; the lines name them as people know them, with
+the names the task's own reads carry (read again when an attempt is claimed on a device the
+watch has not seen yet).
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ def follow(client: Client, task_id: str, emit: Callable[[str], None], *, as_json
     again once it has ended; return its final document. ``as_json`` prints JSON lines instead:
     the task, the feed's events as the coordinator sent them, the final task."""
 
+    names: dict[str, str] = {}  # ids -> names, learned from the task's reads (the feed has ids only)
+
     def show_task(task: Json) -> None:
+        _learn(names, task)
         emit(json.dumps(task) if as_json else render.task_line(task))
 
     with client.feed(task_id=task_id) as feed:
@@ -36,13 +43,32 @@ def follow(client: Client, task_id: str, emit: Callable[[str], None], *, as_json
         if task["status"] in wire.TERMINAL_STATUSES:
             return task
         for event in feed:
-            emit(json.dumps(event) if as_json else render.event_line(event))
+            if not as_json and event.get("type") == "claimed" and event.get("device_id") not in names:
+                _learn(names, client.get_task(task_id))  # a new device: its name, for this line on
+            emit(json.dumps(event) if as_json else render.event_line(_named(event, names)))
             if event.get("type") in _MAY_END:
                 task = client.get_task(task_id)
                 if task["status"] in wire.TERMINAL_STATUSES:
                     show_task(task)
                     return task
     raise AssertionError("the feed ended")  # a Feed reconnects for ever; it never ends by itself
+
+
+def _learn(names: dict[str, str], document: Json) -> None:
+    for kind in ("host", "device"):
+        id_, name = document.get(f"{kind}_id"), document.get(f"{kind}_name")
+        if id_ and name:
+            names[id_] = name
+
+
+def _named(event: Json, names: dict[str, str]) -> Json:
+    """``event`` with the names of its host and device, where the watch has learned them."""
+    filled = dict(event)
+    for kind in ("host", "device"):
+        id_ = event.get(f"{kind}_id")
+        if id_ and not event.get(f"{kind}_name") and id_ in names:
+            filled[f"{kind}_name"] = names[id_]
+    return filled
 
 
 def succeeded(task: Json) -> bool:
