@@ -77,6 +77,7 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
     metrics = Metrics()
     queries = Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
                       scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock)
+    names = Names(queries)
     return Context(
         settings=settings,
         store=store,
@@ -84,13 +85,13 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
         auth=Authenticator(redis.client, keys, settings.admin_token, settings.static_hosts, epoch, store),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=metrics,
-        feed=EventFeed(redis.client, keys.feed),
+        feed=EventFeed(redis.client, keys.feed, annotate=names.add),
         epoch=epoch,
         artifacts=Artifacts(open_blob_store(settings), redis.client, keys, metrics,
                             max_uploads=settings.max_concurrent_uploads,
                             orphan_grace_s=settings.artifact_orphan_grace_s),
         agents=AgentInstances(settings.host_offline_after_s),
-        names=Names(queries),
+        names=names,
     )
 
 

@@ -5,9 +5,10 @@ one it enrolled with), ``device_name`` the local id a managed host enrolled the 
 serial), else the device id itself (a static host's device id is its local id).
 
 Looked up per page of views, not per item: one read for the hosts not cached and one for the
-devices not cached. A device's local id never changes (enrollment maps one local id to one cloud id
-for good), so it is kept; a host's name can (its agent reports another), so it is kept for
-``ttl_s``, and every heartbeat this process serves refreshes it for free. Bounded: at most
+devices not cached. A device's name never changes (enrollment maps one local id to one cloud id
+for good, and a static device's id is its name), so it is kept; a host's name can change (its
+agent reports another), so it is kept for ``ttl_s``, and every heartbeat this process serves
+refreshes it for free. Bounded: at most
 ``max_entries`` of each, the least recently stored forgotten first. Names are for people: a view
 whose name is a minute stale still carries the id that is exact.
 """
@@ -58,20 +59,22 @@ class Names:
         known = {d: self._devices[d] for d in wanted if d in self._devices}
         missing = sorted(wanted - known.keys())
         for device_id, local_id in (await self._reads.device_local_ids(missing)).items():
-            if local_id is not None:  # enrolled: for good
-                self._keep(self._devices, device_id, local_id)
+            # For good either way: an enrolled id keeps its local id, and a static host's device
+            # id is never a cloud id minted later.
             known[device_id] = local_id or device_id
+            self._keep(self._devices, device_id, known[device_id])
         return known
 
     async def add(self, views: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``views`` (tasks, events, runs, devices), each given ``host_name`` beside its
-        ``host_id`` and, where it has a ``device_id``, ``device_name`` beside it (null where the
-        id is)."""
+        """``views`` (tasks, events, runs, devices; the feed's events), in place: where one has
+        a ``host_id``, ``host_name`` beside it, and where it has a ``device_id``,
+        ``device_name`` (null where the id is)."""
         hosts = await self.hosts(v.get("host_id") for v in views)
         devices = await self.devices(v.get("device_id") for v in views)
         for view in views:
-            host_id = view.get("host_id")
-            view["host_name"] = hosts.get(host_id) if host_id else None
+            if "host_id" in view:
+                host_id = view["host_id"]
+                view["host_name"] = hosts.get(host_id) if host_id else None
             if "device_id" in view:
                 device_id = view["device_id"]
                 view["device_name"] = devices.get(device_id) if device_id else None
