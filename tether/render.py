@@ -165,6 +165,11 @@ def task_line(task: Json) -> str:
     return _line(task.get("updated_at"), task["status"], text)
 
 
+def artifact_line(artifact: Json) -> str:
+    """An artifact of the listing, as a watch shows an ``artifact`` event."""
+    return _line(artifact.get("created_at"), "artifact", artifact_text(artifact))
+
+
 def event_line(event: Json) -> str:
     """One feed event (a task's transition, or its progress)."""
     kind = str(event.get("type"))

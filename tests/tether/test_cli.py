@@ -158,6 +158,22 @@ def test_watch_exits_1_when_the_task_fails(coordinator: CoordinatorProcess, runn
     assert " failed " in last and task_id in last
 
 
+def test_a_watch_of_a_finished_task_shows_every_artifact_then_the_task(
+        coordinator: CoordinatorProcess, runner: Process, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 42: a watch begun as the task ended showed only the artifacts uploaded after it began.
+    task_id = coordinator.create_task(kind="workflow", workflow={"name": "broken", "params": {}},
+                                      device_id="run-fail", max_attempts=1)["task_id"]
+    coordinator.wait_task(task_id)
+    stored = tether_here(coordinator, capsys, "--json", "artifacts", task_id).json()["artifacts"]
+    assert stored, "the failed run's final screen and log"
+    watched = tether_here(coordinator, capsys, "watch", task_id)
+    assert watched.code == 1, watched
+    lines = watched.out.splitlines()
+    shown = [line.split(" artifact ")[1].split()[0] for line in lines if " artifact " in line]
+    assert shown == [a["name"] for a in stored], watched.out
+    assert len(lines) == len(stored) + 1 and " failed " in lines[-1] and task_id in lines[-1]
+
+
 def test_watch_follows_a_running_task_to_success(coordinator: CoordinatorProcess, runner: Process) -> None:
     # The task waits (its device disabled) until the watch is following it, so a watch that starts
     # late cannot miss the run: starting an interpreter can outlast the whole workflow.
