@@ -76,7 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from coordinator.app import create_app
     from coordinator.serve.logs import configure_logging
-    from coordinator.serve.preflight import Refused, check_redis
+    from coordinator.serve.preflight import Refused, check_redis, warn_about_settings
     from coordinator.serve.server import raise_nofile, run
 
     configure_logging(settings.log_format)
@@ -86,6 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
     except Refused as refused:
         log.error("%s", refused)
         return refused.exit_code
+    warn_about_settings(settings, log)
     raise_nofile()
     port = args.port if args.port is not None else settings.port
 

@@ -41,9 +41,6 @@ from coordinator.transport.open import open_redis
 
 log = logging.getLogger("coordinator")
 
-ADMIN_TOKEN_MIN_CHARS = 32
-
-
 class _Endpoint:
     """A route's ASGI app: an operator route's credential and scope checked, the one place,
     before its handler reads the path or the body (the handler finds the operator with
@@ -116,11 +113,6 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         log.info("coordinator using %s, key prefix %s, artifacts in %r", description, settings.key_prefix,
                  ctx.artifacts.blobs)
-        if settings.admin_token is None:
-            log.warning("COORDINATOR_ADMIN_TOKEN is not set: the operator API refuses every call")
-        elif len(settings.admin_token.get_secret_value()) < ADMIN_TOKEN_MIN_CHARS:
-            log.warning("COORDINATOR_ADMIN_TOKEN is shorter than %d characters: easy to guess",
-                        ADMIN_TOKEN_MIN_CHARS)
         await ctx.store.load_scripts()
         await ctx.epoch.check()  # the epoch this process's caches belong to (written if missing)
         loops = [asyncio.create_task(ctx.waiter.run(), name="waiter"),
