@@ -109,6 +109,9 @@ async def run_agent(
                 insecure_host,
             )
         retry_policy = retry_policy or RetryPolicy(cap_s=settings.backoff_cap_s)
+        if not settings.device_specs:
+            log.warning("%sDEVICES is empty: this host reports no device and gets no work; set it to "
+                        "driver:local_id pairs, such as sim:phone-1,sim:phone-2 or adb:*", ENV_PREFIX)
 
         async def start(refused: HostIdentity | None) -> tuple[HostIdentity, HostAgent, Planner]:
             """Build the agent; ``refused``: an identity the coordinator refused, to enroll again."""
@@ -143,14 +146,15 @@ async def run_agent(
             executor = RuntimeExecutor(manager, TaskRunner(planner), workflows, enroll=enroller.enroll)
             config = HostConfig.from_settings(settings, version=version, retry_policy=retry_policy,
                                               managed=identity.managed)
-            agent = HostAgent(host, executor, config)
-            log.info(
-                "host %s (%s) ready with %d device(s): %s",
-                identity.host_id,
-                "managed" if identity.managed else "legacy",
-                len(id_map),
-                ", ".join(sorted(id_map.values())) or "none",
-            )
+            kind = "managed" if identity.managed else "legacy"
+            devices = ", ".join(sorted(id_map.values())) or "none"
+
+            def ready() -> None:  # once the coordinator has answered a heartbeat: it knows this host
+                log.info("host %s (%s) ready with %d device(s): %s", identity.host_id, kind, len(id_map), devices)
+
+            agent = HostAgent(host, executor, config, on_ready=ready)
+            log.info("host %s (%s) started with %d device(s): %s; waiting for the coordinator to answer "
+                     "a heartbeat", identity.host_id, kind, len(id_map), devices)
             return identity, agent, planner
 
         refused: HostIdentity | None = None

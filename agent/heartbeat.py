@@ -10,7 +10,9 @@ coordinator places workflow tasks by.
 - ``409 unknown_device`` means an operator un-enrolled one of a managed host's devices: the agent
   enrolls its devices again (the forgotten one gets a new cloud id), then heartbeats after the
   loop's backoff; once per rejection, so a coordinator that keeps refusing cannot make it spin.
-- ``401`` ends the loop and is handed to the agent (``on_revoked``).
+- ``401`` ends the loop and is handed to the agent (``on_revoked``); so does ``403`` (a valid
+  credential used on another host's path: ``on_forbidden``), which retrying cannot fix either.
+- Each answered heartbeat is told to ``on_answer``: the agent is ready once the first one is.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from agent.answers import Conflict, MalformedAnswer, ProtocolError, Rejected, TransientError, Unauthorized
+from agent.answers import (
+    Conflict,
+    Forbidden,
+    MalformedAnswer,
+    ProtocolError,
+    Rejected,
+    TransientError,
+    Unauthorized,
+)
 from agent.client import HostClient
 from agent.host_config import HostConfig
 from agent.retry import retry
@@ -69,15 +79,19 @@ class Heartbeat:
 
     def __init__(self, client: HostClient, executor: Executor, snapshot: Callable[[], list[dict[str, Any]]],
                  config: HostConfig, *, on_revoked: Callable[[], None], on_devices_renamed: Callable[[], None],
+                 on_forbidden: Callable[[], None] = lambda: None, on_answer: Callable[[], None] = lambda: None,
                  pause: Pause = wait_event) -> None:
         self._client = client
         self._executor = executor
         self._snapshot = snapshot
-        self._agent_info = {"version": config.version, "hostname": config.hostname}
+        self._agent_info = {"version": config.version, "hostname": config.hostname,
+                            "instance_id": config.instance_id}
         self._retry = config.retry_policy
         self._managed = config.managed
         self._on_revoked = on_revoked
         self._on_devices_renamed = on_devices_renamed
+        self._on_forbidden = on_forbidden
+        self._on_answer = on_answer
         self._pause = pause
         self._dirty = asyncio.Event()  # send a heartbeat soon
         self.interval_s = config.heartbeat_interval_s  # the one in force
@@ -109,6 +123,9 @@ class Heartbeat:
             except Unauthorized:
                 self._on_revoked()
                 return
+            except Forbidden:  # a valid credential, of another host: retrying cannot fix it
+                self._on_forbidden()
+                return
             except ProtocolError as exc:  # 409 unknown_device/device_conflict, 4xx: not fixed by retrying now
                 if self._managed and isinstance(exc, Conflict) and exc.code == ErrorCode.UNKNOWN_DEVICE:
                     if not await self._enroll_again(exc):
@@ -121,6 +138,7 @@ class Heartbeat:
                 delay = self.interval_s
             else:
                 self.sent += 1
+                self._on_answer()
                 self._follow_draining(answer)
                 delay = self._follow_interval(answer)
             await self._pause(self._dirty, delay)

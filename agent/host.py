@@ -16,8 +16,9 @@ Settings come in one ``HostConfig`` (``agent/host_config.py``).
 
 Shutdown (``run``'s ``shutdown`` event): stop claiming, give running work ``shutdown_grace_s``
 to finish, then stop it through its ``RunControl``, report what it returns, and return 0. A
-``401`` (host credential revoked, or unknown: the coordinator's Redis lost its data) or a crashed
-loop ends the agent the same way but returns 1. A 401 is not logged here but left to the caller
+``401`` (host credential revoked, or unknown: the coordinator's Redis lost its data), a ``403``
+(a valid credential of another host: a configuration mistake), or a crashed loop ends the agent
+the same way but returns 1. A 401 is not logged here but left to the caller
 (``credential_refused``), which stops or enrolls the host again (``agent/app.py``).
 """
 
@@ -30,7 +31,7 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from agent.answers import Assignment, MalformedAnswer, Rejected, Unauthorized
+from agent.answers import Assignment, Forbidden, MalformedAnswer, Rejected, Unauthorized
 from agent.client import HostClient
 from agent.heartbeat import Heartbeat, Pause, wait_event
 from agent.host_config import HostConfig
@@ -38,6 +39,7 @@ from agent.lease_run import LeasedRun
 from agent.renewals import HostRenewals
 from agent.retry import retry
 from agent.runtime import SHUTDOWN, DeviceRecord, Executor
+from agent.settings import ENV_PREFIX
 from wire import DeviceStatus
 
 log = logging.getLogger("agent.host")
@@ -55,7 +57,8 @@ class HostAgent:
     and the leases they bring; tests inject one to pass a lease's deadline."""
 
     def __init__(self, client: HostClient, executor: Executor, config: HostConfig, *,
-                 pause: Pause = wait_event, clock: Callable[[], float] = time.monotonic) -> None:
+                 pause: Pause = wait_event, clock: Callable[[], float] = time.monotonic,
+                 on_ready: Callable[[], None] = lambda: None) -> None:
         self._client = client
         self._executor = executor
         self._config = config
@@ -63,8 +66,10 @@ class HostAgent:
         self._retry = config.retry_policy
         self._clock = clock
         self._devices_changed = asyncio.Event()  # a device turned busy or idle, or was renamed
+        self._on_ready: Callable[[], None] | None = on_ready  # None once told
         self._heartbeat = Heartbeat(client, executor, self.snapshot, config, on_revoked=self._revoked,
-                                    on_devices_renamed=self._devices_changed.set, pause=pause)
+                                    on_devices_renamed=self._devices_changed.set, on_forbidden=self._forbidden,
+                                    on_answer=self._answered, pause=pause)
 
         self._held: dict[str, int] = {}  # device id -> assignments holding it (running or waiting)
         self._device_locks: dict[str, asyncio.Lock] = {}
@@ -139,6 +144,21 @@ class HostAgent:
         if self._fatal is None:
             self.credential_refused = True
         self._die(_REVOKED)
+
+    def _forbidden(self) -> None:
+        """403 on this host's own path: the credential is valid, but another host's. A mistake
+        in the configuration, which no retry fixes: stop in one line, as a wrong token does."""
+        if self._config.managed:
+            hint = f"the identity stored in {ENV_PREFIX}STATE_DIR does not match its token"
+        else:
+            hint = f"{ENV_PREFIX}TOKEN is another host's token; check {ENV_PREFIX}HOST_ID and {ENV_PREFIX}TOKEN"
+        self._die(f"the coordinator refused host {self._client.host_id} with this credential (403 forbidden): {hint}")
+
+    def _answered(self) -> None:
+        """A heartbeat was answered: the first one makes the host ready (the coordinator knows it)."""
+        ready, self._on_ready = self._on_ready, None
+        if ready is not None:
+            ready()
 
     async def _guard(
         self, name: str, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any, fatal: bool = True
@@ -231,6 +251,9 @@ class HostAgent:
                 assignment = await retry(poll, backoff, what=f"claim {claim_id}")
             except Unauthorized:
                 self._revoked()
+                return
+            except Forbidden:
+                self._forbidden()
                 return
             except (Rejected, MalformedAnswer) as exc:
                 delay = backoff.next_delay()

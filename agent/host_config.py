@@ -4,6 +4,7 @@ setting on the agent."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -16,7 +17,8 @@ from agent.settings import AgentSettings
 class HostConfig:
     """The host agent's configuration.
 
-    - ``hostname``, ``version``: reported with every heartbeat.
+    - ``hostname``, ``version``: reported with every heartbeat; so is ``instance_id``, this
+      agent process's own, by which the coordinator tells two agents started as one host apart.
     - ``labels``: put on every device of the snapshot.
     - ``poll_wait_s``: how long each claim long-poll may wait at the coordinator.
     - ``heartbeat_interval_s``: applies until the coordinator answers with its own.
@@ -47,6 +49,7 @@ class HostConfig:
     managed: bool = False
     artifacts: ArtifactMode = ArtifactMode.OFF
     artifact_drain_s: float = DRAIN_S
+    instance_id: str = field(default_factory=lambda: "ai_" + uuid.uuid4().hex)
 
     @classmethod
     def from_settings(cls, settings: AgentSettings, *, version: str, retry_policy: RetryPolicy,

@@ -10,7 +10,8 @@ import sys
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from coordinator.settings import Settings
+from coordinator.serve import usage
+from coordinator.settings import MAX_PORT, Settings
 
 log = logging.getLogger("coordinator")
 
@@ -56,7 +57,18 @@ def _worker_count(settings: Settings) -> int:
     return settings.web_concurrency
 
 
+def _port_in_range(port: int | None) -> bool:
+    """``--port`` outside 0..65535 is one line naming it (the socket layer would wrap it modulo
+    65536 without a word, or refuse a negative one with an obscure errno)."""
+    if port is None or 0 <= port <= MAX_PORT:
+        return True
+    print(f"coordinator: invalid configuration: --port: {port} is not a port (0..{MAX_PORT})", file=sys.stderr)
+    return False
+
+
 def _serve(args: argparse.Namespace) -> int:
+    if not _port_in_range(args.port):
+        return 2
     settings = _settings()
     if settings is None:
         return 2
@@ -64,7 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from coordinator.app import create_app
     from coordinator.serve.logs import configure_logging
-    from coordinator.serve.preflight import Refused, check_redis
+    from coordinator.serve.preflight import Refused, check_redis, warn_about_settings
     from coordinator.serve.server import raise_nofile, run
 
     configure_logging(settings.log_format)
@@ -74,6 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
     except Refused as refused:
         log.error("%s", refused)
         return refused.exit_code
+    warn_about_settings(settings, log)
     raise_nofile()
     port = args.port if args.port is not None else settings.port
 
@@ -98,8 +111,9 @@ def _serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m coordinator")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the coordinator")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve = commands.add_parser("serve", help="run the coordinator", description=usage.description(),
+                                epilog=usage.settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="default: $PORT, else 8000")
     demo = commands.add_parser("demo", help="coordinator + simulated hosts on the embedded Redis")
     demo.add_argument("--keep", action="store_true",

@@ -17,11 +17,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from coordinator.api.agent_instances import AgentInstances
 from coordinator.api.auth import ACCESS, Authenticator
 from coordinator.api.bodies import NoBody
 from coordinator.api.body_slots import LargeBodies
 from coordinator.api.boundary import RequestBoundary, response_for
 from coordinator.api.context import Context
+from coordinator.api.names import Names
 from coordinator.api.routes import ENDPOINTS, Endpoint
 from coordinator.api.throttle import FailureThrottle
 from coordinator.api.validation import read
@@ -46,7 +48,6 @@ from coordinator.webhooks import DeliveryPolicy, WebhookDelivery
 
 log = logging.getLogger("coordinator")
 
-ADMIN_TOKEN_MIN_CHARS = 32
 # The methods whose body an operator route that takes none still reads, to refuse any field in it.
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -85,21 +86,25 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
                   durability=durability,
                   scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock)
     metrics = Metrics()
+    queries = Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
+                      scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock)
+    names = Names(queries)
     return Context(
         settings=settings,
         store=store,
-        queries=Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
-                        scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock),
+        queries=queries,
         auth=Authenticator(redis.client, keys, settings.admin_token, settings.static_hosts, epoch, store),
         waiter=ClaimWaiter(redis, keys.inbox(process_id), process_id),
         metrics=metrics,
-        feed=EventFeed(redis.client, keys.feed),
+        feed=EventFeed(redis.client, keys.feed, annotate=names.add),
         epoch=epoch,
         artifacts=Artifacts(open_blob_store(settings), redis.client, keys, metrics,
                             max_uploads=settings.max_concurrent_uploads,
                             orphan_grace_s=settings.artifact_orphan_grace_s),
         large_bodies=LargeBodies(settings.max_concurrent_large_bodies, settings.max_body_bytes),
         webhooks=WebhookStore(redis, keys, scripts, durability, clock),
+        agents=AgentInstances(settings.host_offline_after_s),
+        names=names,
     )
 
 
@@ -126,11 +131,6 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         log.info("coordinator using %s, key prefix %s, artifacts in %r", description, settings.key_prefix,
                  ctx.artifacts.blobs)
-        if settings.admin_token is None:
-            log.warning("COORDINATOR_ADMIN_TOKEN is not set: the operator API refuses every call")
-        elif len(settings.admin_token.get_secret_value()) < ADMIN_TOKEN_MIN_CHARS:
-            log.warning("COORDINATOR_ADMIN_TOKEN is shorter than %d characters: easy to guess",
-                        ADMIN_TOKEN_MIN_CHARS)
         await ctx.store.load_scripts()
         await ctx.epoch.check()  # the epoch this process's caches belong to (written if missing)
         loops = [asyncio.create_task(ctx.waiter.run(), name="waiter"),

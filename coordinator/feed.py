@@ -23,7 +23,8 @@ watchers miss nothing the stream still keeps.
 
 Each entry is decoded once, when read, and its ``at`` (the scripts write the epoch milliseconds
 of Redis's clock) is rewritten as the contract's RFC 3339 UTC string with milliseconds, so every
-watcher gets timestamps in the one format the API uses.
+watcher gets timestamps in the one format the API uses; the names of the hosts and devices it
+names are added then too (``annotate``), once per batch read, not once per watcher.
 
 fakeredis (the embedded default) implements ``XREAD BLOCK`` on asyncio without blocking the
 event loop, so the same code serves it.
@@ -38,7 +39,7 @@ import logging
 import random
 import re
 from collections import deque
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -52,6 +53,8 @@ from wire import iso_ms
 log = logging.getLogger("coordinator.feed")
 
 BUFFER_SIZE = 1024  # entries kept in memory for watchers to read
+# Adds fields to a batch of events, in place (EventFeed's ``annotate``).
+Annotate = Callable[[list[dict[str, Any]]], Awaitable[object]]
 # How long one XREAD holds its pooled connection waiting for events: well under the pool's
 # socket timeout, and the longest the reader keeps reading once nobody watches.
 BLOCK_S = 2.0
@@ -123,8 +126,11 @@ class EventFeed:
     """The feed of one process: ``run`` is its reader, each ``follow`` a watcher."""
 
     def __init__(self, redis: Redis, stream: str, *, buffer_size: int = BUFFER_SIZE,
-                 block_s: float = BLOCK_S) -> None:
+                 block_s: float = BLOCK_S, annotate: Annotate | None = None) -> None:
+        """``annotate`` adds fields to a batch of events in place before any watcher sees them
+        (the app's: ``host_name``, ``device_name``)."""
         self._redis = redis
+        self._annotate = annotate
         self._stream = stream
         self._buffer_size = buffer_size
         self._block_ms = max(1, int(block_s * 1000))
@@ -195,7 +201,7 @@ class EventFeed:
                 raise asyncio.CancelledError
         reply = await self._redis.xread({self._stream: str(self._last)}, count=READ_COUNT,
                                         block=self._block_ms)
-        kept = [_decode(raw_id, fields) for raw_id, fields in _entries(reply)]
+        kept = await self._decode(_entries(reply))
         for item in kept:
             if item.event is None:
                 log.warning("feed entry %s is not a JSON object in field e; skipped", item.id)
@@ -284,7 +290,16 @@ class EventFeed:
 
     async def _range_after(self, position: StreamId) -> list[_Kept]:
         entries = _range(await self._redis.xrange(self._stream, f"({position}", "+", count=CATCH_UP_COUNT))
-        return [_decode(raw_id, fields) for raw_id, fields in entries]
+        return await self._decode(entries)
+
+    async def _decode(self, entries: Iterable[tuple[Any, Any]]) -> list[_Kept]:
+        """Entries decoded once for every watcher: ``at`` in the contract's format, and what
+        ``annotate`` adds (the names of hosts and devices), for a whole batch at once."""
+        parsed = [_parse(raw_id, fields) for raw_id, fields in entries]
+        events = [event for _, event in parsed if event is not None]
+        if self._annotate is not None and events:
+            await self._annotate(events)
+        return [_kept(stream_id, event) for stream_id, event in parsed]
 
     async def _gap(self, position: StreamId) -> Notice | None:
         """A notice when the stream no longer keeps the events just after ``position``: it is
@@ -330,7 +345,9 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _decode(raw_id: bytes | str, fields: Mapping[Any, Any]) -> _Kept:
+def _parse(raw_id: bytes | str, fields: Mapping[Any, Any]) -> tuple[StreamId, dict[str, Any] | None]:
+    """An entry's id and event (None when it is not a JSON object), its ``at`` in the
+    contract's format."""
     stream_id = StreamId.parse(_text(raw_id))
     raw = fields.get(b"e", fields.get("e"))
     data = raw.encode() if isinstance(raw, str) else raw
@@ -339,9 +356,13 @@ def _decode(raw_id: bytes | str, fields: Mapping[Any, Any]) -> _Kept:
         with contextlib.suppress(orjson.JSONDecodeError):
             event = orjson.loads(data)
     if not isinstance(event, dict):
-        return _Kept(stream_id, Entry(str(stream_id), b""), None)
+        return stream_id, None
     at = event.get("at")
     if isinstance(at, int) and not isinstance(at, bool):
         event["at"] = iso_ms(at)
-        data = orjson.dumps(event)
+    return stream_id, event
+
+
+def _kept(stream_id: StreamId, event: dict[str, Any] | None) -> _Kept:
+    data = b"" if event is None else orjson.dumps(event)
     return _Kept(stream_id, Entry(str(stream_id), data), event)

@@ -16,12 +16,15 @@ REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 # The default of ``candidates_scanned``, which the state floor also takes when built without
 # settings (the model test, benchmarks).
 CANDIDATES_SCANNED = 1000
+MAX_PORT = 65535
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="COORDINATOR_", extra="ignore")
 
     redis_url: SecretStr | None = Field(default=None, validation_alias=AliasChoices("REDIS_URL"))
+    # 0 asks the system for a free port. Checked here: the socket layer would wrap 99999 to 34463
+    # without a word, and refuse -1 with "Servname not supported".
     port: int = Field(default=8000, validation_alias=AliasChoices("PORT"))
     key_prefix: str = "tether:{default}"
     admin_token: SecretStr | None = None
@@ -125,6 +128,13 @@ class Settings(BaseSettings):
         if value is not None and not value.get_secret_value().startswith(REDIS_URL_SCHEMES):
             raise ValueError("must start with redis://, rediss:// or unix:// "
                              "(for example redis://127.0.0.1:6379/0)")
+        return value
+
+    @field_validator("port")
+    @classmethod
+    def _port_in_range(cls, value: int) -> int:
+        if not 0 <= value <= MAX_PORT:
+            raise ValueError(f"{value} is not a port (0..{MAX_PORT})")
         return value
 
     @field_validator("artifacts_url")

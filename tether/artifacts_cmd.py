@@ -26,7 +26,8 @@ _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 def add_arguments(command: argparse.ArgumentParser) -> None:
     """The command's arguments, on its parser (made in cli.py like every other command's)."""
-    command.add_argument("task", metavar="TASK", help="the task whose artifacts to list")
+    command.add_argument("task", metavar="TASK",
+                         help="the task whose artifacts to list (its id, or a unique prefix of it)")
     command.add_argument("name", metavar="NAME", nargs="?", help="save this artifact's bytes")
     command.add_argument("-o", "--output", metavar="FILE",
                          help="where NAME's bytes go (default: stdout, unless it is a terminal)")
@@ -35,6 +36,7 @@ def add_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def artifacts(client: Client, args: Namespace, out: Output) -> int:
+    args.task = client.resolve_task_id(args.task)
     if args.name is None:
         if args.output is not None or args.attempt is not None:
             return _usage("-o and --attempt go with NAME: tether artifacts TASK NAME -o FILE")

@@ -2,8 +2,10 @@
 
 Configured by ``TETHER_URL`` and ``TETHER_TOKEN`` (or ``--url`` and ``--token``, which win).
 Exit codes: 0 success; 1 the call failed, or the watched task did not succeed; 2 bad usage
-(argparse's own, or no URL or token). A failure the operator can expect (unauthorized, not
-found, a conflict, the coordinator down) is one line on stderr, never a traceback.
+(argparse's own, no URL or token, or a task id prefix that starts several ids). A task id may
+be given as a unique prefix of it, as git takes a commit's (``Client.resolve_task_id``). A
+failure the operator can expect (unauthorized, not found, a conflict, the coordinator down) is
+one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tether.errors import TetherError
 _TASK_STATUSES = wire.values(wire.TaskStatus)
 _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
 _OPERATOR_SCOPES = wire.values(wire.OperatorScope)
+TASK_ID_HELP = "a task id, or a unique prefix of one (t_1caa8b9e)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status
     except TetherError as exc:
         print(f"tether: {exc.message} ({exc.code})", file=sys.stderr)
-        return 1
+        return 2 if exc.code == "ambiguous_id" else 1  # the operator's to fix, as bad usage is
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `tether tasks | head`: the reader has what it wanted
@@ -103,11 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", metavar="H")
     p.add_argument("--device", metavar="D")
     p.add_argument("--limit", metavar="N", type=positive_int, default=50, help="at most N tasks (default 50)")
-    command("task", commands.task, "show a task, with why it waits").add_argument("id", metavar="ID")
-    command("events", commands.events, "a task's history").add_argument("id", metavar="ID")
-    command("watch", commands.watch, "follow a task live until it ends; exit 0 if it succeeded").add_argument(
-        "id", metavar="ID")
-    command("cancel", commands.cancel, "cancel a task").add_argument("id", metavar="ID")
+    for name, run, what in (("task", commands.task, "show a task, with why it waits"),
+                            ("events", commands.events, "a task's history"),
+                            ("watch", commands.watch, "follow a task live until it ends; exit 0 if it succeeded"),
+                            ("cancel", commands.cancel, "cancel a task")):
+        command(name, run, what).add_argument("id", metavar="ID", help=TASK_ID_HELP)
 
     command("hosts", commands.hosts, "list hosts")
     command("host", commands.host, "show a host").add_argument("id", metavar="ID")

@@ -10,7 +10,7 @@ stream. Plain ``httpx``, synchronous: a script, the ``tether`` command, or a not
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
@@ -20,9 +20,17 @@ import httpx
 import wire
 from tether.errors import TetherError
 from tether.feed import Feed
+from tether.waiting import describe, unplaceable_reason
 
 DEFAULT_TIMEOUT_S = 10.0
 Json = dict[str, Any]
+# An ambiguous prefix names at most this many of its matches (and says there are more).
+AMBIGUOUS_MATCHES_SHOWN = 10
+# The largest page the tasks listing gives (coordinator/api/limits.py): a prefix's search reads
+# as few pages as it can.
+_PREFIX_PAGE_SIZE = 500
+# The largest page of the devices listing: what a warning reads to name the pool's drivers.
+_DRIVERS_PAGE_SIZE = 1000
 
 
 class Client:
@@ -78,6 +86,28 @@ class Client:
         body.update({k: v for k, v in optional.items() if v is not None})
         return self._call("POST", "/api/v1/tasks", json=body)
 
+    def wait_warning(self, task: Json) -> str | None:
+        """Why ``task`` (as ``create_task`` or ``get_task`` answer it) may wait until its queue
+        deadline: a sentence naming its ``waiting_reason`` and what the fleet has instead, when
+        that reason is ``no_matching_device`` (a misspelled driver, label or device) or
+        ``no_capable_host`` (a misspelled workflow); else None (placed, or waiting for a busy
+        device). What the fleet has is read with this token; one that may not read it gets the
+        sentence without it."""
+        reason = unplaceable_reason(task)
+        if reason is None:
+            return None
+        workflows: list[str] | None = None
+        drivers: list[str] | None = None
+        try:
+            if reason == wire.WaitingReason.NO_CAPABLE_HOST.value:
+                workflows = [str(w["name"]) for w in self.list_workflows()["workflows"]]
+            else:  # the drivers of one page of the pool (drivers are few, devices may be many)
+                devices = self.list_devices(limit=_DRIVERS_PAGE_SIZE)["devices"]
+                drivers = sorted({str(d["driver"]) for d in devices})
+        except TetherError:
+            pass  # the task is created: the warning goes out without the inventory
+        return describe(task, workflows=workflows, drivers=drivers)
+
     # -- teams ---------------------------------------------------------------------------------
 
     def list_teams(self) -> Json:
@@ -97,6 +127,29 @@ class Client:
 
     def get_task(self, task_id: str) -> Json:
         return self._call("GET", f"/api/v1/tasks/{_id(task_id, 'task id')}")
+
+    def resolve_task_id(self, prefix: str) -> str:
+        """The id of the one task whose id is ``prefix`` or starts with it, as git takes a unique
+        prefix of a commit (the demo prints ``t_1caa8b9e``). An exact id wins without a listing;
+        else the listing is read (newest first) for ids starting with ``prefix``. None:
+        ``not_found``; several: ``ambiguous_id``, naming them in the message and in
+        ``details["matches"]`` (at most ``AMBIGUOUS_MATCHES_SHOWN`` of them: a short prefix stops
+        the listing there rather than reading every task). A token that may not read tasks gets
+        ``prefix`` back as it is, to be used as a whole id."""
+        try:
+            return str(self.get_task(prefix)["task_id"])
+        except TetherError as exc:
+            if exc.code == "insufficient_scope":
+                return prefix  # a submit-only token reads no task: it may still cancel its own by id
+            if exc.code != "not_found":
+                raise
+            not_found = exc
+        matches = _matches(prefix, (str(t["task_id"]) for t in self.iter_tasks(page_size=_PREFIX_PAGE_SIZE)))
+        if not matches:
+            raise not_found
+        if len(matches) > 1:
+            raise TetherError.ambiguous("task", prefix, matches, more=len(matches) > AMBIGUOUS_MATCHES_SHOWN)
+        return matches[0]
 
     def list_tasks(self, *, status: str | None = None, host_id: str | None = None,
                    device_id: str | None = None, limit: int | None = None, cursor: str | None = None,
@@ -339,6 +392,18 @@ class Client:
             cursor = page.get("next_cursor")
             if cursor is None or cursor == "":
                 return
+
+
+def _matches(prefix: str, ids: Iterable[str]) -> list[str]:
+    """The ids starting with ``prefix``, in the listing's order; once there are more than can be
+    shown the search stops: it is ambiguous whatever follows."""
+    found: list[str] = []
+    for candidate in ids:
+        if candidate.startswith(prefix):
+            found.append(candidate)
+            if len(found) > AMBIGUOUS_MATCHES_SHOWN:
+                break
+    return found
 
 
 def _id(value: str, what: str) -> str:

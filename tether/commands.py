@@ -50,23 +50,14 @@ def submit(client: Client, args: Namespace, out: Output) -> int:
     task = client.create_task(goal=args.goal, workflow=args.workflow, params=dict(args.param or []),
                               device_id=args.device, selector=selector, max_attempts=args.max_attempts,
                               queue_timeout_s=args.queue_timeout, priority=args.priority, team=args.team)
-    if args.driver and not _driver_pooled(client, args.driver):
-        out.warn(f"no pooled device has driver {args.driver!r}: the task waits until one does "
-                 "(a typo? `tether devices` lists the pool)")
+    warning = client.wait_warning(task)
+    if warning is not None:  # a typo would otherwise wait a day (the queue timeout) without a word
+        out.warn(warning)
     if not args.wait:
         return out.show(task, lambda t: t["task_id"])
     if not out.as_json:
         out.line(task["task_id"])  # the id first, as without --wait; the watch's JSON lines carry it
     return _watch(client, task["task_id"], out)
-
-
-def _driver_pooled(client: Client, driver: str) -> bool:
-    """Whether any pooled device has ``driver``: one page of one device. A token that may not read
-    the pool (submit only) cannot tell, and gets no warning."""
-    try:
-        return bool(client.list_devices(driver=driver, limit=1)["devices"])
-    except TetherError:
-        return True
 
 
 def tasks(client: Client, args: Namespace, out: Output) -> int:
@@ -79,15 +70,15 @@ def tasks(client: Client, args: Namespace, out: Output) -> int:
 
 
 def task(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.get_task(args.id), render.task_fields)
+    return out.show(client.get_task(client.resolve_task_id(args.id)), render.task_fields)
 
 
 def events(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.task_events(args.id), lambda e: render.events_table(e["events"]))
+    return out.show(client.task_events(client.resolve_task_id(args.id)), lambda e: render.events_table(e["events"]))
 
 
 def watch(client: Client, args: Namespace, out: Output) -> int:
-    return _watch(client, args.id, out)
+    return _watch(client, client.resolve_task_id(args.id), out)
 
 
 def _watch(client: Client, task_id: str, out: Output) -> int:
@@ -101,7 +92,7 @@ def cancel(client: Client, args: Namespace, out: Output) -> int:
             return f"task {t['task_id']}: cancel requested (it is running; it stops at its next step)"
         return f"task {t['task_id']}: {t['status']}"
 
-    return out.show(client.cancel_task(args.id), text)
+    return out.show(client.cancel_task(client.resolve_task_id(args.id)), text)
 
 
 # -- hosts -----------------------------------------------------------------------------------

@@ -70,10 +70,26 @@ TASKS_TABLE_WIDTH = 100
 _CLIPPED_MIN = 10  # the narrowest a clipped column gets
 
 
+def named(name: Any, id_: Any) -> str | None:
+    """A host or device as people know it: its name first, then its id (``lab-7 (h_abbd9d…)``);
+    the id alone when the name is the id or unknown (an older coordinator sends none)."""
+    if not id_:
+        return None
+    return f"{name} ({id_})" if name and name != id_ else str(id_)
+
+
+def host_of(item: Json) -> str | None:
+    return named(item.get("host_name"), item.get("host_id"))
+
+
+def device_of(item: Json) -> str | None:
+    return named(item.get("device_name"), item.get("device_id"))
+
+
 def where(task: Json) -> str:
     """Where a task runs or ran (its device: ids are unique across hosts), else what it waits for."""
     if task.get("host_id") and task.get("device_id"):
-        return str(task["device_id"])
+        return str(device_of(task))
     return target(task)
 
 
@@ -105,8 +121,8 @@ def task_fields(task: Json) -> str:
         ("work", work(task)),
         ("target", target(task)),
         ("attempt", attempts(task)),
-        ("host", task.get("host_id")),
-        ("device", task.get("device_id")),
+        ("host", host_of(task)),
+        ("device", device_of(task)),
     ]
     if task["status"] == "queued":
         pairs += [("waiting", task.get("waiting_reason")), ("candidates", candidates(task.get("candidates"))),
@@ -125,8 +141,8 @@ def task_fields(task: Json) -> str:
 def events_table(events: Iterable[Json]) -> str:
     # ACTOR: the operator token (by name) whose action caused the event; `-` for the fleet's own.
     return table(["AT", "TYPE", "ATTEMPT", "HOST", "DEVICE", "STATUS", "REASON", "ACTOR"],
-                 ([short_time(e.get("at")), e.get("type"), e.get("attempt"), e.get("host_id"),
-                   e.get("device_id"), e.get("status"), e.get("reason"), e.get("actor")] for e in events))
+                 ([short_time(e.get("at")), e.get("type"), e.get("attempt"), host_of(e),
+                   device_of(e), e.get("status"), e.get("reason"), e.get("actor")] for e in events))
 
 
 # -- a live watch: one line per event --------------------------------------------------------
@@ -147,6 +163,11 @@ def task_line(task: Json) -> str:
     if task.get("failure_reason"):
         text += f": {task['failure_reason']}"
     return _line(task.get("updated_at"), task["status"], text)
+
+
+def artifact_line(artifact: Json) -> str:
+    """An artifact of the listing, as a watch shows an ``artifact`` event."""
+    return _line(artifact.get("created_at"), "artifact", artifact_text(artifact))
 
 
 def event_line(event: Json) -> str:
@@ -172,10 +193,11 @@ def event_line(event: Json) -> str:
 
 
 def _where(item: Json) -> str | None:
-    host, device = item.get("host_id"), item.get("device_id")
+    """``emulator-5554 (d_e208…) at lab-7 (h_abbd…)``: the device, then its host."""
+    host, device = host_of(item), device_of(item) if item.get("host_id") else None
     if host and device:
-        return f"{host}/{device}"
-    return host or None
+        return f"{device} at {host}"
+    return host
 
 
 def _line(at: Any, label: str, text: str) -> str:
@@ -231,13 +253,18 @@ def _host_word(host: Json) -> str:
 
 
 def host_fields(host: Json) -> str:
-    return fields([
+    pairs = [
         ("host", host["host_id"]), ("kind", host.get("kind")), ("online", host.get("online")),
         ("devices", host.get("devices")), ("draining", host.get("draining")), ("revoked", host.get("revoked")),
         ("last seen", short_time(host.get("last_seen"))), ("hostname", host.get("hostname")),
         ("agent", host.get("agent_version")), ("labels", host.get("labels")),
         ("enrollment token", host.get("enrollment_token_id")), ("created", short_time(host.get("created_at"))),
-    ])
+    ]
+    other = host.get("conflicting_agent")
+    if isinstance(other, dict):  # two agents heartbeat as this host, replacing each other's devices
+        where = f"instance {other.get('instance_id')} on {other.get('hostname') or '?'}"
+        pairs.append(("second agent", f"{where}, last seen {short_time(other.get('last_seen'))}: stop one of them"))
+    return fields(pairs)
 
 
 def host_state(host: Json) -> str:
@@ -251,7 +278,7 @@ def devices_table(devices: Iterable[Json]) -> str:
     """``NAME`` is what people call the device (an enrolled one's serial); one status column says
     what keeps it from work, if anything (disabled, its host offline), else what it reports."""
     return table(["DEVICE", "NAME", "HOST", "DRIVER", "STATUS", "TASK", "LABELS"],
-                 ([d["device_id"], d.get("name"), d.get("host_id"), d.get("driver"), _device_word(d),
+                 ([d["device_id"], d.get("name"), host_of(d), d.get("driver"), _device_word(d),
                    d.get("reserved_by"), d.get("labels")] for d in devices))
 
 
@@ -275,7 +302,7 @@ def workflows_table(workflows: Iterable[Json]) -> str:
 
 def runs_table(runs: Iterable[Json]) -> str:
     return table(["TASK", "ATTEMPT", "HOST", "STARTED", "ENDED", "OUTCOME"],
-                 ([r.get("task_id"), r.get("attempt"), r.get("host_id"), short_time(r.get("started_at")),
+                 ([r.get("task_id"), r.get("attempt"), host_of(r), short_time(r.get("started_at")),
                    short_time(r.get("ended_at")), r.get("outcome") or "running"] for r in runs))
 
 

@@ -236,6 +236,9 @@ class Agent(HostBody):
     version: _AgentWord | None = None
     hostname: _AgentWord | None = None
     capabilities: Capabilities | None = None
+    # One agent process: two of them heartbeating as one host are told apart by it
+    # (coordinator/api/agent_instances.py).
+    instance_id: Id | None = None
 
 
 class Heartbeat(HostBody):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.api.agent_instances import AgentInstances
 from coordinator.api.auth import Authenticator
 from coordinator.api.body_slots import LargeBodies
+from coordinator.api.names import Names
 from coordinator.blobs.artifacts import Artifacts
 from coordinator.feed import EventFeed
 from coordinator.longpoll import ClaimWaiter
@@ -30,3 +32,5 @@ class Context:
     artifacts: Artifacts
     large_bodies: LargeBodies
     webhooks: WebhookStore
+    agents: AgentInstances
+    names: Names

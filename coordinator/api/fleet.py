@@ -34,14 +34,16 @@ async def list_devices(ctx: Context, request: Request) -> Response:
         limit=query.limit(*limits.DEVICES_LIMIT),
         cursor=query.text("cursor", max_len=limits.CURSOR_MAX_CHARS),
     )
-    return json_response({"devices": [device_view(d) for d in page.items], "next_cursor": page.next_cursor})
+    views = await ctx.names.add([device_view(d) for d in page.items])
+    return json_response({"devices": views, "next_cursor": page.next_cursor})
 
 
 async def _device(ctx: Context, device_id: str) -> dict[str, Any]:
     found = await ctx.queries.devices([device_id])
     if not found:
         raise NotFound("no such device in the pool")
-    return device_view(found[0])
+    [view] = await ctx.names.add([device_view(found[0])])
+    return view
 
 
 async def get_device(ctx: Context, request: Request) -> Response:
@@ -54,7 +56,7 @@ async def device_history(ctx: Context, request: Request) -> Response:
     runs = await ctx.queries.device_runs(device_id, limit)
     if not runs and not await ctx.queries.device_known(device_id):
         raise NotFound("no such device")
-    return json_response({"device_id": device_id, "runs": [run_view(r) for r in runs]})
+    return json_response({"device_id": device_id, "runs": await ctx.names.add([run_view(r) for r in runs])})
 
 
 async def disable_device(ctx: Context, request: Request) -> Response:

@@ -55,27 +55,32 @@ def parse_capabilities(agent: Agent | None) -> dict[str, list[str]] | None:
     return {kind: sorted(set(names)) for kind, names in agent.capabilities}
 
 
-async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[str, int, str]:
-    """The canonical snapshot JSON, its device count, and its capabilities' canonical JSON ("" for
-    none)."""
+async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[dict[str, Any], list[dict[str, str]], str]:
+    """The agent as it was sent (fields it left out stay out, its capabilities normalised), the
+    devices as stored, and the capabilities' canonical JSON ("" for none)."""
     body = await read(request, Heartbeat, ctx.settings.max_body_bytes)
     devices = parse_snapshot(body, ctx.settings.max_devices_per_host)
     capabilities = parse_capabilities(body.agent)
-    # The agent as it was sent (fields it left out stay out), its capabilities normalised.
     agent = body.agent.model_dump(exclude_unset=True) if body.agent is not None else {}
     if capabilities is not None:
         agent["capabilities"] = capabilities
-    return (canonical_json({"agent": agent, "devices": devices}), len(devices),
-            "" if capabilities is None else canonical_json(capabilities))
+    return agent, devices, "" if capabilities is None else canonical_json(capabilities)
 
 
 async def heartbeat(ctx: Context, request: Request) -> Response:
     principal = await _authorize(ctx, request)
-    snapshot, count, capabilities = await ctx.auth.parse_for(principal, _parse_heartbeat(ctx, request))
+    agent, devices, capabilities = await ctx.auth.parse_for(principal, _parse_heartbeat(ctx, request))
+    instance_id = agent.get("instance_id")
+    if isinstance(instance_id, str):
+        other = ctx.agents.saw(principal.host_id, instance_id, agent.get("hostname"))
+        if other is not None:  # stored with the snapshot, in the same step: the host's record says so
+            agent["conflicting_agent"] = other.describe()
+    snapshot = canonical_json({"agent": agent, "devices": devices})
     draining = await ctx.auth.run_for(principal, ctx.store.heartbeat(principal, snapshot, capabilities))
+    ctx.names.heard(principal.host_id, agent.get("hostname"))
     return json_response({
         "host_id": principal.host_id,
-        "devices": count,
+        "devices": len(devices),
         "heartbeat_interval_s": ctx.settings.heartbeat_interval_whole_s,
         "draining": draining,
     })

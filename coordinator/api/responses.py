@@ -163,6 +163,10 @@ def host_view(host: HostRecord, *, kind: str, online: bool, revoked: bool, drain
         # What the host calls itself: its agent's latest word, else what it enrolled with.
         "hostname": agent.get("hostname") or host.hostname or None,
         "agent_version": agent.get("version"),
+        # Two agent processes heartbeating as this host (coordinator/api/agent_instances.py): the
+        # other one, as the latest heartbeat's process saw it; null when none.
+        "agent_instance_id": agent.get("instance_id"),
+        "conflicting_agent": agent.get("conflicting_agent"),
         "created_at": iso_ms(host.created_at),
     }
 

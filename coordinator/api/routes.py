@@ -23,6 +23,7 @@ from coordinator.api import (
     events,
     fleet,
     host,
+    landing,
     operators,
     ops,
     runs,
@@ -191,6 +192,9 @@ ENDPOINTS: list[Endpoint] = [
     Endpoint("GET", "/api/v1/events", events.events, "The live event feed (server-sent events)", "operator",
              None, {200: None, 400: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("GET", "/ui", ui.page, "The live dashboard (HTML)", None, None, {200: None, 304: None}),
+    Endpoint("GET", "/", landing.root, "Leads to the dashboard (/ui)", None, None, {302: None}),
+    Endpoint("GET", "/favicon.ico", landing.favicon, "No icon: an empty answer, not a 404", None, None,
+             {204: None}),
     *(Endpoint("GET", ui.PREFIX + name, ui.asset, "A file of the dashboard", None, None,
                {200: None, 304: None})
       for name in ui.ASSETS),

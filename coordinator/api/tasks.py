@@ -50,9 +50,10 @@ def parse_task(body: TaskCreate, default_queue_timeout_ms: int) -> dict[str, Any
 
 
 async def _views(ctx: Context, tasks: list[TaskRecord]) -> list[dict[str, Any]]:
-    """Task views, with the waiting reason and candidates of the queued ones."""
+    """Task views, with the waiting reason and candidates of the queued ones, and the names of
+    their host and device."""
     candidates = await ctx.queries.candidates(tasks)
-    return [task_view(t, candidates.get(t.id)) for t in tasks]
+    return await ctx.names.add([task_view(t, candidates.get(t.id)) for t in tasks])
 
 
 def team_for(operator: Operator, named: str | None) -> str:
@@ -78,7 +79,7 @@ async def create_task(ctx: Context, request: Request) -> Response:
     answer = await ctx.store.create_task(task, actor=operator.name)
     if answer.candidates is not None or answer.task.status != wire.TaskStatus.QUEUED:
         # Queued now, the create step read why it waits; not queued, nothing waits.
-        view = task_view(answer.task, answer.candidates)
+        [view] = await ctx.names.add([task_view(answer.task, answer.candidates)])
     else:  # an earlier task with the same idempotency key, still queued
         view = (await _views(ctx, [answer.task]))[0]
     return json_response(view, 201 if answer.created else 200)
@@ -105,7 +106,7 @@ async def list_tasks(ctx: Context, request: Request) -> Response:
 async def task_events(ctx: Context, request: Request) -> Response:
     task_id = require_id(request.path_params["task_id"], "task_id")
     events = found(await ctx.queries.task_events(task_id), "task")
-    return json_response({"events": [event_view(e) for e in events]})
+    return json_response({"events": await ctx.names.add([event_view(e) for e in events])})
 
 
 async def cancel_task(ctx: Context, request: Request) -> Response:
@@ -113,4 +114,5 @@ async def cancel_task(ctx: Context, request: Request) -> Response:
     task_id = require_id(request.path_params["task_id"], "task_id")
     # access.owner: a submit-only token, which the script lets cancel only the tasks it created.
     task = await ctx.store.cancel_task(task_id, actor=access.operator.name, owner=access.owner)
-    return json_response(task_view(task))
+    [view] = await ctx.names.add([task_view(task)])
+    return json_response(view)

@@ -1,8 +1,11 @@
 """What ``serve`` checks before it serves: that the Redis of ``REDIS_URL`` answers, and that the
 key prefix suits it. Each problem is one log line naming the setting, then the process exits,
-rather than a traceback at start or a failure in every request afterwards."""
+rather than a traceback at start or a failure in every request afterwards. And what it warns
+about (a missing or short admin token): once, not once per worker."""
 
 from __future__ import annotations
+
+import logging
 
 import redis
 from uvicorn.config import STARTUP_FAILURE
@@ -32,6 +35,18 @@ def check_key_prefix(prefix: str, *, cluster: bool) -> None:
         raise Refused(f"{variable}={prefix!r} has no hash tag, and REDIS_URL is a Redis Cluster: "
                       f"put a {{tag}} in it (as the default tether:{{default}} does) so that every "
                       f"key of the deployment is in one slot", BAD_CONFIGURATION)
+
+
+ADMIN_TOKEN_MIN_CHARS = 32
+
+
+def warn_about_settings(settings: Settings, log: logging.Logger) -> None:
+    """Settings that work but should not: one line each, once per ``serve`` (before any worker is
+    forked, so not once per worker)."""
+    if settings.admin_token is None:
+        log.warning("COORDINATOR_ADMIN_TOKEN is not set: the operator API refuses every call")
+    elif len(settings.admin_token.get_secret_value()) < ADMIN_TOKEN_MIN_CHARS:
+        log.warning("COORDINATOR_ADMIN_TOKEN is shorter than %d characters: easy to guess", ADMIN_TOKEN_MIN_CHARS)
 
 
 def check_redis(settings: Settings) -> None:

@@ -8,7 +8,8 @@ lifespan, ...). The worker is uvicorn-worker's ``UvicornWorker`` (uvicorn's own
 
 - its protocol is ``HeadLimitedProtocol`` (head size and time limits, through ``CONFIG_KWARGS``);
 - its ``run`` (gunicorn's worker entry point) serves with our ``Server``, which answers waiting
-  polls ``204`` as soon as SIGTERM arrives and exits 0. Tried with the stock worker (uvicorn's
+  polls ``204`` as soon as SIGTERM arrives and exits 0, on the plain sockets inside gunicorn's
+  listener wrappers (so a stop closes each once, without an error line). Tried with the stock worker (uvicorn's
   ``Server``), the SIGTERM tests of tests/e2e/test_workers.py and test_server_limits.py got
   ``500`` for every waiting poll: held for the graceful timeout, then cancelled.
 
@@ -67,7 +68,10 @@ class TetherWorker(UvicornWorker):
         server = Server(self.config, on_exit=app.state.stopping)
         # gunicorn's quick stop (its SIGINT) sends SIGQUIT: stop gracefully all the same.
         signal.signal(signal.SIGQUIT, server.handle_exit)
-        server.run(sockets=self.sockets)
+        # The plain sockets inside gunicorn's wrappers: uvloop closes a listener it was given as
+        # a wrapper through its own handle first, and the wrapper's close then logged "Error
+        # while closing socket [Errno 9] Bad file descriptor" in every worker at every stop.
+        server.run(sockets=[getattr(s, "sock", s) for s in self.sockets])
         if not server.started:
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
 

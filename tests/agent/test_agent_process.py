@@ -4,10 +4,12 @@ errors name the URL it called and the cause."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,7 @@ from tests.support import (
     fresh_prefix,
     wait_until,
 )
+from tether.render import host_fields
 from wire import TERMINAL_STATUSES
 
 pytestmark = pytest.mark.e2e
@@ -129,3 +132,79 @@ def test_workflows_none_loads_none_and_says_so(tmp_path: Path, coordinator: Coor
         assert waiting and task_end(coordinator, task_id) is None
     finally:
         agent.stop()
+
+
+def test_a_token_of_another_host_stops_in_one_line_as_a_wrong_token_does(tmp_path: Path,
+                                                                           coordinator: CoordinatorProcess) -> None:
+    # host-a's valid token with host-b's id: every call is 403 forbidden, which once was retried forever.
+    agent = agent_process(coordinator.url, tmp_path, HOST_ID="host-b", TOKEN=HOSTS[HOST], DEVICES="sim:phone-1")
+    try:
+        assert agent.wait() == 1
+        stopped = [line for line in agent.log().splitlines() if "stopped:" in line]
+        assert len(stopped) == 1, agent.log()
+        assert "403 forbidden" in stopped[0] and "HOST_AGENT_HOST_ID" in stopped[0], stopped
+        assert HOSTS[HOST] not in agent.log() and " ready with " not in agent.log()
+    finally:
+        agent.stop()
+
+
+def test_ready_is_said_only_once_the_coordinator_answered_a_heartbeat(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    agent = agent_process(url, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1")
+    try:
+        refused = f"PUT {url}/internal/v1/hosts/{HOST}/heartbeat: connection refused"
+        wait_until(lambda: agent.log().count(refused) >= 3, what="three refused heartbeats")
+        assert f"host {HOST} (legacy) started with 1 device(s): phone-1" in agent.log()
+        assert " ready " not in agent.log(), agent.log()
+    finally:
+        agent.stop()
+
+
+def test_ready_follows_the_first_answered_heartbeat(tmp_path: Path, coordinator: CoordinatorProcess) -> None:
+    agent = agent_process(coordinator.url, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="sim:phone-1")
+    try:
+        wait_until(lambda: log_has(agent, f"host {HOST} (legacy) ready with 1 device(s): phone-1"),
+                   what="the agent ready")
+        host = coordinator.call("GET", f"/api/v1/hosts/{HOST}")
+        assert host["online"] and host["devices"] == 1  # the coordinator knew it when it said so
+    finally:
+        agent.stop()
+
+
+def test_an_empty_device_list_is_warned_about(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    agent = agent_process(url, tmp_path, HOST_ID=HOST, TOKEN=HOSTS[HOST], DEVICES="")
+    try:
+        wait_until(lambda: log_has(agent, "HOST_AGENT_DEVICES is empty: this host reports no device"),
+                   what="the warning")
+    finally:
+        agent.stop()
+
+
+def test_two_agents_on_one_host_id_are_named_in_the_host_s_record_and_the_log(tmp_path: Path) -> None:
+    with fresh_prefix() as prefix, coordinator_process(
+            coordinator_env(prefix, COORDINATOR_HEARTBEAT_INTERVAL_S="0.3"), tmp_path / "c") as coordinator:
+        agents = [agent_process(coordinator.url, tmp_path / name, name, HOST_ID=HOST, TOKEN=HOSTS[HOST],
+                                DEVICES=f"sim:{name}-phone", HOSTNAME=f"{name}.example") for name in ("one", "two")]
+        try:
+            def named() -> dict[str, Any] | None:
+                host: dict[str, Any] = coordinator.call("GET", f"/api/v1/hosts/{HOST}")
+                return host if host["conflicting_agent"] else None
+
+            host = wait_until(named, what="the host's record to name the other agent")
+            conflict = host["conflicting_agent"]
+            assert conflict["hostname"] in ("one.example", "two.example") and conflict["instance_id"], conflict
+            assert host["agent_instance_id"] not in (None, conflict["instance_id"])
+            # `tether host` says so too
+            assert re.search(r"^second agent +instance ai_\w+ on (one|two)\.example", host_fields(host), re.M)
+            process = coordinator.process
+            assert process is not None
+            wait_until(lambda: f"two agents heartbeat as host {HOST}: instance " in process.log(),
+                       what="the coordinator's warning")
+            agents.pop().stop()
+            # One agent left: from its second heartbeat on, the record names no other.
+            wait_until(lambda: coordinator.call("GET", f"/api/v1/hosts/{HOST}")["conflicting_agent"] is None,
+                       what="the conflict to clear")
+        finally:
+            for agent in agents:
+                agent.stop()

@@ -31,13 +31,16 @@ async def test_heartbeat_sends_complete_snapshot_and_marks_running_device_busy()
         first = coordinator.of("heartbeat")[0]
         assert first.method == "PUT"
         assert first.path == "/internal/v1/hosts/host-a/heartbeat"
+        instance_id = first.body["agent"]["instance_id"]
+        assert instance_id.startswith("ai_")  # this process's own, the same in every heartbeat
+        assert {h.body["agent"]["instance_id"] for h in coordinator.of("heartbeat")} == {instance_id}
         assert first.body == {
             "devices": [
                 {"device_id": d, "driver": "sim", "status": "available",
                  "attributes": {"model": "Tether Sim"}, "labels": {"site": "berlin"}}
                 for d in ("phone-1", "phone-2")
             ],
-            "agent": {"version": "test", "hostname": "lab-7",
+            "agent": {"version": "test", "hostname": "lab-7", "instance_id": instance_id,
                       "capabilities": {"workflows": ["note-smoke"], "planners": ["scripted"]}},
         }
         task = coordinator.assign("phone-2")

@@ -10,7 +10,7 @@ import pytest
 from redis import exceptions as redis_errors
 
 from coordinator.outage import OutageLog
-from coordinator.serve.preflight import Refused, check_redis
+from coordinator.serve.preflight import Refused, check_redis, warn_about_settings
 from coordinator.state.keys import Keys, hash_tag
 from coordinator.transport.open import describe_url, open_redis
 from tests.cluster import LocalCluster
@@ -28,16 +28,16 @@ async def test_heartbeat_interval_is_a_whole_number_of_seconds(api_factory: Any)
         assert answer["heartbeat_interval_s"] == 1 and answer["draining"] is False
 
 
-async def test_a_short_admin_token_is_warned_about(api_factory: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_short_admin_token_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    # By serve, once, before it forks any worker (tests/e2e/test_workers.py: once with two workers).
+    log = logging.getLogger("coordinator")
     with caplog.at_level(logging.WARNING, logger="coordinator"):
-        async with api_factory(admin_token="short"):
-            pass
+        warn_about_settings(make_settings(unique_prefix(), admin_token="short"), log)
     warnings = [r.getMessage() for r in caplog.records if "COORDINATOR_ADMIN_TOKEN" in r.getMessage()]
     assert len(warnings) == 1 and "short" not in warnings[0].replace("shorter", "")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="coordinator"):
-        async with api_factory(admin_token="x" * 32):
-            pass
+        warn_about_settings(make_settings(unique_prefix(), admin_token="x" * 32), log)
     assert not [r for r in caplog.records if "COORDINATOR_ADMIN_TOKEN" in r.getMessage()]
 
 

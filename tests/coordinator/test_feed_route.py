@@ -34,6 +34,7 @@ from tests.coordinator.feed_support import (
 )
 from tests.support import (
     ADMIN,
+    HOSTS,
     REAL_REDIS_URL,
     delete_prefix_async,
     free_port,
@@ -41,6 +42,7 @@ from tests.support import (
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
+HOST_A = {"authorization": f"Bearer {HOSTS['host-a']}"}
 
 
 # -- a served app and its event streams -----------------------------------------------------
@@ -116,8 +118,25 @@ async def test_events_arrive_live_in_order(served: Served) -> None:
         assert [event_id for event_id, _ in got] == ids
         assert [event["task_id"] for _, event in got] == [f"t{i}" for i in range(5)]
         # `at`, epoch ms in the stream, is sent as the contract's RFC 3339 UTC with milliseconds.
+        # host_name beside host_id: null for a host nobody knows.
         assert got[0][1] == {"type": "created", "at": "2023-11-14T22:13:20.000Z", "task_id": "t0",
-                             "host_id": "h", "attempt": 1}
+                             "host_id": "h", "host_name": None, "attempt": 1}
+
+
+async def test_events_name_their_host_and_device(served: Served) -> None:
+    # Issue 42, seen 2: live events showed only ids, though the host's name was known.
+    beat = await served.client.put("/internal/v1/hosts/host-a/heartbeat", headers=HOST_A, json={
+        "devices": [{"device_id": "phone-1", "driver": "sim", "status": "available"}],
+        "agent": {"hostname": "lab-1.example"}})
+    assert beat.status_code == 200, beat.text
+    async with watching(served.client, "?host_id=host-a") as source:
+        created = await served.client.post("/api/v1/tasks", headers=ADMIN_HEADERS,
+                                           json={"kind": "goal", "goal": "g", "device_id": "phone-1"})
+        assert created.status_code == 201, created.text
+        _, assigned = await source.event()
+    assert assigned["type"] == "assigned" and assigned["task_id"] == created.json()["task_id"]
+    assert (assigned["host_id"], assigned["host_name"]) == ("host-a", "lab-1.example")
+    assert (assigned["device_id"], assigned["device_name"]) == ("phone-1", "phone-1")
 
 
 async def test_resume_with_last_event_id_gets_exactly_the_missed_then_live_ones(served: Served) -> None:

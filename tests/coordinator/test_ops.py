@@ -185,3 +185,15 @@ async def test_openapi_describes_every_route(api: Api) -> None:
     for route in api.app.routes:
         for method in route.methods - {"HEAD"}:
             assert (method, route.path) in described, (method, route.path)
+
+
+async def test_the_root_leads_to_the_dashboard_and_the_favicon_is_no_404(api: Api) -> None:
+    # Issue 42: `GET /` answered a JSON 404, and every dashboard session logged a favicon 404.
+    for method in ("GET", "HEAD"):
+        root = await api.client.request(method, "/")
+        assert (root.status_code, root.headers["location"]) == (302, "/ui"), root.text
+        icon = await api.client.request(method, "/favicon.ico")
+        assert (icon.status_code, icon.content) == (204, b""), icon.text
+        assert "max-age" in icon.headers["cache-control"]
+    dashboard = await api.client.get("/", follow_redirects=True)
+    assert dashboard.status_code == 200 and dashboard.headers["content-type"].startswith("text/html")

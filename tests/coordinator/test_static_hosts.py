@@ -74,14 +74,15 @@ async def test_legacy_host_reports_devices(api: Api) -> None:
     assert isinstance(response.json()["heartbeat_interval_s"], int)
     pool = (await api.client.get("/api/v1/devices", headers=api.admin_headers)).json()["devices"]
     # ordered by driver, then device id
-    not_disabled = {"disabled": False, "disabled_reason": None, "disabled_at": None}
+    # host_name: none, for an agent that sent no hostname; device_name: a static device's id
+    not_disabled = {"disabled": False, "disabled_reason": None, "disabled_at": None, "host_name": None}
     assert pool == [
         {"device_id": "emulator-5554", "name": "emulator-5554", "host_id": "host-a", "driver": "adb",
          "status": "available",
          "attributes": {"model": "Pixel 7", "os_version": "14"}, "labels": {"tier": "a"},
-         "host_online": True, "reserved_by": None, **not_disabled},
+         "host_online": True, "reserved_by": None, "device_name": "emulator-5554", **not_disabled},
         {"device_id": "a2", "name": "a2", "host_id": "host-a", "driver": "sim", "status": "busy", "attributes": {},
-         "labels": {}, "host_online": True, "reserved_by": None, **not_disabled},
+         "labels": {}, "host_online": True, "reserved_by": None, "device_name": "a2", **not_disabled},
     ]
     host = (await api.client.get("/api/v1/hosts/host-a", headers=api.admin_headers)).json()
     assert host["online"] is True and host["kind"] == "static" and host["devices"] == 2

@@ -85,6 +85,43 @@ def test_every_block_is_run_or_says_why_not() -> None:
     assert any(block.kind == "run" for block in ALL) and any(block.kind == "check" for block in ALL)
 
 
+# -- tables -------------------------------------------------------------------------------------
+
+_SEPARATOR = re.compile(r"^\|(\s*:?-+:?\s*\|)+$")
+
+
+def table_runs(document: Path) -> list[tuple[int, list[str]]]:
+    """Each run of consecutive lines starting with ``|`` outside fenced blocks, with the number of
+    its first line: what GitHub would render as one table, or as text."""
+    runs: list[tuple[int, list[str]]] = []
+    fenced = False
+    current: list[str] = []
+    for number, line in enumerate([*document.read_text().splitlines(), ""], start=1):
+        if line.startswith("```"):
+            fenced = not fenced
+        if not fenced and line.lstrip().startswith("|"):
+            current.append(line.strip())
+            continue
+        if current:
+            runs.append((number - len(current), current))
+            current = []
+    return runs
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda d: str(d.relative_to(REPO)))
+def test_every_table_renders_as_a_table(document: Path) -> None:
+    """A run of ``|`` lines is a table only if its second line is the separator (``|---|``) and
+    every line starts and ends with ``|``: a blank line inside a table cut it in two, and its
+    second half rendered as text full of ``|`` (docs/operations.md, issue 42)."""
+    broken = []
+    for first, run in table_runs(document):
+        where = f"{document.relative_to(REPO)}:{first}"
+        if len(run) < 2 or not _SEPARATOR.match(run[1].replace(" ", "")):
+            broken.append(f"{where}: rows without a header and separator above them (a blank line in a table?)")
+        broken += [f"{where}: a row that does not end with |: {line[:60]}" for line in run if not line.endswith("|")]
+    assert not broken, broken
+
+
 # -- commands as the test sees them -------------------------------------------------------------
 
 
@@ -255,7 +292,12 @@ class Session:
                                 env=child_env(), capture_output=True, text=True, timeout=120, check=False)
         shown = f"{block} ({time.monotonic() - started:.1f} s) printed:\n{result.stdout}{result.stderr}"
         assert result.returncode == 0, f"exit {result.returncode}; {shown}"
-        assert '"error":' not in result.stdout.replace(" ", ""), f"an error answer; {shown}"
+        compact = result.stdout.replace(" ", "")
+        assert '"error":' not in compact, f"an error answer; {shown}"
+        # What a reader sees: one answer a line (curl -w '\n'), and no step that shows nothing.
+        assert "}{" not in compact, f"answers printed glued together (curl -w '\\n'); {shown}"
+        empty = re.search(r'^\{"\w+":\[\],"next_cursor"', compact, re.MULTILINE)
+        assert empty is None, f"a listing that shows nothing: {empty and empty[0]}; {shown}"
         self.remember_exports(block)
 
     def stop(self) -> None:
@@ -270,6 +312,9 @@ class Session:
             # bash may have exec'ed the command (its exit code) or stayed its parent (killed by the TERM)
             assert code in (0, -signal.SIGTERM, 128 + signal.SIGTERM), \
                 f"a background block exited with {code}:\n{log.read_text()}"
+            # A newcomer following the document meets no warning (a short admin token, ...).
+            warnings = [line for line in log.read_text().splitlines() if " WARNING " in line]
+            assert not warnings, f"a background block warned: {warnings}"
 
 
 @pytest.mark.parametrize("document", [d for d in DOCUMENTS if any(b.kind == "run" for b in blocks(d))],

@@ -205,7 +205,8 @@ def _read_answers(sock: socket.socket, methods: list[str], timeout: float) -> li
             more()
         head, _, received = received.partition(b"\r\n\r\n")
         heads.append(head)
-        if method != "HEAD":
+        status = head.split(b" ", 2)[1]
+        if method != "HEAD" and status not in (b"204", b"304"):  # those have no body, nor its length
             length = next(int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n")
                           if line.startswith(b"content-length:"))
             while len(received) < length:

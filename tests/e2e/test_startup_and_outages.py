@@ -14,9 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from coordinator.serve import usage
 from tests.cluster import LocalCluster
 from tests.support import (
     ADMIN,
+    REPO,
     coordinator_env,
     coordinator_process,
     free_port,
@@ -74,6 +76,36 @@ def test_bad_static_hosts_are_one_line_naming_the_variable(value: str, why: str)
     line = _one_line(result)
     assert line.startswith("coordinator: invalid configuration: COORDINATOR_STATIC_HOSTS: "), line
     assert why in line and "EnvSettingsSource" not in line and SECRET not in line
+
+
+@pytest.mark.parametrize(("port_env", "port_arg", "named"), [
+    ("99999", None, "PORT"),  # once wrapped modulo 65536 to 34463, without a word
+    ("-1", None, "PORT"),  # once "[Errno -8] Servname not supported"
+    (None, "70000", "--port"),  # once 4464
+    (None, "-1", "--port"),
+])
+def test_a_port_out_of_range_is_one_line_naming_the_setting(port_env: str | None, port_arg: str | None,
+                                                            named: str) -> None:
+    env = coordinator_env(unique_prefix(), **({"PORT": port_env} if port_env is not None else {}))
+    command = [sys.executable, "-m", "coordinator", "serve"] + (["--port", port_arg] if port_arg else [])
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30, cwd="/")
+    assert result.returncode == BAD_CONFIGURATION
+    line = _one_line(result)
+    assert line.startswith(f"coordinator: invalid configuration: {named}: "), line
+    assert "65535" in line, line
+
+
+def test_serve_help_lists_every_setting_that_operations_md_explains() -> None:
+    # As the agent's --help does; it needs no configuration, not even a valid one.
+    result = subprocess.run([sys.executable, "-m", "coordinator", "serve", "--help"], capture_output=True,
+                            text=True, timeout=30, cwd="/", env=coordinator_env(unique_prefix(), PORT="99999"))
+    assert result.returncode == 0, result.stderr
+    listed = re.findall(r"^  ([A-Z_]+) +\S", result.stdout, re.MULTILINE)
+    assert listed == usage.variables() and "COORDINATOR_LEASE_TTL_S" in listed, result.stdout
+    assert re.search(r"^  COORDINATOR_LEASE_TTL_S +60$", result.stdout, re.MULTILINE), result.stdout
+    operations = (REPO / "docs" / "operations.md").read_text()
+    unexplained = [v for v in listed if f"| `{v}` |" not in operations]
+    assert not unexplained, f"not in docs/operations.md's configuration table: {unexplained}"
 
 
 def test_a_single_process_logs_the_address_it_listens_on(tmp_path: Path) -> None:

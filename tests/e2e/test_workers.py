@@ -200,6 +200,21 @@ def test_sigterm_to_the_parent_answers_polls_in_every_worker_and_exits_0(
     assert "Traceback" not in served.log()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_warns_once_and_stops_without_an_error_line(serve: Callable[..., Served], workers: int) -> None:
+    # Issue 42: every worker repeated the short admin token's warning, and logged "Error while
+    # closing socket [Errno 9] Bad file descriptor" at every stop.
+    served = serve(WEB_CONCURRENCY=str(workers), COORDINATOR_ADMIN_TOKEN="short-token")
+    wait_until(lambda: len(served.started_workers()) == (workers if workers > 1 else 0), what="the workers")
+    served.process.signal(signal.SIGTERM)
+    assert served.process.wait(10) == 0
+    messages = [e["message"] for e in served.entries()]
+    assert sum("COORDINATOR_ADMIN_TOKEN is shorter than" in m for m in messages) == 1, messages
+    assert not [m for m in messages if "Bad file descriptor" in m or "Error while closing" in m], messages
+    if workers > 1:
+        assert sum("Worker exiting" in m for m in messages) == workers, messages  # each did stop
+
+
 def test_a_killed_worker_is_replaced(serve: Callable[..., Served]) -> None:
     served = serve(WEB_CONCURRENCY=2)
     workers = wait_until(lambda: len(served.started_workers()) == 2 and served.started_workers())

@@ -104,7 +104,9 @@ def test_submit_wait_shows_progress_and_exits_0_when_it_succeeds(coordinator: Co
     assert f"task {task_id} attempt 1/3" in lines[1]
     # After the time ("16:04:24 +01:00", the date too on another day), however far it got when read.
     assert re.sub(r"^.*? [+-]\d\d:\d\d\s+", "", lines[1]).split()[0] in ("queued", "assigned", "running")
-    assert "runner/run-ok" in result.out
+    # The device then its host, each by name with its id after it when they differ (issue 42):
+    # run-ok is a static host's device, named by its id; the runner reports this machine's name.
+    assert re.search(r" on run-ok at \S+ \(runner\)", result.out), result.out
     progress = [line for line in lines if " progress " in line]
     assert progress and all("step " in line for line in progress), result.out
     assert " result " in lines[-2] and "succeeded" in lines[-2]
@@ -154,6 +156,22 @@ def test_watch_exits_1_when_the_task_fails(coordinator: CoordinatorProcess, runn
     assert result.err == ""
     last = result.out.splitlines()[-1]
     assert " failed " in last and task_id in last
+
+
+def test_a_watch_of_a_finished_task_shows_every_artifact_then_the_task(
+        coordinator: CoordinatorProcess, runner: Process, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 42: a watch begun as the task ended showed only the artifacts uploaded after it began.
+    task_id = coordinator.create_task(kind="workflow", workflow={"name": "broken", "params": {}},
+                                      device_id="run-fail", max_attempts=1)["task_id"]
+    coordinator.wait_task(task_id)
+    stored = tether_here(coordinator, capsys, "--json", "artifacts", task_id).json()["artifacts"]
+    assert stored, "the failed run's final screen and log"
+    watched = tether_here(coordinator, capsys, "watch", task_id)
+    assert watched.code == 1, watched
+    lines = watched.out.splitlines()
+    shown = [line.split(" artifact ")[1].split()[0] for line in lines if " artifact " in line]
+    assert shown == [a["name"] for a in stored], watched.out
+    assert len(lines) == len(stored) + 1 and " failed " in lines[-1] and task_id in lines[-1]
 
 
 def test_watch_follows_a_running_task_to_success(coordinator: CoordinatorProcess, runner: Process) -> None:
@@ -258,8 +276,9 @@ def test_devices_disable_and_enable(coordinator: CoordinatorProcess, capsys: pyt
     assert table.code == 0
     lines = table.out.splitlines()
     assert lines[0].split()[:5] == ["DEVICE", "NAME", "HOST", "DRIVER", "STATUS"]
-    assert [line.split()[:5] for line in lines[1:]] == [["fl-1", "fl-1", "fleet-1", "sim", "available"],
-                                                        ["fl-2", "fl-2", "fleet-1", "sim", "available"]]
+    # HOST: the host's name, then its id (issue 42)
+    assert [line.split()[:6] for line in lines[1:]] == [["fl-1", "fl-1", "bench-9", "(fleet-1)", "sim", "available"],
+                                                        ["fl-2", "fl-2", "bench-9", "(fleet-1)", "sim", "available"]]
     assert "rack=r1" in lines[1]
     # --host takes the host's hostname as well as its id
     by_name = tether_here(coordinator, capsys, "devices", "--host", "bench-9").out.splitlines()
@@ -325,7 +344,7 @@ def test_tokens_create_list_revoke_and_forget_a_device(coordinator: CoordinatorP
     # people find it by the host's name and see the device's own name (its serial) beside its id
     row = next(line.split() for line in tether_here(coordinator, capsys, "devices", "--host", "lab-9").out.splitlines()
                if line.startswith(device_id))
-    assert row[:3] == [device_id, "emulator-5554", host_id]
+    assert row[:4] == [device_id, "emulator-5554", "lab-9", f"({host_id})"]
 
     forgotten = tether(coordinator, "forget", device_id)
     assert (forgotten.code, forgotten.out) == (0, f"device {device_id}: forgotten\n")

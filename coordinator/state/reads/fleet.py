@@ -190,6 +190,32 @@ class FleetReads(Reader):
         return [{"name": name, "hosts": sorted(hosts_of[name]), "devices": devices_of[name]}
                 for name in sorted(hosts_of)]
 
+    async def host_names(self, host_ids: list[str]) -> dict[str, str | None]:
+        """What each host calls itself: its agent's latest word (the snapshot's
+        ``agent.hostname``), else what it enrolled with; None when neither is known."""
+        if not host_ids:
+            return {}
+        k = self.keys
+        async with self._pipeline() as pipe:
+            pipe.hmget(k.hosts, host_ids)
+            pipe.hmget(k.host_snapshots, host_ids)
+            records, snapshots = await pipe.execute()
+        names: dict[str, str | None] = {}
+        for host_id, record, snapshot in zip(host_ids, records, snapshots, strict=True):
+            host = HostRecord.from_parts(host_id, record, snapshot, None)
+            names[host_id] = (host.snapshot.get("agent") or {}).get("hostname") or host.hostname or None
+        return names
+
+    async def device_local_ids(self, device_ids: list[str]) -> dict[str, str | None]:
+        """The local id (an adb serial, an emulator's name) each managed host's device was
+        enrolled with; None for a device no managed host enrolled (a static host's device id is
+        its local id already)."""
+        if not device_ids:
+            return {}
+        enrolled = await self.redis.hmget(self.keys.enrolled_devices, device_ids)
+        return {device_id: None if raw is None else orjson.loads(raw).get("local_id")
+                for device_id, raw in zip(device_ids, enrolled, strict=True)}
+
     async def host_exists(self, host_id: str) -> bool:
         return bool(await self.redis.hexists(self.keys.hosts, host_id))
 
