@@ -136,19 +136,29 @@ class Client:
         ``details["matches"]`` (at most ``AMBIGUOUS_MATCHES_SHOWN`` of them: a short prefix stops
         the listing there rather than reading every task). A token that may not read tasks gets
         ``prefix`` back as it is, to be used as a whole id."""
+        return self._resolve("task", prefix, lambda: self.get_task(prefix)["task_id"],
+                             lambda: (str(t["task_id"]) for t in self.iter_tasks(page_size=_PREFIX_PAGE_SIZE)))
+
+    def resolve_run_id(self, prefix: str) -> str:
+        """The id of the one run whose id is ``prefix`` or starts with it, as ``resolve_task_id``."""
+        return self._resolve("run", prefix, lambda: self.get_run(prefix)["run_id"],
+                             lambda: (str(r["run_id"]) for r in self.iter_runs(page_size=_PREFIX_PAGE_SIZE)))
+
+    @staticmethod
+    def _resolve(kind: str, prefix: str, exact: Callable[[], Any], ids: Callable[[], Iterable[str]]) -> str:
         try:
-            return str(self.get_task(prefix)["task_id"])
+            return str(exact())
         except TetherError as exc:
             if exc.code == "insufficient_scope":
                 return prefix  # a submit-only token reads no task: it may still cancel its own by id
             if exc.code != "not_found":
                 raise
             not_found = exc
-        matches = _matches(prefix, (str(t["task_id"]) for t in self.iter_tasks(page_size=_PREFIX_PAGE_SIZE)))
+        matches = _matches(prefix, ids())
         if not matches:
             raise not_found
         if len(matches) > 1:
-            raise TetherError.ambiguous("task", prefix, matches, more=len(matches) > AMBIGUOUS_MATCHES_SHOWN)
+            raise TetherError.ambiguous(kind, prefix, matches, more=len(matches) > AMBIGUOUS_MATCHES_SHOWN)
         return matches[0]
 
     def list_tasks(self, *, status: str | None = None, host_id: str | None = None,

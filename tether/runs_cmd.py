@@ -104,6 +104,7 @@ def run(client: Client, args: Namespace, out: Output) -> int:
     operand = operands[0]
     if action == "submit":
         return _submit(client, operand, args.wait, out)
+    operand = client.resolve_run_id(operand)  # a unique prefix does, as for tasks
     if action == "cancel":
         return out.show(client.cancel_run(operand), run_line)
     if action == "rerun-failed":

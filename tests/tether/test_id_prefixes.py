@@ -124,3 +124,31 @@ def test_a_prefix_resolves_exactly_when_one_id_is_it_or_starts_with_it(ids: list
     assert raised.value.code == "ambiguous_id"
     assert raised.value.details["matches"] == starting[:AMBIGUOUS_MATCHES_SHOWN]
     assert (" and more" in raised.value.message) == (len(starting) > AMBIGUOUS_MATCHES_SHOWN)
+
+
+def _queued_runs(coordinator: CoordinatorProcess, count: int) -> list[str]:
+    """``count`` runs of one task that waits (for a device nobody has)."""
+    body = {"tasks": [{"kind": "goal", "goal": "g", "device_id": "prefix-nowhere", "queue_timeout_s": 600}]}
+    return [coordinator.call("POST", "/api/v1/runs", json=body)["run_id"] for _ in range(count)]
+
+
+def test_each_run_command_takes_a_unique_prefix_and_an_ambiguous_one_is_exit_2(
+        coordinator: CoordinatorProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    made = _queued_runs(coordinator, 17)  # "r_" and hex: two share their first digit
+    every = [r["run_id"] for r in coordinator.call("GET", "/api/v1/runs", params={"limit": 500})["runs"]]
+    run_id = made[0]
+    prefix = _shortest_unique_prefix(run_id, every)
+    shown = tether_here(coordinator, capsys, "--json", "run", prefix)
+    assert shown.code == 0 and shown.json()["run_id"] == run_id, shown
+    reported = tether_here(coordinator, capsys, "--json", "run", "report", prefix)
+    assert reported.code == 0 and reported.json()["run"]["run_id"] == run_id, reported
+    cancelled = tether_here(coordinator, capsys, "--json", "run", "cancel", prefix)
+    assert cancelled.code == 0 and cancelled.json()["status"] == "cancelled", cancelled
+
+    shared = next(p for p in (r[:3] for r in made) if sum(r.startswith(p) for r in made) > 1)
+    for command in (["run"], ["run", "cancel"], ["run", "rerun-failed"], ["run", "report"]):
+        result = tether_here(coordinator, capsys, *command, shared)
+        assert result.code == 2 and result.out == "", (command, result)
+        assert result.err.startswith(f"tether: '{shared}' is the start of more than one run id: "), result.err
+    assert all(coordinator.call("GET", f"/api/v1/runs/{r}")["status"] == "running"
+               for r in made if r.startswith(shared))
