@@ -28,12 +28,9 @@ local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[8])
 local runId, owner = ARGV[6], ARGV[7]
 
-local run = getJson(S.key.runs, runId)
+local run, refused = ownedRun(S, runId, owner)
 if not run then
-  return {E.NOT_FOUND}
-end
-if owner ~= '' and run.creator_token ~= owner then
-  return {E.NOT_OWNER}
+  return refused
 end
 if run.status ~= 'running' then
   -- Ended already: nothing to cancel, and its status stands.

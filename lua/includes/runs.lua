@@ -9,6 +9,8 @@
 
   Functions (each takes the deployment, includes/deployment.lua, first, but runWork):
     runWork(task)                      a task's work item (kept on the task as `run_work`)
+    ownedRun(S, runId, owner)          the run a caller acts on, or nil and the error reply (no
+                                       such run; `owner` set and not the token that created it)
     countRunTask(S, task, previous)    a task of a run saved, `previous` its status before (nil:
                                        it joins the run): its counts move, and the run ends when
                                        its last open task ends (run_ended), or runs again when an
@@ -29,6 +31,17 @@
 --- @include "includes/events"
 
 local RUN_TASK_ENDED = {succeeded = true, failed = true, cancelled = true}
+
+local function ownedRun(S, runId, owner)
+  local run = getJson(S.key.runs, runId)
+  if not run then
+    return nil, {E.NOT_FOUND}
+  end
+  if owner ~= '' and run.creator_token ~= owner then
+    return nil, {E.NOT_OWNER}
+  end
+  return run
+end
 
 local function runWork(task)
   if task.run_work then
