@@ -75,8 +75,18 @@ export function hostColumns(may) {
     { title: "Devices", value: (h) => String(h.devices ?? "") },
     { title: "Labels", value: (h) => labelText(h.labels), wide: true },
     { title: "Last seen", value: (h) => clock(h.last_seen) },
-    { title: "Agent", value: (h) => h.agent_version ?? "" },
+    { title: "Agent", value: agentText, tone: (h) => (h.conflicting_agent ? "bad" : ""), wide: true },
   ], may.drain || may.revoke, actions);
+}
+
+/** The agent's version, and a second agent heartbeating as the same host when the coordinator
+ *  saw two alternate (they replace each other's devices: one must stop). */
+export function agentText(host) {
+  const other = host.conflicting_agent;
+  const version = host.agent_version ?? "";
+  if (!other) return version;
+  const where = other.hostname ? ` on ${other.hostname}` : "";
+  return `${version} · second agent ${other.instance_id}${where}: stop one`.replace(/^ · /, "");
 }
 
 export const byHostId = (a, b) => compareText(a.host_id, b.host_id);

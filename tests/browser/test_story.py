@@ -175,6 +175,19 @@ def test_hosts_show_their_names_and_the_filter_searches_them(coordinator: Coordi
     assert dashboard.page.js("document.querySelector('#devices tbody tr[data-key]:not([hidden])').dataset.key") == "phone-2"
 
 
+def test_a_second_agent_heartbeating_as_a_host_is_shown_on_it(coordinator: CoordinatorProcess,
+                                                               dashboard: Dashboard) -> None:
+    coordinator.heartbeat("host-a", ["phone-1"], agent={"hostname": "lab-7", "version": "1.2", "instance_id": "ai_one"})
+    dashboard.open_signed_in()
+    assert dashboard.cell("hosts", "host-a", "Agent") == "1.2"
+    # A second agent started with the same host id: the two alternate, and the host says so.
+    for instance, hostname in (("ai_two", "lab-8"), ("ai_one", "lab-7")):
+        coordinator.heartbeat("host-a", ["phone-1"], agent={"hostname": hostname, "version": "1.2",
+                                                            "instance_id": instance})
+    dashboard.open_signed_in()  # heartbeats publish no event: read afresh
+    assert dashboard.cell("hosts", "host-a", "Agent") == "1.2 · second agent ai_two on lab-8: stop one"
+
+
 def test_a_managed_phone_shows_its_serial_and_its_host_its_labels(coordinator: CoordinatorProcess,
                                                                   dashboard: Dashboard) -> None:
     # A managed host as its agent makes one: an enrollment token with labels, enrollment, a phone
