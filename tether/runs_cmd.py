@@ -3,8 +3,9 @@
 rerun-failed ID``, ``tether run report ID [--junit FILE]``.
 
 ``run`` takes its action as its first word (or a run id, to show it), so ``tether run ID`` and
-``tether run cancel ID`` read as the contract writes them. A run file is the JSON body of ``POST
-/api/v1/runs`` (``-`` reads stdin); YAML is not read, since no YAML parser is a dependency.
+``tether run cancel ID`` read as the contract writes them. A run file is the body of ``POST
+/api/v1/runs``, as JSON, or as YAML when its name ends ``.yaml`` or ``.yml`` (``-`` reads JSON
+from stdin).
 
 ``--wait`` follows the run race-free, as ``tether watch`` follows a task: the feed (filtered to the
 run) is opened first, then the run is read, and read again after each of its events, a line each
@@ -20,6 +21,8 @@ from argparse import Namespace
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 import wire
 from tether.arg_types import positive_int
@@ -122,17 +125,19 @@ def run(client: Client, args: Namespace, out: Output) -> int:
 
 
 def _submit(client: Client, path: str, wait: bool, out: Output) -> int:
+    as_yaml = path.endswith((".yaml", ".yml"))
+    kind = "YAML" if as_yaml else "JSON"
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        body = json.loads(text)
+        body = yaml.safe_load(text) if as_yaml else json.loads(text)
     except OSError as exc:
         out.warn(f"cannot read {path}: {exc.strerror}")
         return 2
-    except ValueError as exc:
-        out.warn(f"{path} is not JSON ({exc}); a run file is the JSON body of POST /api/v1/runs")
+    except (ValueError, yaml.YAMLError) as exc:
+        out.warn(f"{path} is not {kind} ({exc}); a run file is the body of POST /api/v1/runs")
         return 2
     if not isinstance(body, dict):
-        out.warn(f"{path} holds no JSON object; a run file is the JSON body of POST /api/v1/runs")
+        out.warn(f"{path} holds no {kind} object; a run file is the body of POST /api/v1/runs")
         return 2
     created = client.create_run(body)
     if not wait:

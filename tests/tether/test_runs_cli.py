@@ -80,10 +80,24 @@ def test_a_run_command_said_wrong_is_a_usage_error(coordinator: CoordinatorProce
 
 def test_a_run_file_that_is_not_json_is_a_usage_error(coordinator: CoordinatorProcess, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "run.yaml"
+    path = tmp_path / "run.json"
     path.write_text("name: nightly\n")
     done = tether_here(coordinator, capsys, "run", "submit", str(path))
     assert done.code == 2 and "not JSON" in done.err
+    broken = tmp_path / "run.yaml"
+    broken.write_text("name: [nightly\n")
+    done = tether_here(coordinator, capsys, "run", "submit", str(broken))
+    assert done.code == 2 and "not YAML" in done.err
+
+
+def test_a_run_file_in_yaml_is_the_same_run(coordinator: CoordinatorProcess, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "run.yml"
+    path.write_text("name: nightly-yaml\ntasks:\n  - kind: goal\n    goal: Open Settings\n"
+                    "    device_id: no-such-phone\n")
+    run_id = tether_here(coordinator, capsys, "run", "submit", str(path)).out.strip()
+    run = coordinator.call("GET", f"/api/v1/runs/{run_id}")
+    assert run["name"] == "nightly-yaml" and run["counts"]["queued"] == 1
 
 
 def test_the_clients_run_methods_speak_the_runs_routes(coordinator: CoordinatorProcess) -> None:
