@@ -45,6 +45,7 @@ ASSETS: dict[str, str] = {
     "teams.js": "text/javascript; charset=utf-8",
     "runs.js": "text/javascript; charset=utf-8",
     "runview.js": "text/javascript; charset=utf-8",
+    "webhooks.js": "text/javascript; charset=utf-8",
     "artifacts.js": "text/javascript; charset=utf-8",
     "artifactviewer.js": "text/javascript; charset=utf-8",
 }

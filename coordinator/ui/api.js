@@ -27,6 +27,7 @@ export function grants(me) {
   const submit = admin || scopes.has("submit");
   return {
     name: me.name,
+    admin, // the webhooks, and every route of theirs, are the admin's
     read: admin || scopes.has("read"),
     drain: control,
     disable: control,

@@ -65,8 +65,10 @@ function signOut(message = null) {
   sessionStorage.removeItem(TOKEN_KEY);
   if (dashboard) dashboard.stop();
   dashboard = null;
-  for (const id of ["hosts", "devices", "teams", "runs", "queue", "results", "events"]) byId(id).replaceChildren();
-  for (const id of ["hosts-count", "devices-count", "teams-count", "runs-count", "queue-count", "results-count", "totals"]) {
+  for (const id of ["hosts", "devices", "teams", "runs", "queue", "results", "webhooks", "events"]) byId(id).replaceChildren();
+  byId("webhooks-section").hidden = true;
+  for (const id of ["hosts-count", "devices-count", "teams-count", "runs-count", "queue-count", "results-count",
+    "webhooks-count", "totals"]) {
     byId(id).textContent = "";
   }
   const pill = byId("feed-state");

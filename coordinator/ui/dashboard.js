@@ -15,6 +15,7 @@ import { Records, RESULTS_SHOWN } from "./records.js";
 import { Rereads } from "./rereads.js";
 import { RUNS_SHOWN, RunsPanel } from "./runs.js";
 import { TeamsPanel } from "./teams.js";
+import { WebhooksPanel } from "./webhooks.js";
 import * as views from "./views.js";
 
 const RESYNC_EVERY_MS = 15_000;
@@ -62,6 +63,7 @@ export class Dashboard {
     this.charts = new Charts(api, { waiting: () => this.records.queue.size });
     this.teams = new TeamsPanel(byId("teams"), byId("teams-count"));
     this.runs = new RunsPanel(byId("runs"), byId("runs-count"));
+    this.webhooks = may.admin ? new WebhooksPanel(api, byId("webhooks-section"), byId("webhooks"), byId("webhooks-count")) : null;
 
     this.feed = new Feed({
       headers: () => api.headers(),
@@ -79,7 +81,7 @@ export class Dashboard {
     this.feed.start();
     try {
       const [fleet, tasks, teams, runs] = await Promise.all([
-        this.#readFleet(), this.#readTasks(), this.#readTeams(), this.#readRuns()]);
+        this.#readFleet(), this.#readTasks(), this.#readTeams(), this.#readRuns(), this.webhooks?.read()]);
       performance.mark("tether:render-start");
       this.records.showFleet(fleet);
       this.records.showTasks(tasks);
@@ -258,7 +260,7 @@ export class Dashboard {
     if (everything) {
       await this.#reading(async () => {
         const [fleet, lists, teams, runPage] = await Promise.all([
-          this.#readFleet(), this.#readTasks(), this.#readTeams(), this.#readRuns()]);
+          this.#readFleet(), this.#readTasks(), this.#readTeams(), this.#readRuns(), this.webhooks?.read()]);
         records.showFleet(fleet);
         records.showTasks(lists);
         this.#showTeams(teams);
