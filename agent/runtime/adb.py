@@ -88,10 +88,10 @@ async def list_adb_devices(adb_path: str = "adb", timeout: float = 10.0) -> list
 
 
 def escape_input_text(text: str) -> str:
-    """The argument for ``input text``: spaces become ``%s`` (its own convention), then the
-    whole is quoted for the device shell, since ``adb shell`` joins its arguments into one
-    command line. (A literal ``%s`` cannot be typed this way; that is ``input``'s limit.)"""
-    return shlex.quote(text.replace(" ", "%s"))
+    """The argument for ``input text``: spaces become ``%s`` (its own convention); ``_shell``
+    quotes it for the device shell as it does every argument. (A literal ``%s`` cannot be typed
+    this way; that is ``input``'s limit.)"""
+    return text.replace(" ", "%s")
 
 
 def parse_ui_dump(xml: str | bytes) -> UINode:
@@ -213,7 +213,10 @@ class AdbDriver(Driver):
         return await run_adb(self.adb_path, ["-s", self.serial, *args], timeout=self.timeout, what=what)
 
     async def _shell(self, *args: str, what: str) -> str:
-        output = await self._adb("shell", *args, what=what)
+        # ``adb shell`` joins its arguments into one command line for the device's sh, which
+        # would expand ``$`` (``.Outer$Inner`` launched ``.Outer``), quotes and globs: each is
+        # quoted, so the device runs exactly these words.
+        output = await self._adb("shell", *(shlex.quote(arg) for arg in args), what=what)
         return output.decode("utf-8", "replace")
 
     async def observe(self, *, screenshot: bool = False) -> Observation:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -101,9 +101,24 @@ async def test_typed_text_is_one_literal_word_for_the_device_shell(adb: FakeAdb,
     argv = adb.calls()[-1]
     assert argv[:5] == ["-s", SERIAL, "shell", "input", "text"]
     # adb shell joins its arguments into one command line for the device's sh.
-    device_words = shlex.split(" ".join(argv[3:]))
+    device_words = device_shell_words(" ".join(argv[3:]))
     assert device_words == ["input", "text", text.replace(" ", "%s")]
     assert escape_input_text("plain") == "plain"
+
+
+async def test_an_inner_class_activity_reaches_the_device_shell_unexpanded(adb: FakeAdb, phone: AdbDriver) -> None:
+    await phone.launch_app("com.example.app/.Outer$Inner")
+    argv = adb.calls()[-1]
+    assert argv[:3] == ["-s", SERIAL, "shell"]
+    assert device_shell_words(" ".join(argv[3:])) == ["am", "start", "-n", "com.example.app/.Outer$Inner"]
+
+
+def device_shell_words(line: str) -> list[str]:
+    """The words a POSIX sh makes of the command line ``adb shell`` sends the device (expanding
+    what it expands: ``$Inner`` is empty to it), run by this machine's sh."""
+    done = subprocess.run(["sh", "-c", f"set -- {line}; printf '%s\\0' \"$@\""], capture_output=True, check=True,
+                          env={"PATH": "/usr/bin:/bin"})
+    return done.stdout.decode().split("\0")[:-1]
 
 
 async def test_unknown_key_is_refused_before_running_adb(adb: FakeAdb, phone: AdbDriver) -> None:
