@@ -64,7 +64,10 @@ async def subject_view(ctx: Context, kind: str, subject: str) -> dict[str, Any]:
     was forgotten). Handed to the delivery loop (coordinator/webhooks.py) by app.py."""
     if kind == wire.WebhookEvent.TASK_ENDED.value:
         task = await ctx.queries.get_task(subject)
-        return task_view(task) if task is not None else {"task_id": subject}
+        if task is None:
+            return {"task_id": subject}
+        [view] = await ctx.names.add([task_view(task)])  # with its host's and device's names, as GET
+        return view
     if kind == wire.WebhookEvent.HOST_OFFLINE.value:
         try:
             return await fleet.host_view_for(ctx, subject)
@@ -72,6 +75,9 @@ async def subject_view(ctx: Context, kind: str, subject: str) -> dict[str, Any]:
             return {"host_id": subject}
     if kind == wire.WebhookEvent.DEVICE_DISABLED.value:
         devices = await ctx.queries.devices([subject])
-        return device_view(devices[0]) if devices else {"device_id": subject}
+        if not devices:
+            return {"device_id": subject}
+        [view] = await ctx.names.add([device_view(devices[0])])
+        return view
     run = await ctx.queries.get_run(subject)  # run.ended
     return run_state_view(run.record, run.counts) if run is not None else {"run_id": subject}
