@@ -102,7 +102,9 @@ class Receiver:
 @contextmanager
 def receiving(answers: list[int] | None = None, **options: Any) -> Iterator[Receiver]:
     receiver = Receiver(answers, **options)
-    thread = threading.Thread(target=receiver.server.serve_forever, name="webhook receiver", daemon=True)
+    # A short poll: shutdown() waits for the loop to look, 0.5 s by default, at every test's end.
+    thread = threading.Thread(target=receiver.server.serve_forever, kwargs={"poll_interval": 0.02},
+                              name="webhook receiver", daemon=True)
     thread.start()
     try:
         yield receiver

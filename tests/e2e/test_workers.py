@@ -267,7 +267,8 @@ def test_workers_that_cannot_start_stop_serve_with_the_startup_failure(tmp_path:
         finally:
             process.stop()
     log = process.log()
-    assert "Worker failed to boot" in log
+    # gunicorn's arbiter says one or the other, as its reaping and the worker's exit race.
+    assert "Worker failed to boot" in log or "exited with code 3" in log, log
     assert all(line.startswith("{") for line in log.splitlines()), log  # JSON, tracebacks included
 
 
