@@ -9,6 +9,11 @@ an answer sent while the body is unfinished closes the connection (``Connection:
 refusal that reads no body (a bad credential, PROTOCOL.md's order of checks) frees it at once
 rather than waiting for the rest. Once the body is complete, ``receive`` is the server's own
 (the long-poll and the feed wait on it for the client's hang-up, unbounded).
+
+Most bodies arrive in the same read as their head, and a read of a body the server already holds
+cannot wait: where the server is ours it says so (``BODY_RECEIVED`` in the request's scope
+extensions, set by coordinator/serve/server.py), and such a read goes without the deadline, whose
+timer would cost every create a few microseconds for nothing (docs/benchmarks.md, row 2w).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from starlette.types import Message, Receive, Scope
 from coordinator.errors import RequestTimeout
 
 _CLOSE = (b"connection", b"close")
+# Set True in a request's scope extensions by the server once the whole body is in its buffer.
+BODY_RECEIVED = "tether.body_received"
 
 
 def _has_body(scope: Scope) -> bool:
@@ -36,11 +43,15 @@ class BodyDeadline:
     def __init__(self, scope: Scope, receive: Receive, timeout_s: float) -> None:
         self._receive = receive
         self._timeout_s = timeout_s
+        self._extensions = scope.get("extensions") or {}
         self.complete = not _has_body(scope)
         self._deadline = asyncio.get_running_loop().time() + timeout_s if not self.complete else 0.0
 
     async def receive(self) -> Message:
         if self.complete:
+            return await self._receive()
+        if self._extensions.get(BODY_RECEIVED, False):
+            self.complete = True  # what is left is in the server's buffer: no read will wait
             return await self._receive()
         try:
             async with asyncio.timeout_at(self._deadline):
@@ -54,6 +65,6 @@ class BodyDeadline:
 
     def closing(self, start: Message) -> Message:
         """The response's start, closing the connection if the body is still unfinished."""
-        if self.complete:
+        if self.complete or self._extensions.get(BODY_RECEIVED, False):
             return start
         return {**start, "headers": [*start.get("headers", ()), _CLOSE]}

@@ -41,6 +41,7 @@ from starlette.types import ASGIApp
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from coordinator.api.body_deadline import BODY_RECEIVED
 from coordinator.longpoll import CONNECTION
 from wire import ErrorCode
 
@@ -144,6 +145,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._awaiting_head = True
+        self.scope["extensions"][BODY_RECEIVED] = True  # the app's reads of it cannot wait
         super().on_message_complete()
 
     def on_response_complete(self) -> None:

@@ -247,6 +247,22 @@ def test_head_answers_as_get_does_on_every_route_that_advertises_it(url: str, pa
     assert alone.split(b"\r\n", 1)[0] == head.split(b"\r\n", 1)[0] == status
 
 
+def test_a_body_in_two_reads_and_one_in_its_head_s_read_are_served_on_one_connection(url: str) -> None:
+    """A body the server already holds is read without the body deadline's timer; one still
+    arriving is read with it. Both are answered, and neither closes the connection."""
+    body = b'{"weight": 2, "max_devices": null}'
+    head = (b"PUT /api/v1/teams/split-body HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (ADMIN.encode(), len(body)))
+    with _connect(url) as sock:
+        sock.sendall(head + body[:5])
+        time.sleep(0.2)  # the slow client itself: the server reads the head and a part alone
+        sock.sendall(body[5:] + head + body)  # the rest, then a whole request in the same write
+        answers = _read_answers(sock, ["PUT", "PUT"], timeout=5)
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+        assert b"connection: close" not in answer.lower()
+
+
 BODY_TIMEOUT_S = 0.5
 
 
