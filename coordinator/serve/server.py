@@ -145,7 +145,8 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._awaiting_head = True
-        self.scope["extensions"][BODY_RECEIVED] = True  # the app's reads of it cannot wait
+        # The app's reads of this body cannot wait now (a flag, not ASGI's dict of a dict).
+        self.scope["extensions"][BODY_RECEIVED] = True  # type: ignore[assignment]
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
