@@ -97,7 +97,8 @@ def _serve(args: argparse.Namespace) -> int:
         # Nothing before this line left a connection open (check_redis closed its own), nor
         # started a loop or a thread: safe to fork. Each worker builds its own app.
         return run_workers(workers, lambda: create_app(settings), host=args.host, port=port,
-                           header_timeout_s=settings.header_timeout_s)
+                           header_timeout_s=settings.header_timeout_s,
+                           graceful_timeout_s=settings.graceful_timeout_s)
     try:
         app = create_app(settings)
     except Exception:  # a REDIS_URL redis-py cannot parse, ...: as if the lifespan failed
@@ -105,7 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
         return STARTUP_FAILURE
     # Waiting polls and feed watchers are ended at the signal, instead of holding the stop.
     return run(app, host=args.host, port=port, header_timeout_s=settings.header_timeout_s,
-               on_exit=app.state.stopping)
+               on_exit=app.state.stopping, graceful_timeout_s=settings.graceful_timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     # A request body not complete this long after its head gets 408 request_timeout and its
     # connection closed (coordinator/api/boundary.py): a slow body holds no connection for long.
     body_timeout_s: float = Field(default=30.0, gt=0)
+    # After SIGTERM, requests in flight get this long to finish; any still running then is
+    # answered 503 unavailable with Retry-After (coordinator/api/boundary.py).
+    graceful_timeout_s: int = Field(default=5, ge=1)  # whole seconds, as uvicorn and gunicorn take it
     # Managed Redis often presents a self-signed certificate on rediss://; this accepts it.
     redis_tls_insecure: bool = False
     # Connections per process (per node on a cluster), whatever the number of waiting polls or

@@ -17,6 +17,10 @@ catches first, are handed to the same ``response_for`` (``app.py``):
 - a client that hung up mid-request (Starlette's ``ClientDisconnect``, raised as a body is read):
   no answer (nobody is there to read it), one line at debug level, and counted as status ``499``
   (nginx's "client closed request"): not an error of the server (PROTOCOL.md, Conventions);
+- a request the server cancels at shutdown, still running past its graceful timeout
+  (``serve/server.py``): ``503 unavailable`` with ``Retry-After`` and the connection closed, one
+  line at info level, where uvicorn would answer a plain-text 500 and log a traceback: a client
+  retries a 503, on this process's successor or another;
 - anything else: ``500 internal``, logged once with a request id that the body names, and never
   the exception's text.
 
@@ -27,6 +31,7 @@ the raw path (it may carry a query string), a header or a body, so never a secre
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -116,6 +121,13 @@ def _log_request(scope: Scope, route: str, method: str, status: int, started_at:
     })
 
 
+def _shutdown_answer() -> Response:
+    error = Unavailable("the coordinator is shutting down; retry")
+    response = json_response(error.body(), error.status_code)
+    response.headers.update({**(error.headers or {}), "Connection": "close"})
+    return response
+
+
 def response_for(exc: BaseException, scope: Scope, outage: OutageLog) -> Response:
     """The contract's answer to ``exc`` (errors.py maps it), logged once if it was unexpected."""
     rid = "" if isinstance(exc, ApiError) else request_id(scope)  # the common case needs none
@@ -162,6 +174,14 @@ class RequestBoundary:
 
         try:
             await self.app(scope, body.receive, send_and_record)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if started or task is None or not task.cancelling():
+                raise
+            # Cancelled by the server at shutdown: answer what a client can retry, and end here
+            # (re-raised, uvicorn would log a traceback and answer its own plain-text 500).
+            log.info("request %s: cut off by the shutdown, answered 503", request_id(scope))
+            await _shutdown_answer()(scope, body.receive, send_and_record)
         except ClientDisconnect:
             # The client is gone: nothing to answer, nothing the server did wrong.
             if not started:

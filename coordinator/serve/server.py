@@ -50,7 +50,8 @@ log = logging.getLogger("coordinator")
 MAX_HEAD_BYTES = 64 * 1024
 # Linux reports a peer's FIN as POLLRDHUP without reading (and so consuming) any data.
 _HANGUP = getattr(select, "POLLRDHUP", 0x2000) | select.POLLHUP | select.POLLERR
-# In-flight requests get this long to finish after SIGTERM; waiting polls are answered at once.
+# In-flight requests get this long to finish after SIGTERM (COORDINATOR_GRACEFUL_TIMEOUT_S);
+# waiting polls are answered at once, and what still runs past it gets 503 unavailable.
 GRACEFUL_TIMEOUT_S = 5
 
 
@@ -279,7 +280,7 @@ def raise_nofile() -> None:
 
 
 def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
-        on_exit: Callable[[], None]) -> int:
+        on_exit: Callable[[], None], graceful_timeout_s: int = GRACEFUL_TIMEOUT_S) -> int:
     """Serve until SIGTERM or SIGINT; the exit status (uvicorn's startup-failure code if the
     server never started). Several workers (``WEB_CONCURRENCY``) are gunicorn's, each serving
     with this module's ``Server`` (``workers.py``).
@@ -294,7 +295,7 @@ def run(app: ASGIApp, *, host: str, port: int, header_timeout_s: float,
         http=head_limited_protocol(header_timeout_s),
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
+        timeout_graceful_shutdown=graceful_timeout_s,
         # The app never reads the client's address, so uvicorn's rewriting of it from
         # X-Forwarded-* would be one more layer around every request for nothing.
         proxy_headers=False,

@@ -38,8 +38,9 @@ from uvicorn_worker import UvicornWorker
 
 from coordinator.serve.server import GRACEFUL_TIMEOUT_S, Server, head_limited_protocol
 
-# Workers still running this long after SIGTERM are killed by the arbiter.
-STOP_TIMEOUT_S = GRACEFUL_TIMEOUT_S + 5
+# Workers still running this long past their graceful timeout after SIGTERM are killed by the
+# arbiter: their cut-off requests' answers and the lifespan's shutdown take well under it.
+STOP_MARGIN_S = 5
 # uvicorn's default keep-alive, as one process serves without gunicorn (gunicorn's is 2 s).
 KEEP_ALIVE_S = 5
 
@@ -76,13 +77,15 @@ class TetherWorker(UvicornWorker):
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
 
 
-def worker_class(header_timeout_s: float) -> type[TetherWorker]:
+def worker_class(header_timeout_s: float, graceful_timeout_s: int = GRACEFUL_TIMEOUT_S) -> type[TetherWorker]:
     """The worker class for ``header_timeout_s`` (uvicorn builds one protocol per connection
-    from a class alone, so the timeout lives in the class)."""
+    from a class alone, so the timeout lives in the class) and ``graceful_timeout_s``."""
     protocol = head_limited_protocol(header_timeout_s)
 
     class Worker(TetherWorker):
-        CONFIG_KWARGS: ClassVar[dict[str, Any]] = {**TetherWorker.CONFIG_KWARGS, "http": protocol}
+        CONFIG_KWARGS: ClassVar[dict[str, Any]] = {
+            **TetherWorker.CONFIG_KWARGS, "http": protocol, "timeout_graceful_shutdown": graceful_timeout_s,
+        }
 
     return Worker
 
@@ -115,15 +118,15 @@ class _Application(BaseApplication):
 
 
 def run_workers(count: int, build_app: Callable[[], Starlette], *, host: str, port: int,
-                header_timeout_s: float) -> int:
+                header_timeout_s: float, graceful_timeout_s: int = GRACEFUL_TIMEOUT_S) -> int:
     """Serve ``build_app()`` with ``count`` gunicorn workers on ``host:port`` until SIGTERM or
     SIGINT; the exit status (0 once every worker stopped; 3 if a worker could not start)."""
     options = {
         "bind": [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"],
         "workers": count,
-        "worker_class": worker_class(header_timeout_s),
+        "worker_class": worker_class(header_timeout_s, graceful_timeout_s),
         "logger_class": RootLogger,
-        "graceful_timeout": STOP_TIMEOUT_S,
+        "graceful_timeout": graceful_timeout_s + STOP_MARGIN_S,
         "keepalive": KEEP_ALIVE_S,
         "proc_name": "tether-coordinator",
         # gunicorn's control socket (gunicornc) is at one fixed path per user: several

@@ -183,6 +183,34 @@ def test_sigterm_answers_waiting_polls_at_once_and_exits_0(tmp_path: Path) -> No
     assert "Exception in ASGI application" not in log and "Traceback" not in log
 
 
+def test_a_request_still_running_past_the_graceful_timeout_gets_a_json_503(tmp_path: Path) -> None:
+    """An upload whose body is still arriving at SIGTERM outlives COORDINATOR_GRACEFUL_TIMEOUT_S:
+    it is answered the contract's 503 (JSON, Retry-After, the connection closed), which a client
+    retries, not uvicorn's plain-text 500 with a traceback in the log."""
+    with fresh_prefix() as prefix, coordinator_process(
+        coordinator_env(prefix, COORDINATOR_GRACEFUL_TIMEOUT_S="1"), tmp_path
+    ) as coordinator:
+        head = (b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{" % ADMIN.encode())
+        with _connect(coordinator.url) as sock:
+            sock.sendall(head)
+            # Served after the head was sent, so the event loop has read the head: the request runs.
+            assert _served(coordinator.url)
+            process = coordinator.process
+            assert process is not None
+            process.signal(signal.SIGTERM)
+            answer = _read_until_closed(sock, timeout=10)
+            exit_code = process.wait(10)
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 503 "), answer[:300]
+    headers, _, body = rest.partition(b"\r\n\r\n")
+    assert b"retry-after: 1" in headers.lower() and b"connection: close" in headers.lower()
+    assert json.loads(body)["error"]["code"] == "unavailable"
+    assert exit_code == 0
+    log = (tmp_path / "coordinator.log").read_text()
+    assert "Exception in ASGI application" not in log and "Traceback" not in log
+
+
 def _read_answers(sock: socket.socket, methods: list[str], timeout: float) -> list[bytes]:
     """The heads of the answers to requests of ``methods`` sent on a kept-alive connection, in
     order: a HEAD's answer is its head alone, a GET's is followed by Content-Length bytes."""
