@@ -53,6 +53,7 @@ from coordinator.errors import (
     Unavailable,
     error_for_exception,
 )
+from coordinator.longpoll import CONNECTION
 from coordinator.metrics import Metrics
 from coordinator.outage import OutageLog
 from wire import is_valid_id
@@ -176,10 +177,12 @@ class RequestBoundary:
             await self.app(scope, body.receive, send_and_record)
         except asyncio.CancelledError:
             task = asyncio.current_task()
-            if started or task is None or not task.cancelling():
+            if started or task is None or not task.cancelling() or CONNECTION not in scope.get("extensions", {}):
                 raise
-            # Cancelled by the server at shutdown: answer what a client can retry, and end here
-            # (re-raised, uvicorn would log a traceback and answer its own plain-text 500).
+            # Our server runs each request in a task of its own, and cancels it only at shutdown
+            # (elsewhere, an in-process client's request runs in the client's task, whose cancel
+            # must go on). Answer what a client can retry, and end here: re-raised, uvicorn would
+            # log a traceback and answer its own plain-text 500.
             log.info("request %s: cut off by the shutdown, answered 503", request_id(scope))
             await _shutdown_answer()(scope, body.receive, send_and_record)
         except ClientDisconnect:
