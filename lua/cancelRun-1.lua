@@ -8,6 +8,7 @@
     ARGV[7]     owner: the token id the run must have been created by ("" for any run: a caller
                 allowed to cancel every run)
     ARGV[8]     actor: the operator's name, on every event of this step
+    ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes: runs, run_tasks:<run>, run_counts:<run>
   Output:
     {0, run JSON, counts}  counts: run_counts:<run> as HGETALL answers it
@@ -25,7 +26,7 @@
 --- @include "includes/tasks"
 --- @include "includes/runs"
 local S = deployment(KEYS, ARGV)
-setActor(S, ARGV[8])
+setActor(S, ARGV[8], ARGV[9])
 local runId, owner = ARGV[6], ARGV[7]
 
 local run, refused = ownedRun(S, runId, owner)

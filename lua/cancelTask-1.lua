@@ -7,6 +7,7 @@
     ARGV[7]     owner: the token id the task must have been created by ("" for any task: a
                 caller allowed to cancel every task)
     ARGV[8]     actor: the operator's name, on every event of this step
+    ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
   Output:
     {0, task JSON}  cancelled, or cancel requested (running), or already cancelled
     {NOT_FOUND}
@@ -22,7 +23,7 @@
 --- @include "includes/placement"
 --- @include "includes/tasks"
 local S = deployment(KEYS, ARGV)
-setActor(S, ARGV[8])
+setActor(S, ARGV[8], ARGV[9])
 local taskId = ARGV[6]
 local owner = ARGV[7]
 

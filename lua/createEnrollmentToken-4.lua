@@ -14,6 +14,7 @@
     ARGV[4] max uses
     ARGV[5] labels JSON given to every host that enrolls with it
     ARGV[6] actor: the operator's name, on the `enrollment_token_created` event
+    ARGV[7] actor id: its token's id ("admin" for the bootstrap token), on the same event
   Output:
     {0, token JSON}
 
@@ -39,5 +40,6 @@ putJson(tokensKey, token.id, token)
 rcall('HSET', hashesKey, token.digest, token.id)
 local newest = rcall('ZREVRANGE', byAgeKey, 0, 0, 'WITHSCORES')[2]
 rcall('ZADD', byAgeKey, math.max(now, newest and tonumber(newest) + 1 or now), token.id)
-publishTo(feedKey, {type = 'enrollment_token_created', token_id = token.id, at = now}, ARGV[6])
+publishTo(feedKey, {type = 'enrollment_token_created', token_id = token.id, at = now}, ARGV[6],
+          ARGV[7])
 return {0, cjson.encode(token)}

@@ -18,7 +18,8 @@
     ARGV[5] lifetime (ms)
     ARGV[6] at most this many live tokens (COORDINATOR_MAX_OPERATOR_TOKENS)
     ARGV[7] actor: the operator's name, on the `operator_token_created` event
-    ARGV[8] team: every task the token creates belongs to it; "" for none (the creator chooses)
+    ARGV[8] actor id: its token's id ("admin" for the bootstrap token), on the same event
+    ARGV[9] team: every task the token creates belongs to it; "" for none (the creator chooses)
   Output:
     {0, token JSON}
     {TOKEN_LIMIT}  as many live tokens as allowed exist already; nothing changed
@@ -45,8 +46,8 @@ local token = {
   created_by = ARGV[7],
   revoked = false,
 }
-if ARGV[8] ~= '' then
-  token.team = ARGV[8]
+if ARGV[9] ~= '' then
+  token.team = ARGV[9]
   rcall('HSETNX', teamsKey, token.team, '{}')
 end
 putJson(tokensKey, token.id, token)
@@ -55,5 +56,5 @@ rcall('ZADD', liveKey, token.expires_at, token.id)
 local newest = rcall('ZREVRANGE', byAgeKey, 0, 0, 'WITHSCORES')[2]
 rcall('ZADD', byAgeKey, math.max(now, newest and tonumber(newest) + 1 or now), token.id)
 publishTo(feedKey, {type = 'operator_token_created', token_id = token.id, name = token.name,
-                    scopes = token.scopes, team = token.team, at = now}, ARGV[7])
+                    scopes = token.scopes, team = token.team, at = now}, ARGV[7], ARGV[8])
 return {0, cjson.encode(token)}

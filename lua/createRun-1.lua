@@ -14,6 +14,7 @@
                 device of `driver` whose labels match, pinned to it
     ARGV[9]     at most this many tasks
     ARGV[10]    actor: the operator's name, on every event of this step
+    ARGV[11]    actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes:
     runs, runs_by_age, run_seq, run_idempotency, run_tasks:<run>, run_counts:<run>
     devices_by_driver, devices, disabled_devices   (a matrix's devices)
@@ -36,7 +37,7 @@
 --- @include "includes/tasks"
 --- @include "includes/runs"
 local S = deployment(KEYS, ARGV)
-setActor(S, ARGV[10])
+setActor(S, ARGV[10], ARGV[11])
 
 local run = cjson.decode(ARGV[6])
 local maxTasks = tonumber(ARGV[9])

@@ -9,6 +9,7 @@
                 and creator_token (its token id; absent for the bootstrap admin)
     ARGV[7]     at most this many of a selector's devices are read as a queued task's candidates
     ARGV[8]     actor: the operator's name, on every event of this step
+    ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes:
     task_seq     string  counter giving every task its age
     idempotency  hash    idempotency key -> task id
@@ -47,7 +48,7 @@
 --- @include "includes/candidates"
 --- @include "includes/tasks"
 local S = deployment(KEYS, ARGV)
-setActor(S, ARGV[8])
+setActor(S, ARGV[8], ARGV[9])
 
 local task = cjson.decode(ARGV[6])
 local now = nowMs()

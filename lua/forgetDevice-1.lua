@@ -7,6 +7,7 @@
     KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6]     device id
     ARGV[7]     actor: the operator's name, on the `device_forgotten` event
+    ARGV[8]     actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes:
     enrolled_devices  hash  device id -> {host_id, local_id, driver}
     local_devices     hash  "host id\0local id" -> {device_id, driver}
@@ -25,7 +26,7 @@
 --- @include "includes/events"
 --- @include "includes/pool"
 local S = deployment(KEYS, ARGV)
-setActor(S, ARGV[7])
+setActor(S, ARGV[7], ARGV[8])
 local deviceId = ARGV[6]
 
 local enrolled = getJson(S.key.enrolled_devices, deviceId)

@@ -7,6 +7,7 @@
     KEYS[2] feed               stream the deployment's events
     ARGV[1] token id
     ARGV[2] actor: the operator's name, on the `enrollment_token_revoked` event
+    ARGV[3] actor id: its token's id ("admin" for the bootstrap token), on the same event
   Output: {0, token JSON}, or {NOT_FOUND}
 
   Invariant: revocation is final and idempotent (a repeat publishes nothing).
@@ -17,5 +18,6 @@ local tokensKey = KEYS[1]
 local feedKey = KEYS[2]
 
 return revokeToken(tokensKey, ARGV[1], function(token, now)
-  publishTo(feedKey, {type = 'enrollment_token_revoked', token_id = token.id, at = now}, ARGV[2])
+  publishTo(feedKey, {type = 'enrollment_token_revoked', token_id = token.id, at = now}, ARGV[2],
+            ARGV[3])
 end)

@@ -11,6 +11,7 @@
     ARGV[7]     a static host's configured token digest (it may have no record yet), "" for an
                 enrolled host (its record holds the digest)
     ARGV[8]     actor: the operator's name, on every event of this step
+    ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes:
     hosts           hash  host id -> host record JSON
     revoked_tokens  set   SHA-256 digests of revoked host tokens
@@ -27,7 +28,7 @@
 --- @include "includes/events"
 --- @include "includes/hosts"
 local S = deployment(KEYS, ARGV)
-setActor(S, ARGV[8])
+setActor(S, ARGV[8], ARGV[9])
 local hostId = ARGV[6]
 local staticDigest = ARGV[7]
 

@@ -9,6 +9,7 @@
     KEYS[4] feed                   stream the deployment's events
     ARGV[1] token id
     ARGV[2] actor: the operator's name, on the `operator_token_revoked` event
+    ARGV[3] actor id: its token's id ("admin" for the bootstrap token), on the same event
   Output:
     {0, token JSON}
     {NOT_FOUND}
@@ -24,5 +25,5 @@ return revokeToken(tokensKey, ARGV[1], function(token, now)
   rcall('HDEL', hashesKey, token.digest)
   rcall('ZREM', liveKey, token.id)
   publishTo(feedKey, {type = 'operator_token_revoked', token_id = token.id, name = token.name, at = now},
-            ARGV[2])
+            ARGV[2], ARGV[3])
 end)

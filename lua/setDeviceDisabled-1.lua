@@ -8,6 +8,7 @@
     ARGV[7]     "1" to disable, "0" to enable
     ARGV[8]     the operator's reason (disable)
     ARGV[9]     actor: the operator's name, on every event of this step
+    ARGV[10]    actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes:
     enrolled_devices  hash  device id -> {host_id, local_id, driver}
   Output:
@@ -25,7 +26,7 @@
 --- @include "includes/placement"
 --- @include "includes/tasks"
 local S = deployment(KEYS, ARGV)
-setActor(S, ARGV[9])
+setActor(S, ARGV[9], ARGV[10])
 local deviceId = ARGV[6]
 local disable = ARGV[7] == '1'
 local reason = ARGV[8]

@@ -7,6 +7,7 @@
     ARGV[6]     host id
     ARGV[7]     "1" to drain, "0" to undrain
     ARGV[8]     actor: the operator's name, on every event of this step
+    ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
   Output:
     {0, changed (0|1)}
 
@@ -19,7 +20,7 @@
 --- @include "includes/events"
 --- @include "includes/hosts"
 local S = deployment(KEYS, ARGV)
-setActor(S, ARGV[8])
+setActor(S, ARGV[8], ARGV[9])
 local hostId = ARGV[6]
 local drain = ARGV[7] == '1'
 

@@ -86,6 +86,23 @@ def device_of(item: Json) -> str | None:
     return named(item.get("device_name"), item.get("device_id"))
 
 
+# Enough of an operator token's id (``ot_`` and six hex digits) to tell apart the tokens of one name.
+_ACTOR_ID_SHOWN = 9
+
+
+def actor_of(event: Json) -> str | None:
+    """Who caused an event: the operator token's name, its id short beside it (``ci (ot_3f2a9c…)``)
+    since two live tokens may share a name; the name alone for the bootstrap admin (its id is its
+    name) and from a coordinator that sends no id."""
+    name, id_ = event.get("actor"), event.get("actor_id")
+    if not name:
+        return None
+    if not id_ or id_ == name:
+        return str(name)
+    id_ = str(id_)
+    return f"{name} ({id_[:_ACTOR_ID_SHOWN]}…)" if len(id_) > _ACTOR_ID_SHOWN else f"{name} ({id_})"
+
+
 def where(task: Json) -> str:
     """Where a task runs or ran (its device: ids are unique across hosts), else what it waits for."""
     if task.get("host_id") and task.get("device_id"):
@@ -139,10 +156,11 @@ def task_fields(task: Json) -> str:
 
 
 def events_table(events: Iterable[Json]) -> str:
-    # ACTOR: the operator token (by name) whose action caused the event; `-` for the fleet's own.
+    # ACTOR: the operator token (by name, its id short) whose action caused the event; `-` for the
+    # fleet's own.
     return table(["AT", "TYPE", "ATTEMPT", "HOST", "DEVICE", "STATUS", "REASON", "ACTOR"],
                  ([short_time(e.get("at")), e.get("type"), e.get("attempt"), host_of(e),
-                   device_of(e), e.get("status"), e.get("reason"), e.get("actor")] for e in events))
+                   device_of(e), e.get("status"), e.get("reason"), actor_of(e)] for e in events))
 
 
 # -- a live watch: one line per event --------------------------------------------------------
@@ -187,8 +205,9 @@ def event_line(event: Json) -> str:
         text += f": {status}"
     if reason:
         text += f" ({reason})"
-    if event.get("actor"):
-        text += f" by {event['actor']}"
+    actor = actor_of(event)
+    if actor:
+        text += f" by {actor}"
     return _line(event.get("at"), kind, text.strip())
 
 

@@ -48,7 +48,7 @@ from coordinator.errors import ApiError, Forbidden, InsufficientScope, RequestTi
 from coordinator.state.epoch import Epoch
 from coordinator.state.keys import Keys
 from coordinator.state.reads.common import text
-from coordinator.state.records import HostPrincipal, OperatorToken
+from coordinator.state.records import ADMIN_ACTOR, Actor, HostPrincipal, OperatorToken
 
 _CACHE_LIMIT = 100_000
 
@@ -69,7 +69,7 @@ ADMIN_SCOPES = frozenset({wire.OperatorScope.ADMIN.value})
 @dataclass(frozen=True)
 class Operator:
     """An operator credential that is valid now: the bootstrap admin (``token_id`` None) or an
-    operator token. Its ``name`` is the ``actor`` of every event it causes."""
+    operator token. Every event it causes names it by ``actor``: its name and its token's id."""
 
     name: str
     scopes: frozenset[str]
@@ -79,6 +79,11 @@ class Operator:
 
     def may(self, scope: str) -> bool:
         return scope == ANY_SCOPE or scope in self.scopes or wire.OperatorScope.ADMIN.value in self.scopes
+
+    @property
+    def actor(self) -> Actor:
+        """Who its events name: its name, and its token's id beside it (names may repeat)."""
+        return Actor(self.name, self.token_id) if self.token_id is not None else ADMIN_ACTOR
 
 
 BOOTSTRAP_ADMIN = Operator(wire.BOOTSTRAP_ACTOR, ADMIN_SCOPES)

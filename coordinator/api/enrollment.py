@@ -30,7 +30,7 @@ async def create_token(ctx: Context, request: Request) -> Response:
     token = await ctx.store.create_enrollment_token(
         "et_" + secrets.token_hex(8), token_digest(secret), body.ttl_s * 1000, body.max_uses,
         canonical_json(body.labels),
-        actor=access_of(request).operator.name,
+        actor=access_of(request).operator.actor,
     )
     return tokens.created(token_view(token, token.created_at), secret)
 

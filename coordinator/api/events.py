@@ -1,5 +1,6 @@
 """GET /api/v1/events: the live feed as server-sent events. Bearer = an operator credential with
-the ``read`` scope (checked in app.py). Events an operator caused name it as their ``actor``.
+the ``read`` scope (checked in app.py). Events an operator caused name it as their ``actor`` and
+``actor_id``.
 
 The stream opens with ``retry: 2000`` and ``id: <where it starts>`` (an id with no data: a client
 that loses the connection before the first event resumes from there, not from "now"); then each

@@ -62,19 +62,19 @@ async def device_history(ctx: Context, request: Request) -> Response:
 async def disable_device(ctx: Context, request: Request) -> Response:
     device_id = require_id(request.path_params["device_id"], "device_id")
     reason = (await read(request, DeviceDisable, ctx.settings.max_body_bytes)).reason or ""
-    await ctx.store.set_device_disabled(device_id, True, reason, actor=access_of(request).operator.name)
+    await ctx.store.set_device_disabled(device_id, True, reason, actor=access_of(request).operator.actor)
     return json_response(await _device(ctx, device_id))
 
 
 async def enable_device(ctx: Context, request: Request) -> Response:
     device_id = require_id(request.path_params["device_id"], "device_id")
-    await ctx.store.set_device_disabled(device_id, False, actor=access_of(request).operator.name)
+    await ctx.store.set_device_disabled(device_id, False, actor=access_of(request).operator.actor)
     return json_response(await _device(ctx, device_id))
 
 
 async def forget_device(ctx: Context, request: Request) -> Response:
     device_id = require_id(request.path_params["device_id"], "device_id")
-    await ctx.store.forget_device(device_id, actor=access_of(request).operator.name)
+    await ctx.store.forget_device(device_id, actor=access_of(request).operator.actor)
     return json_response({"device_id": device_id, "forgotten": True})
 
 
@@ -129,7 +129,7 @@ async def get_host(ctx: Context, request: Request) -> Response:
 async def _set_draining(ctx: Context, request: Request, draining: bool) -> Response:
     host_id = require_id(request.path_params["host_id"], "host_id")
     await _require_host(ctx, host_id)
-    await ctx.store.set_host_draining(host_id, draining, actor=access_of(request).operator.name)
+    await ctx.store.set_host_draining(host_id, draining, actor=access_of(request).operator.actor)
     return json_response(await _read_host(ctx, host_id))
 
 
@@ -143,7 +143,7 @@ async def undrain_host(ctx: Context, request: Request) -> Response:
 
 async def revoke_host(ctx: Context, request: Request) -> Response:
     host_id = require_id(request.path_params["host_id"], "host_id")
-    await ctx.store.revoke_host(host_id, ctx.auth.static_digest(host_id), actor=access_of(request).operator.name)
+    await ctx.store.revoke_host(host_id, ctx.auth.static_digest(host_id), actor=access_of(request).operator.actor)
     ctx.auth.forget(host_id)
     return json_response(await host_view_for(ctx, host_id))
 

@@ -170,7 +170,8 @@ SCHEMAS: dict[str, Any] = {
         "at": {"type": "string"}, "type": {"enum": list(wire.values(wire.EventType))}, "task_id": _ID,
         "attempt": {"type": "integer"}, "host_id": {"type": ["string", "null"]},
         "device_id": {"type": ["string", "null"]}, "reason": {"type": ["string", "null"]},
-        "status": {"type": ["string", "null"]}}}}}},
+        "status": {"type": ["string", "null"]}, "actor": {"type": ["string", "null"]},
+        "actor_id": {"type": ["string", "null"]}}}}}},
     "TaskPage": {"type": "object", "properties": {
         "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/Task"}},
         "next_cursor": {"type": ["string", "null"]}}},

@@ -2,7 +2,9 @@
 
 An operator token's secret carries the prefix ``tto_`` (so secret scanners find a leaked one), is
 shown once, in the answer that creates it, and is stored only as its SHA-256. Its ``name`` is the
-``actor`` of every event it causes, so the bootstrap admin's name, ``admin``, is not a token's.
+``actor`` of every event it causes and its ``id`` the ``actor_id``, so the bootstrap admin's name,
+``admin`` (its actor_id too), is not a token's. Two live tokens may share a name (a rotation mints
+the new one under the old one's name): ``actor_id`` tells their events apart.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ async def create_token(ctx: Context, request: Request) -> Response:
     secret = wire.OPERATOR_TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = await ctx.store.create_operator_token(
         "ot_" + secrets.token_hex(8), token_digest(secret), body.name, scopes, body.ttl_s * 1000,
-        ctx.settings.max_operator_tokens, actor=access_of(request).operator.name, team=body.team,
+        ctx.settings.max_operator_tokens, actor=access_of(request).operator.actor, team=body.team,
     )
     return tokens.created(operator_token_view(token, token.created_at), secret)
 

@@ -220,9 +220,10 @@ def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-# `actor`: the operator whose request caused the event (a token's name, or "admin"); null for
-# what hosts and deadlines caused.
-_EVENT_FIELDS = ("task_id", "attempt", "host_id", "device_id", "reason", "status", "actor")
+# `actor`: the operator whose request caused the event (a token's name, or "admin"), and
+# `actor_id` its token's id (or "admin"), as names may repeat; both null for what hosts and
+# deadlines caused (and actor_id for events written before it was).
+_EVENT_FIELDS = ("task_id", "attempt", "host_id", "device_id", "reason", "status", "actor", "actor_id")
 
 
 def event_view(event: dict[str, Any]) -> dict[str, Any]:

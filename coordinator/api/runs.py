@@ -67,7 +67,7 @@ async def create_run(ctx: Context, request: Request) -> Response:
         tasks.append({k: v for k, v in spec.items() if k not in _SET_BY_RUN})
     matrix = _matrix_spec(body, ctx.settings.queue_timeout_ms) if body.matrix is not None else None
     answer = await ctx.store.create_run({k: v for k, v in run.items() if v is not None}, tasks, matrix,
-                                        wire.MAX_RUN_TASKS, actor=operator.name)
+                                        wire.MAX_RUN_TASKS, actor=operator.actor)
     return json_response(run_state_view(answer.run, answer.counts), 201 if answer.created else 200)
 
 
@@ -92,7 +92,7 @@ async def cancel_run(ctx: Context, request: Request) -> Response:
     access = access_of(request)
     run_id = require_id(request.path_params["run_id"], "run_id")
     # access.owner: a submit-only token, which the script lets cancel only the runs it created.
-    state = await ctx.store.cancel_run(run_id, actor=access.operator.name, owner=access.owner)
+    state = await ctx.store.cancel_run(run_id, actor=access.operator.actor, owner=access.owner)
     return json_response(run_state_view(state.run, state.counts))
 
 
@@ -100,7 +100,7 @@ async def rerun_failed(ctx: Context, request: Request) -> Response:
     access = access_of(request)
     run_id = require_id(request.path_params["run_id"], "run_id")
     try:
-        created, state = await ctx.store.rerun_failed(run_id, actor=access.operator.name, owner=access.owner)
+        created, state = await ctx.store.rerun_failed(run_id, actor=access.operator.actor, owner=access.owner)
     except InsufficientScope:  # a submit-only token, and a run it did not create
         raise InsufficientScope("admin", "without the 'admin' scope, a token may rerun only the runs it "
                                          "created") from None

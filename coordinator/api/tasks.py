@@ -76,7 +76,7 @@ async def create_task(ctx: Context, request: Request) -> Response:
     task["created_by"] = operator.name
     if operator.token_id is not None:
         task["creator_token"] = operator.token_id
-    answer = await ctx.store.create_task(task, actor=operator.name)
+    answer = await ctx.store.create_task(task, actor=operator.actor)
     if answer.candidates is not None or answer.task.status != wire.TaskStatus.QUEUED:
         # Queued now, the create step read why it waits; not queued, nothing waits.
         [view] = await ctx.names.add([task_view(answer.task, answer.candidates)])
@@ -113,6 +113,6 @@ async def cancel_task(ctx: Context, request: Request) -> Response:
     access = access_of(request)
     task_id = require_id(request.path_params["task_id"], "task_id")
     # access.owner: a submit-only token, which the script lets cancel only the tasks it created.
-    task = await ctx.store.cancel_task(task_id, actor=access.operator.name, owner=access.owner)
+    task = await ctx.store.cancel_task(task_id, actor=access.operator.actor, owner=access.owner)
     [view] = await ctx.names.add([task_view(task)])
     return json_response(view)

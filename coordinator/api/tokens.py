@@ -35,5 +35,5 @@ async def listing(request: Request, field: str, fetch: Callable[[int, int], Awai
 async def revoke(ctx: Context, request: Request, revoke_token: Callable[..., Awaitable[T]], view: View[T]) -> Response:
     """Revoke the token the path names, the calling operator its actor; the token as it is now."""
     token_id = require_id(request.path_params["token_id"], "token_id")
-    token = await revoke_token(token_id, actor=access_of(request).operator.name)
+    token = await revoke_token(token_id, actor=access_of(request).operator.actor)
     return json_response(view(token, await ctx.queries.redis_time_ms()))

@@ -39,6 +39,20 @@ class HostPrincipal:
 
 
 @dataclass(frozen=True)
+class Actor:
+    """The operator an operator script acts for, as every event it writes names it: ``name`` is
+    the event's ``actor`` (a token's name), ``id`` its ``actor_id`` (the token's id). Both, as
+    two live tokens may share a name: a rotation mints the new one under the old one's name."""
+
+    name: str
+    id: str
+
+
+# The bootstrap admin token (COORDINATOR_ADMIN_TOKEN) has no token id: its id is its name.
+ADMIN_ACTOR = Actor(wire.BOOTSTRAP_ACTOR, wire.BOOTSTRAP_ACTOR)
+
+
+@dataclass(frozen=True)
 class TaskRecord:
     id: str
     seq: int

@@ -16,6 +16,8 @@ from coordinator.errors import ScriptError, error_for
 from coordinator.settings import CANDIDATES_SCANNED
 from coordinator.state.keys import Keys
 from coordinator.state.records import (
+    ADMIN_ACTOR,
+    Actor,
     EnrollmentToken,
     HostPrincipal,
     OperatorToken,
@@ -239,40 +241,39 @@ class Store:
 
     # -- operators -------------------------------------------------------------------------
 
-    # ``actor``: the operator's name (a token's, or "admin" for the bootstrap token), named on
-    # every event the call writes.
+    # ``actor``: the operator whose request this is, named on every event the call writes.
 
-    async def create_task(self, task: dict[str, Any], *, actor: str = "admin") -> Created:
-        reply = await self._schedule("createTask", [orjson.dumps(task), self._candidates_scanned, actor])
+    async def create_task(self, task: dict[str, Any], *, actor: Actor = ADMIN_ACTOR) -> Created:
+        reply = await self._schedule("createTask", [orjson.dumps(task), self._candidates_scanned, actor.name, actor.id])
         stored = TaskRecord.from_json(reply[1])
         candidates = candidates_from_reply(reply[3]) if len(reply) > 3 else None
         return Created(stored, reply[2] == 1, candidates)
 
-    async def cancel_task(self, task_id: str, *, actor: str = "admin", owner: str | None = None) -> TaskRecord:
+    async def cancel_task(self, task_id: str, *, actor: Actor = ADMIN_ACTOR, owner: str | None = None) -> TaskRecord:
         """``owner``: cancel only if this operator token created the task (else ``InsufficientScope``)."""
-        reply = await self._schedule("cancelTask", [task_id, owner or "", actor])
+        reply = await self._schedule("cancelTask", [task_id, owner or "", actor.name, actor.id])
         return TaskRecord.from_json(reply[1])
 
     # -- runs (lua/includes/runs.lua) ---------------------------------------------------------
 
     async def create_run(self, run: dict[str, Any], tasks: list[dict[str, Any]], matrix: dict[str, Any] | None,
-                         max_tasks: int, *, actor: str = "admin") -> RunCreated:
+                         max_tasks: int, *, actor: Actor = ADMIN_ACTOR) -> RunCreated:
         """A run and all its tasks in one step (lua/createRun): ``tasks`` their specs, or a
         ``matrix`` ({work, driver, labels}) the script expands over the devices matching now."""
         reply = await self._schedule("createRun", [orjson.dumps(run), orjson.dumps(tasks),
                                                    "" if matrix is None else orjson.dumps(matrix), max_tasks,
-                                                   actor])
+                                                   actor.name, actor.id])
         return RunCreated(RunRecord.from_json(reply[1]), RunCounts.from_hash(reply[3]), reply[2] == 1)
 
-    async def cancel_run(self, run_id: str, *, actor: str = "admin", owner: str | None = None) -> RunState:
+    async def cancel_run(self, run_id: str, *, actor: Actor = ADMIN_ACTOR, owner: str | None = None) -> RunState:
         """``owner``: cancel only if this operator token created the run (else ``InsufficientScope``)."""
-        reply = await self._schedule("cancelRun", [run_id, owner or "", actor])
+        reply = await self._schedule("cancelRun", [run_id, owner or "", actor.name, actor.id])
         return RunState(RunRecord.from_json(reply[1]), RunCounts.from_hash(reply[2]))
 
-    async def rerun_failed(self, run_id: str, *, actor: str = "admin",
+    async def rerun_failed(self, run_id: str, *, actor: Actor = ADMIN_ACTOR,
                            owner: str | None = None) -> tuple[int, RunState]:
         """How many failed tasks got a rerun, and the run after it."""
-        reply = await self._schedule("rerunFailed", [run_id, owner or "", actor])
+        reply = await self._schedule("rerunFailed", [run_id, owner or "", actor.name, actor.id])
         return int(reply[1]), RunState(RunRecord.from_json(reply[2]), RunCounts.from_hash(reply[3]))
 
     async def set_team(self, team: str, change: dict[str, Any]) -> TeamShare:
@@ -281,23 +282,24 @@ class Store:
         settings = orjson.loads(reply[1])
         return TeamShare(team, settings["weight"], settings["max_devices"], int(reply[2]), int(reply[3]))
 
-    async def set_host_draining(self, host_id: str, draining: bool, *, actor: str = "admin") -> bool:
+    async def set_host_draining(self, host_id: str, draining: bool, *, actor: Actor = ADMIN_ACTOR) -> bool:
         """Whether anything changed."""
-        reply = await self._schedule("setHostDraining", [host_id, 1 if draining else 0, actor])
+        reply = await self._schedule("setHostDraining", [host_id, 1 if draining else 0, actor.name, actor.id])
         return bool(reply[1] == 1)
 
     async def set_device_disabled(self, device_id: str, disabled: bool, reason: str = "", *,
-                                  actor: str = "admin") -> bool:
+                                  actor: Actor = ADMIN_ACTOR) -> bool:
         """Whether anything changed (disabling again still updates the reason)."""
-        reply = await self._schedule("setDeviceDisabled", [device_id, 1 if disabled else 0, reason, actor])
+        reply = await self._schedule("setDeviceDisabled",
+                                     [device_id, 1 if disabled else 0, reason, actor.name, actor.id])
         return bool(reply[1] == 1)
 
-    async def forget_device(self, device_id: str, *, actor: str = "admin") -> None:
-        await self._schedule("forgetDevice", [device_id, actor])
+    async def forget_device(self, device_id: str, *, actor: Actor = ADMIN_ACTOR) -> None:
+        await self._schedule("forgetDevice", [device_id, actor.name, actor.id])
 
-    async def revoke_host(self, host_id: str, static_digest: str | None, *, actor: str = "admin") -> None:
+    async def revoke_host(self, host_id: str, static_digest: str | None, *, actor: Actor = ADMIN_ACTOR) -> None:
         """Revoke an enrolled host's credential, or the configured one (``static_digest``)."""
-        await self._schedule("revokeHost", [host_id, static_digest or "", actor])
+        await self._schedule("revokeHost", [host_id, static_digest or "", actor.name, actor.id])
 
     # -- the reaper's sweeps ---------------------------------------------------------------
 
@@ -371,18 +373,19 @@ class Store:
     # -- managed hosts ---------------------------------------------------------------------
 
     async def create_enrollment_token(self, token_id: str, digest: str, ttl_ms: int, max_uses: int,
-                                      labels_json: str, *, actor: str = "admin") -> EnrollmentToken:
+                                      labels_json: str, *, actor: Actor = ADMIN_ACTOR) -> EnrollmentToken:
         k = self.keys
         reply = await self._run(
             "createEnrollmentToken",
             [k.enrollment_tokens, k.enrollment_token_hashes, k.enrollment_tokens_by_age, k.feed],
-            [token_id, digest, ttl_ms, max_uses, labels_json, actor],
+            [token_id, digest, ttl_ms, max_uses, labels_json, actor.name, actor.id],
         )
         return EnrollmentToken.from_json(reply[1])
 
-    async def revoke_enrollment_token(self, token_id: str, *, actor: str = "admin") -> EnrollmentToken:
+    async def revoke_enrollment_token(self, token_id: str, *, actor: Actor = ADMIN_ACTOR) -> EnrollmentToken:
         k = self.keys
-        reply = await self._run("revokeEnrollmentToken", [k.enrollment_tokens, k.feed], [token_id, actor])
+        reply = await self._run("revokeEnrollmentToken", [k.enrollment_tokens, k.feed],
+                                [token_id, actor.name, actor.id])
         return EnrollmentToken.from_json(reply[1])
 
     async def record_auth_failure(self, address: str, allowed: int, window_ms: int,
@@ -397,7 +400,7 @@ class Store:
     # -- operator tokens -------------------------------------------------------------------
 
     async def create_operator_token(self, token_id: str, digest: str, name: str, scopes: list[str],
-                                    ttl_ms: int, max_live: int, *, actor: str = "admin",
+                                    ttl_ms: int, max_live: int, *, actor: Actor = ADMIN_ACTOR,
                                     team: str | None = None) -> OperatorToken:
         """``TokenLimit`` (409) when ``max_live`` unrevoked, unexpired tokens exist already.
         ``team``: every task the token creates belongs to it."""
@@ -406,15 +409,17 @@ class Store:
             "createOperatorToken",
             [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_by_age, k.operator_tokens_live,
              k.feed, k.teams],
-            [token_id, digest, name, orjson.dumps(scopes), ttl_ms, max_live, actor, team or ""],
+            [token_id, digest, name, orjson.dumps(scopes), ttl_ms, max_live, actor.name, actor.id,
+             team or ""],
         )
         return OperatorToken.from_json(reply[1])
 
-    async def revoke_operator_token(self, token_id: str, *, actor: str = "admin") -> OperatorToken:
+    async def revoke_operator_token(self, token_id: str, *, actor: Actor = ADMIN_ACTOR) -> OperatorToken:
         k = self.keys
         reply = await self._run(
             "revokeOperatorToken",
-            [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_live, k.feed], [token_id, actor],
+            [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_live, k.feed],
+            [token_id, actor.name, actor.id],
         )
         return OperatorToken.from_json(reply[1])
 

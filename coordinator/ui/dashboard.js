@@ -236,7 +236,8 @@ export class Dashboard {
 
   #log(event) {
     const list = byId("events");
-    const line = el("li", { dataset: { type: event.type } });
+    const title = views.actorTitle(event);
+    const line = el("li", { dataset: { type: event.type }, ...(title ? { title } : {}) });
     const text = views.eventLine(event, {
       host: (id) => this.records.hosts.get(id)?.hostname ?? null,
       device: (id) => this.records.deviceRecords.get(id)?.name ?? null,

@@ -169,7 +169,8 @@ export class TaskView {
       const where = [e.device_id && views.named(this.deviceName(e.device_id), e.device_id), e.host_id && views.named(this.hostName(e.host_id), e.host_id)].filter(Boolean).join(" on ");
       const detail = [e.attempt ? `attempt ${e.attempt}` : "", where, e.status ?? "", e.reason ? `(${e.reason})` : "",
         e.actor ? `by ${e.actor}` : ""].filter(Boolean).join(" · ");
-      return el("li", { class: "event", dataset: { type: e.type } },
+      const title = views.actorTitle(e);
+      return el("li", { class: "event", dataset: { type: e.type }, ...(title ? { title } : {}) },
         el("time", { text: formatTime(e.at) }),
         el("span", { class: "what", text: e.type }),
         el("span", { class: "detail", text: detail }));

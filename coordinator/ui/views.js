@@ -215,6 +215,12 @@ export function eventLine(event, names = { host: () => null, device: () => null 
   return [clock(event.at), event.type, ...ids, ...extra].filter(Boolean).join("  ");
 }
 
+/** The tooltip of an event an operator caused: its token's id, as two live tokens may share the
+ *  name the line shows (a rotation makes two). */
+export function actorTitle(event) {
+  return event.actor_id ? `actor_id ${event.actor_id}` : null;
+}
+
 function compareText(a, b) {
   return a < b ? -1 : a > b ? 1 : 0;
 }

@@ -70,10 +70,11 @@ local function splitMember(member)
 end
 
 -- An event of no task to the feed (a capped stream). `actor`, the operator who caused it (the
--- token's name, or "admin"), is named on it when given: "" or nil names none.
-local function publishTo(feedKey, event, actor)
+-- token's name, or "admin"), is named on it when given, with `actorId` (the token's id, or
+-- "admin"): "" or nil names none.
+local function publishTo(feedKey, event, actor, actorId)
   if actor and actor ~= '' then
-    event.actor = actor
+    event.actor, event.actor_id = actor, actorId
   end
   rcall('XADD', feedKey, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode(event))
 end

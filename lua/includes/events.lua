@@ -3,7 +3,7 @@
   operator who caused it, a device's ended runs, and the deployment's counters.
 
   Functions (each takes the deployment, includes/deployment.lua, first):
-    setActor(S, actor)                    name the operator on every event of this step
+    setActor(S, actor, actorId)           name the operator on every event of this step
     publish(S, event)                     an event of no task, to the feed
     taskEvent(S, task, kind, now, ...)    an event of a task, to its history and the feed
     endRun(S, task, attempt, now, outcome) an attempt's run, to its device's runs
@@ -24,11 +24,13 @@
 
 -- The operator on whose request a script runs (a token's name, or "admin"): every event of
 -- that step names it as its `actor`, those of the transitions the request set off included
--- (a drain's `unassigned`, a create's `assigned`). A script an operator calls sets it from its
--- own ARGV before any event; the host protocol's and the reaper's scripts leave it nil.
-local function setActor(S, actor)
+-- (a drain's `unassigned`, a create's `assigned`), and its token's id (or "admin") as its
+-- `actor_id`: two live tokens may share a name (a rotation makes one), the id tells them
+-- apart. A script an operator calls sets both from its own ARGV before any event; the host
+-- protocol's and the reaper's scripts leave them nil.
+local function setActor(S, actor, actorId)
   if actor ~= '' then
-    S.actor = actor
+    S.actor, S.actor_id = actor, actorId
   end
 end
 
@@ -61,7 +63,7 @@ local WEBHOOK_EVENTS = {
 -- An event of no task (host_online, device_disabled, ...): to the feed, and to the webhooks that
 -- want it.
 local function publish(S, event)
-  publishTo(S.key.feed, event, S.actor)
+  publishTo(S.key.feed, event, S.actor, S.actor_id)
   local hook = WEBHOOK_EVENTS[event.type]
   if hook then
     notifyWebhooks(S, hook[1], event[hook[2]], event.team, event.at)
@@ -88,6 +90,7 @@ local function taskEvent(S, task, kind, now, reason, status)
     reason = reason,
     status = status or task.status,
     actor = S.actor,
+    actor_id = S.actor_id,
   }
   local history = task.events or {}
   history[#history + 1] = event

@@ -40,6 +40,7 @@ def test_a_read_token_watches_and_finds_no_control(coordinator: CoordinatorProce
     line = page.wait_for("document.querySelector('#events li[data-type=host_draining]')?.textContent",
                          what="the drain event")
     assert line.endswith("by admin"), line
+    assert page.js("document.querySelector('#events li[data-type=host_draining]').title") == "actor_id admin"
     dashboard.wait_cell("hosts", "host-a", "State", lambda s: s == "draining")
     assert page.js(NO_CONTROL) == 0
 
@@ -67,6 +68,10 @@ def test_a_control_token_drains_and_disables_but_may_not_revoke(coordinator: Coo
     line = page.wait_for("document.querySelector('#events li[data-type=host_draining]')?.textContent",
                          what="the drain event")
     assert line.endswith("by on-call"), line
+    # Its token's id in the line's tooltip: another live token may be named on-call too.
+    on_call_id = next(t["id"] for t in coordinator.call("GET", "/api/v1/operator-tokens")["operator_tokens"]
+                      if t["name"] == "on-call")
+    assert page.js("document.querySelector('#events li[data-type=host_draining]').title") == f"actor_id {on_call_id}"
     assert dashboard.buttons("hosts", "host-a") == ["Undrain"]
 
     page.click(dashboard.button("devices", "phone-2", "Disable"))

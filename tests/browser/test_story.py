@@ -46,6 +46,9 @@ def test_a_click_on_a_task_id_opens_its_story(
          li.querySelector('time').textContent])""")
     transitions = [kind for cls, kind, _, _ in timeline if cls == "event"]
     assert transitions == ["created", "assigned", "claimed", "result"], transitions
+    # Whose request caused each, by token id, in its tooltip: the admin's; the host's own, nobody's.
+    titles = page.js("[...document.querySelectorAll('#task-timeline li.event')].map(li => li.title)")
+    assert titles == ["actor_id admin", "actor_id admin", "", ""], titles
     # The steps as the renewals carried them (the latest at each renewal; at least once a second),
     # in the order they happened, between the claim and the result.
     steps = [int(step) for cls, step, _, _ in timeline if cls == "step"]

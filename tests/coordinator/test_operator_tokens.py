@@ -311,16 +311,19 @@ async def test_every_operator_action_names_its_actor(api: Api) -> None:
     assert (await as_token(api, keeper, "DELETE", f"/api/v1/operator-tokens/{ci['id']}")).status_code == 200
     assert (await api.admin("POST", f"/api/v1/hosts/{host_id}/revoke")).status_code == 200
 
-    history = [(e["type"], e["actor"]) for e in await api.events(task["task_id"])]
-    assert history[:2] == [("created", "ci"), ("assigned", "ci")]
-    assert ("unassigned", "oncall") in history and history[-1] == ("cancelled", "oncall")
+    # Each event names its actor's token id beside its name; the bootstrap admin's is "admin".
+    ids = {"ci": ci["id"], "oncall": oncall["id"], "keeper": keeper["id"], "admin": "admin"}
+    history = [(e["type"], e["actor"], e["actor_id"]) for e in await api.events(task["task_id"])]
+    assert history[:2] == [("created", "ci", ci["id"]), ("assigned", "ci", ci["id"])]
+    assert ("unassigned", "oncall", oncall["id"]) in history
+    assert history[-1] == ("cancelled", "oncall", oncall["id"])
     # A transition no operator caused names none: the undrain placed the task again, so that
     # `assigned` is on-call's too; nothing here was a host's or a deadline's.
-    assert all(actor is not None for _, actor in history)
+    assert all(actor is not None and actor_id == ids[actor] for _, actor, actor_id in history)
 
     feed = await feed_events(api)
-    named = {(e["type"], e.get("actor")) for e in feed}
-    assert {
+    named = {(e["type"], e.get("actor"), e.get("actor_id")) for e in feed}
+    assert {(kind, actor, ids[actor]) for kind, actor in [
         ("operator_token_created", "admin"),
         ("created", "ci"),
         ("host_draining", "oncall"),
@@ -334,9 +337,42 @@ async def test_every_operator_action_names_its_actor(api: Api) -> None:
         ("enrollment_token_revoked", "keeper"),
         ("operator_token_revoked", "keeper"),
         ("host_revoked", "admin"),
-    } <= named
+    ]} <= named
     # What hosts cause names no actor.
-    assert all("actor" not in e for e in feed if e["type"] == "host_online")
+    assert all("actor" not in e and "actor_id" not in e for e in feed if e["type"] == "host_online")
+
+
+async def test_two_live_tokens_of_one_name_are_told_apart_by_actor_id(api: Api) -> None:
+    # A rotation: the new token takes the old one's name, and both are live until the old one
+    # is revoked. Their events share `actor`; `actor_id` is each one's id as the listing shows it.
+    old = await mint(api, "ci", "submit", "control")
+    new = await mint(api, "ci", "submit", "control")
+    listed = (await api.admin("GET", "/api/v1/operator-tokens")).json()["operator_tokens"]
+    assert {(t["id"], t["name"]) for t in listed} >= {(old["id"], "ci"), (new["id"], "ci")}
+    assert old["id"] != new["id"]
+    await api.heartbeat("host-a", ["a1"])
+    tasks = {}
+    for token in (old, new):
+        created = await as_token(api, token, "POST", "/api/v1/tasks", json={"kind": "goal", "goal": "x",
+                                                                             "selector": {"driver": "sim"}})
+        assert created.status_code == 201, created.text
+        tasks[token["id"]] = created.json()["task_id"]
+    # Each cancels the other's task, and drains or undrains the host: the id follows the caller.
+    assert (await as_token(api, new, "POST", f"/api/v1/tasks/{tasks[old['id']]}/cancel")).status_code == 200
+    assert (await as_token(api, old, "POST", f"/api/v1/tasks/{tasks[new['id']]}/cancel")).status_code == 200
+    assert (await as_token(api, old, "POST", "/api/v1/hosts/host-a/drain")).status_code == 200
+    assert (await as_token(api, new, "POST", "/api/v1/hosts/host-a/undrain")).status_code == 200
+    revoked = await api.admin("DELETE", f"/api/v1/operator-tokens/{old['id']}")
+    assert revoked.status_code == 200, revoked.text
+
+    for creator, canceller in [(old, new), (new, old)]:
+        history = [(e["type"], e["actor"], e["actor_id"]) for e in await api.events(tasks[creator["id"]])]
+        assert history[0] == ("created", "ci", creator["id"])
+        assert history[-1] == ("cancelled", "ci", canceller["id"])
+    feed = [(e["type"], e.get("actor"), e.get("actor_id")) for e in await feed_events(api)]
+    assert [e for e in feed if e[0] in ("host_draining", "operator_token_revoked")] == [
+        ("host_draining", "ci", old["id"]), ("host_draining", "ci", new["id"]),
+        ("operator_token_revoked", "admin", "admin")]
 
 
 async def test_events_a_host_causes_name_no_actor(api: Api) -> None:
@@ -344,8 +380,9 @@ async def test_events_a_host_causes_name_no_actor(api: Api) -> None:
     task = (await api.create_task(device_id="a1")).json()
     assignment = (await api.claim("host-a")).json()
     assert (await api.result("host-a", assignment)).status_code == 200
-    history = {e["type"]: e["actor"] for e in await api.events(task["task_id"])}
-    assert history["created"] == "admin" and history["claimed"] is None and history["result"] is None
+    history = {e["type"]: (e["actor"], e["actor_id"]) for e in await api.events(task["task_id"])}
+    assert history["created"] == ("admin", "admin")  # the bootstrap admin's id is its name
+    assert history["claimed"] == history["result"] == (None, None)
 
 
 async def test_no_token_secret_in_a_log_line_an_error_a_metric_or_a_repr(

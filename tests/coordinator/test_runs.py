@@ -95,7 +95,8 @@ async def test_a_list_of_tasks_is_created_as_one_run_each_task_naming_it(api: Ap
     by_work = {row["work"]: row["counts"] for row in run["breakdown"]["work"]}
     assert by_work == {"open settings": _counts(assigned=2), "take a photo": _counts(queued=1)}
     created = await _feed(api, "run_created")
-    assert [(e["run_id"], e["tasks"], e["actor"]) for e in created] == [(run["run_id"], 3, "admin")]
+    assert [(e["run_id"], e["tasks"], e["actor"], e["actor_id"]) for e in created] == [
+        (run["run_id"], 3, "admin", "admin")]
     # an ordinary task names no run
     plain = (await api.create_task(device_id="a1")).json()
     assert plain["run_id"] is None
@@ -256,7 +257,8 @@ async def test_a_device_a_cancelled_run_lets_go_is_not_handed_another_of_its_tas
     second = next(t for t in await _run_tasks(api, run["run_id"]) if t["goal"] == "second")
     assert second["status"] == "queued"
     await api.admin("POST", f"/api/v1/runs/{run['run_id']}/cancel")
-    assert [e["type"] for e in await api.events(second["task_id"])] == ["created", "cancelled"]
+    assert [(e["type"], e["actor_id"]) for e in await api.events(second["task_id"])] == [
+        ("created", "admin"), ("cancelled", "admin")]
     assert (await api.task(other["task_id"]))["status"] == "assigned"  # a1 went to the next in line
 
 
@@ -278,6 +280,8 @@ async def test_rerun_failed_replaces_each_failed_task_in_its_place(api: Api) -> 
     new = next(t for t in tasks.values() if t["rerun_of"] is not None)
     assert new["rerun_of"] == failed["task_id"] and tasks[failed["task_id"]]["replaced_by"] == new["task_id"]
     assert (new["goal"], new["device_id"], new["max_attempts"]) == ("flaky", "a1", 1)
+    first = (await api.events(new["task_id"]))[0]
+    assert (first["type"], first["actor"], first["actor_id"]) == ("created", "admin", "admin")
     # a second rerun finds nothing failed: the replaced task is no longer the run's
     nothing = await api.admin("POST", f"/api/v1/runs/{run['run_id']}/rerun-failed")
     assert nothing.json()["created"] == 0

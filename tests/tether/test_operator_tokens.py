@@ -123,8 +123,9 @@ def test_a_token_outside_its_scopes_gets_one_line_insufficient_scope(coordinator
 def test_events_name_the_actor_of_each_operator_action(coordinator: CoordinatorProcess, admin: Client,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     ci_name, on_call_name = unique("ci"), unique("on-call")
-    ci = admin.create_operator_token(ci_name, ["submit"], ttl_s=600)["token"]
-    on_call = admin.create_operator_token(on_call_name, ["control", "read"], ttl_s=600)["token"]
+    ci_token = admin.create_operator_token(ci_name, ["submit"], ttl_s=600)
+    on_call_token = admin.create_operator_token(on_call_name, ["control", "read"], ttl_s=600)
+    ci, on_call = ci_token["token"], on_call_token["token"]
 
     task_id = tether(coordinator, "submit", "--goal", "Open Settings", "--device", "nowhere-7",
                      TETHER_TOKEN=ci).out.strip()
@@ -136,10 +137,13 @@ def test_events_name_the_actor_of_each_operator_action(coordinator: CoordinatorP
     assert history.code == 0, history
     lines = history.out.splitlines()
     assert lines[0].split()[-1] == "ACTOR"
-    actors = {line.split()[2]: line.split()[-1] for line in lines[1:]}
-    assert actors["created"] == ci_name and actors["cancelled"] == on_call_name
+    # The ACTOR column: the token's name, its id short beside it (names may repeat).
+    actors = {line.split()[2]: line[lines[0].index("ACTOR"):] for line in lines[1:]}
     events = tether_here(coordinator, capsys, "events", task_id, "--json").json()["events"]
-    assert {e["type"]: e.get("actor") for e in events}["created"] == ci_name
+    assert actors["created"] == f"{ci_name} ({ci_token['id'][:9]}…)"
+    assert actors["cancelled"] == f"{on_call_name} ({on_call_token['id'][:9]}…)"
+    named = {e["type"]: (e.get("actor"), e.get("actor_id")) for e in events}
+    assert named["created"] == (ci_name, ci_token["id"])
     assert fields_of(tether(coordinator, "task", task_id))["creator"] == ci_name
 
 

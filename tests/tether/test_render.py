@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.render import TASKS_TABLE_WIDTH, tasks_table
+from tether.render import TASKS_TABLE_WIDTH, event_line, events_table, tasks_table
 
 REASONS = ["no_matching_device", "planner_cannot_plan", "workflow_not_found", "all_devices_busy", None]
 
@@ -64,3 +64,16 @@ def test_a_narrow_table_is_not_clipped() -> None:
     st.sampled_from(REASONS)), min_size=1, max_size=8))
 def test_any_tasks_fit_100_columns(tasks: list[dict[str, Any]]) -> None:
     assert max(len(line) for line in tasks_table(tasks).splitlines()) <= TASKS_TABLE_WIDTH
+
+
+def test_an_event_names_its_actor_with_the_token_id_short_beside_it() -> None:
+    # Two live tokens may share a name (a rotation): the id tells their events apart.
+    event = {"type": "cancelled", "at": "2026-12-03T16:04:24.123+00:00", "status": "cancelled"}
+    old = {**event, "actor": "ci", "actor_id": "ot_3f2a9c0d1e2f3a4b"}
+    new = {**event, "actor": "ci", "actor_id": "ot_77b1e40d1e2f3a4b"}
+    assert event_line(old).endswith("by ci (ot_3f2a9c…)") and event_line(new).endswith("by ci (ot_77b1e4…)")
+    assert event_line({**event, "actor": "admin", "actor_id": "admin"}).endswith("by admin")
+    assert event_line({**event, "actor": "ci"}).endswith("by ci")  # a coordinator that sends no id
+    assert "by" not in event_line(event)
+    header, *rows = events_table([old, new]).splitlines()
+    assert [row[header.index("ACTOR"):] for row in rows] == ["ci (ot_3f2a9c…)", "ci (ot_77b1e4…)"]
