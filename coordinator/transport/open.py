@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import redis
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.maint_notifications import MaintNotificationsConfig
 
 from coordinator.settings import Settings
 from coordinator.transport.base import (
@@ -80,7 +81,14 @@ def open_redis(settings: Settings) -> tuple[RedisTransport, str]:
     # requests queues for a connection instead of failing as the default pool would.
     pool = BlockingConnectionPool.from_url(
         url, max_connections=settings.redis_max_connections, timeout=10, socket_timeout=SOCKET_TIMEOUT_S,
-        socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=15, **tls,
+        socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=15,
+        # Maintenance notifications (Redis Enterprise's push messages, RESP3) off: with them on,
+        # which redis-py 8.1 makes the default, the pool no longer looks at a connection before
+        # handing it out, so one the server closed while it sat idle (a restarted Redis) fails
+        # the call it is given to with a 503; off, the look (at what the event loop has already
+        # read, no round trip) replaces it first. It also spares a CLIENT MAINT_NOTIFICATIONS
+        # that Redis refuses on every connect.
+        maint_notifications_config=MaintNotificationsConfig(enabled=False), **tls,
     )
     client = Redis(connection_pool=pool)
     if settings.autopipeline:

@@ -1,5 +1,5 @@
-"""Faults around a real coordinator process: Redis going away, and a poll handled after its client
-has gone."""
+"""Faults around a real coordinator process: Redis going away or restarting, and a poll handled
+after its client has gone."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -67,6 +68,36 @@ def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns
             wait_until(heartbeat_accepted, 10, 0.05, what="heartbeats accepted again")
             wait_until(lambda: coordinator.api.get("/readyz").status_code == 200, 10, 0.02, what="ready again")
     verify(history, at_least=6)
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to stop and start")
+def test_after_redis_restarts_the_requests_that_follow_are_served_not_503() -> None:
+    """The connections the pool held were closed by the restarted Redis; each is replaced before a
+    request is given it. The reaper sweeps rarely here, so the closed connections wait for the
+    requests instead of being used up by its sweeps first."""
+    redis_port = free_port()
+    env = coordinator_env(unique_prefix(), REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
+                          COORDINATOR_REAPER_INTERVAL_S="60")
+    burst = 8  # the pool's size: every connection it may hold is checked out at once
+
+    def listed(client: httpx.Client) -> int:
+        return client.get("/api/v1/webhooks").status_code  # one read on a connection of the pool
+
+    with (redis_server(redis_port) as redis, coordinator_process(env) as coordinator,
+          ThreadPoolExecutor(burst) as pool):
+        clients = [httpx.Client(base_url=coordinator.url, headers=ADMIN_HEADERS, timeout=15) for _ in range(burst)]
+        try:
+            assert set(pool.map(listed, clients)) == {200}  # the pool now holds open connections
+            redis.kill()
+            redis.wait()
+            with redis_server(redis_port):  # an empty Redis on the same port
+                assert listed(clients[0]) == 200
+                assert list(pool.map(listed, clients)) == [200] * burst
+                assert coordinator.api.post("/api/v1/tasks", json={"kind": "goal", "goal": "g", "device_id": "a1"}
+                                            ).status_code == 201
+        finally:
+            for client in clients:
+                client.close()
 
 
 def test_a_poll_whose_client_left_before_it_was_served_claims_nothing() -> None:
