@@ -22,7 +22,11 @@ from coordinator.transport.cluster import BoundedRedisCluster, ClusterTransport
 # Socket timeouts: above the longest blocking call we make (the inbox's BLMPOP and the feed's
 # XREAD wait 1 s; WAIT at most 5 s), so a quiet blocking read never looks like a dead connection.
 SOCKET_TIMEOUT_S = 10
-CONNECT_TIMEOUT_S = 5
+# A connect to a Redis that is near takes milliseconds; 2 s still lets the kernel send its SYN
+# again (after 1 s) when the first is lost. It bounds how long a connect to a Redis that drops
+# packets (a host or container going away) holds a request before its 503, and a loop's attempt
+# before its next one: an attempt caught in one when Redis comes back delays that loop by it.
+CONNECT_TIMEOUT_S = 2
 
 
 def describe_url(url: str) -> str:
