@@ -86,6 +86,10 @@ class ClosedConnection:
     def __init__(self) -> None:
         self.disconnected = False
 
+    @property
+    def is_connected(self) -> bool:  # open, as far as this process has read
+        return not self.disconnected
+
     def pack_commands(self, commands: list[Any]) -> list[bytes]:
         return [b"packed"]
 

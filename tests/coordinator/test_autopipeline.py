@@ -9,12 +9,14 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from coordinator.transport.autopipeline import MAX_BATCH, AutoPipeline
+from coordinator.transport.base import AutoPipelinedTransport
 from tests.coordinator.helpers import ClosedConnection
 from tests.support import REAL_REDIS_URL, free_port, unique_prefix, wait_until_async
 
@@ -80,6 +82,58 @@ async def test_a_kept_connection_the_server_closed_is_opened_again(client: aiore
         assert await pipeline.execute("CLIENT", "GETNAME") is None  # a new connection: no name
     finally:
         await killer.aclose()
+
+
+def _close_unseen(name: str) -> None:
+    """Redis closes the connection named ``name``, and this event loop has not read that yet: the
+    kill is sent from a blocking client, so the loop reads nothing until the next await (as with
+    a Redis restarted just before a write, or a connection a NAT forgot)."""
+    killer = redis.Redis.from_url(REAL_REDIS_URL)
+    try:
+        killed = next(e["id"] for e in killer.client_list() if e.get("name") == name)
+        killer.client_kill_filter(_id=killed)
+    finally:
+        killer.close()
+
+
+async def test_reads_on_a_connection_closed_before_they_were_answered_are_sent_again_on_a_new_one(
+        client: aioredis.Redis) -> None:
+    key = unique_prefix() + ":k"
+    transport = AutoPipelinedTransport(client)
+    name = "reused-" + unique_prefix()[:20]
+    try:
+        await client.set(key, "v")
+        async with transport.pipeline() as pipe:
+            pipe.execute_command("CLIENT", "SETNAME", name)  # on the connection kept for the next turn
+            await pipe.execute()
+        _close_unseen(name)
+        async with transport.pipeline() as pipe:
+            pipe.get(key)
+            pipe.strlen(key)
+            pipe.execute_command("CLIENT", "GETNAME")
+            assert await pipe.execute() == [b"v", 1, None]  # answered, on a new connection
+    finally:
+        await client.delete(key)
+
+
+async def test_a_write_on_a_connection_closed_before_it_was_answered_is_not_sent_again(
+        client: aioredis.Redis) -> None:
+    """Its caller cannot tell a connection closed before the write from a Redis that ran it and
+    died before answering: it fails, and the next call works."""
+    key = unique_prefix() + ":n"
+    pipeline = AutoPipeline(client)
+    name = "reused-" + unique_prefix()[:20]
+    try:
+        await pipeline.execute("CLIENT", "SETNAME", name)
+        _close_unseen(name)
+        read = pipeline.execute("GET", key, replayable=True)
+        write = pipeline.execute("INCR", key)
+        with pytest.raises(RedisConnectionError):
+            await write
+        assert await read is None  # the read of the same write went again
+        assert await pipeline.execute("INCR", key) == 1  # the first INCR never reached Redis
+    finally:
+        await client.delete(key)
 
 
 async def test_one_command_s_error_is_its_own(client: aioredis.Redis) -> None:
