@@ -14,6 +14,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from coordinator.settings import Settings
 from coordinator.transport.base import (
     AutoPipelinedTransport,
+    OnceMore,
     PlainTransport,
     RedisTransport,
 )
@@ -85,7 +86,7 @@ def open_redis(settings: Settings) -> tuple[RedisTransport, str]:
     # requests queues for a connection instead of failing as the default pool would.
     pool = BlockingConnectionPool.from_url(
         url, max_connections=settings.redis_max_connections, timeout=10, socket_timeout=SOCKET_TIMEOUT_S,
-        socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=15,
+        socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=15, retry=OnceMore(),
         # Maintenance notifications (Redis Enterprise's push messages, RESP3) off: with them on,
         # which redis-py 8.1 makes the default, the pool no longer looks at a connection before
         # handing it out, so one the server closed while it sat idle (a restarted Redis) fails

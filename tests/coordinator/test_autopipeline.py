@@ -9,7 +9,6 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-import redis
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
@@ -17,7 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from coordinator.transport.autopipeline import MAX_BATCH, AutoPipeline
 from coordinator.transport.base import AutoPipelinedTransport
-from tests.coordinator.helpers import ClosedConnection
+from tests.coordinator.helpers import ClosedConnection, close_unseen
 from tests.support import REAL_REDIS_URL, free_port, unique_prefix, wait_until_async
 
 pytestmark = pytest.mark.anyio
@@ -84,18 +83,6 @@ async def test_a_kept_connection_the_server_closed_is_opened_again(client: aiore
         await killer.aclose()
 
 
-def _close_unseen(name: str) -> None:
-    """Redis closes the connection named ``name``, and this event loop has not read that yet: the
-    kill is sent from a blocking client, so the loop reads nothing until the next await (as with
-    a Redis restarted just before a write, or a connection a NAT forgot)."""
-    killer = redis.Redis.from_url(REAL_REDIS_URL)
-    try:
-        killed = next(e["id"] for e in killer.client_list() if e.get("name") == name)
-        killer.client_kill_filter(_id=killed)
-    finally:
-        killer.close()
-
-
 async def test_reads_on_a_connection_closed_before_they_were_answered_are_sent_again_on_a_new_one(
         client: aioredis.Redis) -> None:
     key = unique_prefix() + ":k"
@@ -106,7 +93,7 @@ async def test_reads_on_a_connection_closed_before_they_were_answered_are_sent_a
         async with transport.pipeline() as pipe:
             pipe.execute_command("CLIENT", "SETNAME", name)  # on the connection kept for the next turn
             await pipe.execute()
-        _close_unseen(name)
+        close_unseen(name)
         async with transport.pipeline() as pipe:
             pipe.get(key)
             pipe.strlen(key)
@@ -125,7 +112,7 @@ async def test_a_write_on_a_connection_closed_before_it_was_answered_is_not_sent
     name = "reused-" + unique_prefix()[:20]
     try:
         await pipeline.execute("CLIENT", "SETNAME", name)
-        _close_unseen(name)
+        close_unseen(name)
         read = pipeline.execute("GET", key, replayable=True)
         write = pipeline.execute("INCR", key)
         with pytest.raises(RedisConnectionError):
