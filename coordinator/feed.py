@@ -18,8 +18,8 @@ The buffer always holds every entry with an id in ``(floor, last]`` (``last`` be
 reader is), which is all a watcher needs to decide, without Redis, whether it may read from
 memory. With no watchers the reader idles without touching Redis and forgets its buffer; the next
 watcher makes it start again from the stream's newest entry (watchers behind that catch up from
-Redis). After a Redis failure it retries with jittered backoff from the last id it read, so
-watchers miss nothing the stream still keeps.
+Redis). After a Redis failure it retries with jittered backoff (a second at most,
+``outage.Backoff``) from the last id it read, so watchers miss nothing the stream still keeps.
 
 Each entry is decoded once, when read, and its ``at`` (the scripts write the epoch milliseconds
 of Redis's clock) is rewritten as the contract's RFC 3339 UTC string with milliseconds, so every
@@ -36,7 +36,6 @@ import asyncio
 import bisect
 import contextlib
 import logging
-import random
 import re
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
@@ -47,7 +46,7 @@ import orjson
 from redis.asyncio import Redis
 
 from coordinator.cancellation import cancelling
-from coordinator.outage import OutageLog
+from coordinator.outage import Backoff, OutageLog
 from wire import iso_ms
 
 log = logging.getLogger("coordinator.feed")
@@ -60,8 +59,6 @@ Annotate = Callable[[list[dict[str, Any]]], Awaitable[object]]
 BLOCK_S = 2.0
 READ_COUNT = 256  # at most this many entries per XREAD
 CATCH_UP_COUNT = 100  # at most this many entries per catch-up XRANGE
-_BACKOFF_START_S = 0.1
-_BACKOFF_MAX_S = 5.0
 _MAX_PART = 2**64 - 1
 _STREAM_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
 
@@ -164,7 +161,7 @@ class EventFeed:
         """Read the stream until cancelled (started by the app's lifespan). Idle, touching no
         Redis, while nobody watches; after a Redis failure, again from the last id read, with
         jittered backoff."""
-        delay = _BACKOFF_START_S
+        backoff = Backoff()  # capped short: watchers hear nothing until the reader reads again
         outage = OutageLog(log, "event feed reader")
         while True:
             if cancelling():  # a Redis call below may have swallowed the cancellation
@@ -172,7 +169,7 @@ class EventFeed:
             await self._until_watched()
             try:
                 await self._read()
-                delay = _BACKOFF_START_S
+                backoff.reset()
                 outage.succeeded()
             except asyncio.CancelledError:
                 raise
@@ -180,8 +177,7 @@ class EventFeed:
                 if cancelling():
                     raise asyncio.CancelledError from None
                 outage.failed(exc)
-                await asyncio.sleep(random.uniform(0, delay))
-                delay = min(delay * 2, _BACKOFF_MAX_S)
+                await asyncio.sleep(backoff.next_delay())
 
     async def _until_watched(self) -> None:
         """Return once someone watches. Idle, the buffer is dropped: nobody reads it, and

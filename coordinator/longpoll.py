@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from typing import Protocol
 from starlette.types import Receive
 
 from coordinator.cancellation import cancelling
-from coordinator.outage import OutageLog
+from coordinator.outage import Backoff, OutageLog
 from coordinator.state.records import HostPrincipal
 from coordinator.state.store import Claimed, Store
 from coordinator.transport.base import RedisTransport
@@ -137,7 +136,7 @@ class ClaimWaiter:
         await self._pop_forever(self._redis)
 
     async def _pop_forever(self, redis: RedisTransport) -> None:
-        delay = 0.1
+        backoff = Backoff()
         failed = False
         outage = OutageLog(log, "wake-up inbox")
         while True:
@@ -147,7 +146,7 @@ class ClaimWaiter:
                 popped = await redis.blocking_pop(self._inbox, BLOCK_S, POP_BATCH)
                 if failed:
                     failed = False
-                    delay = 0.1
+                    backoff.reset()
                     outage.succeeded()
                     self.wake_all()
                 if popped:
@@ -160,8 +159,9 @@ class ClaimWaiter:
                 outage.failed(exc)
                 failed = True
                 self.wake_all()
-                await asyncio.sleep(random.uniform(0, delay))
-                delay = min(delay * 2, 5.0)
+                # Capped short: until this loop pops again, no poll of this process hears of
+                # work assigned to it, however long it has been since Redis came back.
+                await asyncio.sleep(backoff.next_delay())
 
 
 # -- the hang-up watch ---------------------------------------------------------------------

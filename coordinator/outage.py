@@ -1,16 +1,51 @@
-"""How the coordinator logs Redis failures that it retries (the reaper's sweeps, the wake-up
-inbox, the feed's reader) or answers ``503 unavailable`` (requests): an outage is two lines, one
-as it begins and one as it ends with its length, instead of a traceback every time a loop
-retries or a line for every request; a traceback only for an error that is not Redis being
-unavailable (``errors.REDIS_UNAVAILABLE``)."""
+"""How the coordinator lives through Redis failures that it retries (the reaper's sweeps, the
+wake-up inbox, the feed's reader) or answers ``503 unavailable`` (requests).
+
+``OutageLog``: an outage is two lines, one as it begins and one as it ends with its length,
+instead of a traceback every time a loop retries or a line for every request; a traceback only
+for an error that is not Redis being unavailable (``errors.REDIS_UNAVAILABLE``).
+
+``Backoff``: how long a loop that calls Redis back to back (the wake-up inbox, the feed's
+reader) waits after a failure before it tries again. The loops on a timer (the reaper, webhook
+delivery) keep their interval, which is already short.
+"""
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 
 from coordinator.errors import REDIS_UNAVAILABLE
+
+# The longest wait between two attempts, so a loop is back within about this long of Redis
+# answering again (the wake-up inbox's polls wait on it). A try at a Redis that is down costs
+# Redis nothing (a refused connect); the jitter keeps a deployment's processes from coming back
+# in step.
+RETRY_CAP_S = 1.0
+
+
+class Backoff:
+    """The waits of one loop between its failed calls of Redis: the n-th failure in a row waits a
+    uniform draw up to ``first_s`` * 2**(n-1), at most ``cap_s`` (full jitter)."""
+
+    def __init__(self, first_s: float = 0.1, cap_s: float = RETRY_CAP_S,
+                 rng: Callable[[], float] = random.random) -> None:
+        self._first_s = first_s
+        self._cap_s = cap_s
+        self._rng = rng
+        self._failures = 0
+
+    def next_delay(self) -> float:
+        """The wait after one more failure."""
+        ceiling = min(self._cap_s, self._first_s * 2.0 ** min(self._failures, 32))
+        self._failures += 1
+        return ceiling * self._rng()
+
+    def reset(self) -> None:
+        """A call worked: the next failure starts from ``first_s`` again."""
+        self._failures = 0
 
 
 class OutageLog:

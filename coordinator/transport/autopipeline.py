@@ -8,6 +8,10 @@ When nothing is in flight (an idle process), the first command of a turn is writ
 kept connection, and the rest of that turn's commands follow it on the same connection a turn
 later: a lone call does not wait a turn for company that rarely comes.
 
+A connection lost before any reply of a batch, when it had been open before the batch (the server
+may have closed it without this process having read that yet), is opened again and the batch's
+reads are sent once more on it; its script calls fail (see ``_again``).
+
 Only for a single Redis node reached through redis-py's own connections (``base.py``
 chooses it, unless ``COORDINATOR_AUTOPIPELINE=false``); the cluster client and the embedded
 fakeredis keep the plain path. Never for a blocking command (BLMPOP, XREAD BLOCK): every command
@@ -30,6 +34,9 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from coordinator.transport.resp import encode_command, send_packed, stream_writer, write
+
+# One call: its command in RESP, the future of its reply, and whether it may be sent twice (a read).
+_Call = tuple[bytes, "asyncio.Future[Any]", bool]
 
 # The most commands one write carries: bounds the write's size and how long the last of them
 # waits behind the others. Redis answers a write only after running every command it read from
@@ -70,20 +77,22 @@ class _Early:
 class AutoPipeline:
     def __init__(self, redis: Redis) -> None:
         self._pool = redis.connection_pool
-        self._pending: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self._pending: list[_Call] = []
         self._scheduled = False
         self._batches: set[asyncio.Task[None]] = set()
         self._kept: list[AbstractConnection] = []  # idle, checked out of the pool, in step
 
-    def execute(self, *command: Any) -> asyncio.Future[Any]:
-        """Queue ``command`` for this turn's write; the future holds its reply (or error)."""
-        return self.execute_encoded(encode_command(command))
+    def execute(self, *command: Any, replayable: bool = False) -> asyncio.Future[Any]:
+        """Queue ``command`` for this turn's write; the future holds its reply (or error).
+        ``replayable``: the command changes nothing (a read), so it may be sent a second time
+        when its connection is lost before it was answered."""
+        return self.execute_encoded(encode_command(command), replayable)
 
-    def execute_encoded(self, command: bytes) -> asyncio.Future[Any]:
+    def execute_encoded(self, command: bytes, replayable: bool = False) -> asyncio.Future[Any]:
         """``execute`` for a command already in RESP (``encode_command``)."""
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((command, reply))
+        self._pending.append((command, reply, replayable))
         if not self._scheduled:
             # The first command of the turn. A task, not a callback that would start one: its
             # first step runs in the next turn, after every command of this turn, and writes
@@ -129,7 +138,7 @@ class AutoPipeline:
             await connection.disconnect()
         return connection
 
-    async def _send(self, batch: list[tuple[bytes, asyncio.Future[Any]]], early: _Early | None = None) -> None:
+    async def _send(self, batch: list[_Call], early: _Early | None = None) -> None:
         """Write ``batch`` (its first command already, when ``early`` wrote it) and hand each
         caller its reply."""
         if early is None:
@@ -140,32 +149,19 @@ class AutoPipeline:
                 return
         else:
             connection = early.connection
+        # Open before this batch, so possibly closed by the server meanwhile (a kept connection
+        # found closed is not: _connection dropped it, and it opens afresh for this batch).
+        reused = early is not None or connection.is_connected
         in_step = False
         try:
-            if early is None:
-                await send_packed(connection, b"".join(c for c, _ in batch))
-            elif early.error is not None:
-                raise RedisConnectionError("the connection to Redis is closed") from early.error
-            elif len(batch) > 1:  # behind the early write, on its connection: no health check
-                writer = stream_writer(connection)
-                if writer is None:  # dropped meanwhile
-                    raise RedisConnectionError("the connection to Redis is closed")
-                await write(connection, writer, b"".join(c for c, _ in batch[1:]))
             try:
-                # One deadline for the whole batch's replies: redis-py's own read arms and
-                # cancels a timer of the socket timeout for every reply.
-                async with asyncio.timeout(connection.socket_timeout):
-                    for _, reply in batch:
-                        try:
-                            value = await connection.read_response(timeout=math.inf)
-                        except ResponseError as exc:  # that command's error; the connection stays in step
-                            if not reply.done():
-                                reply.set_exception(exc)
-                            continue
-                        if not reply.done():
-                            reply.set_result(value)
-            except TimeoutError:
-                raise RedisTimeoutError("Timeout reading from Redis") from None
+                await _exchange(connection, batch, early)
+            except RedisConnectionError as exc:
+                again = _again(batch, exc) if reused else []
+                if not again:
+                    raise
+                await connection.disconnect()
+                await _exchange(connection, again, None)  # the write opens it again
             in_step = True
         except BaseException as exc:
             # Lost connection, timeout or cancellation mid-batch: the replies still due cannot
@@ -183,8 +179,59 @@ class AutoPipeline:
                 await self._pool.release(connection)
 
 
-def _fail(batch: list[tuple[bytes, asyncio.Future[Any]]], exc: BaseException) -> None:
-    for _, reply in batch:
+async def _exchange(connection: AbstractConnection, batch: list[_Call], early: _Early | None) -> None:
+    """Write ``batch`` on ``connection`` (after the first command, when ``early`` wrote that) and
+    set each call's reply as it is read; raises on a lost connection or a timeout."""
+    if early is None:
+        await send_packed(connection, b"".join(c for c, _, _ in batch))
+    elif early.error is not None:
+        raise RedisConnectionError("the connection to Redis is closed") from early.error
+    elif len(batch) > 1:  # behind the early write, on its connection: no health check
+        writer = stream_writer(connection)
+        if writer is None:  # dropped meanwhile
+            raise RedisConnectionError("the connection to Redis is closed")
+        await write(connection, writer, b"".join(c for c, _, _ in batch[1:]))
+    try:
+        # One deadline for the whole batch's replies: redis-py's own read arms and cancels a
+        # timer of the socket timeout for every reply.
+        async with asyncio.timeout(connection.socket_timeout):
+            for _, reply, _ in batch:
+                try:
+                    value = await connection.read_response(timeout=math.inf)
+                except ResponseError as exc:  # that command's error; the connection stays in step
+                    if not reply.done():
+                        reply.set_exception(exc)
+                    continue
+                if not reply.done():
+                    reply.set_result(value)
+    except TimeoutError:
+        raise RedisTimeoutError("Timeout reading from Redis") from None
+
+
+def _again(batch: list[_Call], exc: RedisConnectionError) -> list[_Call]:
+    """The calls of ``batch`` to send once more, on a new connection, after its connection was
+    lost (``exc``) with nothing answered yet; the others fail with ``exc`` now.
+
+    Only reads go again. A connection the server had already closed when the batch was written
+    (a restarted Redis, an idle timeout, a NAT that forgot it) never delivered the batch, and a
+    second send is safe whatever it holds; but nothing tells that case apart from a Redis that
+    read the batch, ran it and died before answering, and a script run twice with the same
+    arguments is not always harmless: createTask without an idempotency key would store and
+    place the same task id twice. A script call fails instead, and its request is answered 503,
+    which the contract tells clients to retry as a whole (an agent's by its ids, so a retry is
+    answered as the first was). A connection whose close the event loop has already read never
+    gets this far: it is replaced before anything is written on it (``_connection``,
+    ``_writable_now``, the pool's own check), which is what a Redis restart leaves behind."""
+    if type(exc) is not RedisConnectionError or batch[0][1].done():
+        return []  # a reply of Redis (LOADING...), or the first call answered (or given up)
+    again = [call for call in batch if call[2] and not call[1].done()]
+    if again:
+        _fail([call for call in batch if not call[2]], exc)
+    return again
+
+
+def _fail(batch: list[_Call], exc: BaseException) -> None:
+    for _, reply, _ in batch:
         if reply.done():
             continue
         if isinstance(exc, asyncio.CancelledError):
@@ -205,7 +252,8 @@ class AutoPipelined(Pipeline):
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         stack = list(self.command_stack)
         await self.reset()  # type: ignore[no-untyped-call]  # redis-py's Pipeline.reset has no annotations
-        replies = await asyncio.gather(*(self._auto.execute(*args) for args, _ in stack),
+        # Reads only (``RedisTransport.pipeline``): each may go twice after a lost connection.
+        replies = await asyncio.gather(*(self._auto.execute(*args, replayable=True) for args, _ in stack),
                                        return_exceptions=True)
         parsed: list[Any] = []
         for (args, options), reply in zip(stack, replies, strict=True):

@@ -13,12 +13,17 @@ of reads, a blocking pop for the wake-up inbox, and redis-py's client for every 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from coordinator.errors import Unavailable
 from coordinator.transport.autopipeline import AutoPipeline, AutoPipelined
@@ -79,6 +84,52 @@ def popped_values(reply: object) -> list[bytes]:
     return [] if reply is None else cast(list[bytes], cast(list[Any], reply)[1])
 
 
+T = TypeVar("T")
+
+# Set while a call that must not be sent twice (a script call, the inbox's pop) goes through
+# redis-py's own command path: the pool's retry (``OnceMore``) leaves its failure to its caller.
+_sent_once: ContextVar[bool] = ContextVar("sent_once", default=False)
+
+
+@contextmanager
+def _once() -> Iterator[None]:
+    token = _sent_once.set(True)
+    try:
+        yield
+    finally:
+        _sent_once.reset(token)
+
+
+class OnceMore(Retry):
+    """The retry of a single node's pool (redis-py's, which sends a command again on the same
+    connection object, opened afresh): a command whose connection is lost before its answer
+    came is sent once more at once, unless it is a script call or a pop.
+
+    What goes again is only ever a read, ``SET NX`` (the epoch) or ``FUNCTION LOAD REPLACE``:
+    every change the service makes is a script call, and the transports send those under
+    ``_once``. A script is not sent twice because nothing tells a connection the server closed
+    before the write (it never delivered the call) from a Redis that ran the script and died
+    before answering, and not every script is harmless run twice with the same arguments
+    (createTask without an idempotency key would store and place one task id twice): its
+    request answers 503, which clients retry as a whole. A connection the server closed while
+    it sat in the pool is not one of these: the pool's check replaces it before it is used
+    (``open.py``). A connect that fails, the pool's own timeout and Redis's error replies
+    (``LOADING``: a subclass of ConnectionError) are not retried either."""
+
+    def __init__(self) -> None:
+        super().__init__(NoBackoff(), 1, (RedisConnectionError,))
+
+    async def call_with_retry(self, do: Callable[[], Awaitable[T]],
+                              fail: Callable[[Exception], Any] | Callable[[Exception, int], Any],
+                              is_retryable: Callable[[Exception], bool] | None = None,
+                              with_failure_count: bool = False) -> T:
+        return await super().call_with_retry(do, fail, _lost_connection, with_failure_count)
+
+
+def _lost_connection(exc: Exception) -> bool:
+    return type(exc) is RedisConnectionError and not _sent_once.get()
+
+
 class PlainTransport:
     """redis-py's client as it is: a single node or the embedded fakeredis."""
 
@@ -89,12 +140,14 @@ class PlainTransport:
     async def fcall(self, function: str, keys: Sequence[Any], args: Sequence[Any],
                     durability: Durability = NO_WAIT) -> Any:
         if not durability.replicas:
-            return await self.client.fcall(function, len(keys), *keys, *args)
+            with _once():
+                return await self.client.fcall(function, len(keys), *keys, *args)
         # WAIT covers the writes of its own connection: one pipeline, one connection.
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.execute_command("FCALL", function, len(keys), *keys, *args)
             pipe.execute_command("WAIT", durability.replicas, durability.timeout_ms)
-            reply, acked = await pipe.execute(raise_on_error=False)
+            with _once():
+                reply, acked = await pipe.execute(raise_on_error=False)
         for answer in (reply, acked):
             if isinstance(answer, Exception):
                 raise answer
@@ -107,7 +160,8 @@ class PlainTransport:
         if self._popper is None:
             # redis-py's single-connection client: one connection of the pool, held until closed.
             self._popper = self.client.client()
-        return popped_values(await self._popper.blmpop(timeout, 1, key, direction="LEFT", count=count))
+        with _once():  # a pop whose answer was lost took wake-ups with it: its loop must hear of it
+            return popped_values(await self._popper.blmpop(timeout, 1, key, direction="LEFT", count=count))
 
     async def aclose(self) -> None:
         popper, self._popper = self._popper, None

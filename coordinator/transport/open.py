@@ -9,10 +9,12 @@ from urllib.parse import urlsplit
 
 import redis
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.maint_notifications import MaintNotificationsConfig
 
 from coordinator.settings import Settings
 from coordinator.transport.base import (
     AutoPipelinedTransport,
+    OnceMore,
     PlainTransport,
     RedisTransport,
 )
@@ -21,7 +23,11 @@ from coordinator.transport.cluster import BoundedRedisCluster, ClusterTransport
 # Socket timeouts: above the longest blocking call we make (the inbox's BLMPOP and the feed's
 # XREAD wait 1 s; WAIT at most 5 s), so a quiet blocking read never looks like a dead connection.
 SOCKET_TIMEOUT_S = 10
-CONNECT_TIMEOUT_S = 5
+# A connect to a Redis that is near takes milliseconds; 2 s still lets the kernel send its SYN
+# again (after 1 s) when the first is lost. It bounds how long a connect to a Redis that drops
+# packets (a host or container going away) holds a request before its 503, and a loop's attempt
+# before its next one: an attempt caught in one when Redis comes back delays that loop by it.
+CONNECT_TIMEOUT_S = 2
 
 
 def describe_url(url: str) -> str:
@@ -80,7 +86,14 @@ def open_redis(settings: Settings) -> tuple[RedisTransport, str]:
     # requests queues for a connection instead of failing as the default pool would.
     pool = BlockingConnectionPool.from_url(
         url, max_connections=settings.redis_max_connections, timeout=10, socket_timeout=SOCKET_TIMEOUT_S,
-        socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=15, **tls,
+        socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=15, retry=OnceMore(),
+        # Maintenance notifications (Redis Enterprise's push messages, RESP3) off: with them on,
+        # which redis-py 8.1 makes the default, the pool no longer looks at a connection before
+        # handing it out, so one the server closed while it sat idle (a restarted Redis) fails
+        # the call it is given to with a 503; off, the look (at what the event loop has already
+        # read, no round trip) replaces it first. It also spares a CLIENT MAINT_NOTIFICATIONS
+        # that Redis refuses on every connect.
+        maint_notifications_config=MaintNotificationsConfig(enabled=False), **tls,
     )
     client = Redis(connection_pool=pool)
     if settings.autopipeline:

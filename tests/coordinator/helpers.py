@@ -1,11 +1,14 @@
 """Helpers of the coordinator tests: move the clock for one lease or host instead of sleeping until
-it moves, set up common states, and snapshot everything stored under the test's prefix."""
+it moves, set up common states, snapshot everything stored under the test's prefix, and close a
+Redis connection behind the event loop's back."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.support import glob_escape
+import redis
+
+from tests.support import REAL_REDIS_URL, glob_escape
 
 
 async def expire_lease(api: Any, assignment: dict[str, Any]) -> None:
@@ -86,6 +89,10 @@ class ClosedConnection:
     def __init__(self) -> None:
         self.disconnected = False
 
+    @property
+    def is_connected(self) -> bool:  # open, as far as this process has read
+        return not self.disconnected
+
     def pack_commands(self, commands: list[Any]) -> list[bytes]:
         return [b"packed"]
 
@@ -94,3 +101,15 @@ class ClosedConnection:
 
     async def disconnect(self) -> None:
         self.disconnected = True
+
+
+def close_unseen(name: str) -> None:
+    """Redis closes the client connection named ``name``, and the event loop of the caller has not
+    read that yet: the kill is sent from a blocking client, so the loop reads nothing until its
+    next await (as with a Redis restarted just before a write, or a connection a NAT forgot)."""
+    killer = redis.Redis.from_url(REAL_REDIS_URL)
+    try:
+        killed = next(e["id"] for e in killer.client_list() if e.get("name") == name)
+        killer.client_kill_filter(_id=killed)
+    finally:
+        killer.close()

@@ -15,7 +15,8 @@ from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from coordinator.transport.autopipeline import MAX_BATCH, AutoPipeline
-from tests.coordinator.helpers import ClosedConnection
+from coordinator.transport.base import AutoPipelinedTransport
+from tests.coordinator.helpers import ClosedConnection, close_unseen
 from tests.support import REAL_REDIS_URL, free_port, unique_prefix, wait_until_async
 
 pytestmark = pytest.mark.anyio
@@ -80,6 +81,46 @@ async def test_a_kept_connection_the_server_closed_is_opened_again(client: aiore
         assert await pipeline.execute("CLIENT", "GETNAME") is None  # a new connection: no name
     finally:
         await killer.aclose()
+
+
+async def test_reads_on_a_connection_closed_before_they_were_answered_are_sent_again_on_a_new_one(
+        client: aioredis.Redis) -> None:
+    key = unique_prefix() + ":k"
+    transport = AutoPipelinedTransport(client)
+    name = "reused-" + unique_prefix()[:20]
+    try:
+        await client.set(key, "v")
+        async with transport.pipeline() as pipe:
+            pipe.execute_command("CLIENT", "SETNAME", name)  # on the connection kept for the next turn
+            await pipe.execute()
+        close_unseen(name)
+        async with transport.pipeline() as pipe:
+            pipe.get(key)
+            pipe.strlen(key)
+            pipe.execute_command("CLIENT", "GETNAME")
+            assert await pipe.execute() == [b"v", 1, None]  # answered, on a new connection
+    finally:
+        await client.delete(key)
+
+
+async def test_a_write_on_a_connection_closed_before_it_was_answered_is_not_sent_again(
+        client: aioredis.Redis) -> None:
+    """Its caller cannot tell a connection closed before the write from a Redis that ran it and
+    died before answering: it fails, and the next call works."""
+    key = unique_prefix() + ":n"
+    pipeline = AutoPipeline(client)
+    name = "reused-" + unique_prefix()[:20]
+    try:
+        await pipeline.execute("CLIENT", "SETNAME", name)
+        close_unseen(name)
+        read = pipeline.execute("GET", key, replayable=True)
+        write = pipeline.execute("INCR", key)
+        with pytest.raises(RedisConnectionError):
+            await write
+        assert await read is None  # the read of the same write went again
+        assert await pipeline.execute("INCR", key) == 1  # the first INCR never reached Redis
+    finally:
+        await client.delete(key)
 
 
 async def test_one_command_s_error_is_its_own(client: aioredis.Redis) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from redis import exceptions as redis_errors
 
-from coordinator.outage import OutageLog
+from coordinator.outage import RETRY_CAP_S, Backoff, OutageLog
 from coordinator.serve.preflight import Refused, check_redis, warn_about_settings
 from coordinator.state.keys import Keys, hash_tag
 from coordinator.transport.open import describe_url, open_redis
@@ -127,3 +127,14 @@ def test_an_unexpected_error_is_logged_with_its_traceback_every_time(caplog: pyt
     assert [r.levelno for r in caplog.records] == [logging.ERROR, logging.ERROR]
     assert all(r.exc_info and r.exc_info[0] is redis_errors.ResponseError for r in caplog.records)
     assert not outage.ongoing
+
+
+def test_a_loop_retrying_redis_never_waits_more_than_a_second_between_tries() -> None:
+    """However long the outage, the wait between two tries stays within the cap (the longest
+    draw of the jitter every time), and a call that worked starts the waits short again."""
+    backoff = Backoff(rng=lambda: 1.0)
+    waits = [backoff.next_delay() for _ in range(40)]
+    assert waits[:4] == pytest.approx([0.1, 0.2, 0.4, 0.8])
+    assert max(waits) == RETRY_CAP_S == 1.0
+    backoff.reset()
+    assert backoff.next_delay() == pytest.approx(0.1)

@@ -26,7 +26,7 @@ from coordinator.transport.base import (
 from coordinator.transport.cluster import ClusterTransport
 from coordinator.transport.open import open_redis
 from tests.conftest import Unclosable, backend_of, make_settings, transport_for
-from tests.coordinator.helpers import ClosedConnection
+from tests.coordinator.helpers import ClosedConnection, close_unseen
 from tests.support import (
     REAL_REDIS_URL,
     delete_prefix_async,
@@ -194,6 +194,47 @@ async def test_a_blocking_pop_whose_connection_is_killed_fails_and_the_next_one_
         await killer.delete(inbox)
         await killer.aclose()
         await transport.aclose()
+
+
+@pytest.mark.parametrize("autopipeline", [True, False])
+async def test_a_read_on_a_pooled_connection_closed_before_it_was_answered_is_sent_again_on_a_new_one(
+        autopipeline: bool) -> None:
+    prefix = unique_prefix()
+    transport, _ = open_redis(make_settings(prefix, redis_url=REAL_REDIS_URL, autopipeline=autopipeline))
+    client = transport.client
+    name = "pooled-" + prefix[-16:-4]
+    try:
+        await client.set(f"{prefix}:k", "v")
+        await client.client_setname(name)  # the pool's one connection, handed out again next
+        close_unseen(name)
+        assert await client.get(f"{prefix}:k") == b"v"
+        assert await client.client_getname() is None  # a new connection
+    finally:
+        await client.delete(f"{prefix}:k")
+        await transport.aclose()
+        await client.connection_pool.aclose()  # the transport leaves open_redis's pool open
+
+
+async def test_a_script_call_on_a_pooled_connection_closed_before_it_was_answered_is_not_sent_again() -> None:
+    """Nothing tells its caller that the call never reached Redis: it fails, and the next works."""
+    prefix = unique_prefix()
+    transport, _ = open_redis(make_settings(prefix, redis_url=REAL_REDIS_URL, autopipeline=False))
+    client = transport.client
+    library = "seam_" + uuid.uuid4().hex[:12]
+    name = "pooled-" + prefix[-16:-4]
+    key = f"{prefix}:list"
+    try:
+        await Library(library, _LIBRARY.format(name=library)).load(client)
+        await client.client_setname(name)
+        close_unseen(name)
+        with pytest.raises(RedisConnectionError):
+            await transport.fcall(f"{library}_echo", [key], ["a"])
+        assert await transport.fcall(f"{library}_echo", [key], ["b"]) == [key.encode(), [b"b"]]
+    finally:
+        await client.delete(key)
+        await client.function_delete(library)
+        await transport.aclose()
+        await client.connection_pool.aclose()
 
 
 @pytest.mark.parametrize("autopipeline", [True, False])

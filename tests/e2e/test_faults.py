@@ -1,5 +1,5 @@
-"""Faults around a real coordinator process: Redis going away, and a poll handled after its client
-has gone."""
+"""Faults around a real coordinator process: Redis going away or restarting, and a poll handled
+after its client has gone."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import shutil
 import signal
 import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -67,6 +69,72 @@ def test_redis_going_away_is_503_unavailable_and_service_resumes_when_it_returns
             wait_until(heartbeat_accepted, 10, 0.05, what="heartbeats accepted again")
             wait_until(lambda: coordinator.api.get("/readyz").status_code == 200, 10, 0.02, what="ready again")
     verify(history, at_least=6)
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to stop and start")
+def test_after_redis_restarts_the_requests_that_follow_are_served_not_503() -> None:
+    """The connections the pool held were closed by the restarted Redis; each is replaced before a
+    request is given it. The reaper sweeps rarely here, so the closed connections wait for the
+    requests instead of being used up by its sweeps first."""
+    redis_port = free_port()
+    env = coordinator_env(unique_prefix(), REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
+                          COORDINATOR_REAPER_INTERVAL_S="60")
+    burst = 8  # the pool's size: every connection it may hold is checked out at once
+
+    def listed(client: httpx.Client) -> int:
+        return client.get("/api/v1/webhooks").status_code  # one read on a connection of the pool
+
+    with (redis_server(redis_port) as redis, coordinator_process(env) as coordinator,
+          ThreadPoolExecutor(burst) as pool):
+        clients = [httpx.Client(base_url=coordinator.url, headers=ADMIN_HEADERS, timeout=15) for _ in range(burst)]
+        try:
+            assert set(pool.map(listed, clients)) == {200}  # the pool now holds open connections
+            redis.kill()
+            redis.wait()
+            with redis_server(redis_port):  # an empty Redis on the same port
+                assert listed(clients[0]) == 200
+                assert list(pool.map(listed, clients)) == [200] * burst
+                assert coordinator.api.post("/api/v1/tasks", json={"kind": "goal", "goal": "g", "device_id": "a1"}
+                                            ).status_code == 201
+        finally:
+            for client in clients:
+                client.close()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to stop and start")
+def test_after_a_redis_outage_a_waiting_poll_is_woken_within_about_a_second_of_redis_answering() -> None:
+    """A poll waits on the process's wake-up loop, which retries Redis throughout the outage: it
+    must try again soon enough once Redis answers, however long the outage lasted."""
+    redis_port = free_port()
+    env = coordinator_env(unique_prefix(), REDIS_URL=f"redis://127.0.0.1:{redis_port}/0")
+    with (redis_server(redis_port) as redis, coordinator_process(env) as coordinator,
+          ThreadPoolExecutor(1) as pool):
+        process = coordinator.process
+        assert process is not None
+        redis.kill()
+        redis.wait()
+        wait_until(lambda: "wake-up inbox: Redis unreachable" in process.log(), 10, what="the outage noticed")
+        # The outage lasts long enough for the loop's waits between tries to grow (the scenario,
+        # not a wait for a condition).
+        time.sleep(2.5)
+        with redis_server(redis_port):
+            back = time.monotonic()
+            wait_until(lambda: coordinator.api.put("/internal/v1/hosts/host-a/heartbeat", headers=HOST_A, json={
+                "devices": [{"device_id": "a1", "driver": "sim", "status": "available"}]}).status_code == 200,
+                5, 0.02, what="the host's heartbeat accepted")
+
+            def poll() -> tuple[int, float]:
+                response = httpx.post(f"{coordinator.url}/internal/v1/hosts/host-a/claim?wait_s=10",
+                                      headers=HOST_A, timeout=15)
+                return response.status_code, time.monotonic()
+
+            answer = pool.submit(poll)
+            wait_until(lambda: "tether_waiting_polls 1.0" in coordinator.api.get("/metrics").text, 5, 0.02,
+                       what="the poll waiting")
+            coordinator.create_task(goal="g", device_id="a1")
+            status, answered = answer.result(timeout=15)
+    assert status == 200
+    assert answered - back < 1.5, f"the poll was answered {answered - back:.2f} s after Redis was back"
 
 
 def test_a_poll_whose_client_left_before_it_was_served_claims_nothing() -> None:
