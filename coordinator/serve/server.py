@@ -146,8 +146,8 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._awaiting_head = True
-        # The app's reads of this body cannot wait now (a flag, not ASGI's dict of a dict).
-        self.scope["extensions"][BODY_RECEIVED] = True  # type: ignore[assignment]
+        # The app's reads of this body cannot wait now.
+        self.scope["extensions"][BODY_RECEIVED] = True  # type: ignore[assignment]  # a flag, where ASGI types a dict
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
