@@ -83,6 +83,7 @@ class _Creator(threading.Thread):
         self.killed_at: float | None = None
         self.task_ids: list[str] = []
         self.failures: list[float] = []
+        self.unexpected: list[str] = []  # answers other than 200, 201 and 503
 
     def run(self) -> None:
         n = 0
@@ -101,7 +102,8 @@ class _Creator(threading.Thread):
                         self.report.create_ms.append((time.monotonic() - started) * 1000)
                     self.task_ids.append(response.json()["task_id"])
                     break
-                assert response is None or response.status_code == 503, response.text
+                if response is not None and response.status_code != 503:
+                    self.unexpected.append(f"{response.status_code} {response.text}")
                 self.failures.append(time.monotonic())
                 time.sleep(0.05)
             time.sleep(self.interval)
@@ -142,6 +144,11 @@ def run_failover(workdir: Path, wait_replicas: int, *, rate_hz: float = 40, befo
             creator.stop.set()
             creator.join(30)
 
+            # Every answer was a create or a 503; an unexpected one is shown with the process's
+            # log lines for it, which name what Redis raised.
+            errors = [line for line in coordinator.process.log().splitlines()
+                      if "unexpected" in line or "Error" in line] if coordinator.process else []
+            assert not creator.unexpected, (creator.unexpected[:3], errors[-40:])
             report.acknowledged = len(creator.task_ids)
             around = [t for t in creator.failures if t >= killed - 1]
             report.unavailable_answers = len(around)
