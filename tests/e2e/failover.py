@@ -145,10 +145,11 @@ def run_failover(workdir: Path, wait_replicas: int, *, rate_hz: float = 40, befo
             creator.join(30)
 
             # Every answer was a create or a 503; an unexpected one is shown with the process's
-            # log lines for it, which name what Redis raised.
-            errors = [line for line in coordinator.process.log().splitlines()
-                      if "unexpected" in line or "Error" in line] if coordinator.process else []
-            assert not creator.unexpected, (creator.unexpected[:3], errors[-40:])
+            # error lines, which name what Redis raised.
+            if creator.unexpected:
+                log = coordinator.process.log() if coordinator.process is not None else ""
+                errors = [line for line in log.splitlines() if "unexpected" in line or "Error" in line]
+                raise AssertionError((creator.unexpected[:3], errors[-40:]))
             report.acknowledged = len(creator.task_ids)
             around = [t for t in creator.failures if t >= killed - 1]
             report.unavailable_answers = len(around)
