@@ -123,7 +123,14 @@ class ClusterTransport:
                 if isinstance(exc, MovedError):  # the slot moved: handled as a lost node below
                     raise RedisConnectionError("the deployment's slot moved") from None
                 raise
-            return reply, await connection.read_response()
+            try:
+                return reply, await connection.read_response()
+            except ResponseError as exc:
+                # The node became a replica after it ran the call (a failover, its old master
+                # back): nothing vouches for the change, and the slot lives elsewhere now.
+                if "replica" in str(exc):
+                    raise RedisConnectionError("the deployment's slot moved") from None
+                raise
         except (RedisConnectionError, RedisTimeoutError, OSError):
             await connection.disconnect()
             await self._relearn()  # the slot may have moved (a failover)
