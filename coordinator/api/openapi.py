@@ -296,6 +296,9 @@ _PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id", "
 _OPTIONAL_BODIES = frozenset(model.__name__ for model in bodies.REQUESTS if model.body_optional)
 # Content of the successful answers that are not JSON.
 _CONTENT: dict[tuple[str, str], str] = {("get", "/api/v1/events"): "text/event-stream"}
+# One server-sent event, as OpenAPI 3.2 describes a stream's items (and schemathesis checks each).
+_SSE_EVENT = {"type": "object", "properties": {
+    "data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"}}}
 
 
 def _errors(endpoint: Endpoint, has_parameters: bool) -> dict[int, str]:
@@ -353,7 +356,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
             response["content"] = {media_type: {"schema": {"type": "string", "format": "binary"}}
                                    for media_type in wire.ARTIFACT_CONTENT_TYPES}
         elif 200 <= status < 300 and (method, path) in _CONTENT:
-            response["content"] = {_CONTENT[(method, path)]: {"schema": {"type": "string"}}}
+            response["content"] = {_CONTENT[(method, path)]: {"schema": _SSE_EVENT}}
         op["responses"][str(status)] = response
     return op
 
