@@ -47,6 +47,8 @@ async def _drain(call: Callable[[int], Awaitable[int | Sweep]]) -> int:
 async def sweep(store: Store, artifacts: Artifacts) -> dict[str, int]:
     """One full sweep; how many of each kind it acted on."""
     return {
+        # First: until it has run, a host drained before the upgrade could take work.
+        "upgraded_hosts": await _drain(store.upgrade_host_state),
         "leases": await _drain(store.expire_leases),
         "hosts": await _drain(store.expire_hosts),
         "claims": await _drain(store.expire_assignments),

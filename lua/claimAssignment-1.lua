@@ -28,7 +28,8 @@
   with the FCALL), each for a reason:
     SISMEMBER revoked_tokens  a revoked credential is refused atomically, on every route
     TIME              the lease's deadline, on the clock every process agrees on
-    SREM hosts_stalled   a poll ends its host's stall (answers whether it was one, in one command)
+    HDEL host_state:<host> stalled   a poll ends its host's stall (answers whether it was one,
+                      in one command)
     LPOP assigned:<host>   the oldest assignment, handed out once
     HGET tasks        the record
     ZREM claim_deadlines   the assignment is claimed: its claim deadline ends
@@ -80,7 +81,7 @@ if claimId ~= '' then
 end
 
 local now = nowMs()
-if rcall('SREM', S.key.hosts_stalled, hostId) == 1 then
+if rcall('HDEL', derived(S, 'host_state', hostId), 'stalled') == 1 then
   resumeHost(S, hostId, now)
 end
 

@@ -20,16 +20,18 @@
     {0, task JSON, 0}  an earlier task with the same idempotency key and the same request
     {IDEMPOTENCY_CONFLICT, task id}  same idempotency key, different request
 
-  Commands, a create on a free pinned device (bench/footprint.py, row 8a: 15 with the FCALL), each
+  Commands, a create on a free pinned device (bench/footprint.py, row 8a: 16 with the FCALL), each
   for a reason:
     TIME              the clock every process agrees on (deadlines, ages)
     INCR task_seq     the task's age: listings newest first, queues oldest first
     XADD feed         `created`, so the live feed never misses a task
+    HMGET teams       the team's cap and devices held: a team at its quota waits (sharing)
     HGET devices      the pinned device's record: its host, driver, status
-    HGET host_capabilities  whether its host runs this kind of task (a workflow it lists)
-    ZSCORE hosts_online     whether its host is online now (against TIME, not membership)
+    HMGET host_state:<host>  whether its host is online now (its last heartbeat against TIME) and
+                      runs this kind of task (a workflow it lists): one read of the host
     ZREM free         taking the device: answers whether it was free in the same command
     HSET reservations the device's holder, which release and the candidates read
+    HINCRBY teams     the team's devices held, which its quota and its share are judged by
     RPUSH assigned:<host>   the host's queue, which its claim pops
     ZADD claim_deadlines    an assignment nobody claims goes back
     XADD feed         `assigned`: a second event, as the feed's contract lists them

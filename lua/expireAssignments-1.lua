@@ -24,7 +24,7 @@ local now = nowMs()
 local returned = 0
 local taken = sweepDue(S.key.claim_deadlines, S.key.tasks, now, limit, function(_, task)
   if task and task.status == 'assigned' then
-    rcall('SADD', S.key.hosts_stalled, task.host_id)
+    rcall('HSET', derived(S, 'host_state', task.host_id), 'stalled', 1)
     returned = returned + pauseHost(S, task.host_id, now, 'claim_timeout', false)
   end
 end)

@@ -15,10 +15,11 @@
   Keys it touches besides those of its includes:
     hosts             hash  host id -> host record JSON
     host_seen         zset  host id -> last heartbeat (ms), never swept
+    host_state:<host> hash  its `seen` (the last heartbeat, which placement reads as online),
+                            `draining` (answered), `capabilities` (ARGV[10])
     enrolled_devices  hash  device id -> {host_id, local_id, driver}
     revoked_tokens    set   SHA-256 digests of revoked host tokens
     host_ids          zset  every host id with a record (score 0, lexicographic)
-    host_capabilities hash  host id -> what its agent says it can run (ARGV[10])
   Output:
     {0, draining (0|1)}
     {DEVICE_CONFLICT, device id}  static host: the id belongs to an online host or is enrolled
@@ -52,12 +53,16 @@ if credentialRevoked(S.key.revoked_tokens, credential) then
   return {E.REVOKED}
 end
 local now = nowMs()
-local wasOnline = hostOnline(S, hostId, now)
+local stateKey = derived(S, 'host_state', hostId)
+local state = rcall('HMGET', stateKey, 'seen', 'draining', 'capabilities')
+local wasOnline = state[1] ~= false and tonumber(state[1]) > now - S.offlineAfterMs
+local draining = state[2] ~= false and 1 or 0
 local previousJson = rcall('HGET', S.key.host_snapshots, hostId)
 if wasOnline and previousJson == snapshotJson then
   rcall('ZADD', S.key.hosts_online, now, hostId)
   rcall('ZADD', S.key.host_seen, now, hostId)
-  return {0, rcall('SISMEMBER', S.key.hosts_draining, hostId)}
+  rcall('HSET', stateKey, 'seen', now)
+  return {0, draining}
 end
 
 -- Read before the snapshot is judged: an enrolled host whose record is gone (Redis lost its
@@ -141,6 +146,7 @@ end
 
 rcall('ZADD', S.key.hosts_online, now, hostId)
 rcall('ZADD', S.key.host_seen, now, hostId)
+rcall('HSET', stateKey, 'seen', now)
 rcall('HSET', S.key.host_snapshots, hostId, snapshotJson)
 if not hostRecord then
   putJson(S.key.hosts, hostId, {kind = kind, created_at = now})
@@ -149,17 +155,17 @@ end
 if not wasOnline then
   publish(S, {type = 'host_online', host_id = hostId, at = now})
 end
-local previousCapabilities = rcall('HGET', S.key.host_capabilities, hostId) or ''
+local previousCapabilities = state[3] or ''
 if capabilitiesJson == '' then
-  rcall('HDEL', S.key.host_capabilities, hostId)
+  rcall('HDEL', stateKey, 'capabilities')
 else
-  rcall('HSET', S.key.host_capabilities, hostId, capabilitiesJson)
+  rcall('HSET', stateKey, 'capabilities', capabilitiesJson)
 end
 local capabilitiesChanged = previousCapabilities ~= capabilitiesJson
 -- Assignments this host has not claimed and can no longer run (its agent stopped listing their
 -- workflow) go back to the queue, same attempt, for a host that can run them.
 if capabilitiesChanged and capabilitiesJson ~= '' then
-  local workflows = hostWorkflows(S, hostId)
+  local workflows = workflowSet(capabilitiesJson)
   for _, taskId in ipairs(rcall('LRANGE', derived(S, 'assigned', hostId), 0, -1)) do
     local task = getJson(S.key.tasks, taskId)
     if task and not runsTask(workflows, task) then
@@ -176,4 +182,4 @@ end
 for _, reported in ipairs(snapshot.devices) do
   refreshDevice(S, reported.device_id, now, nil, false, not wasOnline or capabilitiesChanged)
 end
-return {0, rcall('SISMEMBER', S.key.hosts_draining, hostId)}
+return {0, draining}

@@ -35,16 +35,20 @@
     LPUSH, PEXPIRE device_runs:<device>   the device's history, bounded and expiring
     XADD feed, ZADD tasks_by_status, HSET tasks, ZADD retention   the event, the listing, the
                       record, and when retention deletes it
-    HGET, HDEL reservations   the device's holder dropped, only if it is this task
-    HGET devices, HEXISTS disabled_devices, ZSCORE hosts_online, SISMEMBER hosts_draining,
-    SISMEMBER hosts_stalled   whether the device may take work: "schedulable", the one predicate
-                      every script reads (DESIGN.md, "One notion of each state")
-    HGET host_capabilities   which waiting tasks its host may run
-    ZRANGE waiting_device:<device>, ZRANGE waiting:<driver>   the oldest task waiting for this
-                      device or for any of its driver (the head only, bounded)
-    ZADD free         nothing waits: the device is free
     HGET webhook_routes   whether a webhook wants `task.ended` (then an XADD webhook_outbox for
                       each one that does: includes/events.lua, taskEnded)
+    HDEL reservations the device's holder dropped (a running task holds its device: not read)
+    HINCRBY teams, HGET + HSET team_usage:<team>, HMGET teams   the team's devices held, its
+                      device time this hour (its share's standing), and whether the release took
+                      it below its cap (then its waiting work is placed)
+    HGET devices      the device's record: its host, driver, status
+    HEXISTS disabled_devices, HMGET host_state:<host>   whether the device may take work:
+                      "schedulable", the one predicate every script reads (DESIGN.md, "One
+                      notion of each state"), and which waiting tasks its host may run, the
+                      host's part in one read
+    ZRANGE queue_teams_device:<device>, ZRANGE queue_teams:<driver>   the teams waiting for this
+                      device or for any of its driver (the heads only, bounded)
+    ZADD free         nothing waits: the device is free
 
   Invariants: one result per attempt; a replay of any attempt's report gets the answer it first
   got, even after later attempts reported; a stale or conflicting report changes nothing; the task

@@ -27,12 +27,12 @@ local drain = ARGV[7] == '1'
 local now = nowMs()
 local changed
 if drain then
-  changed = rcall('SADD', S.key.hosts_draining, hostId)
+  changed = rcall('HSETNX', derived(S, 'host_state', hostId), 'draining', 1)
   if changed == 1 then
     pauseHost(S, hostId, now, 'drain', false)
   end
 else
-  changed = rcall('SREM', S.key.hosts_draining, hostId)
+  changed = rcall('HDEL', derived(S, 'host_state', hostId), 'draining')
   if changed == 1 then
     resumeHost(S, hostId, now)
   end

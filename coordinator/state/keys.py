@@ -31,7 +31,7 @@ def hash_tag(key: str) -> str | None:
 # The kinds of the keys of one id (base + kind + ":" + id): each is the name of the Keys method
 # that builds it, and the name the scripts derive it by (lua/includes/deployment.lua ``derived``).
 PER_ID_KINDS = ("device_runs", "assigned", "waiting", "waiting_device", "queue_teams", "queue_teams_device",
-                "team_queues", "team_usage", "host_devices", "lease", "polls", "inbox", "auth_failures",
+                "team_queues", "team_usage", "host_state", "host_devices", "lease", "polls", "inbox", "auth_failures",
                 "auth_throttled", "run_counts", "run_tasks", "webhook_recent")
 
 
@@ -61,8 +61,6 @@ class Keys:
         self.hosts_online = p + "hosts_online"
         self.devices_by_driver = p + "devices_by_driver"
         self.disabled_devices = p + "disabled_devices"
-        self.hosts_draining = p + "hosts_draining"
-        self.hosts_stalled = p + "hosts_stalled"  # did not claim in time; no new work until it polls
         # sharing: per team its settings, devices held and tasks queued (lua/includes/teams.lua)
         self.teams = p + "teams"
         # deadlines (the reaper's sweeps)
@@ -86,7 +84,6 @@ class Keys:
         self.host_ids = p + "host_ids"
         self.host_seen = p + "host_seen"
         self.host_snapshots = p + "host_snapshots"
-        self.host_capabilities = p + "host_capabilities"  # what a host's agent said it can run
         self.revoked_tokens = p + "revoked_tokens"  # digests of revoked host credentials
         self.host_tokens = p + "host_tokens"
         self.enrollment_tokens = p + "enrollment_tokens"
@@ -156,6 +153,14 @@ class Keys:
         """The device time a team's runs used, by the minute they ended, over the last hour: a
         hash minute % 60 -> "<minute>:<ms>"."""
         return self._of("team_usage", team)
+
+    def host_state(self, host_id: str) -> str:
+        """What of a host decides whether its devices take work, read by placement in one command
+        (lua/includes/pool.lua, hostState): a hash ``seen`` -> its last heartbeat (ms), ``draining``
+        -> "1" while an operator drains it, ``stalled`` -> "1" from an assignment's claim timeout to
+        its next poll, ``capabilities`` -> its agent's last ``{workflows, planners}`` (absent: it
+        sent none and runs any workflow)."""
+        return self._of("host_state", host_id)
 
     def host_devices(self, host_id: str) -> str:
         """The pooled device ids of a host: a set."""

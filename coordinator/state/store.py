@@ -365,6 +365,16 @@ class Store:
         )
         return ArtifactRecorded(orjson.loads(reply[1]), reply[2] == 1)
 
+    async def upgrade_host_state(self, limit: int = 100) -> int:
+        """Entries of the earlier layout of hosts' standing moved into ``host_state:<host>``
+        (lua/upgradeHostState). That layout's keys are named here only."""
+        base = self.keys.base
+        reply = await self._run(
+            "upgradeHostState",
+            [base + "hosts_draining", base + "hosts_stalled", base + "host_capabilities", self.keys.hosts_online],
+            [base, limit])
+        return int(reply[1])
+
     async def upgrade_status_index(self, limit: int = 100) -> int:
         """Entries of the earlier ``tasks_by_status`` layout converted (lua/upgradeStatusIndex)."""
         reply = await self._run("upgradeStatusIndex", [self.keys.tasks_by_status], [limit])

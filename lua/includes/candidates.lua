@@ -2,7 +2,7 @@
   Why a queued task waits (PROTOCOL.md, "Waiting work"): the pooled devices its target could use,
   each counted under the first reason that keeps it from work, read in the step that queued it
   (createTask) or on demand (readWaiting). Counted here, with the scheduler's own predicates
-  (labelsMatch, workflowOf, hostOnline, runsTask of includes/pool.lua), so the service restates
+  (labelsMatch, workflowOf, hostState, runsTask of includes/pool.lua), so the service restates
   none of them: it only turns the counts into a waiting reason (coordinator/state/wait_reasons.py).
 
   Functions:
@@ -18,10 +18,9 @@
   HOST_FLAGS (coordinator.state.wait_reasons.HostFlag) and CANDIDATE_COUNTS (the names of the
   contract's `candidates` counts, in the order of the reply).
 
-  It reads, of the deployment S (includes/deployment.lua), offlineAfterMs and the keys devices,
-  reservations, disabled_devices, hosts_online, hosts_draining, hosts_stalled,
-  devices_by_driver and host_capabilities; readWaiting and readHostFlags build an S of those
-  alone.
+  It reads, of the deployment S (includes/deployment.lua), offlineAfterMs, the keys devices,
+  reservations, disabled_devices and devices_by_driver, and each host's `host_state:<host>`
+  (derived from the key base); readWaiting and readHostFlags build an S of those alone.
 
   Invariant: reads only, in one step, so the counts agree with each other; a device counted under
   no reason is one the task could take now (free, and its host may run the task), which a queued
@@ -31,14 +30,14 @@
 --- @include "includes/pool"
 
 -- Of a host: online (its last heartbeat within the threshold), draining, stalled, and whether
--- it may run `task` (a goal: always; a workflow: it lists it, or lists nothing). Its
--- capabilities are read only for a workflow task.
+-- it may run `task` (a goal: always; a workflow: it lists it, or lists nothing).
 local function hostStanding(S, hostId, now, task)
+  local host = hostState(S, hostId, now)
   return {
-    online = hostOnline(S, hostId, now),
-    draining = rcall('SISMEMBER', S.key.hosts_draining, hostId) == 1,
-    stalled = rcall('SISMEMBER', S.key.hosts_stalled, hostId) == 1,
-    runs = workflowOf(task) == nil or runsTask(hostWorkflows(S, hostId), task),
+    online = host.online,
+    draining = host.draining,
+    stalled = host.stalled,
+    runs = runsTask(host.workflows, task),
   }
 end
 

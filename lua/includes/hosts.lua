@@ -6,7 +6,8 @@
     pauseHost(S, hostId, now, reason, dropDevices)   its devices leave `free` (or the pool) and
                                                      its unclaimed assignments go back to the queue
     resumeHost(S, hostId, now)                       each of its devices is reconsidered, and fed
-    detachHost(S, hostId, now, reason, dropDevices)  it leaves `hosts_online`, and is paused
+    detachHost(S, hostId, now, reason, dropDevices)  it leaves `hosts_online` and is offline at
+                                                     once, and is paused
 
   Invariants kept: a paused or detached host has no device in `free` and no assignment waiting
   for its claim, so a claim that runs after it finds nothing; a resumed host's free devices each
@@ -47,9 +48,11 @@ local function resumeHost(S, hostId, now)
   end
 end
 
--- A host that is gone (silent, or revoked): it leaves hosts_online, and is paused; a revoked
--- host's devices also leave the pool (`dropDevices`).
+-- A host that is gone (silent, or revoked): it leaves hosts_online, its last heartbeat leaves its
+-- state (so a revoked host is offline at once, however recent that was), and it is paused; a
+-- revoked host's devices also leave the pool (`dropDevices`).
 local function detachHost(S, hostId, now, reason, dropDevices)
   rcall('ZREM', S.key.hosts_online, hostId)
+  rcall('HDEL', derived(S, 'host_state', hostId), 'seen')
   pauseHost(S, hostId, now, reason, dropDevices)
 end

@@ -22,7 +22,8 @@
     findDeviceFor(S, task, now)              a free device the task may run on, taken from `free`
     placeTask(S, task, now)                  assign a queued task now, or let it wait
     unqueueTask(S, task)                     take a queued task out of its queue
-    feedDevice(S, deviceId, device, now)     a device just free takes the task the order picks
+    feedDevice(S, deviceId, device, now, workflows)  a device just free takes the task the order
+                                             picks (`workflows`: its host's, hostState)
     placeTeamWork(S, team, now)              a team below its quota again: its waiting tasks
                                              take free devices they may run
     refreshDevice(S, deviceId, now, ...)     recompute a device's membership of `free`
@@ -143,24 +144,28 @@ end
 local function findDeviceFor(S, task, now)
   if task.target_device then
     local device = getJson(S.key.devices, task.target_device)
-    if device and runsTask(hostWorkflows(S, device.host_id), task)
-        and takeFree(S, task.target_device, device, now) then
+    if not device then
+      return nil
+    end
+    local host = hostState(S, device.host_id, now)
+    if runsTask(host.workflows, task) and takeFree(S, task.target_device, device, host) then
       return task.target_device, device
     end
     return nil
   end
   local low, high = prefixRange(task.driver)
-  local hostRuns = {}  -- host id -> whether it may run the task, read once per host
+  local hostRuns = {}  -- host id -> whether it is online and may run the task, read once per host
   local offset = 0
   while true do
     local members = rcall('ZRANGEBYLEX', S.key.free, low, high, 'LIMIT', offset, 100)
     for _, member in ipairs(members) do
       local deviceId = splitMember(member)[2]
       local device = getJson(S.key.devices, deviceId)
-      if device and hostOnline(S, device.host_id, now) and labelsMatch(task.labels, device.labels) then
+      if device and labelsMatch(task.labels, device.labels) then
         local runs = hostRuns[device.host_id]
         if runs == nil then
-          runs = runsTask(hostWorkflows(S, device.host_id), task)
+          local host = hostState(S, device.host_id, now)
+          runs = host.online and runsTask(host.workflows, task)
           hostRuns[device.host_id] = runs
         end
         if runs then
@@ -299,8 +304,7 @@ end
 -- Hand a device that just became free the waiting task the order picks (pickByShare) among those
 -- it may run: aimed at it, or of its driver with labels it matches, on a host that may run them.
 -- (A workflow task its host does not list stays queued for another host.) Whether it took one.
-local function feedDevice(S, deviceId, device, now)
-  local workflows = hostWorkflows(S, device.host_id)
+local function feedDevice(S, deviceId, device, now, workflows)
   local direct = 'd|' .. deviceId
   local task = pickByShare(S, {direct, 'p|' .. device.driver}, function(candidate)
     return runsTask(workflows, candidate)
@@ -365,10 +369,14 @@ local function refreshDevice(S, deviceId, now, device, released, feedAnew)
     return
   end
   local freeKey = freeMember(device.driver, deviceId)
+  local host
   local shouldBeFree = device.status == 'available'
     and (released or rcall('HEXISTS', S.key.reservations, deviceId) == 0)
     and rcall('HEXISTS', S.key.disabled_devices, deviceId) == 0
-    and hostSchedulable(S, device.host_id, now)
+  if shouldBeFree then
+    host = hostState(S, device.host_id, now)
+    shouldBeFree = host.schedulable
+  end
   if not shouldBeFree then
     if not released then
       rcall('ZREM', S.key.free, freeKey)
@@ -381,7 +389,7 @@ local function refreshDevice(S, deviceId, now, device, released, feedAnew)
   if feedAnew then
     rcall('ZREM', S.key.free, freeKey)  -- a device that takes a task is not free
   end
-  if not feedDevice(S, deviceId, device, now) then
+  if not feedDevice(S, deviceId, device, now, host.workflows) then
     rcall('ZADD', S.key.free, 0, freeKey)
   end
 end

@@ -5,23 +5,26 @@
 
   Functions (each takes the deployment, includes/deployment.lua, first, but labelsMatch):
     freeMember(driver, deviceId)              a device's member of `free` and `devices_by_driver`
+    hostState(S, hostId, now)                 what of a host decides whether its devices take
+                                              work, in one read: online, draining, stalled,
+                                              schedulable (all three allow it), workflows
     hostOnline(S, hostId, now)                its last heartbeat is within the offline threshold
-    hostSchedulable(S, hostId, now)           online, and neither draining nor stalled
     hostDeviceIds(S, hostId)                  the host's pooled device ids
     poolDevice(S, deviceId, device, previous) put a device record in the pool
     unpoolDevice(S, deviceId, device)         take it out
     labelsMatch(wantedJson, haveJson)         every wanted label present with the same value
-    takeFree(S, deviceId, device, now)        take a device out of `free` if it is usable there
-    hostWorkflows(S, hostId)                  the workflows a host lists, as a set, or nil: any
+    takeFree(S, deviceId, device, host)       take a device out of `free` if its host (hostState)
+                                              is online
     workflowOf(task)                          a workflow task's workflow name, or nil
     runsTask(workflows, task)                 whether a host with these workflows may run the task
 
   Invariants kept: a pooled device is in its host's `host_devices:<host>` and in
   `devices_by_driver` under its driver, and in `free` under nothing else; "online" is the
-  heartbeat's age against the threshold, read against Redis TIME, never the membership of
-  `hosts_online` alone (a host the reaper has not swept yet is already offline); a workflow task
-  runs only on a host that lists its workflow in `host_capabilities`, or has no entry there (an
-  agent older than capabilities, taken to run anything).
+  heartbeat's age (`seen` of `host_state:<host>`) against the threshold, read against Redis TIME,
+  never the membership of `hosts_online` alone (a host the reaper has not swept yet is already
+  offline); a workflow task runs only on a host that lists its workflow in its `capabilities`, or
+  lists none (an agent older than capabilities, taken to run anything). A host's standing is one
+  hash, so the placement that frees a device reads it in one command, not one per flag.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
@@ -30,16 +33,41 @@ local function freeMember(driver, deviceId)
   return indexMember(driver, deviceId)
 end
 
-local function hostOnline(S, hostId, now)
-  local seen = rcall('ZSCORE', S.key.hosts_online, hostId)
+-- The workflows a host's agent listed (its `capabilities` JSON), as a set {name = true}; nil when
+-- it listed none at all: it runs any workflow.
+local function workflowSet(capabilitiesJson)
+  if not capabilitiesJson then
+    return nil
+  end
+  local set = {}
+  for _, name in ipairs(cjson.decode(capabilitiesJson).workflows or {}) do
+    set[name] = true
+  end
+  return set
+end
+
+local function isOnline(S, seen, now)
   return seen ~= false and tonumber(seen) > now - S.offlineAfterMs
 end
 
--- Online, and neither drained by an operator nor stalled (an assignment's claim timed out).
-local function hostSchedulable(S, hostId, now)
-  return hostOnline(S, hostId, now)
-    and rcall('SISMEMBER', S.key.hosts_draining, hostId) == 0
-    and rcall('SISMEMBER', S.key.hosts_stalled, hostId) == 0
+-- What of a host decides whether its devices take work, from one HMGET of `host_state:<host>`:
+-- online (last heartbeat within the threshold), draining (an operator's), stalled (a claim timed
+-- out and it has not polled since), schedulable (online, neither draining nor stalled), and the
+-- workflows it lists (workflowSet).
+local function hostState(S, hostId, now)
+  local state = rcall('HMGET', derived(S, 'host_state', hostId), 'seen', 'draining', 'stalled', 'capabilities')
+  local host = {
+    online = isOnline(S, state[1], now),
+    draining = state[2] ~= false,
+    stalled = state[3] ~= false,
+    workflows = workflowSet(state[4]),
+  }
+  host.schedulable = host.online and not host.draining and not host.stalled
+  return host
+end
+
+local function hostOnline(S, hostId, now)
+  return isOnline(S, rcall('HGET', derived(S, 'host_state', hostId), 'seen'), now)
 end
 
 -- The pooled device ids of a host.
@@ -86,25 +114,10 @@ local function labelsMatch(wantedJson, haveJson)
   return true
 end
 
--- Take a device out of `free` if it is there and its host online; whether it was. (The ZREM
--- answers both questions a lookup would, in one command.)
-local function takeFree(S, deviceId, device, now)
-  return hostOnline(S, device.host_id, now)
-    and rcall('ZREM', S.key.free, freeMember(device.driver, deviceId)) == 1
-end
-
--- The workflows a host's agent listed in its last heartbeat (`host_capabilities`), as a set
--- {name = true}; nil when it listed none at all: it runs any workflow.
-local function hostWorkflows(S, hostId)
-  local raw = rcall('HGET', S.key.host_capabilities, hostId)
-  if not raw then
-    return nil
-  end
-  local set = {}
-  for _, name in ipairs(cjson.decode(raw).workflows or {}) do
-    set[name] = true
-  end
-  return set
+-- Take a device out of `free` if it is there and its host (hostState) online; whether it was.
+-- (The ZREM answers both questions a lookup would, in one command.)
+local function takeFree(S, deviceId, device, host)
+  return host.online and rcall('ZREM', S.key.free, freeMember(device.driver, deviceId)) == 1
 end
 
 -- The name of a workflow task's workflow (its `workflow` is the JSON {name, params}); nil for a
@@ -116,7 +129,7 @@ local function workflowOf(task)
   return cjson.decode(task.workflow).name
 end
 
--- Whether a host whose workflows are `workflows` (hostWorkflows) may run the task: a goal task
+-- Whether a host whose workflows are `workflows` (hostState) may run the task: a goal task
 -- runs anywhere, a workflow task where its workflow is listed or nothing is.
 local function runsTask(workflows, task)
   if workflows == nil then

@@ -3,7 +3,7 @@
   its queue (the same attempt, or the next), and the device it held takes other work.
 
   Functions (each takes the deployment, includes/deployment.lua, first, but nextAttempt):
-    dropReservation(S, task, now)            the task no longer holds its device
+    dropReservation(S, task, now, holds)     the task no longer holds its device
     releaseDevice(S, task, now, finished)    drop it, and let the device take other work
     finishTask(S, task, previous, now)       a terminal status: saved, deleted after retention,
                                              and told to webhooks
@@ -25,10 +25,12 @@
 
 -- Remove the task's reservation of its device (if it still holds it), counting it off its
 -- team's devices and its run's time into the team's usage; the device id, or nil, and whether
--- the reservation was dropped, and whether that took the team below its quota.
-local function dropReservation(S, task, now)
+-- the reservation was dropped, and whether that took the team below its quota. `holds`: the
+-- caller knows the task holds it (it was running: a running task's device is reserved by it,
+-- placement's invariant), so the reservation is not read first.
+local function dropReservation(S, task, now, holds)
   local deviceId = task.device_id
-  if deviceId and rcall('HGET', S.key.reservations, deviceId) == task.id then
+  if deviceId and (holds or rcall('HGET', S.key.reservations, deviceId) == task.id) then
     rcall('HDEL', S.key.reservations, deviceId)
     local team = teamOf(task)
     local running = countHeld(S, team, -1)
@@ -44,9 +46,10 @@ end
 
 -- Drop a task's hold on its device and let the device take other work.
 -- `finished` marks a device the agent reported busy as available again: the agent has just told
--- us the work that made it busy is over, and waiting for its next heartbeat would idle it.
+-- us the work that made it busy is over, and waiting for its next heartbeat would idle it. It
+-- comes only with the result of a running attempt, so the task holds its device.
 local function releaseDevice(S, task, now, finished)
-  local deviceId, released, belowQuota = dropReservation(S, task, now)
+  local deviceId, released, belowQuota = dropReservation(S, task, now, finished)
   if not deviceId then
     return
   end

@@ -17,8 +17,11 @@ async def expire_lease(api: Any, assignment: dict[str, Any]) -> None:
 
 
 async def silence_host(api: Any, host_id: str) -> None:
-    """Make the host's last heartbeat lie beyond the offline threshold."""
-    await api.ctx.store.redis.zadd(api.ctx.store.keys.hosts_online, {host_id: 0})
+    """Make the host's last heartbeat lie beyond the offline threshold: in the sweep's index and in
+    the state placement reads."""
+    keys = api.ctx.store.keys
+    await api.ctx.store.redis.zadd(keys.hosts_online, {host_id: 0})
+    await api.ctx.store.redis.hset(keys.host_state(host_id), "seen", 0)
 
 
 async def claim_one(api: Any, host: str, **kwargs: Any) -> dict[str, Any]:

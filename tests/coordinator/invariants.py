@@ -52,6 +52,7 @@ class Stored:
     draining: set[str]
     stalled: set[str]
     online: dict[str, float]
+    seen: dict[str, float]  # host id -> its last heartbeat as host_state:<host> holds it
     host_devices: dict[str, set[str]]
     waiting: dict[str, dict[str, float]]  # key kind:id -> task id -> seq
     assigned: dict[str, list[str]]
@@ -92,7 +93,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
                 pipe.lrange(key, 0, -1)
             elif kind == "lease":
                 pipe.get(key)
-            elif kind == "run_counts":
+            elif kind in ("run_counts", "host_state"):
                 pipe.hgetall(key)
             elif kind == "run_tasks":
                 pipe.zrange(key, 0, -1, withscores=True)
@@ -100,15 +101,13 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
                 continue
             read.append((kind, ident))
         for key in (keys.tasks, keys.devices, keys.reservations, keys.idempotency, keys.claims,
-                    keys.host_capabilities, keys.teams, keys.runs):
+                    keys.teams, keys.runs):
             pipe.hgetall(key)
         for key in (keys.tasks_by_status, keys.free, keys.devices_by_driver, keys.hosts_online, keys.lease_deadlines,
                     keys.claim_deadlines, keys.queue_deadlines, keys.retention):
             pipe.zrange(key, 0, -1, withscores=True)
         for key in (keys.disabled_devices, keys.progress):
             pipe.hkeys(key)
-        for key in (keys.hosts_draining, keys.hosts_stalled):
-            pipe.smembers(key)
         replies = await pipe.execute()
 
     host_devices: dict[str, set[str]] = {}
@@ -117,6 +116,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
     lease_keys: dict[str, dict[str, Any]] = {}
     run_counts: dict[str, dict[str, int]] = {}
     run_tasks: dict[str, dict[str, float]] = {}
+    host_state: dict[str, dict[str, str]] = {}
     for (kind, ident), reply in zip(read, replies, strict=False):
         if kind == "host_devices":
             host_devices[ident] = {_text(m) for m in reply}
@@ -128,11 +128,12 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
             run_counts[ident] = {_text(k): int(v) for k, v in reply.items()}
         elif kind == "run_tasks":
             run_tasks[ident] = {_text(m): score for m, score in reply}
+        elif kind == "host_state":
+            host_state[ident] = {_text(k): _text(v) for k, v in reply.items()}
         elif reply is not None:  # a lease key (its TTL may run out between the scan and the read)
             lease_keys[ident] = orjson.loads(reply)
-    (tasks, devices, reservations, idempotency, claims, capabilities, teams, runs, by_status, free, by_driver, online,
-     lease_deadlines, claim_deadlines, queue_deadlines, retention, disabled, progress, draining,
-     stalled) = replies[len(read):]
+    (tasks, devices, reservations, idempotency, claims, teams, runs, by_status, free, by_driver, online,
+     lease_deadlines, claim_deadlines, queue_deadlines, retention, disabled, progress) = replies[len(read):]
 
     def zset(reply: list[tuple[bytes, float]]) -> dict[str, float]:
         return {_text(m): s for m, s in reply}
@@ -146,8 +147,9 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         free=set(zset(free)),
         by_driver=set(zset(by_driver)),
         disabled={_text(k) for k in disabled},
-        draining={_text(m) for m in draining},
-        stalled={_text(m) for m in stalled},
+        draining={h for h, state in host_state.items() if "draining" in state},
+        stalled={h for h, state in host_state.items() if "stalled" in state},
+        seen={h: float(state["seen"]) for h, state in host_state.items() if "seen" in state},
         online=zset(online),
         host_devices=host_devices,
         waiting=waiting,
@@ -160,7 +162,8 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         claims={_text(k): orjson.loads(v) for k, v in claims.items()},
         progress={_text(k) for k in progress},
         lease_keys=lease_keys,
-        capabilities={_text(k): set(orjson.loads(v)["workflows"]) for k, v in capabilities.items()},
+        capabilities={h: set(orjson.loads(state["capabilities"])["workflows"])
+                      for h, state in host_state.items() if "capabilities" in state},
         teams={_text(k): _text(v) for k, v in teams.items()},
         runs={_text(k): orjson.loads(v) for k, v in runs.items()},
         run_counts=run_counts,
@@ -259,6 +262,9 @@ def check_indexes(s: Stored) -> None:
         by_host.setdefault(device["host_id"], set()).add(device_id)
     assert {h: d for h, d in s.host_devices.items() if d} == by_host, "host_devices mirror the pool"
     assert s.by_driver == {member(d["driver"], i) for i, d in s.devices.items()}, "devices_by_driver"
+    # A host's last heartbeat is in hosts_online (the sweep's index) exactly while its state holds it
+    # (what placement reads): both written by the heartbeat, both dropped when the host is detached.
+    assert s.seen == s.online, "hosts_online mirrors each host_state's seen"
     for entry in s.free:
         driver, _, device_id = entry.partition("\0")
         device = s.devices.get(device_id)

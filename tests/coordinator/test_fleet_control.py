@@ -53,6 +53,36 @@ async def test_a_drained_host_gets_no_new_work_and_finishes_what_runs(api: Api) 
     assert (await api.heartbeat("host-a", ["a1", "a2"])).json()["draining"] is False
 
 
+async def test_a_reaper_pass_moves_the_earlier_layout_of_host_standing(api: Api) -> None:
+    """The earlier layout kept drains, stalls and capabilities in three keys of the deployment: one
+    pass moves them into each host's state, and the hosts stand as before, online included."""
+    # The app's own reaper sweeps once as it starts: stopped, so only this test's passes run.
+    reaper = next(task for task in asyncio.all_tasks() if task.get_name() == "reaper")
+    reaper.cancel()
+    await asyncio.gather(reaper, return_exceptions=True)
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    agent = {"version": "0.1.0", "capabilities": {"workflows": ["checkout"], "planners": []}}
+    await api.heartbeat("host-a", ["a1"], agent=agent)
+    await api.heartbeat("host-b", ["b1"])
+    assert (await api.admin("POST", "/api/v1/hosts/host-a/drain")).json()["draining"] is True
+    states = {h: await redis.hgetall(keys.host_state(h)) for h in ("host-a", "host-b")}
+    assert set(states["host-a"]) == {b"seen", b"draining", b"capabilities"} and set(states["host-b"]) == {b"seen"}
+    # As the earlier layout held them (a stall too, which has no request of its own to make it):
+    await redis.delete(keys.host_state("host-a"), keys.host_state("host-b"))
+    await redis.sadd(keys.base + "hosts_draining", "host-a")
+    await redis.sadd(keys.base + "hosts_stalled", "host-b")
+    await redis.hset(keys.base + "host_capabilities", "host-a", states["host-a"][b"capabilities"])
+
+    assert (await api.sweep())["upgraded_hosts"] == 3
+    states["host-b"][b"stalled"] = b"1"
+    assert {h: await redis.hgetall(keys.host_state(h)) for h in ("host-a", "host-b")} == states
+    assert not await redis.exists(keys.base + "hosts_draining", keys.base + "hosts_stalled",
+                                  keys.base + "host_capabilities")
+    waiting = (await api.create_task(device_id="a1")).json()
+    assert waiting["status"] == "queued" and waiting["candidates"]["host_draining"] == 1
+    assert (await api.sweep())["upgraded_hosts"] == 0
+
+
 async def test_drain_of_an_unknown_host_is_404(api: Api) -> None:
     assert (await api.admin("POST", "/api/v1/hosts/nobody/drain")).status_code == 404
     # a configured static host never seen can be drained before it ever reports

@@ -65,7 +65,7 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads, RunRe
             return {}
         k = self.keys
         reply = await self._read_host_flags(
-            self.transport, [k.hosts_online, k.hosts_draining, k.hosts_stalled], [self._offline_after_ms, *host_ids],
+            self.transport, [k.tasks], [self._offline_after_ms, k.base, *host_ids],
             clock_offset_ms=self.clock.offset_ms)
         return {h: HostFlag(int(flags)) for h, flags in zip(host_ids, reply[1:], strict=True)}
 
@@ -84,9 +84,8 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads, RunRe
         k = self.keys
         reply = await self._read_waiting(
             self.transport,
-            [k.devices, k.reservations, k.disabled_devices, k.hosts_online, k.hosts_draining, k.hosts_stalled,
-             k.devices_by_driver, k.host_capabilities],
-            [self._offline_after_ms, target, self._candidates_scanned],
+            [k.devices, k.reservations, k.disabled_devices, k.devices_by_driver],
+            [self._offline_after_ms, target, self._candidates_scanned, k.base],
             clock_offset_ms=self.clock.offset_ms,
         )
         return candidates_from_reply(reply)

@@ -175,10 +175,11 @@ class FleetReads(Reader):
         if not online:
             return []
         async with self._pipeline() as pipe:
-            pipe.hmget(k.host_capabilities, online)
             for host_id in online:
+                pipe.hget(k.host_state(host_id), "capabilities")
                 pipe.scard(k.host_devices(host_id))
-            capabilities, *device_counts = await pipe.execute()
+            replies = await pipe.execute()
+        capabilities, device_counts = replies[0::2], replies[1::2]
         hosts_of: dict[str, list[str]] = {}
         devices_of: dict[str, int] = {}
         for host_id, raw, count in zip(online, capabilities, device_counts, strict=True):
