@@ -55,7 +55,7 @@ end
 local now = nowMs()
 local stateKey = derived(S, 'host_state', hostId)
 local state = rcall('HMGET', stateKey, 'seen', 'draining', 'capabilities')
-local wasOnline = state[1] ~= false and tonumber(state[1]) > now - S.offlineAfterMs
+local wasOnline = isOnline(S, state[1], now)
 local draining = state[2] ~= false and 1 or 0
 local previousJson = rcall('HGET', S.key.host_snapshots, hostId)
 if wasOnline and previousJson == snapshotJson then

@@ -31,23 +31,24 @@ local limit = tonumber(ARGV[2])
 
 local moved = 0
 for _, flag in ipairs({{KEYS[1], 'draining'}, {KEYS[2], 'stalled'}}) do
-  for _, hostId in ipairs(rcall('SPOP', flag[1], limit - moved)) do
-    rcall('HSETNX', derived(S, 'host_state', hostId), flag[2], 1)
-    moved = moved + 1
-  end
-  if moved >= limit then
-    return {0, moved}
+  if moved < limit then
+    for _, hostId in ipairs(rcall('SPOP', flag[1], limit - moved)) do
+      rcall('HSETNX', derived(S, 'host_state', hostId), flag[2], 1)
+      moved = moved + 1
+    end
   end
 end
 for _, hostId in ipairs(rcall('HKEYS', KEYS[3])) do
   if moved >= limit then
-    return {0, moved}
+    break
   end
   rcall('HSETNX', derived(S, 'host_state', hostId), 'capabilities', rcall('HGET', KEYS[3], hostId))
   rcall('HDEL', KEYS[3], hostId)
   moved = moved + 1
 end
-if moved > 0 then
+-- The call that moves the last entry gives each online host its `seen`: heartbeats of the
+-- earlier layout wrote only hosts_online.
+if moved > 0 and rcall('EXISTS', KEYS[1], KEYS[2], KEYS[3]) == 0 then
   local online = rcall('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
   for i = 1, #online, 2 do
     rcall('HSETNX', derived(S, 'host_state', online[i]), 'seen', online[i + 1])

@@ -9,6 +9,8 @@
                                               work, in one read: online, draining, stalled,
                                               schedulable (all three allow it), workflows
     hostOnline(S, hostId, now)                its last heartbeat is within the offline threshold
+    isOnline(S, seen, now)                    the same, of a `seen` already read
+    workflowSet(capabilitiesJson)             the workflows a host lists, as a set, or nil: any
     hostDeviceIds(S, hostId)                  the host's pooled device ids
     poolDevice(S, deviceId, device, previous) put a device record in the pool
     unpoolDevice(S, deviceId, device)         take it out

@@ -53,27 +53,39 @@ async def test_a_drained_host_gets_no_new_work_and_finishes_what_runs(api: Api) 
     assert (await api.heartbeat("host-a", ["a1", "a2"])).json()["draining"] is False
 
 
-async def test_a_reaper_pass_moves_the_earlier_layout_of_host_standing(api: Api) -> None:
+@pytest.mark.parametrize(("per_call", "listed"), [(None, ["checkout"]), (1, ["checkout"]), (2, None)])
+async def test_a_reaper_pass_moves_the_earlier_layout_of_host_standing(
+        api: Api, per_call: int | None, listed: list[str] | None) -> None:
     """The earlier layout kept drains, stalls and capabilities in three keys of the deployment: one
-    pass moves them into each host's state, and the hosts stand as before, online included."""
+    pass moves them into each host's state (or calls of a few entries each, until none is left; the
+    call that moves the last gives the online hosts their last heartbeat, whichever key it was
+    in), and the hosts stand as before, online included."""
     # The app's own reaper sweeps once as it starts: stopped, so only this test's passes run.
     reaper = next(task for task in asyncio.all_tasks() if task.get_name() == "reaper")
     reaper.cancel()
     await asyncio.gather(reaper, return_exceptions=True)
     redis, keys = api.ctx.store.redis, api.ctx.store.keys
-    agent = {"version": "0.1.0", "capabilities": {"workflows": ["checkout"], "planners": []}}
+    agent = {"version": "0.1.0", "capabilities": {"workflows": listed, "planners": []}} if listed else None
     await api.heartbeat("host-a", ["a1"], agent=agent)
     await api.heartbeat("host-b", ["b1"])
     assert (await api.admin("POST", "/api/v1/hosts/host-a/drain")).json()["draining"] is True
     states = {h: await redis.hgetall(keys.host_state(h)) for h in ("host-a", "host-b")}
-    assert set(states["host-a"]) == {b"seen", b"draining", b"capabilities"} and set(states["host-b"]) == {b"seen"}
+    assert set(states["host-a"]) == {b"seen", b"draining"} | ({b"capabilities"} if listed else set())
+    assert set(states["host-b"]) == {b"seen"}
     # As the earlier layout held them (a stall too, which has no request of its own to make it):
     await redis.delete(keys.host_state("host-a"), keys.host_state("host-b"))
     await redis.sadd(keys.base + "hosts_draining", "host-a")
     await redis.sadd(keys.base + "hosts_stalled", "host-b")
-    await redis.hset(keys.base + "host_capabilities", "host-a", states["host-a"][b"capabilities"])
+    if listed:
+        await redis.hset(keys.base + "host_capabilities", "host-a", states["host-a"][b"capabilities"])
 
-    assert (await api.sweep())["upgraded_hosts"] == 3
+    entries = 3 if listed else 2
+    if per_call is None:
+        assert (await api.sweep())["upgraded_hosts"] == entries
+    else:
+        calls = -(-entries // per_call) + 1
+        moved = [await api.ctx.store.upgrade_host_state(per_call) for _ in range(calls)]
+        assert sum(moved) == entries and moved[-1] == 0
     states["host-b"][b"stalled"] = b"1"
     assert {h: await redis.hgetall(keys.host_state(h)) for h in ("host-a", "host-b")} == states
     assert not await redis.exists(keys.base + "hosts_draining", keys.base + "hosts_stalled",
