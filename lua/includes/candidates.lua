@@ -29,16 +29,12 @@
 --- @include "includes/common"
 --- @include "includes/pool"
 
--- Of a host: online (its last heartbeat within the threshold), draining, stalled, and whether
--- it may run `task` (a goal: always; a workflow: it lists it, or lists nothing).
+-- Of a host: its hostState (online, draining, stalled), and `runs`, whether it may run `task`
+-- (a goal: always; a workflow: it lists it, or lists nothing).
 local function hostStanding(S, hostId, now, task)
   local host = hostState(S, hostId, now)
-  return {
-    online = host.online,
-    draining = host.draining,
-    stalled = host.stalled,
-    runs = runsTask(host.workflows, task),
-  }
+  host.runs = runsTask(host.workflows, task)
+  return host
 end
 
 -- A standing as one number: the sum of the HOST_FLAGS bits that hold.
