@@ -67,11 +67,12 @@ if claimId ~= '' then
     local assignment = cjson.decode(earlier)
     local leased = getJson(S.key.tasks, assignment.task_id)
     local now = nowMs()
-    if not (leased and leaseLive(S.key.lease_deadlines, assignment.task_id, leased, assignment.lease_id, now)) then
+    if not (leased and leased.status == 'running' and leased.lease_id == assignment.lease_id
+            and extendLease(S.key.lease_deadlines, derived(S, 'lease', assignment.task_id), assignment.task_id,
+                            assignment.lease_id, hostId, leased.attempt, ttl, now)) then
       return {0, false}
     end
     rcall('ZADD', S.key.lease_deadlines, now + ttl, assignment.task_id)
-    rcall('PEXPIRE', derived(S, 'lease', assignment.task_id), ttl)
     assignment.lease_ttl_ms = ttl
     assignment.lease_expires_at_ms = now + ttl
     local encoded = cjson.encode(assignment)

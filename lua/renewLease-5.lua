@@ -25,13 +25,14 @@
     {LEASE_EXPIRED}   past its deadline, or ended by a result or by the reaper
     {REVOKED}
 
-  Commands (bench/footprint.py, row 8a: 10 with the FCALL), each for a reason:
+  Commands (bench/footprint.py, row 8a: 9 with the FCALL), each for a reason:
     SISMEMBER revoked_tokens  a revoked credential is refused atomically, on every route
     TIME              the lease's new deadline, on the clock every process agrees on
     HGET tasks        the record: which lease and attempt are current, cancel_requested
-    ZSCORE lease_deadlines  whether the lease is still ahead of its deadline (the reaper's index)
+    SET lease:<task> XX GET PX   whether the lease is alive (its key, whose TTL is its time left and
+                      which people read, is still there) and its new TTL, in one command
+                      (includes/common.lua, extendLease; a key missing asks its deadline)
     ZADD lease_deadlines    its new deadline, which the reaper acts on
-    SET lease:<task>  the lease key's TTL, what an operator reads (DESIGN.md, "Keys are for people")
     HGET progress     whether the step changed, so the feed carries changes only
     HSET progress, XADD feed  a changed step, stored apart from the record (no rewrite of it
                       every renewal) and published

@@ -145,20 +145,17 @@ local function presentedLease(revokedKey, credential, leaseId, hostId, taskId, a
   return knownLease(leaseId, hostId, taskId, attempt, task)
 end
 
--- Whether `leaseId` is the running lease of the task (`task`, its record) and its deadline in
--- `deadlinesKey` is still ahead of `now`: the one test of a live lease, for renewals, artifact
--- uploads and a repeated claim alike.
-local function leaseLive(deadlinesKey, taskId, task, leaseId, now)
+-- Whether `deadlinesKey` (`lease_deadlines`) has the task's deadline still ahead of `now`.
+local function deadlineAhead(deadlinesKey, taskId, now)
   local deadline = rcall('ZSCORE', deadlinesKey, taskId)
-  return task.status == 'running' and task.lease_id == leaseId and deadline and tonumber(deadline) > now
+  return deadline ~= false and tonumber(deadline) > now
 end
 
--- The lease a host presents, checked as a renewal checks it, its credential already checked:
--- knownLease, then the attempt must be the task's current one (else LEASE_REPLACED), and the
--- lease the task's running, unexpired one (else LEASE_EXPIRED). Returns the lease, or nil and the
--- failure. Renewals (one or a batch) and artifact uploads share it, so they can never disagree on
--- which lease is current.
-local function currentLease(deadlinesKey, leaseId, hostId, taskId, attempt, task, now)
+-- The lease a host presents, its credential already checked: knownLease, then the attempt must be
+-- the task's current one (else LEASE_REPLACED), and the lease the task's running one by its record
+-- (else LEASE_EXPIRED). Returns the lease, or nil and the failure. Whether it is still alive is the
+-- caller's next question: currentLease asks its deadline, extendLease its key.
+local function heldLease(leaseId, hostId, taskId, attempt, task)
   local lease, failure = knownLease(leaseId, hostId, taskId, attempt, task)
   if not lease then
     return nil, failure
@@ -166,10 +163,40 @@ local function currentLease(deadlinesKey, leaseId, hostId, taskId, attempt, task
   if task.attempt > attempt then
     return nil, E.LEASE_REPLACED
   end
-  if not leaseLive(deadlinesKey, taskId, task, leaseId, now) then
+  if not (task.status == 'running' and task.lease_id == leaseId) then
     return nil, E.LEASE_EXPIRED
   end
   return lease
+end
+
+-- heldLease, and its deadline still ahead (else LEASE_EXPIRED): the lease an artifact upload
+-- presents. Renewals judge the same lease alive by extendLease, which agrees (its key lives exactly
+-- until that deadline), so the two can never disagree on which lease is current.
+local function currentLease(deadlinesKey, leaseId, hostId, taskId, attempt, task, now)
+  local lease, failure = heldLease(leaseId, hostId, taskId, attempt, task)
+  if lease and not deadlineAhead(deadlinesKey, taskId, now) then
+    return nil, E.LEASE_EXPIRED
+  end
+  return lease, failure
+end
+
+-- Whether a task's running lease (heldLease, or a repeated claim's, by its record) is alive,
+-- extending it to `ttl` ms from `now` when it is; the caller then moves its deadline. Its key
+-- `lease:<task>` is there exactly while it is alive: the key's TTL is the lease's time left,
+-- written on the Redis clock in every step that writes its deadline. So setting the key only if
+-- it is there (XX), which GET answers, judges and extends in one command. A key missing is judged
+-- by the deadline: a lease claimed by a version before lease keys is alive until its deadline, and
+-- gets its key.
+local function extendLease(deadlinesKey, leaseKey, taskId, leaseId, hostId, attempt, ttl, now)
+  local value = cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt})
+  if rcall('SET', leaseKey, value, 'XX', 'GET', 'PX', ttl) then
+    return true
+  end
+  if not deadlineAhead(deadlinesKey, taskId, now) then
+    return false
+  end
+  rcall('SET', leaseKey, value, 'PX', ttl)
+  return true
 end
 
 -- currentLease, for a credential not yet checked: a revoked one is refused first.

@@ -7,7 +7,8 @@
         R: {tasks, deadlines, progress, feed (keys), base (the key base), ttl (ms)}; `progress`
         the JSON to store, or "" to leave the stored one. Returns {0, new expiry (ms), cancel
         requested (0|1)}, or {failure}: LEASE_NOT_OWNED, LEASE_REPLACED or LEASE_EXPIRED as
-        currentLease (includes/common.lua) answers. The caller has checked the credential.
+        heldLease and extendLease (includes/common.lua) answer. The caller has checked the
+        credential.
 
   Invariants kept: only the current, unexpired lease is ever extended (its deadline and its
   lease key's TTL together); a rejected renewal changes nothing, so a stale lease can never
@@ -19,13 +20,14 @@
 
 local function renewOne(R, hostId, leaseId, taskId, attempt, progress, now)
   local task = getJson(R.tasks, taskId)
-  local lease, failure = currentLease(R.deadlines, leaseId, hostId, taskId, attempt, task, now)
+  local lease, failure = heldLease(leaseId, hostId, taskId, attempt, task)
   if not lease then
     return {failure}
   end
+  if not extendLease(R.deadlines, derived(R, 'lease', taskId), taskId, leaseId, hostId, attempt, R.ttl, now) then
+    return {E.LEASE_EXPIRED}
+  end
   rcall('ZADD', R.deadlines, now + R.ttl, taskId)
-  rcall('SET', derived(R, 'lease', taskId),
-        cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt}), 'PX', R.ttl)
   if progress ~= '' and rcall('HGET', R.progress, taskId) ~= progress then
     rcall('HSET', R.progress, taskId, progress)
     local step = cjson.decode(progress)

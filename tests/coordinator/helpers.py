@@ -12,8 +12,15 @@ from tests.support import REAL_REDIS_URL, glob_escape
 
 
 async def expire_lease(api: Any, assignment: dict[str, Any]) -> None:
-    """Make the deadline of the assignment's lease lie in the past, as if its TTL had run out."""
-    await api.ctx.store.redis.zadd(api.ctx.store.keys.lease_deadlines, {assignment["task_id"]: 0})
+    """End the assignment's lease as its TTL running out would: its key gone and its deadline, the
+    reaper's index, in the past."""
+    await expire_task_lease(api.ctx.store, assignment["task_id"])
+
+
+async def expire_task_lease(store: Any, task_id: str) -> None:
+    """expire_lease, by the store and the task's id."""
+    await store.redis.delete(store.keys.lease(task_id))
+    await store.redis.zadd(store.keys.lease_deadlines, {task_id: 0})
 
 
 async def silence_host(api: Any, host_id: str) -> None:

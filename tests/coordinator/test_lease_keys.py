@@ -63,3 +63,27 @@ async def test_an_expired_lease_loses_its_key_and_the_next_attempt_gets_its_own(
     second = await claim_one(api, "host-a")
     held, ttl_ms = await lease_key(api, second["task_id"])
     assert held == {"lease_id": second["lease_id"], "host_id": "host-a", "attempt": 2} and ttl_ms > 0
+
+
+@pytest.mark.parametrize("extension", ["renewal", "claim replay"])
+async def test_a_live_lease_without_its_key_is_judged_by_its_deadline_and_gets_its_key_back(
+        api: Api, extension: str) -> None:
+    # A lease claimed by a version before lease keys has its deadline and no key: a renewal (or a
+    # repeated claim) asks the deadline, which is ahead, and writes the key.
+    assignment = await running_task(api)  # claimed with claim id c-1
+    await api.ctx.store.redis.delete(api.ctx.store.keys.lease(assignment["task_id"]))
+    if extension == "renewal":
+        assert (await api.renew("host-a", assignment)).status_code == 200
+    else:
+        assert (await claim_one(api, "host-a", claim_id="c-1"))["lease_id"] == assignment["lease_id"]
+    held, ttl_ms = await lease_key(api, assignment["task_id"])
+    assert held == {"lease_id": assignment["lease_id"], "host_id": "host-a", "attempt": 1}
+    assert 0 < ttl_ms <= assignment["lease_ttl_ms"]
+
+
+async def test_a_renewal_past_the_deadline_writes_no_key(api: Api) -> None:
+    assignment = await running_task(api)
+    await expire_lease(api, assignment)
+    refused = await api.renew("host-a", assignment)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "lease_expired"
+    assert await lease_key(api, assignment["task_id"]) == (None, -2)

@@ -14,6 +14,7 @@ from coordinator.api.auth import HostPrincipal, token_digest
 from coordinator.errors import Conflict
 from coordinator.state.keys import Keys
 from coordinator.state.store import Store
+from tests.coordinator.helpers import expire_task_lease
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -44,7 +45,7 @@ async def _claim(store: Store, host: str) -> dict[str, Any]:
 
 
 async def _expire(store: Store, assignment: dict[str, Any]) -> None:
-    await store.redis.zadd(store.keys.lease_deadlines, {assignment["task_id"]: 0})
+    await expire_task_lease(store, assignment["task_id"])
 
 
 async def _task_record(store: Store, task_id: str) -> dict[str, Any]:

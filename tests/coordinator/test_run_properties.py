@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import Api
+from tests.coordinator.helpers import expire_lease, expire_task_lease
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +56,7 @@ async def _step(api: Api, run_id: str, step: str) -> None:
             return
         assignment = claimed.json()
         if step == "expire":
-            await api.ctx.store.redis.zadd(api.ctx.store.keys.lease_deadlines, {assignment["task_id"]: 0})
+            await expire_lease(api, assignment)
             await api.sweep()
         else:
             extra: dict[str, Any] = {"retryable": True} if step == "retry" else {}
@@ -78,7 +79,7 @@ async def _drain(api: Api, run_id: str) -> None:
         await api.result("host-a", claimed.json(), "cancelled")
     running = (await api.admin("GET", "/api/v1/tasks", params={"status": "running"})).json()["tasks"]
     for task in running:  # cancelled while running: its lease ends it
-        await api.ctx.store.redis.zadd(api.ctx.store.keys.lease_deadlines, {task["task_id"]: 0})
+        await expire_task_lease(api.ctx.store, task["task_id"])
     await api.sweep()
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from coordinator.clock import ShiftedClock
 from tests.conftest import Api
-from tests.coordinator.helpers import claim_one
+from tests.coordinator.helpers import claim_one, expire_lease
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -212,7 +212,7 @@ async def test_a_retryable_failure_and_an_expired_lease_keep_the_run_running(api
     await _report(api, "host-a", "failed", retryable=True)
     assert (await _run(api, run["run_id"]))["counts"] == _counts(assigned=1)
     assignment = await claim_one(api, "host-a")
-    await api.ctx.store.redis.zadd(api.ctx.store.keys.lease_deadlines, {assignment["task_id"]: 0})
+    await expire_lease(api, assignment)
     await api.sweep()
     ended = await _run(api, run["run_id"])
     assert ended["status"] == "failed" and ended["counts"] == _counts(failed=1)
