@@ -242,10 +242,18 @@ end
 -- and the walk stops at the first whose bound ranks after the best found. So a freed device reads
 -- one task per team only when the heads do not fit it, never the queues.
 local function pickByShare(S, targets, fits)
+  local keys = {}
+  for i, target in ipairs(targets) do
+    keys[i] = targetTeamsKey(S, target)
+  end
+  -- Nothing waits for any target, the common case at a result: one command answers it for all.
+  if rcall('EXISTS', unpack(keys)) == 0 then
+    return nil
+  end
   local heads = {}  -- {team, target, score} of each team waiting for one of the targets
   local teams = {}
-  for _, target in ipairs(targets) do
-    local entries = rcall('ZRANGE', targetTeamsKey(S, target), 0, -1, 'WITHSCORES')
+  for i, target in ipairs(targets) do
+    local entries = rcall('ZRANGE', keys[i], 0, -1, 'WITHSCORES')
     for i = 1, #entries, 2 do
       heads[#heads + 1] = {team = entries[i], target = target, score = tonumber(entries[i + 1])}
       teams[#teams + 1] = entries[i]
