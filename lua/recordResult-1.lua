@@ -29,7 +29,7 @@
     {REVOKED}
 
   Commands, a succeeded result that frees a device nobody waits for (bench/footprint.py, row
-  8a: 25 with the FCALL, no webhook registered), each for a reason:
+  8a: 23 with the FCALL, no webhook registered), each for a reason:
     HGET tasks, SISMEMBER revoked_tokens, TIME   the record, the credential, the clock
     ZREM lease_deadlines, DEL lease:<task>, HDEL progress   the lease and its progress end
     LPUSH, PEXPIRE device_runs:<device>   the device's history, bounded and expiring
@@ -38,16 +38,18 @@
     HGET webhook_routes   whether a webhook wants `task.ended` (then an XADD webhook_outbox for
                       each one that does: includes/events.lua, taskEnded)
     HDEL reservations the device's holder dropped (a running task holds its device: not read)
-    HINCRBY teams, HGET + HSET team_usage:<team>, HMGET teams   the team's devices held, its
-                      device time this hour (its share's standing), and whether the release took
-                      it below its cap (then its waiting work is placed)
+    HINCRBY teams, HINCRBY team_usage:<team>, HMGET teams   the team's devices held, its
+                      device time this hour (by minute: a minute's first also drops the fields an
+                      hour old), and whether the release took it below its cap (then its waiting
+                      work is placed)
     HGET devices      the device's record: its host, driver, status
     HEXISTS disabled_devices, HMGET host_state:<host>   whether the device may take work:
                       "schedulable", the one predicate every script reads (DESIGN.md, "One
                       notion of each state"), and which waiting tasks its host may run, the
                       host's part in one read
-    ZRANGE queue_teams_device:<device>, ZRANGE queue_teams:<driver>   the teams waiting for this
-                      device or for any of its driver (the heads only, bounded)
+    EXISTS queue_teams_device:<device> queue_teams:<driver>   whether any team waits for this
+                      device or for any of its driver (then a ZRANGE of each reads the teams'
+                      heads only, bounded: includes/placement.lua, pickByShare)
     ZADD free         nothing waits: the device is free
 
   Invariants: one result per attempt; a replay of any attempt's report gets the answer it first

@@ -151,7 +151,7 @@ class Keys:
 
     def team_usage(self, team: str) -> str:
         """The device time a team's runs used, by the minute they ended, over the last hour: a
-        hash minute % 60 -> "<minute>:<ms>"."""
+        hash minute (ms since the epoch // 60000) -> ms."""
         return self._of("team_usage", team)
 
     def host_state(self, host_id: str) -> str:

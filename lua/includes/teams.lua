@@ -7,7 +7,8 @@
     "<team>|running"  the devices its tasks hold (reserved: assigned or running)
     "<team>|queued"   its queued tasks
   and `team_usage:<team>` the device time its runs used, by the minute of their end, for the
-  last hour's figure: field minute % 60 -> "<minute>:<ms>", so it never holds more than an hour.
+  last hour's figure: field minute (ms since the epoch / 60000) -> ms, an hour of them at most.
+  (Earlier versions kept field minute % 60 -> "<minute>:<ms>": counted alike, dropped as they age.)
 
   Functions (each takes the deployment, includes/deployment.lua, first, but teamOf and atQuota):
     teamOf(task)                     a task's team ('default' for one stored before teams)
@@ -66,15 +67,23 @@ end
 
 local function recordUsage(S, team, startedAt, now)
   local minute = math.floor(now / 60000)
-  local slot = tostring(minute % 60)
   local usageKey = derived(S, 'team_usage', team)
   local ms = now - math.max(startedAt, now - 3600000)
-  local raw = rcall('HGET', usageKey, slot)
-  if raw then
-    local at, used = string.match(raw, '^(%d+):(%d+)$')
-    if tonumber(at) == minute then
-      ms = ms + tonumber(used)
+  -- One command a result: the minute's field added to. The minute's first (its sum is this run's
+  -- alone) drops the fields an hour old, so the hash holds an hour at most, for one more command
+  -- a minute.
+  if rcall('HINCRBY', usageKey, minute, ms) == ms then
+    local old = {}
+    local fields = rcall('HGETALL', usageKey)
+    for i = 1, #fields, 2 do
+      -- an earlier version's field is minute % 60 -> "<minute>:<ms>"
+      local at = tonumber(string.match(fields[i + 1], '^(%d+):') or fields[i])
+      if at <= minute - 60 then
+        old[#old + 1] = fields[i]
+      end
+    end
+    if #old > 0 then
+      rcall('HDEL', usageKey, unpack(old))
     end
   end
-  rcall('HSET', usageKey, slot, string.format('%d:%d', minute, ms))
 end

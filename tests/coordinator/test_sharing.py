@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.clock import ShiftedClock
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one
 
@@ -176,6 +177,32 @@ async def test_the_teams_listing_counts_devices_held_queued_tasks_and_device_tim
     qa = (await _teams(api))["qa"]
     assert (qa["running"], qa["queued"]) == (1, 0)
     assert qa["device_seconds_1h"] >= 0
+
+
+async def _run_for(api: Api, clock: ShiftedClock, ms: int) -> None:
+    """One qa task on a1, running ``ms`` by the clock before its result."""
+    await api.heartbeat("host-a", ["a1"])
+    await _create(api, team="qa", device_id="a1")
+    assignment = await claim_one(api, "host-a")
+    clock.advance(ms)
+    assert (await api.result("host-a", assignment)).status_code == 200
+
+
+async def test_device_time_counts_the_last_hour_of_runs_and_the_rest_is_dropped(api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock) as api:
+        store = api.ctx.store
+        # a field an earlier version wrote (minute % 60 -> "<minute>:<ms>"), this minute: counted
+        minute = await api.ctx.queries.redis_time_ms() // 60_000
+        await store.redis.hset(store.keys.team_usage("qa"), str(minute % 60), f"{minute}:3000")
+        await _run_for(api, clock, 5_000)
+        assert 8 <= (await _teams(api))["qa"]["device_seconds_1h"] < 9
+        clock.advance(61 * 60_000)
+        assert (await _teams(api))["qa"]["device_seconds_1h"] == 0
+        await _run_for(api, clock, 2_000)
+        assert 2 <= (await _teams(api))["qa"]["device_seconds_1h"] < 3
+        # the first result of a minute dropped every field an hour old: the hash holds the hour only
+        assert await store.redis.hlen(store.keys.team_usage("qa")) == 1
 
 
 async def test_the_task_listing_filters_by_team(api: Api) -> None:

@@ -16,13 +16,14 @@ HOUR_MS = 3_600_000
 
 
 def _usage_ms(raw: dict[Any, Any], now_ms: int) -> int:
-    """The ms of a team's ended runs within the last hour, from its minute slots."""
+    """The ms of a team's ended runs within the last hour, from its fields minute -> ms (or, as
+    earlier versions wrote them until they age out, minute % 60 -> "<minute>:<ms>")."""
     this_minute = now_ms // 60_000
     used = 0
-    for value in raw.values():
-        minute, ms = (int(part) for part in text(value).split(":"))
-        if minute > this_minute - 60:
-            used += ms
+    for field, value in raw.items():
+        minute, _, ms = text(value).rpartition(":")
+        if int(minute or text(field)) > this_minute - 60:
+            used += int(ms)
     return used
 
 
