@@ -13,7 +13,8 @@
     ARGV[11]    SHA-256 of the credential the request came with (revocation is bound to it)
   Keys it touches besides those of its includes:
     lease_deadlines  zset  task id -> its running lease's expiry (ms)
-    progress         hash  task id -> latest progress JSON
+    progress         hash  task id -> latest progress JSON of its running attempt (or of its
+                           last, once it ended)
     revoked_tokens   set   SHA-256 digests of revoked host tokens
   Output:
     {0, recorded at (ms), 0, task status}  recorded now; the status is what the task became
@@ -29,9 +30,11 @@
     {REVOKED}
 
   Commands, a succeeded result that frees a device nobody waits for (bench/footprint.py, row
-  8a: 23 with the FCALL, no webhook registered), each for a reason:
+  8a: 22 with the FCALL, no webhook registered), each for a reason:
     HGET tasks, SISMEMBER revoked_tokens, TIME   the record, the credential, the clock
-    ZREM lease_deadlines, DEL lease:<task>, HDEL progress   the lease and its progress end
+    ZREM lease_deadlines, DEL lease:<task>   the lease ends (its last progress stays with the
+                      ended task, shown nowhere, until retention deletes both: purgeTasks; a
+                      retried task's is deleted, so its next attempt starts with none)
     LPUSH, PEXPIRE device_runs:<device>   the device's history, bounded and expiring
     XADD feed, ZADD tasks_by_status, HSET tasks, ZADD retention   the event, the listing, the
                       record, and when retention deletes it
@@ -107,7 +110,6 @@ local retry = report.retryable == true and report.status == 'failed'
 rcall('ZREM', S.key.lease_deadlines, taskId)
 rcall('DEL', derived(S, 'lease', taskId))
 keepLastStep(S, task)  -- a task of a run: its report names the last step (one HGET, runs only)
-rcall('HDEL', S.key.progress, taskId)
 endRun(S, task, attempt, now, report.status)
 task.result_report = resultJson
 task.result_lease = leaseId
@@ -123,6 +125,7 @@ if retry then
     end
   end
   count(S, 'retries')
+  rcall('HDEL', S.key.progress, taskId)  -- the next attempt starts with none
   nextAttempt(task, now)
   requeueTask(S, task, now, 'requeued', 'retryable_failure')
   return {0, now, 0, 'queued'}

@@ -215,3 +215,25 @@ async def test_new_progress_reaches_the_feed_once(api: Api) -> None:
                            "device_id": "a1", "status": "running", "summary": "Opened Settings"}
     # the history keeps transitions only
     assert "progress" not in _types(await api.events(assignment["task_id"]))
+
+
+@pytest.mark.parametrize("ending", ["retried", "succeeded"])
+async def test_each_attempt_reports_its_progress_afresh(api: Api, ending: str) -> None:
+    # A retried attempt's progress is gone with it: the next attempt's first step is news, even the
+    # same one. An ended task shows none (it keeps its last one, unseen, until retention).
+    await api.heartbeat("host-a", ["a1"])
+    await api.create_task(device_id="a1", max_attempts=2)
+    step = {"step_index": 1, "status": "running", "summary": "Opened Settings"}
+    first = await claim_one(api, "host-a")
+    await api.renew("host-a", first, progress=step)
+    extra = {"retryable": True} if ending == "retried" else {}
+    await api.result("host-a", first, "failed" if ending == "retried" else "succeeded", **extra)
+    task = await api.task(first["task_id"])
+    assert task["progress"] is None
+    if ending == "retried":
+        second = await claim_one(api, "host-a")
+        assert (await api.task(second["task_id"]))["progress"] is None
+        await api.renew("host-a", second, progress=step)
+        redis, keys = api.ctx.store.redis, api.ctx.store.keys
+        fed = [orjson.loads(f[b"e"]) for _, f in await redis.xrange(keys.feed)]
+        assert [e["attempt"] for e in fed if e["type"] == "progress"] == [1, 2]
