@@ -24,10 +24,22 @@ of structures we could find. The obligations, and the command each costs:
   (PEXPIRE); the reservation (HDEL); the device's waiting work (one ZRANGE); the free index
   (ZADD).
 
-What it leaves out, Tether does: host liveness, drain and stall checks, disabled devices, the
-idempotency of claim ids, selectors with labels, progress on the feed. So it is a floor: we know
-of no way to keep the contract's state in fewer commands, and Tether's extra work is the gap to
-it.
+Drawn before sharing the fleet, webhooks and lease keys, the floor was 39 commands. What each
+of those asks of every lifecycle since (PROTOCOL.md, "Sharing the fleet" and "Webhooks";
+DESIGN.md, "Keys are for people"), at one command per need:
+
+- create: the team's cap and the devices it holds (HMGET: a team at its quota waits), then one
+  more held (HINCRBY);
+- claim: the lease's key, with its TTL (SET);
+- renew: the key's TTL extended with the deadline (SET);
+- result: the key deleted (DEL); one fewer held (HINCRBY), and the team's cap (HGET: a release
+  that takes it below its cap places its waiting work); its device time this hour, which the
+  teams listing shows (HINCRBY); whether a webhook wants `task.ended` (HGET).
+
+So the floor is 48. What it leaves out, Tether does: host liveness, drain and stall checks,
+disabled devices, the idempotency of claim ids, selectors with labels, progress on the feed,
+the share among teams waiting for a freed device. So it is a floor: we know of no way to keep
+the contract's state in fewer commands, and Tether's extra work is the gap to it.
 """
 
 from __future__ import annotations
@@ -55,16 +67,22 @@ local function nowMs()
 end
 """
 
-# KEYS: tasks seq by_status free reservations assigned deadlines feed polls
-# ARGV: task JSON, device id, host id, claim timeout (ms)
+# KEYS: tasks seq by_status free reservations assigned deadlines feed polls teams
+# ARGV: task JSON, device id, host id, claim timeout (ms), team
 CREATE = CLOCK + """
 local now = nowMs()
 local task = cjson.decode(ARGV[1])
 task.seq = redis.call('INCR', KEYS[2])
 task.attempt, task.created_at, task.updated_at, task.queued_at = 1, now, now, now
 local events = {{at = now, type = 'created', status = 'queued', attempt = 1, device_id = ARGV[2]}}
+local team = redis.call('HMGET', KEYS[10], ARGV[5], ARGV[5] .. '|running')
+local cap = team[1] and cjson.decode(team[1]).max_devices
+if cap and tonumber(team[2] or 0) >= cap then
+  return redis.error_reply('the floor runs only below the team cap')
+end
 if redis.call('ZREM', KEYS[4], ARGV[2]) == 1 then
   redis.call('HSET', KEYS[5], ARGV[2], task.id)
+  redis.call('HINCRBY', KEYS[10], ARGV[5] .. '|running', 1)
   redis.call('RPUSH', KEYS[6], task.id)
   redis.call('ZADD', KEYS[7], now + tonumber(ARGV[4]), task.id)
   task.status, task.device_id, task.host_id = 'assigned', ARGV[2], ARGV[3]
@@ -88,9 +106,9 @@ redis.call('HSET', KEYS[1], task.id, encoded)
 return encoded
 """
 
-# KEYS: revoked assigned tasks deadlines feed by_status polls
+# KEYS: revoked assigned tasks deadlines feed by_status polls; the lease key's prefix is ARGV[7]
 # ARGV: credential digest, lease id, lease TTL (ms), host id, the waiting poll's inbox ("" if it
-# will not wait), how long it waits (ms)
+# will not wait), how long it waits (ms), the lease key's prefix
 CLAIM = CLOCK + """
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
   return redis.error_reply('revoked')
@@ -113,6 +131,8 @@ local event = {at = now, type = 'claimed', status = 'running', attempt = task.at
                device_id = task.device_id, host_id = task.host_id}
 task.events[#task.events + 1] = event
 redis.call('ZADD', KEYS[4], now + ttl, taskId)
+redis.call('SET', ARGV[7] .. taskId, cjson.encode({lease_id = ARGV[2], host_id = ARGV[4], attempt = task.attempt}),
+           'PX', ttl)
 event.task_id = taskId
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', 10000, '*', 'e', cjson.encode(event))
 redis.call('ZADD', KEYS[6], string.format('%.0f', 3 * 2^48 + task.seq), taskId)
@@ -141,7 +161,7 @@ local function leasedTask(digest)
 end
 """
 
-# KEYS: tasks revoked deadlines
+# KEYS: tasks revoked deadlines lease
 # ARGV: host id, lease id, task id, attempt, lease TTL (ms), progress JSON, credential digest
 RENEW = LEASED + """
 local task, now = leasedTask(ARGV[7])
@@ -154,12 +174,15 @@ end
 task.lease_deadline = now + tonumber(ARGV[5])
 task.progress = cjson.decode(ARGV[6])
 redis.call('ZADD', KEYS[3], task.lease_deadline, ARGV[3])
+redis.call('SET', KEYS[4], cjson.encode({lease_id = ARGV[2], host_id = ARGV[1], attempt = task.attempt}),
+           'PX', tonumber(ARGV[5]))
 redis.call('HSET', KEYS[1], ARGV[3], cjson.encode(task))
 return task.lease_deadline
 """
 
-# KEYS: tasks revoked by_status deadlines feed device_runs reservations waiting free
-# ARGV: host id, lease id, task id, attempt, result JSON, credential digest, retention (ms)
+# KEYS: tasks revoked by_status deadlines feed device_runs reservations waiting free lease teams
+#       team_usage webhook_routes
+# ARGV: host id, lease id, task id, attempt, result JSON, credential digest, retention (ms), team
 RESULT = LEASED + """
 local task, now = leasedTask(ARGV[6])
 if not task then
@@ -182,7 +205,12 @@ redis.call('LPUSH', KEYS[6], cjson.encode({task_id = ARGV[3], attempt = task.att
                                            started_at = task.started_at, ended_at = now,
                                            outcome = report.status}))
 redis.call('PEXPIRE', KEYS[6], retention)
+redis.call('DEL', KEYS[10])
+redis.call('HGET', KEYS[13], 'task.ended')  -- no webhook in the floor's runs: nothing to deliver
 redis.call('HDEL', KEYS[7], task.device_id)
+redis.call('HINCRBY', KEYS[11], ARGV[8] .. '|running', -1)
+redis.call('HGET', KEYS[11], ARGV[8])  -- no cap in the floor's runs: no team work to place
+redis.call('HINCRBY', KEYS[12], math.floor(now / 60000), now - task.started_at)
 if #redis.call('ZRANGE', KEYS[8], 0, 0) == 0 then
   redis.call('ZADD', KEYS[9], 0, task.device_id)
 end
@@ -227,6 +255,7 @@ class Lifecycles:
 CLAIM_TIMEOUT_MS = 60_000
 LEASE_TTL_MS = 60_000
 RETENTION_MS = 7 * 86_400_000
+TEAM = "default"
 
 
 class LifecycleFloor(Lifecycles):
@@ -265,8 +294,9 @@ class LifecycleFloor(Lifecycles):
         task = orjson.dumps({**body, "id": f"t_{secrets.token_hex(12)}", "max_steps": 20, "max_attempts": 3,
                              "queue_timeout_ms": 86_400_000, "target_device": device})
         return await self._call("create", [k("tasks"), k("seq"), k("by_status"), k("free"), k("reservations"),
-                                           k(f"assigned:{host}"), k("deadlines"), k("feed"), k(f"polls:{host}")],
-                                task, device, host, CLAIM_TIMEOUT_MS)
+                                           k(f"assigned:{host}"), k("deadlines"), k("feed"), k(f"polls:{host}"),
+                                           k("teams")],
+                                task, device, host, CLAIM_TIMEOUT_MS, TEAM)
 
     async def claim(self, host: str, inbox: str = "", wait_ms: int = 0) -> bytes | None:
         """The assignment JSON, or None when the host has none; then, given an ``inbox`` (a list
@@ -274,22 +304,24 @@ class LifecycleFloor(Lifecycles):
         k = self._key
         return await self._call("claim", [k("revoked"), k(f"assigned:{host}"), k("tasks"), k("deadlines"), k("feed"),
                                           k("by_status"), k(f"polls:{host}")],
-                                self.digest, f"l_{secrets.token_hex(16)}", LEASE_TTL_MS, host, inbox, wait_ms)
+                                self.digest, f"l_{secrets.token_hex(16)}", LEASE_TTL_MS, host, inbox, wait_ms,
+                                k("lease:"))
 
     def inbox(self, process: str) -> str:
         return self._key(f"inbox:{process}")
 
     async def renew(self, host: str, lease_id: str, task_id: str, attempt: int, progress: bytes) -> int:
         k = self._key
-        return await self._call("renew", [k("tasks"), k("revoked"), k("deadlines")],
+        return await self._call("renew", [k("tasks"), k("revoked"), k("deadlines"), k(f"lease:{task_id}")],
                                 host, lease_id, task_id, attempt, LEASE_TTL_MS, progress, self.digest)
 
     async def result(self, host: str, lease_id: str, task_id: str, attempt: int, report: bytes) -> int:
         k, device = self._key, f"{host}-d0"
         return await self._call("result", [k("tasks"), k("revoked"), k("by_status"), k("deadlines"), k("feed"),
                                            k(f"device_runs:{device}"), k("reservations"), k(f"waiting:{device}"),
-                                           k("free")],
-                                host, lease_id, task_id, attempt, report, self.digest, RETENTION_MS)
+                                           k("free"), k(f"lease:{task_id}"), k("teams"), k(f"team_usage:{TEAM}"),
+                                           k("webhook_routes")],
+                                host, lease_id, task_id, attempt, report, self.digest, RETENTION_MS, TEAM)
 
     async def lifecycle(self, n: int, body: dict[str, object]) -> None:
         host = f"h{n}"
