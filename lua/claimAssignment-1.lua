@@ -69,7 +69,8 @@ if claimId ~= '' then
     local now = nowMs()
     if not (leased and leased.status == 'running' and leased.lease_id == assignment.lease_id
             and extendLease(S.key.lease_deadlines, derived(S, 'lease', assignment.task_id), assignment.task_id,
-                            assignment.lease_id, hostId, leased.attempt, ttl, now)) then
+                            {lease_id = assignment.lease_id, host_id = hostId, attempt = leased.attempt}, nil,
+                            ttl, now)) then
       return {0, false}
     end
     rcall('ZADD', S.key.lease_deadlines, now + ttl, assignment.task_id)

@@ -17,7 +17,7 @@
     ARGV[7] lease TTL (ms)
     ARGV[8] progress JSON to store, or "" to leave the stored progress as it is
   Keys it derives:
-    lease:<task id>  string the live lease {lease_id, host_id, attempt}, its TTL the time left
+    lease:<task id>  string the live lease {lease_id, host_id, attempt, progress?}, its TTL the time left
   Output:
     {0, new expiry (ms), cancel requested (0|1)}
     {LEASE_NOT_OWNED} unknown lease, another host's, or not this task and attempt
@@ -25,17 +25,19 @@
     {LEASE_EXPIRED}   past its deadline, or ended by a result or by the reaper
     {REVOKED}
 
-  Commands (bench/footprint.py, row 8a: 9 with the FCALL), each for a reason:
+  Commands, a renewal whose step is news (bench/footprint.py, row 8a: 8 with the FCALL), each
+  for a reason:
     SISMEMBER revoked_tokens  a revoked credential is refused atomically, on every route
     TIME              the lease's new deadline, on the clock every process agrees on
     HGET tasks        the record: which lease and attempt are current, cancel_requested
     SET lease:<task> XX GET PX   whether the lease is alive (its key, whose TTL is its time left and
-                      which people read, is still there) and its new TTL, in one command
-                      (includes/common.lua, extendLease; a key missing asks its deadline)
+                      which people read, is still there), its new TTL and its latest step, and the
+                      step it held before, so whether this one is news: one command
+                      (includes/common.lua, extendLease; a key missing asks its deadline; with no
+                      progress sent, PEXPIRE)
     ZADD lease_deadlines    its new deadline, which the reaper acts on
-    HGET progress     whether the step changed, so the feed carries changes only
     HSET progress, XADD feed  a changed step, stored apart from the record (no rewrite of it
-                      every renewal) and published
+                      every renewal) and published; a step that is not news runs neither
 
   Invariant: only the current, unexpired lease is ever extended (its deadline and its key's TTL
   together); a rejected renewal changes nothing, so a stale lease can never revive or alter the

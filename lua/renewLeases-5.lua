@@ -16,7 +16,7 @@
     ARGV[5..] the leases, four arguments each: lease id, task id, attempt, progress JSON ("" to
             leave the stored progress as it is)
   Keys it derives:
-    lease:<task id>  string the live lease {lease_id, host_id, attempt}, its TTL the time left
+    lease:<task id>  string the live lease {lease_id, host_id, attempt, progress?}, its TTL the time left
   Output:
     {0, {answer, ...}}  one answer per lease, in the order given, each as a single renewal
                         answers (lua/renewLease): {0, new expiry (ms), cancel requested (0|1)}

@@ -167,8 +167,9 @@ class Keys:
         return self._of("host_devices", host_id)
 
     def lease(self, task_id: str) -> str:
-        """The task's live lease, for people: a string {lease_id, host_id, attempt} whose TTL is the
-        lease's time left (``redis-cli PTTL``); ``lease_deadlines`` is what the reaper acts on."""
+        """The task's live lease, for people: a string {lease_id, host_id, attempt, progress (its
+        latest step, once a renewal sent one)} whose TTL is the lease's time left (``redis-cli
+        PTTL``); ``lease_deadlines`` is what the reaper acts on."""
         return self._of("lease", task_id)
 
     def polls(self, host_id: str) -> str:

@@ -183,13 +183,22 @@ end
 -- Whether a task's running lease (heldLease, or a repeated claim's, by its record) is alive,
 -- extending it to `ttl` ms from `now` when it is; the caller then moves its deadline. Its key
 -- `lease:<task>` is there exactly while it is alive: the key's TTL is the lease's time left,
--- written on the Redis clock in every step that writes its deadline. So setting the key only if
--- it is there (XX), which GET answers, judges and extends in one command. A key missing is judged
--- by the deadline: a lease claimed by a version before lease keys is alive until its deadline, and
--- gets its key.
-local function extendLease(deadlinesKey, leaseKey, taskId, leaseId, hostId, attempt, ttl, now)
-  local value = cjson.encode({lease_id = leaseId, host_id = hostId, attempt = attempt})
-  if rcall('SET', leaseKey, value, 'XX', 'GET', 'PX', ttl) then
+-- written on the Redis clock in every step that writes its deadline. So extending the key only if
+-- it is there judges and extends in one command: PEXPIRE, or, given `step` (the renewal's
+-- progress, a table, kept in the key beside `held`, {lease_id, host_id, attempt}), SET XX GET,
+-- which answers the progress the key held before (so a renewal knows whether its step is news
+-- without reading it apart). A key missing is judged by the deadline: a lease claimed by a version
+-- before lease keys is alive until its deadline, and gets its key. Returns whether it is alive
+-- and the progress held before (nil for none, or without `step`).
+local function extendLease(deadlinesKey, leaseKey, taskId, held, step, ttl, now)
+  local value = cjson.encode({lease_id = held.lease_id, host_id = held.host_id, attempt = held.attempt,
+                              progress = step})
+  if step then
+    local before = rcall('SET', leaseKey, value, 'XX', 'GET', 'PX', ttl)
+    if before then
+      return true, cjson.decode(before).progress
+    end
+  elseif rcall('PEXPIRE', leaseKey, ttl) == 1 then
     return true
   end
   if not deadlineAhead(deadlinesKey, taskId, now) then

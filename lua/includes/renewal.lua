@@ -12,11 +12,18 @@
 
   Invariants kept: only the current, unexpired lease is ever extended (its deadline and its
   lease key's TTL together); a rejected renewal changes nothing, so a stale lease can never
-  revive or alter the current attempt. Progress that differs from the stored one is published on
-  the feed (type `progress`; not in the task's history, which keeps transitions only).
+  revive or alter the current attempt. Progress is kept in the lease key too, whose extension
+  answers the step it held before: one that differs is stored in `progress` (what readers read)
+  and published on the feed (type `progress`; not in the task's history, which keeps transitions
+  only).
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
+
+-- Whether two progress reports name the same step ({step_index, status, summary}; nil for none).
+local function sameStep(a, b)
+  return a ~= nil and b ~= nil and a.step_index == b.step_index and a.status == b.status and a.summary == b.summary
+end
 
 local function renewOne(R, hostId, leaseId, taskId, attempt, progress, now)
   local task = getJson(R.tasks, taskId)
@@ -24,13 +31,15 @@ local function renewOne(R, hostId, leaseId, taskId, attempt, progress, now)
   if not lease then
     return {failure}
   end
-  if not extendLease(R.deadlines, derived(R, 'lease', taskId), taskId, leaseId, hostId, attempt, R.ttl, now) then
+  local step = progress ~= '' and cjson.decode(progress) or nil
+  local alive, before = extendLease(R.deadlines, derived(R, 'lease', taskId), taskId,
+                                    {lease_id = leaseId, host_id = hostId, attempt = attempt}, step, R.ttl, now)
+  if not alive then
     return {E.LEASE_EXPIRED}
   end
   rcall('ZADD', R.deadlines, now + R.ttl, taskId)
-  if progress ~= '' and rcall('HGET', R.progress, taskId) ~= progress then
+  if step and not sameStep(before, step) then
     rcall('HSET', R.progress, taskId, progress)
-    local step = cjson.decode(progress)
     rcall('XADD', R.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode({
       type = 'progress', at = now, task_id = taskId, attempt = attempt, host_id = hostId,
       device_id = lease.device_id, step_index = step.step_index, status = step.status, summary = step.summary,

@@ -205,7 +205,8 @@ async def test_new_progress_reaches_the_feed_once(api: Api) -> None:
     step = {"step_index": 2, "status": "running", "summary": "Opened Settings"}
     for _ in range(2):  # the same progress again is not news
         assert (await api.renew("host-a", assignment, progress=step)).status_code == 200
-    await api.renew("host-a", assignment)  # none sent
+    await api.renew("host-a", assignment)  # none sent: the step stays what it was
+    assert (await api.renew("host-a", assignment, progress=step)).status_code == 200
     await api.renew("host-a", assignment, progress={**step, "step_index": 3})
     redis, keys = api.ctx.store.redis, api.ctx.store.keys
     fed = [orjson.loads(f[b"e"]) for _, f in await redis.xrange(keys.feed)]

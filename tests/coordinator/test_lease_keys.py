@@ -41,6 +41,15 @@ async def test_a_renewal_extends_the_key_by_its_ttl(api: Api) -> None:
     assert assignment["lease_ttl_ms"] < ttl_ms <= longer_ms
 
 
+async def test_the_key_holds_the_latest_step_a_renewal_sent(api: Api) -> None:
+    assignment = await running_task(api)
+    step = {"step_index": 2, "status": "running", "summary": "Opened Settings"}
+    assert (await api.renew("host-a", assignment, progress=step)).status_code == 200
+    assert (await api.renew("host-a", assignment)).status_code == 200  # none sent: kept
+    held, _ = await lease_key(api, assignment["task_id"])
+    assert held == {"lease_id": assignment["lease_id"], "host_id": "host-a", "attempt": 1, "progress": step}
+
+
 async def test_a_refused_renewal_leaves_the_key_alone(api: Api) -> None:
     assignment = await running_task(api)
     before, _ = await lease_key(api, assignment["task_id"])
