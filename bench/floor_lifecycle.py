@@ -20,11 +20,12 @@ of structures we could find. The obligations, and the command each costs:
 - renew: the record, which also holds the lease deadline and the latest progress (HGET, HSET);
   revocation (SISMEMBER); the deadline index (ZADD);
 - result: the record (HGET, HSET); revocation (SISMEMBER); the status listing (ZADD); the
-  deadline, now retention's (ZADD); the feed (XADD); the device's history (LPUSH) and its bound
-  (PEXPIRE); the reservation (HDEL); the device's waiting work (one ZRANGE); the free index
-  (ZADD).
+  deadline, now retention's (ZADD); the feed (XADD); the device's history (LPUSH: its bound
+  and its expiry cost nothing a run, includes/events.lua); the reservation (HDEL); the device's
+  waiting work (one ZRANGE); the free index (ZADD).
 
-Drawn before sharing the fleet, webhooks and lease keys, the floor was 39 commands. What each
+Drawn before sharing the fleet, webhooks and lease keys, the floor was 39 commands (38 since a
+device's history needs no expiry a run). What each
 of those asks of every lifecycle since (PROTOCOL.md, "Sharing the fleet" and "Webhooks";
 DESIGN.md, "Keys are for people"), at one command per need:
 
@@ -36,7 +37,7 @@ DESIGN.md, "Keys are for people"), at one command per need:
   that takes it below its cap places its waiting work); its device time this hour, which the
   teams listing shows (HINCRBY); whether a webhook wants `task.ended` (HGET).
 
-So the floor is 48. What it leaves out, Tether does: host liveness, drain and stall checks,
+So the floor is 47. What it leaves out, Tether does: host liveness, drain and stall checks,
 disabled devices, the idempotency of claim ids, selectors with labels, progress on the feed,
 the share among teams waiting for a freed device. So it is a floor: we know of no way to keep
 the contract's state in fewer commands, and Tether's extra work is the gap to it.
@@ -204,7 +205,6 @@ redis.call('XADD', KEYS[5], 'MAXLEN', '~', 10000, '*', 'e', cjson.encode(event))
 redis.call('LPUSH', KEYS[6], cjson.encode({task_id = ARGV[3], attempt = task.attempt, host_id = task.host_id,
                                            started_at = task.started_at, ended_at = now,
                                            outcome = report.status}))
-redis.call('PEXPIRE', KEYS[6], retention)
 redis.call('DEL', KEYS[10])
 redis.call('HGET', KEYS[13], 'task.ended')  -- no webhook in the floor's runs: nothing to deliver
 redis.call('HDEL', KEYS[7], task.device_id)

@@ -34,7 +34,7 @@ from coordinator.feed import EventFeed
 from coordinator.longpoll import ClaimWaiter, new_process_id
 from coordinator.metrics import Metrics
 from coordinator.outage import OutageLog
-from coordinator.reaper import run_reaper
+from coordinator.reaper import run_reaper, upgrade_before_serving
 from coordinator.settings import Settings
 from coordinator.state.epoch import Epoch
 from coordinator.state.keys import Keys
@@ -133,6 +133,7 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
                  ctx.artifacts.blobs)
         await ctx.store.load_scripts()
         await ctx.epoch.check()  # the epoch this process's caches belong to (written if missing)
+        await upgrade_before_serving(ctx.store)
         loops = [asyncio.create_task(ctx.waiter.run(), name="waiter"),
                  asyncio.create_task(ctx.feed.run(), name="feed"),
                  asyncio.create_task(run_reaper(ctx.store, ctx.artifacts, settings.reaper_interval_s, outage),

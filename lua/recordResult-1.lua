@@ -30,12 +30,13 @@
     {REVOKED}
 
   Commands, a succeeded result that frees a device nobody waits for (bench/footprint.py, row
-  8a: 22 with the FCALL, no webhook registered), each for a reason:
+  8a: 21 with the FCALL, no webhook registered), each for a reason:
     HGET tasks, SISMEMBER revoked_tokens, TIME   the record, the credential, the clock
     ZREM lease_deadlines, DEL lease:<task>   the lease ends (its last progress stays with the
                       ended task, shown nowhere, until retention deletes both: purgeTasks; a
                       retried task's is deleted, so its next attempt starts with none)
-    LPUSH, PEXPIRE device_runs:<device>   the device's history, bounded and expiring
+    LPUSH device_runs:<device>   the device's history (trimmed once a hundred runs, no expiry
+                      while the device is pooled: includes/events.lua, endRun)
     XADD feed, ZADD tasks_by_status, HSET tasks, ZADD retention   the event, the listing, the
                       record, and when retention deletes it
     HGET webhook_routes   whether a webhook wants `task.ended` (then an XADD webhook_outbox for

@@ -67,6 +67,8 @@ class Keys:
         self.queue_deadlines = p + "queue_deadlines"
         self.claim_deadlines = p + "claim_deadlines"
         self.retention = p + "retention"
+        # upgrades of the layout that walk a key (lua/upgradeDeviceRuns): name -> cursor, or "done"
+        self.upgrades = p + "upgrades"
         # history: the live feed (a capped stream) and deployment-wide counters
         self.feed = p + "feed"
         self.stats = p + "stats"

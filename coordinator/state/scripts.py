@@ -43,6 +43,9 @@ from coordinator.transport.base import (
 
 __all__ = ["NO_WAIT", "Durability", "Library", "NotReplicated", "Script", "load_scripts"]
 
+# A device's runs are trimmed back to wire.DEVICE_RUNS_KEPT once they hold this many more: one
+# LTRIM a batch of runs instead of one a run (lua/includes/events.lua, endRun).
+DEVICE_RUNS_SLACK = 100
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
 _FLAGS = re.compile(r"^--- @flags ([\w -]+?)\s*$", re.MULTILINE)
 _NAME = re.compile(r"^(?P<name>[a-zA-Z]+)-(?P<keys>\d+)\.lua$")
@@ -153,6 +156,7 @@ def lua_constants() -> str:
             f"local CANDIDATE_COUNTS = {{{counts}}}\n"
             f"local TASK_EVENTS_KEPT = {wire.TASK_EVENTS_KEPT}\n"
             f"local DEVICE_RUNS_KEPT = {wire.DEVICE_RUNS_KEPT}\n"
+            f"local DEVICE_RUNS_SLACK = {DEVICE_RUNS_SLACK}\n"
             f"local FEED_EVENTS_KEPT = {wire.FEED_EVENTS_KEPT}\n"
             f"local STATUS_CODES = {{{statuses}}}\n"
             f"local STATUS_SPAN = {STATUS_SPAN}\n"

@@ -375,6 +375,18 @@ class Store:
             [base, limit])
         return int(reply[1])
 
+    async def upgrade_device_runs(self, limit: int = 100) -> Sweep:
+        """Pooled devices whose runs lost the expiry earlier versions gave them
+        (lua/upgradeDeviceRuns): a batch while the walk is under way (a full one, so the caller
+        calls again), what is left once it is done."""
+        k = self.keys
+        # Never waits for replicas: it runs as a process starts, and a walk a failover loses is
+        # walked again by the next start, with the same result.
+        reply = await self._scripts["upgradeDeviceRuns"](self.transport, [k.devices, k.upgrades], [k.base, limit],
+                                                         NO_WAIT)
+        walked = int(reply[1])
+        return Sweep(walked if reply[2] == 1 else limit, walked)
+
     async def upgrade_status_index(self, limit: int = 100) -> int:
         """Entries of the earlier ``tasks_by_status`` layout converted (lua/upgradeStatusIndex)."""
         reply = await self._run("upgradeStatusIndex", [self.keys.tasks_by_status], [limit])

@@ -14,8 +14,8 @@
   Invariants kept: every transition appends its event to the task's history (the record the
   caller saves in the same step) and to the feed in the same step, so neither can disagree with
   the state; the history keeps the last TASK_EVENTS_KEPT events, the feed about FEED_EVENTS_KEPT,
-  a device's runs the last DEVICE_RUNS_KEPT, and a device's runs expire a retention after its
-  last use. An event that registered webhooks want is appended to the outbox in the step that
+  a device's runs at least the last DEVICE_RUNS_KEPT (what reads return), and a device's runs
+  live while it is pooled and a retention after it leaves the pool (includes/pool.lua). An event that registered webhooks want is appended to the outbox in the step that
   makes it (one delivery per webhook that wants it), so a delivery is never lost nor invented;
   with no webhook for it, that costs one HGET.
 ]]
@@ -106,8 +106,11 @@ local function taskEvent(S, task, kind, now, reason, status)
 end
 
 -- A device's runs, newest first, one entry per claimed attempt, written when the attempt ends
--- (the run in progress is the device's reserved running task: queries read it from there). The
--- list lives while the device is used within the retention window.
+-- (the run in progress is the device's reserved running task: queries read it from there). One
+-- LPUSH a run: the list is trimmed back to DEVICE_RUNS_KEPT only once it holds DEVICE_RUNS_SLACK
+-- more (reads return at most the kept ones), and it has no expiry while its device is pooled; a
+-- device that leaves the pool gives it one (includes/pool.lua), so does a run recorded after its
+-- device left the pool when it starts the list.
 local function endRun(S, task, attempt, now, outcome)
   if not task.device_id then
     return
@@ -115,10 +118,12 @@ local function endRun(S, task, attempt, now, outcome)
   local runs = derived(S, 'device_runs', task.device_id)
   local run = cjson.encode({task_id = task.id, attempt = attempt, host_id = task.host_id,
                             started_at = task.started_at, ended_at = now, outcome = outcome})
-  if rcall('LPUSH', runs, run) > DEVICE_RUNS_KEPT then
+  local held = rcall('LPUSH', runs, run)
+  if held > DEVICE_RUNS_KEPT + DEVICE_RUNS_SLACK then
     rcall('LTRIM', runs, 0, DEVICE_RUNS_KEPT - 1)
+  elseif held == 1 and rcall('HEXISTS', S.key.devices, task.device_id) == 0 then
+    rcall('PEXPIRE', runs, S.retentionMs)
   end
-  rcall('PEXPIRE', runs, S.retentionMs)
 end
 
 -- Add `by` (1 when not given) to a deployment-wide counter; adding 0 writes nothing.

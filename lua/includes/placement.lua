@@ -252,8 +252,8 @@ local function pickByShare(S, targets, fits)
   end
   local heads = {}  -- {team, target, score} of each team waiting for one of the targets
   local teams = {}
-  for i, target in ipairs(targets) do
-    local entries = rcall('ZRANGE', keys[i], 0, -1, 'WITHSCORES')
+  for n, target in ipairs(targets) do
+    local entries = rcall('ZRANGE', keys[n], 0, -1, 'WITHSCORES')
     for i = 1, #entries, 2 do
       heads[#heads + 1] = {team = entries[i], target = target, score = tonumber(entries[i + 1])}
       teams[#teams + 1] = entries[i]

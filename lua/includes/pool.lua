@@ -77,8 +77,12 @@ local function hostDeviceIds(S, hostId)
   return rcall('SMEMBERS', derived(S, 'host_devices', hostId))
 end
 
--- Put a device record in the pool (`previous` is the record it replaces, or nil).
+-- Put a device record in the pool (`previous` is the record it replaces, or nil). A device
+-- (back) in the pool keeps its runs for as long as it stays (includes/events.lua, endRun).
 local function poolDevice(S, deviceId, device, previous)
+  if not previous then
+    rcall('PERSIST', derived(S, 'device_runs', deviceId))
+  end
   if previous and previous.host_id ~= device.host_id then
     rcall('SREM', derived(S, 'host_devices', previous.host_id), deviceId)
   end
@@ -95,7 +99,9 @@ local function poolDevice(S, deviceId, device, previous)
   putJson(S.key.devices, deviceId, device)
 end
 
+-- Take a device out of the pool; its runs are kept a retention longer.
 local function unpoolDevice(S, deviceId, device)
+  rcall('PEXPIRE', derived(S, 'device_runs', deviceId), S.retentionMs)
   rcall('HDEL', S.key.devices, deviceId)
   rcall('SREM', derived(S, 'host_devices', device.host_id), deviceId)
   rcall('ZREM', S.key.free, freeMember(device.driver, deviceId))

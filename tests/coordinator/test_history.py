@@ -7,6 +7,8 @@ import orjson
 import pytest
 
 import wire
+from coordinator.reaper import upgrade_before_serving
+from coordinator.state.scripts import DEVICE_RUNS_SLACK
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 
@@ -101,18 +103,65 @@ async def test_an_expired_run_is_closed_as_lease_expired(api: Api) -> None:
 
 
 async def test_device_history_keeps_the_last_1000_runs(api: Api) -> None:
+    # Trimmed back to the 1,000 kept once it holds a batch more; reads never return more.
     await api.heartbeat("host-a", ["a1"])
     key = api.ctx.store.keys.device_runs("a1")
     old = orjson.dumps({"task_id": "t_old", "attempt": 1, "host_id": "host-a", "started_at": 1,
                         "ended_at": 2, "outcome": "succeeded"})
-    await api.ctx.store.redis.rpush(key, *[old] * wire.DEVICE_RUNS_KEPT)
-    task = (await api.create_task(device_id="a1")).json()
-    await api.result("host-a", await claim_one(api, "host-a"))
-    assert await api.ctx.store.redis.llen(key) == wire.DEVICE_RUNS_KEPT
+    await api.ctx.store.redis.rpush(key, *[old] * (wire.DEVICE_RUNS_KEPT + DEVICE_RUNS_SLACK - 1))
+    tasks = []
+    for held in (wire.DEVICE_RUNS_KEPT + DEVICE_RUNS_SLACK, wire.DEVICE_RUNS_KEPT):
+        tasks.append((await api.create_task(device_id="a1")).json())
+        await api.result("host-a", await claim_one(api, "host-a"))
+        assert await api.ctx.store.redis.llen(key) == held
     runs = (await api.admin("GET", f"/api/v1/devices/a1/history?limit={wire.DEVICE_RUNS_KEPT}")).json()["runs"]
-    assert len(runs) == wire.DEVICE_RUNS_KEPT and runs[0]["task_id"] == task["task_id"]
-    assert runs[0]["outcome"] == "succeeded" and runs[1]["task_id"] == "t_old"
+    assert len(runs) == wire.DEVICE_RUNS_KEPT and [r["task_id"] for r in runs[:2]] == [t["task_id"] for t in tasks[::-1]]
+    assert runs[0]["outcome"] == "succeeded" and runs[2]["task_id"] == "t_old"
     assert (await api.admin("GET", "/api/v1/devices/a1/history?limit=1001")).status_code == 400
+
+
+async def _one_run(api: Api, host: str = "host-a", device: str = "a1") -> None:
+    await api.create_task(device_id=device)
+    assert (await api.result(host, await claim_one(api, host))).status_code == 200
+
+
+async def test_a_pooled_devices_runs_never_expire_and_an_unpooled_ones_do(api: Api) -> None:
+    redis, key = api.ctx.store.redis, api.ctx.store.keys.device_runs("a1")
+    retention_ms = api.ctx.settings.task_retention_ms
+    await api.heartbeat("host-a", ["a1", "a2"])
+    await _one_run(api)
+    assert await redis.pttl(key) == -1
+    await api.heartbeat("host-a", ["a2"])  # a1 left the pool: its runs are kept a retention
+    assert 0 < await redis.pttl(key) <= retention_ms
+    await api.heartbeat("host-a", ["a1", "a2"])  # back: kept for as long as it stays
+    assert await redis.pttl(key) == -1
+
+
+async def test_a_run_ending_after_its_device_left_the_pool_starts_a_list_that_expires(api: Api) -> None:
+    redis, key = api.ctx.store.redis, api.ctx.store.keys.device_runs("a1")
+    await api.heartbeat("host-a", ["a1", "a2"])
+    await api.create_task(device_id="a1")
+    assignment = await claim_one(api, "host-a")
+    await api.heartbeat("host-a", ["a2"])
+    assert (await api.result("host-a", assignment)).status_code == 200
+    assert await redis.llen(key) == 1
+    assert 0 < await redis.pttl(key) <= api.ctx.settings.task_retention_ms
+
+
+async def test_a_start_takes_off_the_expiry_earlier_versions_gave_pooled_devices_runs(api: Api) -> None:
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    assert await redis.hget(keys.upgrades, "device_runs") == b"done"  # this process's start did
+    devices = ["a1", "a2", "a3"]
+    await api.heartbeat("host-a", devices)
+    for device in devices:
+        await _one_run(api, device=device)
+    # As an earlier version left them: each list with a retention's expiry, and no upgrade run.
+    for device in devices:
+        await redis.pexpire(keys.device_runs(device), api.ctx.settings.task_retention_ms)
+    await redis.delete(keys.upgrades)
+    assert await upgrade_before_serving(api.ctx.store) == len(devices)
+    assert [await redis.pttl(keys.device_runs(device)) for device in devices] == [-1] * len(devices)
+    assert await upgrade_before_serving(api.ctx.store) == 0  # done: a later start walks nothing
 
 
 async def test_history_of_a_device_nobody_knows_is_404(api: Api) -> None:
