@@ -222,6 +222,9 @@ class ScriptFigures:
     """Redis's side of one lifecycle driven straight at the scripts (bench/footprint.py)."""
 
     commands: float
+    # Redis's time inside the scripts (FCALL or EVALSHA) per lifecycle, one at a time, as
+    # commandstats counts it: exact to the microsecond, so steadier than the process's CPU
+    script_us_alone: float
     cpu_ms_alone: float  # one lifecycle at a time, as row 8b
     cpu_ms_loaded: float  # many at once, batched, as under row 3's load and in saq's figure
 

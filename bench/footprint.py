@@ -53,6 +53,13 @@ def _commands(before: dict[str, int], after: dict[str, int]) -> int:
     return sum(n - before.get(name, 0) for name, n in after.items() if name != "info")
 
 
+async def _script_us(redis: Redis) -> int:
+    """Microseconds Redis spent running scripts (FCALL and EVALSHA, the commands they issue
+    included), as its commandstats count them."""
+    stats = await redis.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in ("fcall", "evalsha"))
+
+
 async def _redis_cpu_s(redis: Redis) -> float:
     cpu = await redis.info("cpu")
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
@@ -71,15 +78,16 @@ async def _scripts_alone(b: Bench, lifecycles: Lifecycles, prefix: str) -> Scrip
     try:
         await lifecycles.load(FLOOR_CONCURRENCY)
         await lifecycles.run(20, 1, body)  # the feed and the clients past their first entries
-        calls0, cpu0 = await _commandstats(b.redis), await _redis_cpu_s(b.redis)
+        calls0, us0, cpu0 = await _commandstats(b.redis), await _script_us(b.redis), await _redis_cpu_s(b.redis)
         await lifecycles.run(LIFECYCLES, 1, body)
-        calls1, cpu1 = await _commandstats(b.redis), await _redis_cpu_s(b.redis)
+        calls1, us1, cpu1 = await _commandstats(b.redis), await _script_us(b.redis), await _redis_cpu_s(b.redis)
         await lifecycles.run(LIFECYCLES * 4, FLOOR_CONCURRENCY, body)
         cpu2 = await _redis_cpu_s(b.redis)
     finally:
         await b.cleanup(prefix)
     commands = _commands(calls0, calls1) / LIFECYCLES
-    return ScriptFigures(commands, (cpu1 - cpu0) * 1000 / LIFECYCLES, (cpu2 - cpu1) * 1000 / (LIFECYCLES * 4))
+    return ScriptFigures(commands, (us1 - us0) / LIFECYCLES, (cpu1 - cpu0) * 1000 / LIFECYCLES,
+                         (cpu2 - cpu1) * 1000 / (LIFECYCLES * 4))
 
 
 async def lifecycle_scripts(b: Bench) -> LifecycleScripts:
@@ -182,11 +190,13 @@ async def footprint(b: Bench) -> list[Row]:
             "task ids) and the task as submitted (one hash field)", f"{floor:,.0f} bytes",
             f"{zset_entry:,.0f} per index entry, {hash_entry:,.0f} for the task", "—", "", ""),
         Row("8f", "floor: a lifecycle in the fewest Redis commands the contract allows "
-            "(bench/floor_lifecycle.py), driven straight at Redis", f"{lf.commands:.1f} commands",
+            "(bench/floor_lifecycle.py), driven straight at Redis",
+            f"{lf.commands:.1f} commands, {lf.script_us_alone:.0f} µs in the scripts",
             f"Redis CPU per lifecycle {lf.cpu_ms_alone:.3f} ms one at a time, {lf.cpu_ms_loaded:.3f} ms "
             f"{FLOOR_CONCURRENCY} at once, auto-pipelined", "—", "", ""),
         Row("8g", "Tether's four scripts driven as the floor (8f) is (coordinator.state.store, no HTTP)",
-            f"{ts.commands:.1f} commands",
+            f"{ts.commands:.1f} commands, {ts.script_us_alone:.0f} µs in the scripts",
+            f"{ts.script_us_alone / lf.script_us_alone:.2f} x the floor's µs in its scripts; "
             f"Redis CPU per lifecycle {ts.cpu_ms_alone:.3f} ms one at a time ({ts.cpu_ms_alone / lf.cpu_ms_alone:.2f}"
             f" x floor), {ts.cpu_ms_loaded:.3f} ms {FLOOR_CONCURRENCY} at once "
             f"({ts.cpu_ms_loaded / lf.cpu_ms_loaded:.2f} x floor)", "—", "", ""),

@@ -139,8 +139,10 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    every merge of structures we could find (its docstring lists each obligation and its command).
    It is driven straight at Redis through the coordinator's auto-pipelining: 500 lifecycles one
    at a time (commands, and Redis CPU as in 8b), then 2,000 with 64 at once (Redis CPU batched,
-   as under load). 8g drives Tether's own scripts the same way, through `coordinator.state.store`, so
-   its ratio to 8f is the scripts' alone. 8a is out of reach when 8f is above its target, 8e
+   as under load), and Redis's microseconds inside the scripts, one at a time, as `INFO
+   commandstats` counts them (exact, so steadier than CPU between runs). 8g drives Tether's own
+   scripts the same way, through `coordinator.state.store`, so its ratio to 8f is the scripts'
+   alone. 8a is out of reach when 8f is above its target, 8e
    when 3f's Redis CPU per lifecycle is.
 
 9. **Artifacts** (`bench/artifacts.py`, issue 30), on the default local-folder store in a
