@@ -124,10 +124,11 @@ async def footprint(b: Bench) -> list[Row]:
 
         for _ in range(20):  # scripts loaded, connections open, the feed past its first entries
             await lifecycle()
-        calls0, cpu0 = await _commandstats(b.redis), await _redis_cpu_s(b.redis)
+        calls0, us0, cpu0 = await _commandstats(b.redis), await _script_us(b.redis), await _redis_cpu_s(b.redis)
         for _ in range(LIFECYCLES):
             await lifecycle()
-        calls1, cpu1 = await _commandstats(b.redis), await _redis_cpu_s(b.redis)
+        calls1, us1, cpu1 = await _commandstats(b.redis), await _script_us(b.redis), await _redis_cpu_s(b.redis)
+        script_us = (us1 - us0) / LIFECYCLES
         # the two INFO readings themselves are not the lifecycles'
         per_command = {name: (calls1[name] - calls0.get(name, 0)) / LIFECYCLES for name in calls1
                        if name != "info" and calls1[name] != calls0.get(name, 0)}
@@ -181,6 +182,8 @@ async def footprint(b: Bench) -> list[Row]:
             commands_verdict, ""),
         Row("8b", "Redis CPU per lifecycle, one lifecycle at a time (no batching)", f"{cpu_ms:.3f} ms",
             f"{cpu_ms / lf.cpu_ms_alone:.2f} x floor (8f)", "— (under load: 8e)", "", ""),
+        Row("8h", "Redis's time inside the scripts per lifecycle, one lifecycle at a time (commandstats)",
+            f"{script_us:.0f} µs", f"{script_us / lf.script_us_alone:.2f} x floor (8f)", "—", "", ""),
         Row("8c", f"bytes per queued task ({QUEUED:,} queued, used_memory delta)",
             f"{uncapped:,.0f} bytes without the capped feed ({per_task:,.0f} with it)",
             f"{uncapped / floor:.2f} x floor; by key, bytes per task: {heaviest}"

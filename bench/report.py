@@ -142,7 +142,10 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    as under load), and Redis's microseconds inside the scripts, one at a time, as `INFO
    commandstats` counts them (exact, so steadier than CPU between runs). 8g drives Tether's own
    scripts the same way, through `coordinator.state.store`, so its ratio to 8f is the scripts'
-   alone. 8a is out of reach when 8f is above its target, 8e
+   alone: in `bench ab` both builds' 8g are this checkout's, as it runs in the bench's own
+   process, so a build's own Redis time is 8h, read around 8a's lifecycles through its
+   coordinator (a webhook delivery or reaper pass that lands in the window counts too, as in 8b).
+   8a is out of reach when 8f is above its target, 8e
    when 3f's Redis CPU per lifecycle is.
 
 9. **Artifacts** (`bench/artifacts.py`, issue 30), on the default local-folder store in a
