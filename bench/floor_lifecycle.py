@@ -25,9 +25,9 @@ of structures we could find. The obligations, and the command each costs:
   waiting work (one ZRANGE); the free index (ZADD).
 
 Drawn before sharing the fleet, webhooks and lease keys, the floor was 39 commands (38 since a
-device's history needs no expiry a run). What each
-of those asks of every lifecycle since (PROTOCOL.md, "Sharing the fleet" and "Webhooks";
-DESIGN.md, "Keys are for people"), at one command per need:
+device's history needs no expiry a run). What each of those asks of every lifecycle since
+(PROTOCOL.md, "Sharing the fleet" and "Webhooks"; DESIGN.md, "Keys are for people"), at one
+command per need:
 
 - create: the team's cap and the devices it holds (HMGET: a team at its quota waits), then one
   more held (HINCRBY);
@@ -223,7 +223,7 @@ class ScriptFigures:
 
     commands: float
     # Redis's time inside the scripts (FCALL or EVALSHA) per lifecycle, one at a time, as
-    # commandstats counts it: exact to the microsecond, so steadier than the process's CPU
+    # commandstats counts it: the scripts' own, where the process's CPU counts everything
     script_us_alone: float
     cpu_ms_alone: float  # one lifecycle at a time, as row 8b
     cpu_ms_loaded: float  # many at once, batched, as under row 3's load and in saq's figure

@@ -140,7 +140,7 @@ key prefix `bench-<run>-<name>:{b}` that is deleted afterwards):
    It is driven straight at Redis through the coordinator's auto-pipelining: 500 lifecycles one
    at a time (commands, and Redis CPU as in 8b), then 2,000 with 64 at once (Redis CPU batched,
    as under load), and Redis's microseconds inside the scripts, one at a time, as `INFO
-   commandstats` counts them (exact, so steadier than CPU between runs). 8g drives Tether's own
+   commandstats` counts them (the scripts' own time, where CPU counts the whole process). 8g drives Tether's own
    scripts the same way, through `coordinator.state.store`, so its ratio to 8f is the scripts'
    alone: in `bench ab` both builds' 8g are this checkout's, as it runs in the bench's own
    process, so a build's own Redis time is 8h, read around 8a's lifecycles through its

@@ -46,6 +46,7 @@ __all__ = ["NO_WAIT", "Durability", "Library", "NotReplicated", "Script", "load_
 # A device's runs are trimmed back to wire.DEVICE_RUNS_KEPT once they hold this many more: one
 # LTRIM a batch of runs instead of one a run (lua/includes/events.lua, endRun).
 DEVICE_RUNS_SLACK = 100
+
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
 _FLAGS = re.compile(r"^--- @flags ([\w -]+?)\s*$", re.MULTILINE)
 _NAME = re.compile(r"^(?P<name>[a-zA-Z]+)-(?P<keys>\d+)\.lua$")

@@ -191,20 +191,21 @@ end
 -- before lease keys is alive until its deadline, and gets its key. Returns whether it is alive
 -- and the progress held before (nil for none, or without `step`).
 local function extendLease(deadlinesKey, leaseKey, taskId, held, step, ttl, now)
-  local value = cjson.encode({lease_id = held.lease_id, host_id = held.host_id, attempt = held.attempt,
-                              progress = step})
+  local function value()
+    return cjson.encode({lease_id = held.lease_id, host_id = held.host_id, attempt = held.attempt, progress = step})
+  end
   if step then
-    local before = rcall('SET', leaseKey, value, 'XX', 'GET', 'PX', ttl)
+    local before = rcall('SET', leaseKey, value(), 'XX', 'GET', 'PX', ttl)
     if before then
       return true, cjson.decode(before).progress
     end
   elseif rcall('PEXPIRE', leaseKey, ttl) == 1 then
-    return true
+    return true  -- the key kept as it is: nothing to encode
   end
   if not deadlineAhead(deadlinesKey, taskId, now) then
     return false
   end
-  rcall('SET', leaseKey, value, 'PX', ttl)
+  rcall('SET', leaseKey, value(), 'PX', ttl)
   return true
 end
 

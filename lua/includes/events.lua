@@ -15,9 +15,10 @@
   caller saves in the same step) and to the feed in the same step, so neither can disagree with
   the state; the history keeps the last TASK_EVENTS_KEPT events, the feed about FEED_EVENTS_KEPT,
   a device's runs at least the last DEVICE_RUNS_KEPT (what reads return), and a device's runs
-  live while it is pooled and a retention after it leaves the pool (includes/pool.lua). An event that registered webhooks want is appended to the outbox in the step that
-  makes it (one delivery per webhook that wants it), so a delivery is never lost nor invented;
-  with no webhook for it, that costs one HGET.
+  live while it is pooled and a retention after it leaves the pool (includes/pool.lua). An event
+  that registered webhooks want is appended to the outbox in the step that makes it (one
+  delivery per webhook that wants it), so a delivery is never lost nor invented; with no webhook
+  for it, that costs one HGET.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
