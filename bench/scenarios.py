@@ -49,6 +49,7 @@ from bench.loadgen import (
     percentile,
 )
 from bench.longpoll import long_poll_scale
+from bench.placement_scale import placement_scale
 from bench.procs import server_pair, start_server
 from bench.renewals import batch_renewals
 from bench.report import Row, cpu_note, fmt_ms
@@ -378,4 +379,5 @@ SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "teams": sharing_cost,
     "runs": matrix_create,
     "webhooks": hanging_endpoint,
+    "scale": placement_scale,
 }

@@ -4,6 +4,8 @@
 - hosts silent past the offline threshold: offline, their unclaimed assignments requeued;
 - assignments not claimed within the claim timeout: requeued, their host stalled until it polls;
 - queued tasks past their queue deadline: failed with ``queue_timeout``;
+- teams whose placement stopped at a step's bound (lua/placeWaitingTeams): placed on, a slice a
+  call;
 - terminal tasks past their retention: deleted, with everything hanging off them (their
   artifacts' blobs deleted from the blob store after the script: coordinator/blobs/artifacts.py);
 - entries of an earlier Redis layout: rewritten in the current one (a pass with none left costs
@@ -53,6 +55,8 @@ async def sweep(store: Store, artifacts: Artifacts) -> dict[str, int]:
         "hosts": await _drain(store.expire_hosts),
         "claims": await _drain(store.expire_assignments),
         "queued": await _drain(store.expire_queued),
+        # A team back under its quota places a bounded slice per step; the rest is placed here.
+        "placed_teams": await store.place_waiting_teams(),
         "purged": await artifacts.purge(store),
         "upgraded": await _drain(store.upgrade_status_index),
     }

@@ -43,7 +43,7 @@ if disable then
   changed = 1 - rcall('HEXISTS', S.key.disabled_devices, deviceId)
   putJson(S.key.disabled_devices, deviceId, {reason = reason, at = now})
   if device then
-    rcall('ZREM', S.key.free, freeMember(device.driver, deviceId))
+    removeFree(S, deviceId, device)
   end
   local holder = rcall('HGET', S.key.reservations, deviceId)
   local task = holder and getJson(S.key.tasks, holder)

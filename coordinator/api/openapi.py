@@ -143,9 +143,10 @@ SCHEMAS: dict[str, Any] = {
         "cancel_requested": {"type": "boolean"}, "created_at": {"type": "string"},
         "waiting_reason": {"enum": [*wire.values(wire.WaitingReason), None]},
         "candidates": {"type": ["object", "null"], "properties": {
-            name: {"type": "integer"} for name in (
+            **{name: {"type": "integer"} for name in (
                 "matching", "busy", "unavailable", "host_offline", "host_draining", "disabled", "host_stalled",
-                "no_workflow")}},
+                "no_workflow")},
+            "truncated": {"type": "boolean"}, "team_at_quota": {"type": "boolean"}}},
         "queue_timeout_s": {"type": ["integer", "null"]},
         "team": _ID, "priority": {"type": "integer", "minimum": wire.PRIORITY_MIN, "maximum": wire.PRIORITY_MAX},
         "run_id": {"type": ["string", "null"]}, "rerun_of": {"type": ["string", "null"]},

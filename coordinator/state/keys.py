@@ -30,14 +30,26 @@ def hash_tag(key: str) -> str | None:
 
 # The kinds of the keys of one id (base + kind + ":" + id): each is the name of the Keys method
 # that builds it, and the name the scripts derive it by (lua/includes/deployment.lua ``derived``).
-PER_ID_KINDS = ("device_runs", "assigned", "waiting", "waiting_device", "queue_teams", "queue_teams_device",
-                "team_queues", "team_usage", "host_state", "host_devices", "lease", "polls", "inbox", "auth_failures",
-                "auth_throttled", "run_counts", "run_tasks", "webhook_recent")
+PER_ID_KINDS = ("device_runs", "assigned", "waiting", "target_teams", "team_targets", "device_targets",
+                "driver_targets", "label_targets", "free_devices", "free_label", "team_usage", "host_state",
+                "host_devices", "lease", "polls", "inbox", "auth_failures", "auth_throttled", "run_counts", "run_tasks",
+                "webhook_recent")
 
 
-def team_queue(target: str, team: str) -> str:
-    """The id of one team's queue for a driver or a device: ``waiting:adb|checkout``."""
-    return f"{target}|{team}"
+def team_queue(target_id: str, team: str) -> str:
+    """The id of one team's queue for one target: ``waiting:t17|checkout``."""
+    return f"{target_id}|{team}"
+
+
+def _escape_label(text: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in "%|=" else c for c in text)
+
+
+def label_index(driver: str, name: str, value: str) -> str:
+    """The id of a driver's index by one label (``free_label``, ``label_targets``):
+    ``<driver>|<name>=<value>``, with ``%``, ``|`` and ``=`` in a name or value written as ``%XX``
+    (lua/includes/pool.lua, labelIndex), so no two labels share one."""
+    return f"{driver}|{_escape_label(name)}={_escape_label(value)}"
 
 
 class Keys:
@@ -57,7 +69,12 @@ class Keys:
         # scheduling
         self.devices = p + "devices"
         self.reservations = p + "reservations"
-        self.free = p + "free"
+        # placement's indexes (lua/includes/placement.lua): the targets tasks wait for, interned
+        self.targets = p + "targets"  # target id -> {target_device | driver, labels; workflow}
+        self.target_ids = p + "target_ids"  # a target's spec key -> its id
+        self.target_seq = p + "target_seq"
+        self.placing_teams = p + "placing_teams"  # team -> where its placement resumes (a slice's end)
+        self.placement_scratch = p + "placement_scratch"  # a create's intersection, deleted in its step
         self.hosts_online = p + "hosts_online"
         self.devices_by_driver = p + "devices_by_driver"
         self.disabled_devices = p + "disabled_devices"
@@ -128,28 +145,43 @@ class Keys:
         return self._of("assigned", host_id)
 
     def waiting(self, queue: str) -> str:
-        """One team's queued tasks with a selector of one driver (``queue``: ``team_queue(driver,
-        team)``): a zset task id -> score, highest priority first, then oldest
-        (lua/includes/placement.lua, queueScore)."""
+        """One team's queued tasks for one target (``queue``: ``team_queue(target id, team)``): a
+        zset task id -> score, highest priority first, then oldest (lua/includes/placement.lua,
+        queueScore). Every task in it asks the same of a device, so its first is the one a device
+        that fits the target takes."""
         return self._of("waiting", queue)
 
-    def waiting_device(self, queue: str) -> str:
-        """One team's queued tasks aimed at one device (``team_queue(device id, team)``): a zset,
-        ordered as ``waiting``'s."""
-        return self._of("waiting_device", queue)
+    def target_teams(self, target_id: str) -> str:
+        """The teams with tasks waiting for one target: a zset team -> its queue's first score."""
+        return self._of("target_teams", target_id)
 
-    def queue_teams(self, driver: str) -> str:
-        """The teams with tasks waiting for a driver (a ``waiting`` queue each): a zset team ->
-        the score of its queue's first task."""
-        return self._of("queue_teams", driver)
+    def team_targets(self, team: str) -> str:
+        """The targets one team has tasks waiting for: a zset target id -> its queue's first
+        score, so the team's waiting work reads in PROTOCOL's order across its targets."""
+        return self._of("team_targets", team)
 
-    def queue_teams_device(self, device_id: str) -> str:
-        """The teams with tasks waiting for one device: a zset, as ``queue_teams``."""
-        return self._of("queue_teams_device", device_id)
+    def device_targets(self, device_id: str) -> str:
+        """The waiting targets aimed at one device: a set of target ids."""
+        return self._of("device_targets", device_id)
 
-    def team_queues(self, team: str) -> str:
-        """The targets a team has tasks waiting for: a set of "d|<device>" and "p|<driver>"."""
-        return self._of("team_queues", team)
+    def driver_targets(self, driver: str) -> str:
+        """The waiting targets of a driver that ask for no label: a set of target ids."""
+        return self._of("driver_targets", driver)
+
+    def label_targets(self, index: str) -> str:
+        """The waiting targets of a driver whose first label (in name order) is one label
+        (``label_index``): a set of target ids. A freed device reads those of its own labels."""
+        return self._of("label_targets", index)
+
+    def free_devices(self, driver: str) -> str:
+        """A driver's free devices: a zset device id -> when it became free (ms), idle longest
+        first."""
+        return self._of("free_devices", driver)
+
+    def free_label(self, index: str) -> str:
+        """A driver's free devices with one label (``label_index``): a zset as ``free_devices``;
+        a selector's free devices are the intersection of its driver's and its labels'."""
+        return self._of("free_label", index)
 
     def team_usage(self, team: str) -> str:
         """The device time a team's runs used, by the minute they ended, over the last hour: a

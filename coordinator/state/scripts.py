@@ -145,7 +145,8 @@ def _function(name: str, flags: list[str], body: str) -> str:
 def lua_constants() -> str:
     """The vocabulary the scripts share with Python, as Lua, generated from Python's own
     definitions: the failure codes (``E``), what is kept, the status index's scores, the bits of
-    a host's flags and the names of a waiting task's counts (``HOST_FLAGS``, ``CANDIDATE_COUNTS``:
+    a host's flags, the highest priority (a queue's scores count down from it), and the names of a
+    waiting task's counts (``HOST_FLAGS``, ``CANDIDATE_COUNTS``:
     coordinator/state/wait_reasons.py), and the names of the keys (``KEY_NAMES``, ``KEY_KINDS``:
     coordinator/state/keys.py). The library defines it above every include."""
     failures = "".join(f"  {failure.name} = {failure.value},\n" for failure in ScriptError)
@@ -159,6 +160,7 @@ def lua_constants() -> str:
             f"local DEVICE_RUNS_KEPT = {wire.DEVICE_RUNS_KEPT}\n"
             f"local DEVICE_RUNS_SLACK = {DEVICE_RUNS_SLACK}\n"
             f"local FEED_EVENTS_KEPT = {wire.FEED_EVENTS_KEPT}\n"
+            f"local PRIORITY_MAX = {wire.PRIORITY_MAX}\n"
             f"local STATUS_CODES = {{{statuses}}}\n"
             f"local STATUS_SPAN = {STATUS_SPAN}\n"
             f"{lua_key_names()}")

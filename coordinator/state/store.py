@@ -321,6 +321,17 @@ class Store:
         reply = await self._schedule("expireQueued", [limit])
         return Sweep(int(reply[1]), int(reply[2]))
 
+    async def place_waiting_teams(self, limit: int = 100) -> int:
+        """Teams whose placement stopped at a step's bound, placed on (lua/placeWaitingTeams):
+        one slice a call, at most ``limit`` calls; how many slices ran."""
+        served = 0
+        while served < limit:
+            reply = await self._schedule("placeWaitingTeams", [])
+            if int(reply[1]) == 0:
+                break
+            served += 1
+        return served
+
     async def purge_tasks(self, limit: int = 100, artifact_budget: int = 10_000) -> Purge:
         """Retention: terminal tasks deleted, and the blobs of theirs to delete now. A call stops
         taking tasks once it deleted ``artifact_budget`` artifact descriptions."""

@@ -12,14 +12,15 @@
     notFreeBecause(standing, device, reservedBy, disabled)  the count a matching device falls
                                           under, or nil when it could take the task now
     waitingCandidates(S, task, limit, now)  the counts of a task's target: truncated (0|1), then
-                                          one number per name of CANDIDATE_COUNTS, in its order
+                                          one number per name of CANDIDATE_COUNTS, in its order,
+                                          then whether the task's team is at its quota (0|1)
 
   Generated from Python as the library loads (coordinator/state/scripts.py, lua_constants):
   HOST_FLAGS (coordinator.state.wait_reasons.HostFlag) and CANDIDATE_COUNTS (the names of the
   contract's `candidates` counts, in the order of the reply).
 
   It reads, of the deployment S (includes/deployment.lua), offlineAfterMs, the keys devices,
-  reservations, disabled_devices and devices_by_driver, and each host's `host_state:<host>`
+  reservations, disabled_devices, devices_by_driver and teams, and each host's `host_state:<host>`
   (derived from the key base); readWaiting and readHostFlags build an S of those alone.
 
   Invariant: reads only, in one step, so the counts agree with each other; a device counted under
@@ -28,6 +29,7 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/pool"
+--- @include "includes/teams"
 
 -- Of a host: its hostState (online, draining, stalled), and `runs`, whether it may run `task`
 -- (a goal: always; a workflow: it lists it, or lists nothing).
@@ -118,5 +120,8 @@ local function waitingCandidates(S, task, limit, now)
   for i, name in ipairs(CANDIDATE_COUNTS) do
     answer[i + 1] = counts[name]
   end
+  -- Read, not inferred: `team_at_quota` is a reason only while the team holds its quota.
+  local team = teamOf(task)
+  answer[#answer + 1] = atQuota(standingsOf(S, {team})[team]) and 1 or 0
   return answer
 end

@@ -27,7 +27,7 @@ local function pauseHost(S, hostId, now, reason, dropDevices)
       if dropDevices then
         unpoolDevice(S, deviceId, current)
       else
-        rcall('ZREM', S.key.free, freeMember(current.driver, deviceId))
+        removeFree(S, deviceId, current)
       end
     end
   end

@@ -1,46 +1,69 @@
 --[[
-  Placement: the one place that decides which device runs which task. A queued task waits in
-  its target's queue for its team (`waiting_device:<device>|<team>` when aimed at one device,
-  else `waiting:<driver>|<team>`), highest priority first, then oldest; the teams with waiting
-  work for a target are `queue_teams_device:<device>` or `queue_teams:<driver>` (a zset: each
-  team's first task's score), and the
-  targets a team waits for the set `team_queues:<team>` ("d|<device>" or "p|<driver>"). A device
-  that becomes free takes, of the tasks it may run, one of the highest priority; of the teams
-  with such a task, not at their quota, the one holding the fewest devices for its weight
-  (running / weight; ties: the oldest task); that team's oldest (PROTOCOL.md, "Sharing the
-  fleet"). A new task takes a free device when its team is not at its quota: a free device has
-  no waiting task it may run, but those of teams at their quota.
+  Placement: the one place that decides which device runs which task.
+
+  What a queued task asks of a device is its target: the device it is aimed at, or its driver and
+  labels; and its workflow, if any. Targets are interned (`targets`: id -> what it asks,
+  `target_ids`: its spec -> id) while a task waits for them. A queued task waits in its target's
+  queue for its team, `waiting:<target>|<team>`, highest priority first, then oldest; the teams
+  waiting for a target are `target_teams:<target>` and the targets a team waits for
+  `team_targets:<team>`, each a zset scored by the queue's first task. Every task of one queue
+  asks the same of a device, so its first is the one any device that fits takes: placement
+  compares heads and never walks a queue.
+
+  Two questions, each answered through an index, never by reading the backlog or the idle pool:
+    - a new task (or a team back under its quota): which free device fits? The free index
+      (includes/pool.lua: `free_devices:<driver>`, `free_label:<driver>|<name>=<value>`, scored
+      by when each device became free) intersected over its labels, idle longest first, its host
+      checked on the candidates (findDeviceFor);
+    - a device just freed: which waiting task? The targets it could fit are found by its own id
+      (`device_targets:<device>`), its driver (`driver_targets:<driver>`: no label asked) and each
+      of its labels (`label_targets:<driver>|<name>=<value>`: a target is indexed by its first
+      label in name order); of those it fits, the teams' heads are ranked (pickByShare).
+  A device takes, of the tasks it may run, one of the highest priority; of the teams with such a
+  task, not at their quota, the one holding the fewest devices for its weight (running / weight;
+  ties: the oldest task); that team's oldest (PROTOCOL.md, "Sharing the fleet"). A new task takes
+  the free device idle longest when its team is not at its quota: a free device has no waiting
+  task it may run, but those of teams at their quota.
 
   Functions (each takes the deployment, includes/deployment.lua, first):
     saveTask(S, task, previousStatus)        write a task back, moving it in `tasks_by_status` and
                                              in its run's counts
     queueScore(task)                         a queued task's order in its queue
-    waitingKey(S, task)                      the queue a queued task waits in
     enqueueTask(S, task)                     put a queued task in its queue, with its deadline
     assignTask(S, task, deviceId, device, now)  reserve the device, queue the assignment for its
                                              host, give it a claim deadline, wake the host's polls
-    findDeviceFor(S, task, now)              a free device the task may run on, taken from `free`
+    findDeviceFor(S, task, now)              a free device the task may run on, taken from the
+                                             free index
     placeTask(S, task, now)                  assign a queued task now, or let it wait
     unqueueTask(S, task)                     take a queued task out of its queue
     feedDevice(S, deviceId, device, now, workflows)  a device just free takes the task the order
                                              picks (`workflows`: its host's, hostState)
-    placeTeamWork(S, team, now)              a team below its quota again: its waiting tasks
-                                             take free devices they may run
-    refreshDevice(S, deviceId, now, ...)     recompute a device's membership of `free`
+    placeTeamWork(S, team, now, offset)      a team below its quota again: its waiting tasks take
+                                             free devices, in order, a bounded slice per step
+    refreshDevice(S, deviceId, now, ...)     recompute a device's membership of the free index
+
+  Cost, each bounded by what one step touches, never by the backlog or the idle pool: a create
+  O(selector labels) commands and one intersection (C time of its smallest set), plus a read per
+  free candidate passed over (host offline or not listing the workflow); a freed device one EXISTS
+  when nothing waits for it, else O(its labels + targets indexed under them + teams waiting for
+  those it fits); a team back under its quota at most TEAM_TARGETS_PER_STEP targets, the rest in
+  the reaper's next pass (placeWaitingTeams).
 
   Invariants kept:
-    - a device is in `free` only if it is pooled, `available`, unreserved, not disabled, and its
-      host online, not draining and not stalled;
+    - a device is free (in the free index) only if it is pooled, `available`, unreserved, not
+      disabled, and its host online, not draining and not stalled;
     - a free device has no matching waiting task its host may run, but those of teams at their
-      quota (each time a device becomes free, or its host lists new workflows, it takes one; each
-      time a team drops below its quota, its waiting tasks take free devices), so a new task
-      never jumps the queue by taking a free device;
+      quota (each time a device becomes free, or its labels, driver, host, or host's workflows
+      change, it takes one; each time a team drops below its quota, its waiting tasks take free
+      devices), so a new task never jumps the queue by taking a free device. (A team whose
+      placement ran past its step's bound is in `placing_teams` until the reaper finishes it.)
     - a team's running and queued counts (includes/teams.lua) change with each reservation and
       each queue entry, in the same step; a run's counts (includes/runs.lua) with each status
       its tasks take, in the step that saves them;
-    - a task is in exactly one of: a waiting queue (queued), its host's `assigned` list
-      (assigned), a lease (running), or `retention` (terminal); an assigned task has a claim
-      deadline, and its device's reservation names it;
+    - a task is in exactly one of: a waiting queue (queued, its record naming the queue's target
+      as `target_id`), its host's `assigned` list (assigned), a lease (running), or `retention`
+      (terminal); an assigned task has a claim deadline, and its device's reservation names it;
+    - a target is interned exactly while a team waits for it, and indexed once;
     - an assignment wakes every poll of its host registered before it (includes/wakeups.lua).
 ]]
 --- @include "includes/common"
@@ -65,59 +88,88 @@ local function saveTask(S, task, previousStatus)
   return encoded
 end
 
--- A queued task's score in its queue: higher priority first (priorities are -100..100), then
--- older (seq < 2^44, so every score is an exact double).
+-- A queued task's score in its queue: higher priority first (priorities are PRIORITY_MIN..
+-- PRIORITY_MAX), then older (seq < 2^44, so every score is an exact double).
 local PRIORITY_SPAN = 2^44
 local function queueScore(task)
-  return string.format('%.0f', (100 - (task.priority or 0)) * PRIORITY_SPAN + task.seq)
+  return string.format('%.0f', (PRIORITY_MAX - (task.priority or 0)) * PRIORITY_SPAN + task.seq)
 end
 
--- The priority a queue score was given (the inverse of queueScore's first part).
-local function priorityOfScore(score)
-  return 100 - math.floor(tonumber(score) / PRIORITY_SPAN)
-end
-
--- What a queued task waits for, as `team_queues` names it: "d|<device>" or "p|<driver>".
-local function queueTarget(task)
+-- What a task asks of a device, as one string: the device it is aimed at, or its driver and its
+-- labels (canonical JSON, so equal selectors are equal strings); and its workflow's name.
+local function targetSpec(task)
   if task.target_device then
-    return 'd|' .. task.target_device
+    return indexMember('d', task.target_device, workflowOf(task) or '')
   end
-  return 'p|' .. task.driver
+  return indexMember('p', task.driver, task.labels or '{}', workflowOf(task) or '')
 end
 
--- The queue of one target (queueTarget's form) for one team.
-local function targetQueueKey(S, target, team)
-  local id = string.sub(target, 3)
-  if string.sub(target, 1, 1) == 'd' then
-    return derived(S, 'waiting_device', id .. '|' .. team)
+-- The index a freed device finds a target in: its device's, its driver's (no label asked), or
+-- its driver's by the first of its labels in name order.
+local function targetIndexKey(S, target)
+  if target.target_device then
+    return derived(S, 'device_targets', target.target_device)
   end
-  return derived(S, 'waiting', id .. '|' .. team)
+  local labels = cjson.decode(target.labels or '{}')
+  local first
+  for name in pairs(labels) do
+    if first == nil or name < first then
+      first = name
+    end
+  end
+  if first == nil then
+    return derived(S, 'driver_targets', target.driver)
+  end
+  return derived(S, 'label_targets', labelIndex(target.driver, first, labels[first]))
 end
 
--- The set of the teams with tasks waiting for one target.
-local function targetTeamsKey(S, target)
-  local id = string.sub(target, 3)
-  if string.sub(target, 1, 1) == 'd' then
-    return derived(S, 'queue_teams_device', id)
+-- The id of the target a queued task waits for, interned on first use: `targets` holds what it
+-- asks (target_device, or driver and labels; workflow), `target_ids` its spec -> id, and the
+-- target is put in the index a freed device reads (targetIndexKey).
+local function internTarget(S, task)
+  local spec = targetSpec(task)
+  local id = rcall('HGET', S.key.target_ids, spec)
+  if id then
+    return id
   end
-  return derived(S, 'queue_teams', id)
+  id = 't' .. rcall('INCR', S.key.target_seq)
+  local target = {target_device = task.target_device, workflow = workflowOf(task), spec = spec}
+  if not task.target_device then
+    target.driver, target.labels = task.driver, task.labels or '{}'
+  end
+  rcall('HSET', S.key.target_ids, spec, id)
+  putJson(S.key.targets, id, target)
+  rcall('SADD', targetIndexKey(S, target), id)
+  return id
 end
 
--- The queue a queued task waits in: its device's or its driver's, for its team.
-local function waitingKey(S, task)
-  return targetQueueKey(S, queueTarget(task), teamOf(task))
+-- A target no team waits for any more leaves the indexes.
+local function forgetTarget(S, targetId)
+  local target = getJson(S.key.targets, targetId)
+  rcall('HDEL', S.key.targets, targetId)
+  if target then
+    rcall('HDEL', S.key.target_ids, target.spec)
+    rcall('SREM', targetIndexKey(S, target), targetId)
+  end
+end
+
+-- The queue of one target for one team.
+local function targetQueueKey(S, targetId, team)
+  return derived(S, 'waiting', targetId .. '|' .. team)
 end
 
 -- Put a queued task in its queue, and give it its queue deadline (the caller saves the task).
 local function enqueueTask(S, task)
-  local team, target = teamOf(task), queueTarget(task)
-  local queueKey, teamsKey = targetQueueKey(S, target, team), targetTeamsKey(S, target)
+  local team = teamOf(task)
+  local target = internTarget(S, task)
+  task.target_id = target
   local score = queueScore(task)
-  if rcall('ZADD', queueKey, score, task.id) == 1 then
+  if rcall('ZADD', targetQueueKey(S, target, team), score, task.id) == 1 then
     countQueued(S, team, 1)
   end
-  rcall('ZADD', teamsKey, 'LT', score, team)  -- the team's head: its first task in order
-  rcall('SADD', derived(S, 'team_queues', team), target)
+  -- the team's head in each index: its first task in order
+  rcall('ZADD', derived(S, 'target_teams', target), 'LT', score, team)
+  rcall('ZADD', derived(S, 'team_targets', team), 'LT', score, target)
   if task.queue_deadline then  -- tasks stored before queue timeouts existed have none
     rcall('ZADD', S.key.queue_deadlines, task.queue_deadline, task.id)
   end
@@ -138,9 +190,12 @@ local function assignTask(S, task, deviceId, device, now)
   wakePolls(S, device.host_id, now)
 end
 
--- A free device matching the task, on a host that may run it (a workflow task: one that lists its
--- workflow, or lists none), taken out of `free`, or nil. Devices of hosts gone offline but not yet
--- swept by the reaper are skipped.
+-- A free device the task may run on, taken out of the free index, or nil: of those its target
+-- names (its device; or the intersection of its driver's free set with each of its labels'), the
+-- one idle longest whose host is online (one gone offline is skipped until the reaper sweeps it)
+-- and may run it (a workflow task: one that lists its workflow, or lists none). Each host is read
+-- once. Cost: O(selector labels) commands, the intersection's own (its smallest set), and one
+-- read per candidate passed over (of a host offline or not listing the workflow).
 local function findDeviceFor(S, task, now)
   if task.target_device then
     local device = getJson(S.key.devices, task.target_device)
@@ -153,32 +208,57 @@ local function findDeviceFor(S, task, now)
     end
     return nil
   end
-  local low, high = prefixRange(task.driver)
-  local hostRuns = {}  -- host id -> whether it is online and may run the task, read once per host
+  local keys = freeKeys(S, task.driver, cjson.decode(task.labels or '{}'))
+  local source = keys[1]
+  if #keys > 1 then
+    -- Every set there, or no device has them all; then one intersection, idle-since kept.
+    if rcall('EXISTS', unpack(keys)) < #keys then
+      return nil
+    end
+    local args = {'ZINTERSTORE', S.key.placement_scratch, #keys}
+    for _, key in ipairs(keys) do
+      args[#args + 1] = key
+    end
+    args[#args + 1] = 'AGGREGATE'
+    args[#args + 1] = 'MAX'
+    if rcall(unpack(args)) == 0 then
+      return nil
+    end
+    source = S.key.placement_scratch
+  end
+  local workflow = workflowOf(task)
+  local hostRuns = {}  -- host id -> whether it is online and may run the task
+  local foundId, found
   local offset = 0
-  while true do
-    local members = rcall('ZRANGEBYLEX', S.key.free, low, high, 'LIMIT', offset, 100)
-    for _, member in ipairs(members) do
-      local deviceId = splitMember(member)[2]
+  while not foundId do
+    local ids = rcall('ZRANGE', source, offset, offset + 31)
+    for _, deviceId in ipairs(ids) do
       local device = getJson(S.key.devices, deviceId)
-      if device and labelsMatch(task.labels, device.labels) then
+      if device then
         local runs = hostRuns[device.host_id]
         if runs == nil then
           local host = hostState(S, device.host_id, now)
-          runs = host.online and runsTask(host.workflows, task)
+          runs = host.online and runsWorkflow(host.workflows, workflow)
           hostRuns[device.host_id] = runs
         end
         if runs then
-          rcall('ZREM', S.key.free, member)
-          return deviceId, device
+          foundId, found = deviceId, device
+          break
         end
       end
     end
-    if #members < 100 then
-      return nil
+    if #ids < 32 then
+      break
     end
-    offset = offset + 100
+    offset = offset + 32
   end
+  if source ~= keys[1] then
+    rcall('DEL', source)
+  end
+  if foundId then
+    removeFree(S, foundId, found)
+  end
+  return foundId, found
 end
 
 -- Put a queued task on a free device now, unless its team holds its quota, or in its queue with
@@ -197,127 +277,115 @@ local function placeTask(S, task, now)
   end
 end
 
--- Take a queued task off its queue (and forget its team there once none of its tasks waits).
+-- Take a queued task off its queue (and its team off the target's and the target off the team's
+-- once none of its tasks waits there; the target itself once no team waits for it).
 local function unqueueTask(S, task)
-  local team, target = teamOf(task), queueTarget(task)
-  local queueKey, teamsKey = targetQueueKey(S, target, team), targetTeamsKey(S, target)
+  local team, target = teamOf(task), task.target_id
+  task.target_id = nil
+  rcall('ZREM', S.key.queue_deadlines, task.id)
+  if not target then
+    return
+  end
+  local queueKey = targetQueueKey(S, target, team)
   if rcall('ZREM', queueKey, task.id) == 1 then
     countQueued(S, team, -1)
+    local teamsKey = derived(S, 'target_teams', target)
     local head = rcall('ZRANGE', queueKey, 0, 0, 'WITHSCORES')
     if #head == 0 then
+      rcall('ZREM', derived(S, 'team_targets', team), target)
       rcall('ZREM', teamsKey, team)
-      rcall('SREM', derived(S, 'team_queues', team), target)
-    else
-      rcall('ZADD', teamsKey, head[2], team)  -- its head now (the same when another task left)
-    end
-  end
-  rcall('ZREM', S.key.queue_deadlines, task.id)
-end
-
--- The first task of a queue, in its order, that `fits` (the device may run it), or nil; its
--- record and score.
-local function firstFitting(S, queueKey, fits)
-  local offset = 0
-  while true do
-    local members = rcall('ZRANGE', queueKey, offset, offset + 99, 'WITHSCORES')
-    for i = 1, #members, 2 do
-      local candidate = getJson(S.key.tasks, members[i])
-      if candidate and fits(candidate) then
-        return candidate, tonumber(members[i + 1])
+      if rcall('EXISTS', teamsKey) == 0 then
+        forgetTarget(S, target)
       end
+    else
+      -- its head now (the same when another task left)
+      rcall('ZADD', teamsKey, head[2], team)
+      rcall('ZADD', derived(S, 'team_targets', team), head[2], target)
     end
-    if #members < 200 then
-      return nil
-    end
-    offset = offset + 100
   end
 end
 
--- The waiting task a device that just became free takes (PROTOCOL.md, "Sharing the fleet"), of
--- those `fits` says it may run in the queues of `targets` (its own and its driver's): the highest
--- priority; of the teams with one of it, not at their quota, the fewest devices held for their
--- weight; then the oldest. Nil when none fits, or every team with one is at its quota.
--- Each team is ranked first by its head (the first task of its queue, whose score `queue_teams`
--- keeps), a bound its first task that fits can only equal or follow; teams are read in that order
--- and the walk stops at the first whose bound ranks after the best found. So a freed device reads
--- one task per team only when the heads do not fit it, never the queues.
-local function pickByShare(S, targets, fits)
-  local keys = {}
-  for i, target in ipairs(targets) do
-    keys[i] = targetTeamsKey(S, target)
+-- Whether every label `wantedJson` asks for is one of `have` (a decoded table).
+local function labelsWithin(wantedJson, have)
+  for name, value in pairs(cjson.decode(wantedJson or '{}')) do
+    if have[name] ~= value then
+      return false
+    end
   end
-  -- Nothing waits for any target, the common case at a result: one command answers it for all.
+  return true
+end
+
+-- The waiting task a device that just became free takes (PROTOCOL.md, "Sharing the fleet"): of
+-- the targets it fits (aimed at it, or of its driver with labels it has) whose workflow its host
+-- may run (`workflows`, hostState's), the highest priority; of the teams with one of it, not at
+-- their quota, the fewest devices held for their weight; then the oldest. Every task of a
+-- target's queue asks the same of a device, so each team's first task there is the one it would
+-- take: heads are compared, no queue is walked. Nil when none fits, or every team with one is at
+-- its quota. The targets are found through the device's own index, its driver's, and its labels'
+-- (a target is indexed by its first label), so a target is read only if the device has the label
+-- it is indexed by.
+-- Cost: one EXISTS (the common case when nothing waits for it: the end), else O(device labels +
+-- targets in those indexes + teams waiting for the targets it fits) commands and decodes.
+local function pickByShare(S, deviceId, device, workflows)
+  local labels = cjson.decode(device.labels or '{}')
+  local keys = {derived(S, 'device_targets', deviceId), derived(S, 'driver_targets', device.driver)}
+  for name, value in pairs(labels) do
+    keys[#keys + 1] = derived(S, 'label_targets', labelIndex(device.driver, name, value))
+  end
   if rcall('EXISTS', unpack(keys)) == 0 then
     return nil
   end
-  local heads = {}  -- {team, target, score} of each team waiting for one of the targets
-  local teams = {}
-  for n, target in ipairs(targets) do
-    local entries = rcall('ZRANGE', keys[n], 0, -1, 'WITHSCORES')
-    for i = 1, #entries, 2 do
-      heads[#heads + 1] = {team = entries[i], target = target, score = tonumber(entries[i + 1])}
-      teams[#teams + 1] = entries[i]
+  local ids = {}
+  for _, key in ipairs(keys) do
+    for _, id in ipairs(rcall('SMEMBERS', key)) do
+      ids[#ids + 1] = id
+    end
+  end
+  if #ids == 0 then
+    return nil
+  end
+  local heads = {}  -- {team, target, score} of each team waiting for a target the device fits
+  local teams, named = {}, {}
+  for i, raw in ipairs(rcall('HMGET', S.key.targets, unpack(ids))) do
+    local target = raw and cjson.decode(raw)
+    if target and runsWorkflow(workflows, target.workflow)
+        and (target.target_device == deviceId or (not target.target_device and labelsWithin(target.labels, labels))) then
+      local entries = rcall('ZRANGE', derived(S, 'target_teams', ids[i]), 0, -1, 'WITHSCORES')
+      for j = 1, #entries, 2 do
+        heads[#heads + 1] = {team = entries[j], target = ids[i], score = tonumber(entries[j + 1])}
+        if not named[entries[j]] then
+          named[entries[j]] = true
+          teams[#teams + 1] = entries[j]
+        end
+      end
     end
   end
   if #heads == 0 then
     return nil
   end
   local standings = standingsOf(S, teams)
-  local function rank(head, score)  -- lower is first, element by element
-    local standing = standings[head.team]
-    return {math.floor(score / PRIORITY_SPAN), standing.running / standing.weight, score}
-  end
-  local function before(a, b)
-    return a[1] < b[1] or (a[1] == b[1] and (a[2] < b[2] or (a[2] == b[2] and a[3] < b[3])))
-  end
-  local open = {}
-  for _, head in ipairs(heads) do
-    if not atQuota(standings[head.team]) then
-      head.bound = rank(head, head.score)
-      open[#open + 1] = head
-    end
-  end
-  -- The first by bound, found in one pass: when its head fits the device, nothing can rank
-  -- before it (every other bound is no earlier), which is the common case; else all, in order.
-  local first
-  for _, head in ipairs(open) do
-    if not first or before(head.bound, first.bound) then
-      first = head
-    end
-  end
-  if not first then
-    return nil
-  end
-  local headTask = getJson(S.key.tasks, rcall('ZRANGE', targetQueueKey(S, first.target, first.team), 0, 0)[1])
-  if headTask and fits(headTask) then
-    return headTask
-  end
-  table.sort(open, function(a, b) return before(a.bound, b.bound) end)
   local chosen, chosenRank
-  for _, head in ipairs(open) do
-    if chosenRank and before(chosenRank, head.bound) then
-      break
-    end
-    local task, score = firstFitting(S, targetQueueKey(S, head.target, head.team), fits)
-    if task then
-      local actual = rank(head, score)
-      if not chosenRank or before(actual, chosenRank) then
-        chosen, chosenRank = task, actual
+  for _, head in ipairs(heads) do
+    local standing = standings[head.team]
+    if not atQuota(standing) then
+      -- lower is first, element by element: priority, devices held for its weight, age
+      local rank = {math.floor(head.score / PRIORITY_SPAN), standing.running / standing.weight, head.score}
+      if not chosenRank or rank[1] < chosenRank[1] or (rank[1] == chosenRank[1]
+          and (rank[2] < chosenRank[2] or (rank[2] == chosenRank[2] and rank[3] < chosenRank[3]))) then
+        chosen, chosenRank = head, rank
       end
     end
   end
-  return chosen
+  if not chosen then
+    return nil
+  end
+  return getJson(S.key.tasks, rcall('ZRANGE', targetQueueKey(S, chosen.target, chosen.team), 0, 0)[1])
 end
 
 -- Hand a device that just became free the waiting task the order picks (pickByShare) among those
--- it may run: aimed at it, or of its driver with labels it matches, on a host that may run them.
--- (A workflow task its host does not list stays queued for another host.) Whether it took one.
+-- it may run on a host with these `workflows`. Whether it took one.
 local function feedDevice(S, deviceId, device, now, workflows)
-  local direct = 'd|' .. deviceId
-  local task = pickByShare(S, {direct, 'p|' .. device.driver}, function(candidate)
-    return runsTask(workflows, candidate)
-      and (queueTarget(candidate) == direct or labelsMatch(candidate.labels, device.labels))
-  end)
+  local task = pickByShare(S, deviceId, device, workflows)
   if not task then
     return false
   end
@@ -327,56 +395,67 @@ local function feedDevice(S, deviceId, device, now, workflows)
   return true
 end
 
+-- How much of a team's waiting work one step places, and how many of its targets it reads: the
+-- bound on the step's time. Past either, the team's place is kept in `placing_teams` and the
+-- reaper's next pass goes on from there (placeWaitingTeams).
+local TEAM_PLACEMENTS_PER_STEP = 8
+local TEAM_TARGETS_PER_STEP = 16
+
 -- A team below its quota again (a device let go, its cap raised or lifted): its waiting tasks
--- take free devices they may run, in their order within each target, until the team is at its
--- quota or none fits. A free device has no waiting task it may run but those of teams at their
--- quota, so this gives nobody's device away.
-local function placeTeamWork(S, team, now)
-  local function done()
-    -- At its quota again, or no device free at all (so none to take): the common case at once.
-    return atQuota(standingsOf(S, {team})[team]) or rcall('ZCARD', S.key.free) == 0
-  end
-  for _, target in ipairs(rcall('SMEMBERS', derived(S, 'team_queues', team))) do
-    local queueKey = targetQueueKey(S, target, team)
-    local offset = 0
-    while true do
-      if done() then
-        return
-      end
-      local ids = rcall('ZRANGE', queueKey, offset, offset + 99)
-      for _, taskId in ipairs(ids) do
-        local task = getJson(S.key.tasks, taskId)
-        local deviceId, device = findDeviceFor(S, task, now)
-        if deviceId then
-          unqueueTask(S, task)
-          assignTask(S, task, deviceId, device, now)
-          saveTask(S, task, 'queued')
-          offset = offset - 1  -- it left the queue: the next one moved up
-          if done() then
-            return
-          end
-        end
-      end
-      if #ids < 100 then
-        break
-      end
-      offset = offset + 100
+-- take free devices they may run, in PROTOCOL's order across all its targets (each target's
+-- first task, by priority then age), until the team is at its quota or no target has a device.
+-- A target whose first task finds no device is passed over for the rest of the step: every task
+-- of it asks the same. Starts at `offset` (the targets before it found none in an earlier slice;
+-- a device freed since fed itself by the order). A free device has no waiting task it may run but
+-- those of teams at their quota, so this gives nobody's device away.
+-- Cost: at most TEAM_TARGETS_PER_STEP targets read, each one findDeviceFor, and at most
+-- TEAM_PLACEMENTS_PER_STEP tasks placed.
+local function placeTeamWork(S, team, now, offset)
+  offset = offset or 0
+  local standing = standingsOf(S, {team})[team]
+  local targetsKey = derived(S, 'team_targets', team)
+  local read, placed = 0, 0
+  while not atQuota(standing) do
+    if read >= TEAM_TARGETS_PER_STEP or placed >= TEAM_PLACEMENTS_PER_STEP then
+      rcall('ZADD', S.key.placing_teams, offset, team)
+      return
+    end
+    local target = rcall('ZRANGE', targetsKey, offset, offset)[1]
+    if not target then
+      break
+    end
+    read = read + 1
+    local task = getJson(S.key.tasks, rcall('ZRANGE', targetQueueKey(S, target, team), 0, 0)[1])
+    local deviceId, device
+    if task then
+      deviceId, device = findDeviceFor(S, task, now)
+    end
+    if deviceId then
+      -- the target's next task moves up (its score only grows: the targets before stay put)
+      unqueueTask(S, task)
+      assignTask(S, task, deviceId, device, now)
+      saveTask(S, task, 'queued')
+      standing.running = standing.running + 1
+      placed = placed + 1
+    else
+      offset = offset + 1
     end
   end
+  rcall('ZREM', S.key.placing_teams, team)
 end
 
--- Recompute a device's membership of `free`; a device that becomes free is fed at once.
+-- Recompute a device's membership of the free index; a device that becomes free is fed at once.
 -- `device` is its record when the caller has just read it; `released` says its reservation was
--- dropped in this step, so it is neither reserved nor (a reserved device never is) in `free`;
--- `feedAnew` says being in `free` proves nothing about the waiting tasks, so the device is fed
+-- dropped in this step, so it is neither reserved nor (a reserved device never is) free;
+-- `feedAnew` says being free proves nothing about the waiting tasks, so the device is fed
 -- anew: its host was not online before this step (hostOnline is what every reader checks), or
--- its host's capabilities changed (a workflow task may now run on it).
+-- its host's capabilities changed (a workflow task may now run on it). (A device whose labels,
+-- driver, attributes or host changed left the free index as its record changed: poolDevice.)
 local function refreshDevice(S, deviceId, now, device, released, feedAnew)
   device = device or getJson(S.key.devices, deviceId)
   if not device then
     return
   end
-  local freeKey = freeMember(device.driver, deviceId)
   local host
   local shouldBeFree = device.status == 'available'
     and (released or rcall('HEXISTS', S.key.reservations, deviceId) == 0)
@@ -387,17 +466,22 @@ local function refreshDevice(S, deviceId, now, device, released, feedAnew)
   end
   if not shouldBeFree then
     if not released then
-      rcall('ZREM', S.key.free, freeKey)
+      removeFree(S, deviceId, device)
     end
     return
   end
-  if not released and not feedAnew and rcall('ZSCORE', S.key.free, freeKey) ~= false then
-    return  -- free already, and seen as free: no matching task waits
-  end
-  if feedAnew then
-    rcall('ZREM', S.key.free, freeKey)  -- a device that takes a task is not free
+  local since = now
+  if not released then
+    local score = rcall('ZSCORE', derived(S, 'free_devices', device.driver), deviceId)
+    if score and not feedAnew then
+      return  -- free already, and seen as free: no matching task waits
+    end
+    if score then
+      since = tonumber(score)  -- still idle since then, if no task takes it
+      removeFree(S, deviceId, device)  -- a device that takes a task is not free
+    end
   end
   if not feedDevice(S, deviceId, device, now, host.workflows) then
-    rcall('ZADD', S.key.free, 0, freeKey)
+    addFree(S, deviceId, device, since)
   end
 end

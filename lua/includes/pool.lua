@@ -4,7 +4,13 @@
   state"); a sweep records what they already say.
 
   Functions (each takes the deployment, includes/deployment.lua, first, but labelsMatch):
-    freeMember(driver, deviceId)              a device's member of `free` and `devices_by_driver`
+    freeMember(driver, deviceId)              a device's member of `devices_by_driver`
+    labelIndex(driver, name, value)           the id of a driver's index by one label
+    freeKeys(S, driver, labels)               the free sets a device (or a selector) of these
+                                              labels (a table) is in (asks for)
+    isFree(S, deviceId, device)               whether the device is in the free index
+    addFree(S, deviceId, device, since)       put it in: its driver's set and each label's
+    removeFree(S, deviceId, device)           take it out (of the sets its record names)
     hostState(S, hostId, now)                 what of a host decides whether its devices take
                                               work, in one read: online, draining, stalled,
                                               schedulable (all three allow it), workflows
@@ -12,16 +18,26 @@
     isOnline(S, seen, now)                    the same, of a `seen` already read
     workflowSet(capabilitiesJson)             the workflows a host lists, as a set, or nil: any
     hostDeviceIds(S, hostId)                  the host's pooled device ids
-    poolDevice(S, deviceId, device, previous) put a device record in the pool
+    poolDevice(S, deviceId, device, previous) put a device record in the pool; a device whose
+                                              driver, labels, attributes or host changed leaves
+                                              the free index, so refreshDevice offers it the
+                                              waiting work it can run now
     unpoolDevice(S, deviceId, device)         take it out
     labelsMatch(wantedJson, haveJson)         every wanted label present with the same value
     takeFree(S, deviceId, device, host)       take a device out of `free` if its host (hostState)
                                               is online
     workflowOf(task)                          a workflow task's workflow name, or nil
     runsTask(workflows, task)                 whether a host with these workflows may run the task
+    runsWorkflow(workflows, name)             the same, of a workflow's name (nil: a goal)
+
+  The free index: `free_devices:<driver>` holds a driver's free devices, and
+  `free_label:<driver>|<name>=<value>` those with one label, each scored by when the device
+  became free, so the devices that fit a selector are one intersection, idle longest first. A free
+  transition costs 1 + the device's labels commands.
 
   Invariants kept: a pooled device is in its host's `host_devices:<host>` and in
-  `devices_by_driver` under its driver, and in `free` under nothing else; "online" is the
+  `devices_by_driver` under its driver; a free device is in its driver's free set and in the set
+  of each of its labels, as its record names them, and in no other; "online" is the
   heartbeat's age (`seen` of `host_state:<host>`) against the threshold, read against Redis TIME,
   never the membership of `hosts_online` alone (a host the reaper has not swept yet is already
   offline); a workflow task runs only on a host that lists its workflow in its `capabilities`, or
@@ -33,6 +49,49 @@
 
 local function freeMember(driver, deviceId)
   return indexMember(driver, deviceId)
+end
+
+-- `<driver>|<name>=<value>`, readable in redis-cli; `%`, `|` and `=` in a name or value written
+-- as %XX, so no two labels share an index.
+local function escapeLabel(text)
+  return (string.gsub(text, '[%%|=]', function(c) return string.format('%%%02X', string.byte(c)) end))
+end
+
+local function labelIndex(driver, name, value)
+  return driver .. '|' .. escapeLabel(name) .. '=' .. escapeLabel(value)
+end
+
+-- The free sets of a driver and of each label of `labels` (a decoded table): where a device with
+-- them is while it is free, and what a selector asking for them intersects.
+local function freeKeys(S, driver, labels)
+  local keys = {derived(S, 'free_devices', driver)}
+  for name, value in pairs(labels) do
+    keys[#keys + 1] = derived(S, 'free_label', labelIndex(driver, name, value))
+  end
+  return keys
+end
+
+local function isFree(S, deviceId, device)
+  return rcall('ZSCORE', derived(S, 'free_devices', device.driver), deviceId) ~= false
+end
+
+-- `since`: when it became free (ms), its order among the free (idle longest first).
+local function addFree(S, deviceId, device, since)
+  for _, key in ipairs(freeKeys(S, device.driver, cjson.decode(device.labels or '{}'))) do
+    rcall('ZADD', key, since, deviceId)
+  end
+end
+
+-- Whether it was free. Its label sets are read off the record it was added with: a record about
+-- to change takes its device out first (poolDevice).
+local function removeFree(S, deviceId, device)
+  if rcall('ZREM', derived(S, 'free_devices', device.driver), deviceId) == 0 then
+    return false
+  end
+  for name, value in pairs(cjson.decode(device.labels or '{}')) do
+    rcall('ZREM', derived(S, 'free_label', labelIndex(device.driver, name, value)), deviceId)
+  end
+  return true
 end
 
 -- The workflows a host's agent listed (its `capabilities` JSON), as a set {name = true}; nil when
@@ -89,8 +148,13 @@ local function poolDevice(S, deviceId, device, previous)
   if not previous or previous.host_id ~= device.host_id then
     rcall('SADD', derived(S, 'host_devices', device.host_id), deviceId)
   end
+  -- What placement matched it by changed: it leaves the free index as its old record had it, and
+  -- the caller's refreshDevice offers it the waiting work it can run now (or puts it back).
+  if previous and (previous.driver ~= device.driver or previous.labels ~= device.labels
+      or previous.host_id ~= device.host_id or previous.attributes ~= device.attributes) then
+    removeFree(S, deviceId, previous)
+  end
   if previous and previous.driver ~= device.driver then
-    rcall('ZREM', S.key.free, freeMember(previous.driver, deviceId))
     rcall('ZREM', S.key.devices_by_driver, freeMember(previous.driver, deviceId))
   end
   if not previous or previous.driver ~= device.driver then
@@ -104,7 +168,7 @@ local function unpoolDevice(S, deviceId, device)
   rcall('PEXPIRE', derived(S, 'device_runs', deviceId), S.retentionMs)
   rcall('HDEL', S.key.devices, deviceId)
   rcall('SREM', derived(S, 'host_devices', device.host_id), deviceId)
-  rcall('ZREM', S.key.free, freeMember(device.driver, deviceId))
+  removeFree(S, deviceId, device)
   rcall('ZREM', S.key.devices_by_driver, freeMember(device.driver, deviceId))
 end
 
@@ -122,10 +186,10 @@ local function labelsMatch(wantedJson, haveJson)
   return true
 end
 
--- Take a device out of `free` if it is there and its host (hostState) online; whether it was.
--- (The ZREM answers both questions a lookup would, in one command.)
+-- Take a device out of the free index if it is there and its host (hostState) online; whether it
+-- was. (The ZREM answers both questions a lookup would, in one command.)
 local function takeFree(S, deviceId, device, host)
-  return host.online and rcall('ZREM', S.key.free, freeMember(device.driver, deviceId)) == 1
+  return host.online and removeFree(S, deviceId, device)
 end
 
 -- The name of a workflow task's workflow (its `workflow` is the JSON {name, params}); nil for a
@@ -145,4 +209,9 @@ local function runsTask(workflows, task)
   end
   local name = workflowOf(task)
   return name == nil or workflows[name] == true
+end
+
+-- runsTask, of a workflow's name (nil or '' for a goal).
+local function runsWorkflow(workflows, name)
+  return workflows == nil or name == nil or name == '' or workflows[name] == true
 end

@@ -2,8 +2,9 @@
 
 ``read_stored`` reads every key of a deployment; ``check_stored`` asserts, of one reading and the
 one before it:
-- each index agrees with the records (statuses, waiting queues, assignments, leases, deadlines,
-  reservations, the free set, a host's devices, the driver index);
+- each index agrees with the records (statuses, waiting queues and their targets, assignments,
+  leases, deadlines, reservations, the free index by driver and label, a host's devices, the
+  driver index);
 - no queued task waits beside a device it could run on (a free, available, enabled device of an
   online host, by the offline deadline itself, that is neither draining nor stalled, and that
   lists the task's workflow or lists nothing);
@@ -11,8 +12,9 @@ one before it:
   (``check_waiting_explained``, given those answers), and so does the pool as the reads answer
   it (``check_devices_read``);
 - an assignment waiting for its claim is one its host may run;
-- first in, first out within a target: a task assigned in this step had no older task of the
-  same target, that its host could run, still queued after it;
+- the order across targets: a task assigned in this step left queued no task that could have run
+  on its device of higher priority (its team not at quota), nor an older one of its team and
+  priority;
 - a device holds at most one task, a task at most one live lease;
 - every acknowledged create is stored, or was terminal and purged after its retention, and then
   nothing of it is left behind.
@@ -27,7 +29,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from coordinator.state.keys import STATUS_CODES, STATUS_SPAN, Keys
+from coordinator.state.keys import STATUS_CODES, STATUS_SPAN, Keys, label_index
 from coordinator.state.reads import Queries
 from coordinator.state.records import DeviceState
 from tests.support import glob_escape
@@ -46,7 +48,8 @@ class Stored:
     by_status: dict[str, float]
     devices: dict[str, dict[str, Any]]
     reservations: dict[str, str]
-    free: set[str]
+    free: set[str]  # the free devices' ids (free_devices:<driver>)
+    free_index: dict[str, set[str]]  # each free set (free_devices:<driver>, free_label:<index>) -> ids
     by_driver: set[str]
     disabled: set[str]
     draining: set[str]
@@ -55,6 +58,11 @@ class Stored:
     seen: dict[str, float]  # host id -> its last heartbeat as host_state:<host> holds it
     host_devices: dict[str, set[str]]
     waiting: dict[str, dict[str, float]]  # key kind:id -> task id -> seq
+    targets: dict[str, dict[str, Any]]  # target id -> what it asks (lua/includes/placement.lua)
+    target_ids: dict[str, str]  # spec -> target id
+    target_indexes: dict[str, set[str]]  # kind:id of device_, driver_ and label_targets -> target ids
+    target_teams: dict[str, dict[str, float]]  # target id -> team -> its head's score
+    team_targets: dict[str, dict[str, float]]  # team -> target id -> its head's score
     assigned: dict[str, list[str]]
     lease_deadlines: dict[str, float]
     claim_deadlines: dict[str, float]
@@ -86,8 +94,11 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
             kind, _, ident = name.partition(":")
             if kind == "host_devices":
                 pipe.smembers(key)
-            elif kind in ("waiting", "waiting_device"):
+            elif kind in ("waiting", "free_devices", "free_label", "target_teams", "team_targets"):
                 pipe.zrange(key, 0, -1, withscores=True)
+                ident = name if kind in ("waiting", "free_devices", "free_label") else ident
+            elif kind in ("device_targets", "driver_targets", "label_targets"):
+                pipe.smembers(key)
                 ident = name
             elif kind == "assigned":
                 pipe.lrange(key, 0, -1)
@@ -101,9 +112,9 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
                 continue
             read.append((kind, ident))
         for key in (keys.tasks, keys.devices, keys.reservations, keys.idempotency, keys.claims,
-                    keys.teams, keys.runs):
+                    keys.teams, keys.runs, keys.targets, keys.target_ids):
             pipe.hgetall(key)
-        for key in (keys.tasks_by_status, keys.free, keys.devices_by_driver, keys.hosts_online, keys.lease_deadlines,
+        for key in (keys.tasks_by_status, keys.devices_by_driver, keys.hosts_online, keys.lease_deadlines,
                     keys.claim_deadlines, keys.queue_deadlines, keys.retention):
             pipe.zrange(key, 0, -1, withscores=True)
         for key in (keys.disabled_devices, keys.progress):
@@ -117,11 +128,23 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
     run_counts: dict[str, dict[str, int]] = {}
     run_tasks: dict[str, dict[str, float]] = {}
     host_state: dict[str, dict[str, str]] = {}
+    free_index: dict[str, set[str]] = {}
+    target_indexes: dict[str, set[str]] = {}
+    target_teams: dict[str, dict[str, float]] = {}
+    team_targets: dict[str, dict[str, float]] = {}
     for (kind, ident), reply in zip(read, replies, strict=False):
         if kind == "host_devices":
             host_devices[ident] = {_text(m) for m in reply}
-        elif kind in ("waiting", "waiting_device"):
+        elif kind == "waiting":
             waiting[ident] = {_text(m): s for m, s in reply}
+        elif kind in ("free_devices", "free_label"):
+            free_index[ident] = {_text(m) for m, _ in reply}
+        elif kind in ("device_targets", "driver_targets", "label_targets"):
+            target_indexes[ident] = {_text(m) for m in reply}
+        elif kind == "target_teams":
+            target_teams[ident] = {_text(m): s for m, s in reply}
+        elif kind == "team_targets":
+            team_targets[ident] = {_text(m): s for m, s in reply}
         elif kind == "assigned":
             assigned[ident] = [_text(t) for t in reply]
         elif kind == "run_counts":
@@ -132,7 +155,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
             host_state[ident] = {_text(k): _text(v) for k, v in reply.items()}
         elif reply is not None:  # a lease key (its TTL may run out between the scan and the read)
             lease_keys[ident] = orjson.loads(reply)
-    (tasks, devices, reservations, idempotency, claims, teams, runs, by_status, free, by_driver, online,
+    (tasks, devices, reservations, idempotency, claims, teams, runs, targets, target_ids, by_status, by_driver, online,
      lease_deadlines, claim_deadlines, queue_deadlines, retention, disabled, progress) = replies[len(read):]
 
     def zset(reply: list[tuple[bytes, float]]) -> dict[str, float]:
@@ -144,7 +167,8 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         by_status=zset(by_status),
         devices={_text(k): orjson.loads(v) for k, v in devices.items()},
         reservations={_text(k): _text(v) for k, v in reservations.items()},
-        free=set(zset(free)),
+        free={m for key, ids in free_index.items() if key.startswith("free_devices:") for m in ids},
+        free_index=free_index,
         by_driver=set(zset(by_driver)),
         disabled={_text(k) for k in disabled},
         draining={h for h, state in host_state.items() if "draining" in state},
@@ -153,6 +177,11 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         online=zset(online),
         host_devices=host_devices,
         waiting=waiting,
+        targets={_text(k): orjson.loads(v) for k, v in targets.items()},
+        target_ids={_text(k): _text(v) for k, v in target_ids.items()},
+        target_indexes=target_indexes,
+        target_teams=target_teams,
+        team_targets=team_targets,
         assigned=assigned,
         lease_deadlines=zset(lease_deadlines),
         claim_deadlines=zset(claim_deadlines),
@@ -176,10 +205,30 @@ def member(driver: str, device_id: str) -> str:
 
 
 def waiting_key(task: dict[str, Any]) -> str:
-    team = task.get("team") or "default"
+    """The queue a queued task waits in: its target's (the record names it), for its team."""
+    return f"waiting:{task['target_id']}|{team_of(task)}"
+
+
+def workflow_name(task: dict[str, Any]) -> str | None:
+    return orjson.loads(task["workflow"])["name"] if task.get("kind") == "workflow" else None
+
+
+def target_of(task: dict[str, Any]) -> dict[str, Any]:
+    """What a task asks of a device, as placement interns it as a target."""
     if task.get("target_device"):
-        return f"waiting_device:{task['target_device']}|{team}"
-    return f"waiting:{task['driver']}|{team}"
+        return {"target_device": task["target_device"], "workflow": workflow_name(task)}
+    return {"driver": task["driver"], "labels": task.get("labels") or "{}", "workflow": workflow_name(task)}
+
+
+def target_index(target: dict[str, Any]) -> str:
+    """The index a freed device finds the target in (lua/includes/placement.lua, targetIndexKey)."""
+    if target.get("target_device"):
+        return f"device_targets:{target['target_device']}"
+    labels = orjson.loads(target["labels"])
+    if not labels:
+        return f"driver_targets:{target['driver']}"
+    first = min(labels)
+    return f"label_targets:{label_index(target['driver'], first, labels[first])}"
 
 
 def queue_score(task: dict[str, Any]) -> float:
@@ -202,11 +251,6 @@ def host_runs(s: Stored, host_id: str, task: dict[str, Any]) -> bool:
     if listed is None or task.get("kind") != "workflow":
         return True
     return orjson.loads(task["workflow"])["name"] in listed
-
-
-def same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return (a.get("target_device"), a.get("driver"), a.get("labels")) == \
-        (b.get("target_device"), b.get("driver"), b.get("labels"))
 
 
 def host_online(s: Stored, host_id: str, offline_after_ms: int) -> bool:
@@ -269,15 +313,49 @@ def check_indexes(s: Stored) -> None:
     # A host's last heartbeat is in hosts_online (the sweep's index) exactly while its state holds it
     # (what placement reads): both written by the heartbeat, both dropped when the host is detached.
     assert s.seen == s.online, "hosts_online mirrors each host_state's seen"
-    for entry in s.free:
-        driver, _, device_id = entry.partition("\0")
+    check_targets(s)
+    expected_index: dict[str, set[str]] = {}
+    for device_id in s.free:
         device = s.devices.get(device_id)
-        assert device is not None and device["driver"] == driver, entry
+        assert device is not None, device_id
+        expected_index.setdefault(f"free_devices:{device['driver']}", set()).add(device_id)
+        for name, value in orjson.loads(device.get("labels") or "{}").items():
+            expected_index.setdefault(f"free_label:{label_index(device['driver'], name, value)}", set()).add(device_id)
+    assert {k: v for k, v in s.free_index.items() if v} == expected_index, "the free index is the free devices'"
+    for device_id in s.free:
+        device = s.devices[device_id]
         host = device["host_id"]
         # The sweep's record of online (hosts_online), not the deadline: a host past its deadline
         # keeps its devices in `free` until the sweep, and placement skips them meanwhile.
         assert (device["status"] == "available" and device_id not in s.reservations and device_id not in s.disabled
-                and host in s.online and host not in s.draining and host not in s.stalled), (entry, device)
+                and host in s.online and host not in s.draining and host not in s.stalled), (device_id, device)
+
+
+def check_targets(s: Stored) -> None:
+    """A target is interned exactly while a team waits for it, indexed once where a freed device
+    looks for it; its teams and the teams' targets are scored by each queue's first task."""
+    queues: dict[str, dict[str, float]] = {}  # target id -> team -> its first score
+    for key, queued in s.waiting.items():
+        if queued:
+            target_id, _, team = key.removeprefix("waiting:").rpartition("|")
+            queues.setdefault(target_id, {})[team] = min(queued.values())
+    assert set(s.targets) == set(queues), ("targets interned", set(s.targets), set(queues))
+    assert {t: heads for t, heads in s.target_teams.items() if heads} == queues, "target_teams"
+    by_team: dict[str, dict[str, float]] = {}
+    for target_id, heads in queues.items():
+        for team, head in heads.items():
+            by_team.setdefault(team, {})[target_id] = head
+    assert {team: t for team, t in s.team_targets.items() if t} == by_team, "team_targets"
+    assert set(s.target_ids.values()) == set(s.targets) and len(s.target_ids) == len(s.targets), "target_ids"
+    indexed: dict[str, set[str]] = {}
+    for target_id, target in s.targets.items():
+        indexed.setdefault(target_index(target), set()).add(target_id)
+    assert {k: v for k, v in s.target_indexes.items() if v} == indexed, "each target indexed once"
+    for task_id, task in s.tasks.items():
+        if task["status"] == "queued":
+            target = s.targets[task["target_id"]]
+            assert {k: v for k, v in target.items() if k != "spec" and v is not None} == \
+                {k: v for k, v in target_of(task).items() if v is not None}, (task_id, target)
 
 
 def team_of(task: dict[str, Any]) -> str:
@@ -357,8 +435,9 @@ def check_waiting_explained(s: Stored, offline_after_ms: int, candidates: dict[s
         matching = [d for d in s.devices if fits(task, d, s.devices[d])]
         free = [d for d in matching if could_run_now(s, d, offline_after_ms)
                 and host_runs(s, s.devices[d]["host_id"], task)]
-        reasons_counted = sum(n for name, n in counts.items() if name not in ("matching", "truncated"))
+        reasons_counted = sum(n for name, n in counts.items() if name not in ("matching", "truncated", "team_at_quota"))
         assert counts["matching"] == len(matching), (task_id, counts, matching)
+        assert counts["team_at_quota"] == at_quota(s, team_of(task)), (task_id, counts, "read, not inferred")
         assert reasons_counted == len(matching) - len(free), (task_id, counts, free)
         assert counts["busy"] == sum(device_busy(s, task, d, offline_after_ms) for d in matching), (task_id, counts)
         expected = expected_waiting_reason(s, task, offline_after_ms)
@@ -387,24 +466,30 @@ def check_assignments_runnable(s: Stored) -> None:
 
 
 def check_order(s: Stored, before: Stored | None) -> None:
-    """PROTOCOL.md's order rules, for each task assigned in this step, against the tasks still
-    queued after it that could have taken its device (its target, a host that runs them): none of
-    higher priority, unless its team is at its quota (priority never inverted); none of its own
-    team and priority that is older (FIFO within a team)."""
+    """PROTOCOL.md's order rules, for each task assigned in this step, against every task still
+    queued after it that could have taken its device, whatever its target (its device or a
+    selector it matches now, on a host that runs it): none of higher priority, unless its team
+    is at its quota (priority never inverted); none of its own team and priority that is older
+    (FIFO within a team)."""
     if before is None:
         return
     for task_id, task in s.tasks.items():
         was = before.tasks.get(task_id)
         if task["status"] != "assigned" or (was is not None and was["status"] == "assigned"):
             continue
+        device_id = task["device_id"]
+        device = s.devices.get(device_id)
+        if device is None:
+            continue
         rivals = [(other_id, other) for other_id, other in s.tasks.items()
-                  if other["status"] == "queued" and same_target(other, task) and host_runs(s, task["host_id"], other)]
+                  if other["status"] == "queued" and fits(other, device_id, device)
+                  and host_runs(s, task["host_id"], other)]
         priority = task.get("priority", 0)
         higher = [i for i, other in rivals if other.get("priority", 0) > priority and not at_quota(s, team_of(other))]
-        assert not higher, f"{task_id} was assigned while tasks of higher priority wait for its target: {higher}"
+        assert not higher, f"{task_id} took {device_id} while tasks of higher priority that could run on it wait: {higher}"
         older = [i for i, other in rivals if team_of(other) == team_of(task) and other.get("priority", 0) == priority
                  and other["seq"] < task["seq"]]
-        assert not older, f"{task_id} was assigned while older tasks of its team and priority wait: {older}"
+        assert not older, f"{task_id} took {device_id} while older tasks of its team and priority wait: {older}"
 
 
 def check_fair_share(s: Stored, before: Stored | None) -> None:
@@ -420,7 +505,7 @@ def check_fair_share(s: Stored, before: Stored | None) -> None:
         return
     _, task = newly[0]
     device_id = task["device_id"]
-    if member(s.devices[device_id]["driver"], device_id) in before.free:
+    if device_id in before.free:
         return
     team, priority = team_of(task), task.get("priority", 0)
     weight = team_settings(s, team)[0]

@@ -77,11 +77,15 @@ FLEET: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
     "managed": {"m1": ("sim", {"rack": "1"}), "m2": ("adb", {})},
 }
 MANAGED = "managed"
+STATIC = sorted(host for host in FLEET if host != MANAGED)
+# The labels a relabelled device may get.
+RELABELS: list[dict[str, str]] = [{}, {"rack": "1"}, {"rack": "2"}, {"rack": "1", "os": "14"}]
 DEVICE_IDS = sorted(d for host, devices in FLEET.items() if host != MANAGED for d in devices)
 TARGETS: list[dict[str, Any]] = [
     *({"device_id": d} for d in DEVICE_IDS),
     {"selector": {"driver": "sim"}},
     {"selector": {"driver": "sim", "labels": {"rack": "1"}}},
+    {"selector": {"driver": "sim", "labels": {"os": "14", "rack": "1"}}},
     {"selector": {"driver": "adb"}},
     {"selector": {"driver": "ios"}},  # nothing will ever match it
     {"managed device": "m1"},  # the managed host's m1, by the cloud id it has now
@@ -152,6 +156,10 @@ class ProtocolMachine(RuleBasedStateMachine):
                                scripts=scripts(), clock=self.clock)
         self.told = Told()
         self.cloud: dict[str, str] = {}  # the managed host's local device id -> its cloud id
+        # The fleet as it is now: devices change labels and static devices change hosts (relabel,
+        # hand_over), starting from FLEET.
+        self.fleet: dict[str, dict[str, tuple[str, dict[str, str]]]] = {
+            host: dict(devices) for host, devices in FLEET.items()}
         self.reported: dict[str, list[dict[str, Any]]] = {}  # host -> the devices it last reported
         self.snapshots: dict[str, tuple[str, str]] = {}  # host -> the last snapshot and capabilities sent
         self.counter = itertools.count()
@@ -203,12 +211,44 @@ class ProtocolMachine(RuleBasedStateMachine):
             self._heartbeat(host, *self.snapshots[host])
             return
         if how == "any":
-            chosen = data.draw(st.lists(st.sampled_from(sorted(FLEET[host])), unique=True), label="devices")
+            if not self.fleet[host]:
+                return
+            chosen = data.draw(st.lists(st.sampled_from(sorted(self.fleet[host])), unique=True), label="devices")
             statuses = st.sampled_from(["available", "busy", "unavailable"])
             devices = [self._device(host, d, data.draw(statuses, label=d)) for d in chosen]
         else:
-            devices = [self._device(host, d, "available") for d in sorted(FLEET[host])]
+            devices = [self._device(host, d, "available") for d in sorted(self.fleet[host])]
         self._send_snapshot(host, devices, can_run)
+
+    @rule(host=st.sampled_from(sorted(FLEET)), labels=st.sampled_from(RELABELS), data=st.data())
+    def relabel(self, host: str, labels: dict[str, str], data: st.DataObject) -> None:
+        """A device gets other labels (re-flashed, its agent restarted with new ones): the host's
+        next heartbeat reports it so, every device available, its workflows as last sent."""
+        if not self.fleet[host]:
+            return
+        device = data.draw(st.sampled_from(sorted(self.fleet[host])), label="device")
+        self.fleet[host][device] = (self.fleet[host][device][0], labels)
+        self._send_snapshot(host, [self._device(host, d, "available") for d in sorted(self.fleet[host])],
+                            self._last_can_run(host))
+
+    @rule(data=st.data())
+    def hand_over(self, data: st.DataObject) -> None:
+        """A static device moves to another static host (its USB cable moved): the new host
+        reports it, which the coordinator accepts once its old host is offline; the old host stops
+        reporting it."""
+        device = data.draw(st.sampled_from(sorted(d for h in STATIC for d in self.fleet[h])), label="device")
+        old = next(h for h in STATIC if device in self.fleet[h])
+        new = data.draw(st.sampled_from([h for h in STATIC if h != old]), label="to")
+        self.fleet[new][device] = self.fleet[old].pop(device)
+        self._send_snapshot(old, [self._device(old, d, "available") for d in sorted(self.fleet[old])],
+                            self._last_can_run(old))
+        self._send_snapshot(new, [self._device(new, d, "available") for d in sorted(self.fleet[new])],
+                            self._last_can_run(new))
+
+    def _last_can_run(self, host: str) -> tuple[str, ...] | None:
+        """The workflows the host's agent last listed (None: it listed nothing)."""
+        sent = self.snapshots.get(host, ("", ""))[1]
+        return None if not sent else tuple(orjson.loads(sent)["workflows"])
 
     @precondition(lambda self: bool(self.reported))
     @rule(data=st.data())
@@ -227,7 +267,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def _device(self, host: str, device_id: str, status: str) -> dict[str, Any]:
         """A device as its host reports it: the managed host by cloud id (one it never got, for a
         device it has not enrolled: the coordinator must refuse the whole snapshot)."""
-        driver, labels = FLEET[host][device_id]
+        driver, labels = self.fleet[host][device_id]
         if host == MANAGED:
             device_id = self.cloud.get(device_id, f"d_never_enrolled_{device_id}")
         return {"device_id": device_id, "driver": driver, "status": status, "labels": labels}

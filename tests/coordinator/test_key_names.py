@@ -51,7 +51,7 @@ def test_the_scripts_derive_keys_by_the_names_generated_from_keys_py() -> None:
         assert f"{kind} = '{kind}'" in generated
     sources = _lua_sources()
     used = set(_FIXED_USED.findall(sources))
-    assert {"tasks", "free", "lease_deadlines", "host_snapshots"} <= used, "the pattern finds no use"
+    assert {"tasks", "targets", "lease_deadlines", "host_snapshots"} <= used, "the pattern finds no use"
     assert used <= set(names), used - set(names)
     kinds = set(_KIND_USED.findall(sources))
     assert {"assigned", "polls", "inbox", "lease"} <= kinds, "the pattern finds no use"

@@ -103,7 +103,7 @@ async def test_waiting_reasons_and_candidates(api: Api) -> None:
     assert waiting["waiting_reason"] == "matching_devices_busy"
     assert waiting["candidates"] == {"matching": 2, "busy": 2, "unavailable": 0, "host_offline": 0,
                                      "host_draining": 0, "disabled": 0, "host_stalled": 0,
-                                     "no_workflow": 0}
+                                     "no_workflow": 0, "team_at_quota": False}
 
     await silence_host(api, "host-a")
     offline = await api.task(waiting["task_id"])
@@ -139,14 +139,14 @@ async def test_a_queued_tasks_candidates_are_the_same_from_its_create_and_from_a
         assert created["status"] == "queued" and created["waiting_reason"] == "matching_devices_busy"
         assert created["candidates"] == {"matching": 5, "busy": 1, "unavailable": 1, "host_offline": 1,
                                          "host_draining": 1, "disabled": 1, "host_stalled": 0,
-                                         "no_workflow": 0}
+                                         "no_workflow": 0, "team_at_quota": False}
         assert (await api.task(created["task_id"]))["candidates"] == created["candidates"]
 
         # Past the limit, in device-id order: busy1, dis1, drain1 of the six sim devices.
         capped = (await three.create_task(selector={"driver": "sim", "labels": {"tier": "gold"}})).json()
         assert capped["candidates"] == {"matching": 3, "busy": 1, "unavailable": 0, "host_offline": 0,
                                         "host_draining": 1, "disabled": 1, "host_stalled": 0, "no_workflow": 0,
-                                        "truncated": True}
+                                        "truncated": True, "team_at_quota": False}
         assert (await three.task(capped["task_id"]))["candidates"] == capped["candidates"]
 
 

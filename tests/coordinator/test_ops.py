@@ -124,12 +124,12 @@ async def test_two_versions_of_the_scripts_run_side_by_side(
     renew.write_text(renew.read_text() + "\n-- the next version\n")
     old, new = load_scripts()["readWaiting"], load_scripts(changed)["readWaiting"]
     assert old.library.name != new.library.name and old.function != new.function
-    keys = [f"{prefix}:{name}" for name in ("devices", "reservations", "disabled", "by_driver")]
+    keys = [f"{prefix}:{name}" for name in ("devices", "reservations", "disabled", "by_driver", "teams")]
     try:
         await new.library.load(redis_client)
         await old.library.load(redis_client)
         for script in (old, new):
-            assert await script(transport, keys, [60_000, '{"driver": "adb"}', 10, f"{prefix}:"]) == [0] * 9  # no device
+            assert await script(transport, keys, [60_000, '{"driver": "adb"}', 10, f"{prefix}:"]) == [0] * 10  # no device
         # it only reads: Redis may run it when out of memory
         assert _flags(await redis_client.function_list(library=new.library.name), new.function) == [b"no-writes"]
     finally:

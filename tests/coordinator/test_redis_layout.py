@@ -98,11 +98,18 @@ async def test_queues_devices_and_leases_read_plainly(api: Api) -> None:
                       made[1]: STATUS_CODES["assigned"] * STATUS_SPAN + seqs[1],
                       made[2]: STATUS_CODES["assigned"] * STATUS_SPAN + seqs[2]}
 
-    # the waiting tasks of a driver, oldest first, and of one device
+    # the waiting tasks of a target, oldest first: a selector's and one device's; what each asks
     waiting = [(await api.create_task(selector={"driver": "sim"})).json()["task_id"] for _ in range(2)]
     aimed = (await api.create_task(device_id="a3")).json()["task_id"]
-    assert [t.decode() for t in await redis.zrange(keys.waiting(team_queue("sim", "default")), 0, -1)] == waiting
-    assert [t.decode() for t in await redis.zrange(keys.waiting_device(team_queue("a3", "default")), 0, -1)] == [aimed]
+    targets = {t.decode(): score for t, score in await redis.zrange(keys.team_targets("default"), 0, -1,
+                                                                    withscores=True)}
+    asked = {t: orjson.loads(await redis.hget(keys.targets, t)) for t in targets}
+    by_sim = next(t for t, target in asked.items() if target.get("driver") == "sim")
+    by_a3 = next(t for t, target in asked.items() if target.get("target_device") == "a3")
+    assert [t.decode() for t in await redis.zrange(keys.waiting(team_queue(by_sim, "default")), 0, -1)] == waiting
+    assert [t.decode() for t in await redis.zrange(keys.waiting(team_queue(by_a3, "default")), 0, -1)] == [aimed]
+    assert {t.decode() for t in await redis.smembers(keys.driver_targets("sim"))} == {by_sim}
+    assert {t.decode() for t in await redis.smembers(keys.device_targets("a3"))} == {by_a3}
 
     # a lease lives in its task's record: the current one, and every earlier one with its host and
     # attempt; its deadline is the reaper's index
@@ -120,7 +127,7 @@ async def test_queues_devices_and_leases_read_plainly(api: Api) -> None:
     # a device the host stops reporting leaves its set; the freed a2... took the oldest waiting task
     await api.heartbeat("host-a", ["a2", "a3"])
     assert {d.decode() for d in await redis.smembers(keys.host_devices("host-a"))} == {"a2", "a3"}
-    assert [t.decode() for t in await redis.zrange(keys.waiting(team_queue("sim", "default")), 0, -1)] == waiting[1:]
+    assert [t.decode() for t in await redis.zrange(keys.waiting(team_queue(by_sim, "default")), 0, -1)] == waiting[1:]
 
 
 async def test_a_reaped_lease_answers_exactly_however_late_it_comes(api: Api) -> None:

@@ -84,7 +84,7 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads, RunRe
         k = self.keys
         reply = await self._read_waiting(
             self.transport,
-            [k.devices, k.reservations, k.disabled_devices, k.devices_by_driver],
+            [k.devices, k.reservations, k.disabled_devices, k.devices_by_driver, k.teams],
             [self._offline_after_ms, target, self._candidates_scanned, k.base],
             clock_offset_ms=self.clock.offset_ms,
         )
