@@ -398,6 +398,13 @@ class Store:
         walked = int(reply[1])
         return Sweep(walked if reply[2] == 1 else limit, walked)
 
+    async def upgrade_placement(self, limit: int = 100) -> Sweep:
+        """Queued tasks and free devices of the earlier placement layout moved to queues by target
+        and the free index (lua/upgradePlacement): a full batch while under way, then what is left."""
+        reply = await self._schedule("upgradePlacement", [limit])
+        moved = int(reply[1])
+        return Sweep(moved if reply[2] == 1 else limit, moved)
+
     async def upgrade_status_index(self, limit: int = 100) -> int:
         """Entries of the earlier ``tasks_by_status`` layout converted (lua/upgradeStatusIndex)."""
         reply = await self._run("upgradeStatusIndex", [self.keys.tasks_by_status], [limit])

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one
+from tests.coordinator.invariants import check_stored, read_stored
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -81,3 +83,41 @@ async def test_a_large_backlog_is_placed_in_bounded_slices_and_the_reaper_places
         pass
     assert [(await _task(api, t["task_id"]))["status"] for t in tasks] == ["assigned"] * len(tasks)
     assert (await claim_one(api, "host-a"))["task_id"] == tasks[0]["task_id"], "the oldest first"
+
+
+async def test_an_upgrade_moves_the_earlier_layouts_queues_and_free_devices(api: Api) -> None:
+    """A deployment of the earlier layout (a queue per driver and team, one lex `free` set): the
+    upgrade a process runs as it starts moves each queued task to its target's queue and each free
+    device to the free index, and the next heartbeat's freed device takes the oldest task."""
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    assert (await api.heartbeat("host-a", [_sim("a1"), _sim("a2", rack="1")])).status_code == 200
+    adb = {"device_id": "b1", "driver": "adb", "status": "available"}
+    assert (await api.heartbeat("host-b", [adb])).status_code == 200
+    held = [(await api.create_task(device_id=d)).json() for d in ("a1", "a2")]
+    waiting = [(await api.create_task(selector={"driver": "sim"})).json() for _ in range(3)]
+    assignment = await claim_one(api, "host-a")
+    # written back as the earlier layout had them: no targets, queues by driver, `free` by lex
+    await redis.delete(keys.targets, keys.target_ids, keys.target_teams("t1"), keys.team_targets("default"),
+                       keys.driver_targets("sim"), keys.device_targets("a1"), keys.device_targets("a2"))
+    for task in waiting:
+        record = orjson.loads(await redis.hget(keys.tasks, task["task_id"]))
+        queue = keys.waiting(f"{record.pop('target_id')}|default")
+        score = await redis.zscore(queue, task["task_id"])
+        await redis.zrem(queue, task["task_id"])
+        await redis.zadd(keys.waiting("sim|default"), {task["task_id"]: score})
+        await redis.hset(keys.tasks, task["task_id"], orjson.dumps(record))
+    await redis.zadd(keys.base + "queue_teams:sim", {"default": 0})
+    assert await redis.zrem(keys.free_devices("adb"), "b1") == 1
+    await redis.zadd(keys.base + "free", {"adb\0b1": 0})
+    await redis.hdel(keys.upgrades, "placement")
+    moved = 0
+    while (sweep := await api.ctx.store.upgrade_placement(1)).taken == 1:
+        moved += sweep.acted
+    assert moved + sweep.acted == len(waiting) + 1
+    assert await redis.hget(keys.upgrades, "placement") == b"done"
+    assert not await redis.exists(keys.waiting("sim|default"), keys.base + "queue_teams:sim")
+    assert await redis.zscore(keys.free_devices("adb"), "b1") is not None
+    assert not await redis.exists(keys.base + "free")
+    check_stored(await read_stored(redis, keys, api.ctx.queries), None, 60_000, {})
+    assert (await api.result("host-a", assignment)).status_code == 200  # a1 freed: the oldest waiting task
+    assert (await _task(api, waiting[0]["task_id"]))["device_id"] == held[0]["device_id"]
