@@ -139,7 +139,7 @@ def _wait_for(what: str, check: Callable[[], T | None], stop: StopRequest, timeo
     return value
 
 
-class _Process:
+class Process:
     """One child process; its output goes to ``<workdir>/<name>.log``."""
 
     def __init__(self, name: str, module: str, args: list[str], env: dict[str, str], workdir: Path) -> None:
@@ -173,7 +173,7 @@ class _Process:
         return "\n".join(f"  {self.name}| {line}" for line in text)
 
 
-def _child_env(**settings: str) -> dict[str, str]:
+def child_env(**settings: str) -> dict[str, str]:
     """This environment without any Tether setting (no REDIS_URL: the embedded Redis), plus
     ``settings``; the children import what this process imports."""
     env = {k: v for k, v in os.environ.items()
@@ -276,7 +276,7 @@ def _tether_command() -> str:
     return _as_typed(script) if script.is_file() else f"{_as_typed(Path(sys.executable))} -m tether"
 
 
-def _keep(processes: list[_Process], url: str, token_file: Path, stop: StopRequest) -> bool:
+def keep_up(processes: list[Process], url: str, token_file: Path, stop: StopRequest) -> bool:
     """Leave everything running until Ctrl-C or SIGTERM (``stop``, the expected end: True);
     False if a process exits meanwhile."""
     _out(f"\nThe fleet keeps running: dashboard {url}/ui, sign in with the token in {token_file}")
@@ -299,7 +299,7 @@ def _keep(processes: list[_Process], url: str, token_file: Path, stop: StopReque
         return False
 
 
-def _run(workdir: Path, processes: list[_Process], stop: StopRequest, keep: bool = False) -> bool:
+def _run(workdir: Path, processes: list[Process], stop: StopRequest, keep: bool = False) -> bool:
     admin = "demo-admin-" + secrets.token_hex(16)
     static_token = "demo-host-" + secrets.token_hex(16)
     workflows = workdir / "workflows"
@@ -310,8 +310,8 @@ def _run(workdir: Path, processes: list[_Process], stop: StopRequest, keep: bool
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
-    coordinator = _Process("coordinator", "coordinator", ["serve", "--host", "127.0.0.1", "--port", str(port)],
-                           _child_env(
+    coordinator = Process("coordinator", "coordinator", ["serve", "--host", "127.0.0.1", "--port", str(port)],
+                           child_env(
                                COORDINATOR_ADMIN_TOKEN=admin,
                                COORDINATOR_STATIC_HOSTS=json.dumps({STATIC_HOST: static_token}),
                                COORDINATOR_KEY_PREFIX="tether:{demo}",
@@ -347,10 +347,10 @@ def _run(workdir: Path, processes: list[_Process], stop: StopRequest, keep: bool
         agent = {"HOST_AGENT_URL": url, "HOST_AGENT_WORKFLOWS_DIR": str(workflows), "HOST_AGENT_POLL_WAIT_S": "5",
                  "HOST_AGENT_HEARTBEAT_INTERVAL_S": "1", "HOST_AGENT_PLANNER": "scripted",
                  "HOST_AGENT_SHUTDOWN_GRACE_S": "5", "HOST_AGENT_BACKOFF_CAP_S": "1"}
-        processes.append(_Process("lab-static", "agent", [], _child_env(
+        processes.append(Process("lab-static", "agent", [], child_env(
             **agent, HOST_AGENT_HOST_ID=STATIC_HOST, HOST_AGENT_TOKEN=static_token,
             HOST_AGENT_DEVICES="sim:phone-1,sim:phone-2", HOST_AGENT_HOSTNAME="lab-static"), workdir))
-        processes.append(_Process("lab-managed", "agent", [], _child_env(
+        processes.append(Process("lab-managed", "agent", [], child_env(
             **agent, HOST_AGENT_ENROLLMENT_TOKEN=token["token"], HOST_AGENT_STATE_DIR=str(workdir / "managed-state"),
             HOST_AGENT_DEVICES="sim:pixel-1,sim:pixel-2", HOST_AGENT_HOSTNAME="lab-managed"), workdir))
 
@@ -393,13 +393,13 @@ def _run(workdir: Path, processes: list[_Process], stop: StopRequest, keep: bool
          "cannot do fails, on purpose).")
     _out("Every task ended as expected." if ok else "Some task did not end as expected.")
     if keep:
-        return _keep(processes, url, token_file, stop) and ok
+        return keep_up(processes, url, token_file, stop) and ok
     _out(f"The dashboard goes with the demo: `{_as_typed(Path(sys.executable))} -m coordinator demo --keep` "
          "keeps it and the fleet up until Ctrl-C.")
     return ok
 
 
-def _stop(processes: list[_Process], timeout: float = 15.0) -> bool:
+def stop_all(processes: list[Process], timeout: float = 15.0) -> bool:
     """The agents first, together (they finish or stop their work and report it), then the
     coordinator (``processes[0]``), each group SIGKILLed ``timeout`` after its SIGTERM."""
     clean = True
@@ -418,7 +418,7 @@ def _stop(processes: list[_Process], timeout: float = 15.0) -> bool:
 
 def run_demo(keep: bool = False) -> int:
     """``keep``: leave the fleet and the dashboard up after the summary until Ctrl-C/SIGTERM."""
-    processes: list[_Process] = []
+    processes: list[Process] = []
     with StopRequest().installed() as stop, tempfile.TemporaryDirectory(prefix="tether-demo-") as workdir:
         try:
             ok = _run(Path(workdir), processes, stop, keep)
@@ -429,7 +429,7 @@ def run_demo(keep: bool = False) -> int:
             print("tether demo: interrupted; stopping the processes", file=sys.stderr)
             ok = False
         finally:
-            clean = _stop(processes)
+            clean = stop_all(processes)
     if ok and clean:
         _out("Hosts and coordinator stopped.")
     return 0 if ok and clean else 1

@@ -137,16 +137,16 @@ class _SignalInsidePoll:
 def test_ctrl_c_while_the_demo_checks_its_processes_still_stops_them(tmp_path: Path) -> None:
     from coordinator import demo
 
-    child = demo._Process("child", "http.server", ["0", "--bind", "127.0.0.1"], demo._child_env(), tmp_path)
+    child = demo.Process("child", "http.server", ["0", "--bind", "127.0.0.1"], demo.child_env(), tmp_path)
     # The race lives inside subprocess, so the fault is put there: the lock Popen's poll and wait take.
-    trap = _SignalInsidePoll(child.popen._waitpid_lock)
-    child.popen._waitpid_lock = trap
+    trap = _SignalInsidePoll(child.popen._waitpid_lock)  # noqa: SLF001 - the race is in subprocess's own lock
+    child.popen._waitpid_lock = trap  # noqa: SLF001 - see above
     try:
         with demo.StopRequest().installed() as stop:  # as run_demo has it while the demo runs
-            assert demo._keep([child], "http://127.0.0.1:9", tmp_path / "token", stop) is True
+            assert demo.keep_up([child], "http://127.0.0.1:9", tmp_path / "token", stop) is True
         assert trap.fired
         # Stopping it runs in a thread only so that a hang fails this test instead of holding it.
-        stopper = threading.Thread(target=demo._stop, args=([child],), daemon=True)
+        stopper = threading.Thread(target=demo.stop_all, args=([child],), daemon=True)
         stopper.start()
         stopper.join(40)
         assert not stopper.is_alive(), "the demo could not stop its process after Ctrl-C"
