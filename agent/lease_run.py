@@ -213,6 +213,12 @@ class LeasedRun:
         except Exception as exc:
             log.exception("task %s: the runtime raised", assignment.task_id)
             return Outcome(ResultStatus.FAILED, "agent_error", {"error": type(exc).__name__})
+        if outcome.status == ResultStatus.FAILED and "last_steps" not in outcome.metadata and self.control.last_steps:
+            # The coordinator's stored progress may lag the failure (renewals carry it at most
+            # once a second): the result says what led to it, for the run's report.
+            steps = [progress_body(step) for step in self.control.last_steps]
+            outcome = Outcome(outcome.status, outcome.failure_reason, {**outcome.metadata, "last_steps": steps},
+                              retryable=outcome.retryable)
         log.info(
             "task %s attempt %d finished: %s%s",
             assignment.task_id,

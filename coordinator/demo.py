@@ -11,22 +11,30 @@ With ``--keep`` it leaves the fleet and the dashboard up after the summary, unti
 or SIGTERM, so the dashboard can be opened and signed in to (the admin token's file stays until
 then) and more work submitted; then it stops the processes the same way.
 
+Ctrl-C and SIGTERM are a request (``StopRequest``) the demo acts on where it waits, never an
+exception raised at whatever bytecode the signal lands on: landing inside ``subprocess``, just
+after ``Popen.poll`` took a child's wait lock and before its ``try``, such an exception left the
+lock held, and every later wait for that child blocked for ever (a demo that under load did not
+stop after Ctrl-C). Each wait is bounded: an HTTP call by its timeout, a child's stop by SIGKILL.
+
 It imports nothing from the coordinator or the agent: it is a client of the contract, like any
 operator's script, and the processes are started as a person would start them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import select
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -68,6 +76,49 @@ class DemoError(Exception):
     """Something the demo cannot go on without; the message says what, in one line."""
 
 
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM, recorded by the signal handler and acted on by ``sleep`` and
+    ``check``, which raise ``KeyboardInterrupt`` in the demo's own code only. A signal wakes a
+    ``sleep`` at once (the wakeup fd: one arriving just before the sleep is not lost either)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._reader, self._writer = socket.socketpair()
+        for end in (self._reader, self._writer):
+            end.setblocking(False)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.requested = True  # nothing more: this may run between any two bytecodes
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopRequest]:
+        """The handlers in place (and the wakeup fd) while inside; the previous ones after."""
+        previous = {signum: signal.signal(signum, self._on_signal) for signum in self.SIGNALS}
+        previous_fd = signal.set_wakeup_fd(self._writer.fileno())
+        try:
+            yield self
+        finally:
+            signal.set_wakeup_fd(previous_fd)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self._reader.close()
+            self._writer.close()
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if a stop is requested meanwhile (then raise)."""
+        self.check()
+        select.select([self._reader], [], [], seconds)
+        with contextlib.suppress(BlockingIOError):
+            self._reader.recv(64)  # what the signals wrote: the next sleep waits again
+        self.check()
+
+
 def _out(text: str = "") -> None:
     print(text, flush=True)
 
@@ -79,16 +130,16 @@ def _free_port() -> int:
         return port
 
 
-def _wait_for(what: str, check: Callable[[], T | None], timeout: float = TIMEOUT_S) -> T:
+def _wait_for(what: str, check: Callable[[], T | None], stop: StopRequest, timeout: float = TIMEOUT_S) -> T:
     deadline = time.monotonic() + timeout
     while (value := check()) is None:
         if time.monotonic() > deadline:
             raise DemoError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+        stop.sleep(0.05)
     return value
 
 
-class _Process:
+class Process:
     """One child process; its output goes to ``<workdir>/<name>.log``."""
 
     def __init__(self, name: str, module: str, args: list[str], env: dict[str, str], workdir: Path) -> None:
@@ -104,15 +155,17 @@ class _Process:
         if self.popen.poll() is not None:
             raise DemoError(f"{self.name} exited with {self.popen.returncode}")
 
-    def stop(self, timeout: float = 15.0) -> int:
-        """SIGTERM and wait (SIGKILL if it does not exit in time); the exit code."""
+    def terminate(self) -> None:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+
+    def wait_stopped(self, deadline: float) -> int:
+        """Wait for it to exit until ``deadline`` (monotonic), then SIGKILL it; the exit code."""
+        try:
+            self.popen.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
         return self.popen.returncode
 
     def log_tail(self, lines: int = 20) -> str:
@@ -120,7 +173,7 @@ class _Process:
         return "\n".join(f"  {self.name}| {line}" for line in text)
 
 
-def _child_env(**settings: str) -> dict[str, str]:
+def child_env(**settings: str) -> dict[str, str]:
     """This environment without any Tether setting (no REDIS_URL: the embedded Redis), plus
     ``settings``; the children import what this process imports."""
     env = {k: v for k, v in os.environ.items()
@@ -146,7 +199,8 @@ def _target(body: dict[str, Any]) -> str:
     return f"any {body['selector']['driver']} device" + (f" with {labels}" if labels else "")
 
 
-def _follow(api: httpx.Client, tasks: list[dict[str, Any]], started: float) -> dict[str, dict[str, Any]]:
+def _follow(api: httpx.Client, tasks: list[dict[str, Any]], started: float,
+            stop: StopRequest) -> dict[str, dict[str, Any]]:
     """Print every status change and progress update until all tasks are terminal."""
     seen: dict[str, tuple[Any, ...]] = {}
     final: dict[str, dict[str, Any]] = {}
@@ -174,7 +228,7 @@ def _follow(api: httpx.Client, tasks: list[dict[str, Any]], started: float) -> d
                      f"attempt {current['attempt']}  {where:<28} {detail}".rstrip())
             if current["status"] in TERMINAL:
                 final[task_id] = current
-        time.sleep(0.05)
+        stop.sleep(0.05)
     return final
 
 
@@ -222,9 +276,9 @@ def _tether_command() -> str:
     return _as_typed(script) if script.is_file() else f"{_as_typed(Path(sys.executable))} -m tether"
 
 
-def _keep(processes: list[_Process], url: str, token_file: Path) -> bool:
-    """Leave everything running until Ctrl-C or SIGTERM (a ``KeyboardInterrupt`` here, the
-    expected end: True); False if a process exits meanwhile."""
+def keep_up(processes: list[Process], url: str, token_file: Path, stop: StopRequest) -> bool:
+    """Leave everything running until Ctrl-C or SIGTERM (``stop``, the expected end: True);
+    False if a process exits meanwhile."""
     _out(f"\nThe fleet keeps running: dashboard {url}/ui, sign in with the token in {token_file}")
     _out(f"  try: TETHER_URL={url} TETHER_TOKEN=$(cat {token_file}) {_tether_command()} submit "
          "--workflow note-smoke --param text=hello --driver sim --wait")
@@ -233,7 +287,7 @@ def _keep(processes: list[_Process], url: str, token_file: Path) -> bool:
         while True:
             for process in processes:
                 process.check_running()
-            time.sleep(0.5)  # a child's exit is noticed within this; signals end it at once
+            stop.sleep(0.5)  # a child's exit is noticed within this; a stop ends it at once
     except KeyboardInterrupt:
         _out("\nStopping the hosts and the coordinator.")
         return True
@@ -245,7 +299,7 @@ def _keep(processes: list[_Process], url: str, token_file: Path) -> bool:
         return False
 
 
-def _run(workdir: Path, processes: list[_Process], keep: bool = False) -> bool:
+def _run(workdir: Path, processes: list[Process], stop: StopRequest, keep: bool = False) -> bool:
     admin = "demo-admin-" + secrets.token_hex(16)
     static_token = "demo-host-" + secrets.token_hex(16)
     workflows = workdir / "workflows"
@@ -256,8 +310,8 @@ def _run(workdir: Path, processes: list[_Process], keep: bool = False) -> bool:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
-    coordinator = _Process("coordinator", "coordinator", ["serve", "--host", "127.0.0.1", "--port", str(port)],
-                           _child_env(
+    coordinator = Process("coordinator", "coordinator", ["serve", "--host", "127.0.0.1", "--port", str(port)],
+                           child_env(
                                COORDINATOR_ADMIN_TOKEN=admin,
                                COORDINATOR_STATIC_HOSTS=json.dumps({STATIC_HOST: static_token}),
                                COORDINATOR_KEY_PREFIX="tether:{demo}",
@@ -276,7 +330,7 @@ def _run(workdir: Path, processes: list[_Process], keep: bool = False) -> bool:
         except httpx.TransportError:
             return None
 
-    _wait_for("the coordinator to start", ready)
+    _wait_for("the coordinator to start", ready, stop)
     _out(f"Tether demo: coordinator at {url} on the embedded in-memory Redis")
     # The admin token is never printed: it waits in a file only its owner can read, for the
     # dashboard's sign-in and the command line, while the demo runs.
@@ -293,10 +347,10 @@ def _run(workdir: Path, processes: list[_Process], keep: bool = False) -> bool:
         agent = {"HOST_AGENT_URL": url, "HOST_AGENT_WORKFLOWS_DIR": str(workflows), "HOST_AGENT_POLL_WAIT_S": "5",
                  "HOST_AGENT_HEARTBEAT_INTERVAL_S": "1", "HOST_AGENT_PLANNER": "scripted",
                  "HOST_AGENT_SHUTDOWN_GRACE_S": "5", "HOST_AGENT_BACKOFF_CAP_S": "1"}
-        processes.append(_Process("lab-static", "agent", [], _child_env(
+        processes.append(Process("lab-static", "agent", [], child_env(
             **agent, HOST_AGENT_HOST_ID=STATIC_HOST, HOST_AGENT_TOKEN=static_token,
             HOST_AGENT_DEVICES="sim:phone-1,sim:phone-2", HOST_AGENT_HOSTNAME="lab-static"), workdir))
-        processes.append(_Process("lab-managed", "agent", [], _child_env(
+        processes.append(Process("lab-managed", "agent", [], child_env(
             **agent, HOST_AGENT_ENROLLMENT_TOKEN=token["token"], HOST_AGENT_STATE_DIR=str(workdir / "managed-state"),
             HOST_AGENT_DEVICES="sim:pixel-1,sim:pixel-2", HOST_AGENT_HOSTNAME="lab-managed"), workdir))
 
@@ -306,7 +360,7 @@ def _run(workdir: Path, processes: list[_Process], keep: bool = False) -> bool:
             devices = api.get("/api/v1/devices").raise_for_status().json()["devices"]
             return devices if sum(d["host_online"] for d in devices) >= 4 else None
 
-        devices = _wait_for("the simulated hosts to join the pool", pooled)
+        devices = _wait_for("the simulated hosts to join the pool", pooled, stop)
         for host in api.get("/api/v1/hosts").raise_for_status().json()["hosts"]:
             mine = sorted(d["device_id"] for d in devices if d["host_id"] == host["host_id"])
             _out(f"  host {host['host_id']:<20} {host['kind']:<9} online  devices: {', '.join(mine)}")
@@ -319,7 +373,7 @@ def _run(workdir: Path, processes: list[_Process], keep: bool = False) -> bool:
             _out(f"  {task['task_id'][:10]}  {_describe(task):<55} on {_target(body)}")
             submitted.append(task)
         _out("")
-        final = _follow(api, submitted, started)
+        final = _follow(api, submitted, started, stop)
 
     rows = [["task", "what", "host", "device", "status", "failure reason", "took"]]
     ok = len(final) == len(submitted)
@@ -339,35 +393,35 @@ def _run(workdir: Path, processes: list[_Process], keep: bool = False) -> bool:
          "cannot do fails, on purpose).")
     _out("Every task ended as expected." if ok else "Some task did not end as expected.")
     if keep:
-        return _keep(processes, url, token_file) and ok
+        return keep_up(processes, url, token_file, stop) and ok
     _out(f"The dashboard goes with the demo: `{_as_typed(Path(sys.executable))} -m coordinator demo --keep` "
          "keeps it and the fleet up until Ctrl-C.")
     return ok
 
 
-def _stop(processes: list[_Process]) -> bool:
-    """Agents first (they finish or stop their work and report it), then the coordinator."""
+def stop_all(processes: list[Process], timeout: float = 15.0) -> bool:
+    """The agents first, together (they finish or stop their work and report it), then the
+    coordinator (``processes[0]``), each group SIGKILLed ``timeout`` after its SIGTERM."""
     clean = True
-    for process in reversed(processes):
-        code = process.stop()
-        if code != 0:
-            clean = False
-            print(f"tether demo: {process.name} exited with {code}; the end of its log:\n{process.log_tail()}",
-                  file=sys.stderr)
+    for group in (processes[:0:-1], processes[:1]):
+        for process in group:
+            process.terminate()
+        deadline = time.monotonic() + timeout
+        for process in group:
+            code = process.wait_stopped(deadline)
+            if code != 0:
+                clean = False
+                print(f"tether demo: {process.name} exited with {code}; the end of its log:\n{process.log_tail()}",
+                      file=sys.stderr)
     return clean
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # so the processes are stopped on the way out
 
 
 def run_demo(keep: bool = False) -> int:
     """``keep``: leave the fleet and the dashboard up after the summary until Ctrl-C/SIGTERM."""
-    processes: list[_Process] = []
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    with tempfile.TemporaryDirectory(prefix="tether-demo-") as workdir:
+    processes: list[Process] = []
+    with StopRequest().installed() as stop, tempfile.TemporaryDirectory(prefix="tether-demo-") as workdir:
         try:
-            ok = _run(Path(workdir), processes, keep)
+            ok = _run(Path(workdir), processes, stop, keep)
         except (DemoError, httpx.HTTPError) as exc:
             print(f"tether demo: {exc}", file=sys.stderr)
             ok = False
@@ -375,8 +429,7 @@ def run_demo(keep: bool = False) -> int:
             print("tether demo: interrupted; stopping the processes", file=sys.stderr)
             ok = False
         finally:
-            clean = _stop(processes)
-            signal.signal(signal.SIGTERM, previous)
+            clean = stop_all(processes)
     if ok and clean:
         _out("Hosts and coordinator stopped.")
     return 0 if ok and clean else 1

@@ -25,6 +25,7 @@ from enum import IntEnum
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+import orjson
 from redis import exceptions as redis_errors
 from starlette.exceptions import HTTPException
 
@@ -192,7 +193,8 @@ _CONFLICT_MESSAGES = {
     ScriptError.TOKEN_LIMIT: "as many live operator tokens as COORDINATOR_MAX_OPERATOR_TOKENS allows exist; "
                              "revoke one first",
     ScriptError.ARTIFACT_CONFLICT: "an artifact of this name with other bytes exists for this attempt",
-    ScriptError.NO_MATCHING_DEVICE: "the matrix's selector matches no pooled, enabled device",
+    ScriptError.NO_MATCHING_DEVICE: "no device the matrix's selector matches could run its work now "
+                                    "(details.excluded says why each was left out)",
     ScriptError.ARTIFACT_LIMIT: "the task's artifacts would exceed COORDINATOR_MAX_TASK_ARTIFACT_BYTES "
                                 "or COORDINATOR_MAX_TASK_ARTIFACTS",
     ScriptError.WEBHOOK_LIMIT: "as many webhooks as a deployment may hold exist; remove one first",
@@ -214,9 +216,13 @@ def error_for(code: int, detail: Any = None) -> ApiError:
     if failure is ScriptError.TOO_MANY_TASKS:
         return InvalidRequest(f"matrix: a run has at most {wire.MAX_RUN_TASKS} tasks; this matrix makes {detail} "
                               "or more")
-    details = {"device_id": detail} if isinstance(detail, str) and failure in (
+    details: dict[str, Any] | None = {"device_id": detail} if isinstance(detail, str) and failure in (
         ScriptError.DEVICE_CONFLICT,
         ScriptError.UNKNOWN_DEVICE,
         ScriptError.DRIVER_CONFLICT,
     ) else None
+    if failure is ScriptError.NO_MATCHING_DEVICE:
+        # The matching devices left out, each with its reason (lua/createRun-1.lua): none, when
+        # the selector matches no pooled device at all.
+        details = {"excluded": orjson.loads(detail) if isinstance(detail, str) else []}
     return Conflict(_CONFLICT_MESSAGES[failure], code=ErrorCode[failure.name].value, details=details)

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
 import random
 import time
@@ -50,19 +48,13 @@ from coordinator.outage import OutageLog
 from coordinator.settings import Settings
 from coordinator.state.webhooks import Taken, WebhookStore
 from wire import iso_ms
+from wire.signatures import signature
 
 log = logging.getLogger("coordinator.webhooks")
 
 # What a delivery's ``data`` is made from: (event kind, subject id) -> the subject as GET answers
 # it. The API floor provides it (coordinator/api/webhooks.py, subject_view).
 Render = Callable[[str, str], Awaitable[dict[str, Any]]]
-
-
-def signature(secret: str, timestamp: int, body: bytes) -> str:
-    """The ``Tether-Signature`` header of ``body`` sent at ``timestamp`` (unix seconds):
-    ``t=<timestamp>,v1=<hex HMAC-SHA256 of "<timestamp>.<body>" keyed with the secret>``."""
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={mac}"
 
 
 @dataclass(frozen=True)

@@ -10,20 +10,34 @@
                 max_steps, max_attempts, queue_timeout_ms, target_device | (driver, labels)),
                 without id, team or priority (the run's apply); "[]" for a matrix
     ARGV[8]     a matrix, or "" for a list of tasks: JSON {work: [task specs without a target],
-                driver, labels (JSON text)}, one task per work item for each pooled, enabled
-                device of `driver` whose labels match, pinned to it
+                driver, labels (JSON text)}, one task per work item for each pooled device of
+                `driver` whose labels match and that could run that work item now, pinned to it
     ARGV[9]     at most this many tasks
     ARGV[10]    actor: the operator's name, on every event of this step
     ARGV[11]    actor id: its token's id ("admin" for the bootstrap token), on the same events
+    ARGV[12]    at most this many of a matrix's left-out devices are listed (wire.RUN_EXCLUDED_LISTED)
   Keys it touches besides those of its includes:
     runs, runs_by_age, run_seq, run_idempotency, run_tasks:<run>, run_counts:<run>
-    devices_by_driver, devices, disabled_devices   (a matrix's devices)
+    devices_by_driver, devices, disabled_devices, host_state:<host>   (a matrix's devices)
   Output:
-    {0, run JSON, 1, counts}  created; counts: run_counts:<run> as HGETALL answers it
+    {0, run JSON, 1, counts}  created; counts: run_counts:<run> as HGETALL answers it. A matrix's
+                              run JSON holds `excluded` (the matching devices left out, the first
+                              ARGV[12] in id order: {device_id, reason, work?}) and
+                              `excluded_count` (all of them), when any was left out
     {0, run JSON, 0, counts}  an earlier run with the same idempotency key and the same request
     {IDEMPOTENCY_CONFLICT, run id}  same idempotency key, different request; nothing created
-    {NO_MATCHING_DEVICE}      a matrix whose selector matches no pooled, enabled device
+    {NO_MATCHING_DEVICE, excluded JSON}  a matrix with no device that could run any of its work
+                              now: none matches (excluded "[]"), or every one is left out
     {TOO_MANY_TASKS, n}       a matrix of more than ARGV[9] tasks (n, or more); nothing created
+
+  What a matrix takes (PROTOCOL.md, "Runs"): a device that could run the work item now, that is
+  one includes/candidates.lua's notFreeBecause finds free but for being busy (reserved, or
+  reported busy: its task waits for it, as any pinned task does). The reasons a matching device
+  is left out are that function's, in its order: host_offline, disabled, host_draining,
+  unavailable, host_stalled, and no_workflow (with the work item's workflow) for each work item
+  its host does not list. Cost: every pooled device of the driver is read (its record, its
+  disabled flag, and its host's state once per host), in pages of 500, stopping once the tasks
+  would pass ARGV[9]; the same as the matching it replaced.
 
   Invariants: a run and every one of its tasks are stored, indexed and placed (assigned or
   waiting) in one step, each task as createTask stores one, so no observer sees part of a run;
@@ -36,11 +50,13 @@
 --- @include "includes/placement"
 --- @include "includes/tasks"
 --- @include "includes/runs"
+--- @include "includes/candidates"
 local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[10], ARGV[11])
 
 local run = cjson.decode(ARGV[6])
 local maxTasks = tonumber(ARGV[9])
+local excludedListed = tonumber(ARGV[12])
 
 local function answer(created)
   local stored = getJson(S.key.runs, run.id)
@@ -59,44 +75,80 @@ if run.idempotency_key then
   end
 end
 
--- The pooled, enabled devices of `driver` whose labels match, in id order; more than `most`
--- answers early (the caller refuses so many).
-local function matchingDevices(driver, labels, most)
-  local low, high = prefixRange(driver)
-  local matched = {}
+-- Why a device matching the selector could not run work now, whatever the work item (nil if it
+-- could): notFreeBecause's reasons, less busy and less the host's workflows (asked per work item).
+local function leftOutBecause(standing, device, disabled)
+  local status = device.status == 'busy' and 'available' or device.status
+  return notFreeBecause({online = standing.online, runs = true, draining = standing.draining,
+                         stalled = standing.stalled}, {status = status}, false, disabled)
+end
+
+-- The matrix over the devices of its selector: for each work item (by index) the device ids
+-- that could run it now, in id order; how many tasks that makes; the devices left out, each with
+-- its reason (the first `excludedListed`), and how many. Past `maxTasks` tasks it answers early.
+local function expandMatrix(matrix, now)
+  local low, high = prefixRange(matrix.driver)
+  local taken, made, excluded, excludedCount = {}, 0, {}, 0
+  for index = 1, #matrix.work do
+    taken[index] = {}
+  end
+  local function leaveOut(deviceId, reason, work)
+    excludedCount = excludedCount + 1
+    if #excluded < excludedListed then
+      excluded[#excluded + 1] = {device_id = deviceId, reason = reason, work = work}
+    end
+  end
+  local hosts = {}
   local offset = 0
   while true do
     local members = rcall('ZRANGEBYLEX', S.key.devices_by_driver, low, high, 'LIMIT', offset, 500)
     for _, member in ipairs(members) do
       local deviceId = splitMember(member)[2]
       local device = getJson(S.key.devices, deviceId)
-      if device and labelsMatch(labels, device.labels)
-          and rcall('HEXISTS', S.key.disabled_devices, deviceId) == 0 then
-        matched[#matched + 1] = deviceId
-        if #matched > most then
-          return matched
+      if device and labelsMatch(matrix.labels, device.labels) then
+        local standing = hosts[device.host_id]
+        if not standing then
+          standing = hostState(S, device.host_id, now)
+          hosts[device.host_id] = standing
+        end
+        local reason = leftOutBecause(standing, device, rcall('HEXISTS', S.key.disabled_devices, deviceId) == 1)
+        if reason then
+          leaveOut(deviceId, reason, nil)
+        else
+          for index, work in ipairs(matrix.work) do
+            if runsTask(standing.workflows, work) then
+              taken[index][#taken[index] + 1] = deviceId
+              made = made + 1
+            else
+              leaveOut(deviceId, 'no_workflow', workflowOf(work))
+            end
+          end
+          if made > maxTasks then
+            return taken, made, excluded, excludedCount
+          end
         end
       end
     end
     if #members < 500 then
-      return matched
+      return taken, made, excluded, excludedCount
     end
     offset = offset + 500
   end
 end
 
+local now = nowMs()
 local specs = cjson.decode(ARGV[7])
 if ARGV[8] ~= '' then
   local matrix = cjson.decode(ARGV[8])
-  local devices = matchingDevices(matrix.driver, matrix.labels, math.floor(maxTasks / #matrix.work))
-  if #devices == 0 then
-    return {E.NO_MATCHING_DEVICE}
+  local taken, made, excluded, excludedCount = expandMatrix(matrix, now)
+  if made == 0 then
+    return {E.NO_MATCHING_DEVICE, #excluded > 0 and cjson.encode(excluded) or '[]'}
   end
-  if #devices * #matrix.work > maxTasks then
-    return {E.TOO_MANY_TASKS, #devices * #matrix.work}
+  if made > maxTasks then
+    return {E.TOO_MANY_TASKS, made}
   end
-  for _, work in ipairs(matrix.work) do
-    for _, deviceId in ipairs(devices) do
+  for index, work in ipairs(matrix.work) do
+    for _, deviceId in ipairs(taken[index]) do
       local spec = {}
       for field, value in pairs(work) do
         spec[field] = value
@@ -105,9 +157,12 @@ if ARGV[8] ~= '' then
       specs[#specs + 1] = spec
     end
   end
+  if excludedCount > 0 then
+    run.excluded = excluded
+    run.excluded_count = excludedCount
+  end
 end
 
-local now = nowMs()
 if run.idempotency_key then
   rcall('HSET', S.key.run_idempotency, run.idempotency_key, run.id)
 end

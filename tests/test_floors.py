@@ -1,8 +1,13 @@
 """The floors the README draws, kept: a module imports only from its own floor or those below.
 
-Read from the source with ``ast`` (every ``import`` and ``from … import``, including those inside
-functions), so a crossing fails here before anyone reads it in review. The three packages the
-project ships import none of each other, and ``wire`` imports none of them.
+Read from the source with ``ast``: every ``import`` and ``from … import``, inside functions too,
+relative ones resolved against the importing module's package (``from .api import routes`` in
+``coordinator/reaper.py`` is ``coordinator.api.routes``), and ``from pkg import name`` counted as
+the module ``pkg.name`` where there is one, else as ``pkg``. Every module of the four packages is
+on a floor named below: a module is named itself, or by its subpackage (``coordinator.api`` holds
+every module under ``coordinator/api/``); a module on no floor fails, so a new one gets its floor
+when it is written. The three packages the project ships import none of each other, and ``wire``
+imports none of them.
 """
 
 from __future__ import annotations
@@ -14,19 +19,43 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Top floor first. A module belongs to the first floor with a prefix of its dotted name.
-FLOORS: list[tuple[str, ...]] = [
-    ("coordinator.__main__", "coordinator.demo", "coordinator.serve"),
-    ("coordinator.app",),
-    ("coordinator.api",),
-    ("coordinator.longpoll", "coordinator.feed", "coordinator.reaper", "coordinator.blobs", "coordinator.metrics",
-     "coordinator.webhooks"),
-    ("coordinator.state",),
-    ("coordinator.transport",),
-    ("coordinator.settings", "coordinator.errors", "coordinator.clock", "coordinator.cancellation",
-     "coordinator.outage", "coordinator"),
-]
-PACKAGES = ("coordinator", "agent", "tether", "wire")
+# Each package's floors, top floor first.
+FLOORS: dict[str, list[tuple[str, ...]]] = {
+    "coordinator": [
+        ("coordinator.__main__", "coordinator.demo", "coordinator.serve"),
+        ("coordinator.app",),
+        ("coordinator.api",),
+        ("coordinator.longpoll", "coordinator.feed", "coordinator.reaper", "coordinator.blobs",
+         "coordinator.metrics", "coordinator.webhooks"),
+        ("coordinator.state",),
+        ("coordinator.transport",),
+        ("coordinator.settings", "coordinator.errors", "coordinator.clock", "coordinator.cancellation",
+         "coordinator.outage", "coordinator.ui", "coordinator"),
+    ],
+    "agent": [
+        ("agent.__main__", "agent.app", "agent.usage"),
+        ("agent.host", "agent.identity"),
+        ("agent.heartbeat", "agent.lease_run", "agent.host_config"),
+        ("agent.artifacts", "agent.renewals", "agent.executor", "agent.settings"),
+        ("agent.runtime",),
+        ("agent.client", "agent.retry", "agent.run_log"),
+        ("agent.answers", "agent"),
+    ],
+    "tether": [
+        ("tether.__main__", "tether.cli"),
+        ("tether.artifacts_cmd", "tether.runs_cmd", "tether.teams_cmd", "tether.webhooks_cmd"),
+        ("tether.commands",),
+        ("tether.watch",),
+        ("tether", "tether.render"),
+        ("tether.client",),
+        ("tether.feed", "tether.waiting", "tether.tables", "tether.arg_types"),
+        ("tether.errors", "tether.sse"),
+    ],
+    "wire": [
+        ("wire", "wire.signatures"),
+    ],
+}
+PACKAGES = tuple(FLOORS)
 
 
 def _module_name(path: Path) -> str:
@@ -36,21 +65,40 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def _existing(module: str) -> bool:
+    base = ROOT / module.replace(".", "/")
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _is_subpackage(name: str) -> bool:
+    return "." in name and (ROOT / name.replace(".", "/") / "__init__.py").is_file()
+
+
 def _imports(path: Path) -> set[str]:
-    """The project modules ``path`` imports (``from pkg import mod`` counted as ``pkg.mod``)."""
+    """The project modules ``path`` imports, relative imports resolved."""
+    module = _module_name(path)
+    # The package a relative import starts from: the module's own, or itself for an __init__.
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.split(".")[0] in PACKAGES}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                found.add(submodule if _existing(submodule) else source)
+    return {name for name in found if name.split(".")[0] in PACKAGES and _existing(name)}
 
 
 def _floor(module: str) -> int | None:
-    for index, prefixes in enumerate(FLOORS):
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
+    """The index of ``module``'s floor in its package (0 the top), None if it is on none."""
+    for index, names in enumerate(FLOORS.get(module.split(".")[0], [])):
+        if any(module == name or (_is_subpackage(name) and module.startswith(name + ".")) for name in names):
             return index
     return None
 
@@ -59,21 +107,23 @@ def _sources(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
-def _existing(module: str) -> bool:
-    base = ROOT / module.replace(".", "/")
-    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+ALL_SOURCES = [path for package in PACKAGES for path in _sources(package)]
 
 
-@pytest.mark.parametrize("path", _sources("coordinator"), ids=lambda p: str(p.relative_to(ROOT)))
-def test_a_coordinator_module_imports_only_its_floor_and_those_below(path: Path) -> None:
+@pytest.mark.parametrize("path", ALL_SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_module_imports_only_its_floor_and_those_below(path: Path) -> None:
     module = _module_name(path)
+    package = module.split(".")[0]
     floor = _floor(module)
-    assert floor is not None, f"{module} is on no floor: add it to FLOORS and the README"
-    upward = sorted(
-        name for name in _imports(path)
-        if name.startswith("coordinator") and _existing(name) and (_floor(name) or 0) < floor
-    )
-    assert not upward, f"{module} (floor {floor}) imports from a floor above it: {upward}"
+    assert floor is not None, f"{module} is on no floor: add it to FLOORS (tests/test_floors.py) and the README"
+    floors = {name: _floor(name) for name in _imports(path) if name.split(".")[0] == package}
+    upward = sorted(f"{name} (floor {other})" for name, other in floors.items() if other is None or other < floor)
+    assert not upward, f"{module} (floor {floor} of {package}) imports from a floor above it: {upward}"
+
+
+def test_every_floor_names_a_module_that_exists() -> None:
+    stale = [name for floors in FLOORS.values() for names in floors for name in names if not _existing(name)]
+    assert not stale, f"floors name modules that are gone: {stale}"
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -9,7 +9,8 @@
             for event in feed:
                 ...
 
-A webhook receiver checks a delivery with ``tether.verify_signature(secret, header, body)``.
+A webhook receiver checks a delivery with ``tether.verify_signature(secret, header, body)`` (defined in
+``wire.signatures``, beside the coordinator's signing, so the two cannot drift).
 
 It depends on the contract only (and on ``wire``, its vocabulary), never on the coordinator's or
 the agent's code: it is a client like any operator's script.
@@ -20,6 +21,6 @@ from __future__ import annotations
 from tether.client import Client
 from tether.errors import TetherError
 from tether.feed import Feed
-from tether.signatures import verify_signature
+from wire.signatures import verify_signature
 
 __all__ = ["Client", "Feed", "TetherError", "verify_signature"]

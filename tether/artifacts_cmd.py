@@ -12,13 +12,12 @@ import json
 import re
 import sys
 from argparse import Namespace
-from pathlib import Path
 from typing import BinaryIO
 
 from tether import render
 from tether.arg_types import positive_int
 from tether.client import Client
-from tether.commands import Output
+from tether.commands import Output, save
 
 _STDOUT = "-"
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -53,12 +52,7 @@ def _save(client: Client, args: Namespace, out: Output) -> int:
             return _usage(f"{args.name} is not text and stdout is a terminal: give -o FILE, or redirect")
         _write(stdout, data)
         return 0
-    path = Path(args.output)
-    try:
-        path.write_bytes(data)
-    except OSError as exc:  # no such folder, no permission, a full disk: the operator's to fix
-        print(f"tether: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+    path = save(args.output, data)
     saved = {"task_id": args.task, "name": args.name, "attempt": args.attempt, "size": len(data),
              "path": str(path)}
     if out.as_json:

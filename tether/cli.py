@@ -4,8 +4,8 @@ Configured by ``TETHER_URL`` and ``TETHER_TOKEN`` (or ``--url`` and ``--token``,
 Exit codes: 0 success; 1 the call failed, or the watched task did not succeed; 2 bad usage
 (argparse's own, no URL or token, or a task id prefix that starts several ids). A task id may
 be given as a unique prefix of it, as git takes a commit's (``Client.resolve_task_id``). A
-failure the operator can expect (unauthorized, not found, a conflict, the coordinator down) is
-one line on stderr, never a traceback.
+failure the operator can expect (unauthorized, not found, a conflict, the coordinator down, an
+output file that cannot be written) is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TetherError as exc:
         print(f"tether: {exc.message} ({exc.code})", file=sys.stderr)
         return 2 if exc.code == "ambiguous_id" else 1  # the operator's to fix, as bad usage is
+    except commands.CannotWrite as exc:
+        print(f"tether: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `tether tasks | head`: the reader has what it wanted

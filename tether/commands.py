@@ -8,6 +8,7 @@ import shutil
 import sys
 from argparse import Namespace
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 import wire
@@ -18,6 +19,21 @@ from tether.watch import follow, succeeded
 
 Json = dict[str, Any]
 Command = Callable[[Client, Namespace, "Output"], int]
+
+
+class CannotWrite(Exception):
+    """A file the command was told to write could not be written (no such folder, a folder, no
+    permission, a full disk): the operator's to fix, so one line and exit 1 (``cli.main``)."""
+
+
+def save(path: str, data: bytes) -> Path:
+    """Write ``data`` to the file at ``path``, the one way every command writes an output file."""
+    target = Path(path)
+    try:
+        target.write_bytes(data)
+    except OSError as exc:
+        raise CannotWrite(f"cannot write {path}: {exc.strerror or exc}") from None
+    return target
 
 
 class Output:

@@ -27,7 +27,7 @@ import yaml
 import wire
 from tether.arg_types import positive_int
 from tether.client import Client
-from tether.commands import Output
+from tether.commands import Output, save
 from tether.errors import TetherError
 from tether.tables import fields, short_time, table
 
@@ -118,9 +118,10 @@ def run(client: Client, args: Namespace, out: Output) -> int:
         xml = client.run_report_junit(operand)
         if args.junit == "-":
             sys.stdout.buffer.write(xml)
-        else:
-            Path(args.junit).write_bytes(xml)
-        return 0
+            return 0
+        path = save(args.junit, xml)
+        written = {"run_id": operand, "format": "junit", "size": len(xml), "path": str(path)}
+        return out.show(written, lambda w: f"JUnit report of {w['run_id']} ({w['size']} bytes) written to {w['path']}")
     return out.show(client.get_run(operand), run_text)
 
 

@@ -114,6 +114,9 @@ class RunStatus(str, Enum):
 
 
 MAX_RUN_TASKS = 1000
+# A matrix's create answer lists at most this many of the matching devices it left out (and counts
+# them all in ``excluded_count``).
+RUN_EXCLUDED_LISTED = 100
 
 
 def values(enum: type[Enum]) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ side imports the other to name them.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,6 +63,9 @@ class Progress:
 SHUTDOWN = "shutdown"  # the agent shut down (SIGTERM) before the run finished
 DEVICE_GONE = "device_gone"  # this host no longer has the device (not found, dropped)
 DEVICE_UNAVAILABLE = "device_unavailable"  # held, but its driver cannot reach it (unplugged, offline)
+# A failed run's result names its last steps (``RunControl.last_steps``), so its report can say
+# what led to the failure.
+LAST_STEPS_KEPT = 5
 DEVICE_LOST = "device_lost"  # adb lost the device during a command (not found, offline, closed)
 
 
@@ -117,11 +121,21 @@ class RunControl:
         self._stopped = asyncio.Event()
         self.stop_reason: str | None = None
         self.latest: Progress | None = None
+        self._recent: deque[Progress] = deque(maxlen=LAST_STEPS_KEPT)
 
     def publish(self, progress: Progress) -> None:
         self.latest = progress
+        if self._recent and self._recent[-1].step_index == progress.step_index:
+            self._recent[-1] = progress  # the same step, now further on (running, then its end)
+        else:
+            self._recent.append(progress)
         if self._on_progress is not None:
             self._on_progress(progress)
+
+    @property
+    def last_steps(self) -> list[Progress]:
+        """The last ``LAST_STEPS_KEPT`` steps published, oldest first, each as it last stood."""
+        return list(self._recent)
 
     async def after_step(self, step_index: int, driver: Driver) -> None:
         if self._evidence is not None:

@@ -10,10 +10,11 @@ refusal that reads no body (a bad credential, PROTOCOL.md's order of checks) fre
 rather than waiting for the rest. Once the body is complete, ``receive`` is the server's own
 (the long-poll and the feed wait on it for the client's hang-up, unbounded).
 
-Most bodies arrive in the same read as their head, and a read of a body the server already holds
-cannot wait: where the server is ours it says so (``BODY_RECEIVED`` in the request's scope
-extensions, set by coordinator/serve/server.py), and such a read goes without the deadline, whose
-timer would cost every create a few microseconds for nothing (docs/benchmarks.md, row 2w).
+Every read of an unfinished body goes under the deadline, whether or not the server already holds
+the rest: one path, with no speed path beside it (a timer per read costs no benchmark row its
+target). Where the server is ours it says when the whole body is in its buffer (``BODY_RECEIVED``
+in the request's scope extensions, set by coordinator/serve/server.py): an answer sent then, before
+the app read the body, keeps the connection, since nothing of that request is left to arrive.
 """
 
 from __future__ import annotations
@@ -49,9 +50,6 @@ class BodyDeadline:
 
     async def receive(self) -> Message:
         if self.complete:
-            return await self._receive()
-        if self._extensions.get(BODY_RECEIVED, False):
-            self.complete = True  # what is left is in the server's buffer: no read will wait
             return await self._receive()
         try:
             async with asyncio.timeout_at(self._deadline):

@@ -157,6 +157,13 @@ SCHEMAS: dict[str, Any] = {
         "ended_at": {"type": ["string", "null"]}, "team": _ID, "priority": {"type": "integer"},
         "created_by": {"type": ["string", "null"]}, "cancel_requested": {"type": "boolean"},
         "idempotency_key": {"type": ["string", "null"]},
+        # A matrix's create answer only: its matching devices left out, the first
+        # wire.RUN_EXCLUDED_LISTED (lua/createRun-1.lua), and how many were.
+        "excluded": {"type": "array", "items": {"type": "object", "required": ["device_id", "reason"], "properties": {
+            "device_id": _ID, "reason": {"enum": ["host_offline", "disabled", "host_draining", "unavailable",
+                                                  "host_stalled", "no_workflow"]},
+            "work": {"type": "string"}}}},
+        "excluded_count": {"type": "integer", "minimum": 0},
         "breakdown": {"type": "object", "properties": {
             "devices": {"type": "array", "items": {"type": "object", "properties": {
                 "device_id": {"type": ["string", "null"]}, "counts": _RUN_COUNTS}}},

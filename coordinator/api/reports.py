@@ -3,8 +3,11 @@ JUnit XML, or the same as JSON with each task's result.
 
 One suite per work item (a workflow's name or a goal's text), in the order the run holds them;
 one case per task of the run (the latest rerun in each place), named by its device, its time the
-seconds its last attempt ran. A failed task is a ``failure`` (its ``failure_reason``, and its last
-step's summary), a cancelled one ``skipped``, one not ended yet ``skipped`` saying so; each case's
+seconds its last attempt ran. A failed task is a ``failure``: its message the ``failure_reason`` and
+the error the host reported with it, its text the step that failed and the last steps before it
+(from the result's metadata: the stored progress may lag the failure, as the agent renews at most
+once a second; that progress only when the result names no steps). A cancelled task is
+``skipped``, one not ended yet ``skipped`` saying so; each case's
 ``system-out`` names its task and artifacts. The XML is valid against the JUnit schema Jenkins
 reads (tests/coordinator/schemas/jenkins-junit.xsd).
 """
@@ -48,7 +51,34 @@ class Case:
         step = self.task.last_step
         if not step:
             return None
-        return f"step {step.get('step_index')} ({step.get('status')}): {step.get('summary', '')}"
+        return _step_line(step)
+
+    def failure(self) -> tuple[str, str]:
+        """A failed task's JUnit ``failure``: its message (the reason, and the error the host
+        gave), and its text (the step that failed, then the last steps the host reported)."""
+        reason = self.task.failure_reason or "failed"
+        result = task_result(self.task) or {}
+        metadata = result.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        error = metadata.get("error")
+        message = f"{reason}: {error}" if isinstance(error, str) and error else reason
+        steps = metadata.get("last_steps")
+        steps = [step for step in steps if isinstance(step, dict)] if isinstance(steps, list) else []
+        lines: list[str] = []
+        failed_step = metadata.get("failed_step")
+        if isinstance(failed_step, int):
+            summary = next((step.get("summary") for step in reversed(steps) if step.get("step_index") == failed_step),
+                           None)
+            lines.append(f"failed at step {failed_step}" + (f": {summary}" if summary else ""))
+        if steps:
+            lines += ["last steps:", *(f"  {_step_line(step)}" for step in steps)]
+        elif self.last_step:
+            lines.append(f"last step reported: {self.last_step}")
+        return message, "\n".join(lines) or reason
+
+
+def _step_line(step: dict[str, Any]) -> str:
+    return f"step {step.get('step_index')} ({step.get('status')}): {step.get('summary', '')}"
 
 
 @dataclass(frozen=True)
@@ -115,9 +145,9 @@ def _case_xml(parent: ElementTree.Element, suite: Suite, case: Case) -> None:
     element = ElementTree.SubElement(parent, "testcase", name=case.device, classname=suite.work,
                                      time=_seconds(case.seconds))
     if task.status == wire.TaskStatus.FAILED:
-        reason = task.failure_reason or "failed"
-        failure = ElementTree.SubElement(element, "failure", message=reason, type=reason)
-        failure.text = case.last_step or reason
+        message, text = case.failure()
+        failure = ElementTree.SubElement(element, "failure", message=message, type=task.failure_reason or "failed")
+        failure.text = text
     elif task.status == wire.TaskStatus.CANCELLED:
         skipped = ElementTree.SubElement(element, "skipped", message="cancelled")
         skipped.text = case.last_step or "cancelled"

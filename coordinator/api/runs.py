@@ -68,7 +68,14 @@ async def create_run(ctx: Context, request: Request) -> Response:
     matrix = _matrix_spec(body, ctx.settings.queue_timeout_ms) if body.matrix is not None else None
     answer = await ctx.store.create_run({k: v for k, v in run.items() if v is not None}, tasks, matrix,
                                         wire.MAX_RUN_TASKS, actor=operator.actor)
-    return json_response(run_state_view(answer.run, answer.counts), 201 if answer.created else 200)
+    view = run_state_view(answer.run, answer.counts)
+    if matrix is not None:
+        # The devices the matrix's selector matched that could not run its work now (PROTOCOL.md,
+        # "Runs"), so a person sees why the run has fewer tasks than the pool has phones.
+        view["excluded"] = [{"device_id": left.device_id, "reason": left.reason,
+                             **({"work": left.work} if left.work is not None else {})} for left in answer.excluded]
+        view["excluded_count"] = answer.excluded_count
+    return json_response(view, 201 if answer.created else 200)
 
 
 async def get_run(ctx: Context, request: Request) -> Response:

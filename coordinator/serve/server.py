@@ -146,7 +146,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._awaiting_head = True
-        # The app's reads of this body cannot wait now.
+        # Nothing of this request is left to arrive: an answer now need not close the connection.
         self.scope["extensions"][BODY_RECEIVED] = True  # type: ignore[assignment]  # a flag, where ASGI types a dict
         super().on_message_complete()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+import wire
 from coordinator.clock import ShiftedClock
 from coordinator.errors import ScriptError, error_for
 from coordinator.settings import CANDIDATES_SCANNED
@@ -67,10 +68,28 @@ class RunState:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """A device a matrix's selector matched and its run left out (lua/createRun-1.lua): why (a
+    name of ``wait_reasons.CANDIDATE_COUNTS``: host_offline, disabled, host_draining, unavailable,
+    host_stalled, no_workflow), and for no_workflow the work item's workflow."""
+
+    device_id: str
+    reason: str
+    work: str | None = None
+
+    @classmethod
+    def many(cls, raw: list[dict[str, Any]]) -> tuple[LeftOut, ...]:
+        return tuple(cls(item["device_id"], item["reason"], item.get("work")) for item in raw)
+
+
+@dataclass(frozen=True)
 class RunCreated(RunState):
-    """A run create's answer: ``created`` false for an idempotent repeat."""
+    """A run create's answer: ``created`` false for an idempotent repeat; a matrix's devices left
+    out (the first ``wire.RUN_EXCLUDED_LISTED``) and how many were."""
 
     created: bool
+    excluded: tuple[LeftOut, ...] = ()
+    excluded_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -259,11 +278,14 @@ class Store:
     async def create_run(self, run: dict[str, Any], tasks: list[dict[str, Any]], matrix: dict[str, Any] | None,
                          max_tasks: int, *, actor: Actor = ADMIN_ACTOR) -> RunCreated:
         """A run and all its tasks in one step (lua/createRun): ``tasks`` their specs, or a
-        ``matrix`` ({work, driver, labels}) the script expands over the devices matching now."""
+        ``matrix`` ({work, driver, labels}) the script expands over the devices that could run
+        it now (``NoMatchingDevice`` when none could, with those it left out)."""
         reply = await self._schedule("createRun", [orjson.dumps(run), orjson.dumps(tasks),
                                                    "" if matrix is None else orjson.dumps(matrix), max_tasks,
-                                                   actor.name, actor.id])
-        return RunCreated(RunRecord.from_json(reply[1]), RunCounts.from_hash(reply[3]), reply[2] == 1)
+                                                   actor.name, actor.id, wire.RUN_EXCLUDED_LISTED])
+        stored = orjson.loads(reply[1])
+        return RunCreated(RunRecord.from_json(reply[1]), RunCounts.from_hash(reply[3]), reply[2] == 1,
+                          LeftOut.many(stored.get("excluded") or []), int(stored.get("excluded_count") or 0))
 
     async def cancel_run(self, run_id: str, *, actor: Actor = ADMIN_ACTOR, owner: str | None = None) -> RunState:
         """``owner``: cancel only if this operator token created the run (else ``InsufficientScope``)."""

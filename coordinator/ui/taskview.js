@@ -116,7 +116,7 @@ export class TaskView {
         ...fact("Created", `${formatTime(task.created_at)}${task.created_by ? ` by ${task.created_by}` : ""}`),
         ...(task.finished_at ? fact("Finished", formatTime(task.finished_at)) : []),
         ...(task.status === "queued" ? fact("Waiting", `${task.waiting_reason ?? ""} ${views.candidates(task.candidates)}`) : []),
-        ...(task.failure_reason ? fact("Failure", task.failure_reason, "bad") : []),
+        ...failureFacts(task),
       ),
       el("h3", { text: "Durations" }),
       el("dl", { class: "facts durations", id: "task-durations" },
@@ -176,6 +176,18 @@ export class TaskView {
         el("span", { class: "detail", text: detail }));
     }));
   }
+}
+
+// A failed task's reason, and the error text its host reported with it, at the step that failed
+// (the result's metadata: `error`, `failed_step`), so the view says more than `assertion_failed`.
+function failureFacts(task) {
+  const metadata = task.result?.metadata ?? {};
+  const error = typeof metadata.error === "string" && metadata.error ? metadata.error : null;
+  const at = Number.isInteger(metadata.failed_step) ? `step ${metadata.failed_step}: ` : "";
+  return [
+    ...(task.failure_reason ? fact("Failure", task.failure_reason, "bad") : []),
+    ...(error ? fact("Error", `${at}${error}`, "bad") : []),
+  ];
 }
 
 function fact(name, value, tone = "", key = null) {

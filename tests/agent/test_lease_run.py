@@ -8,9 +8,7 @@ import pytest
 from agent import lease_run
 from agent.lease_run import progress_body
 from agent.retry import RetryPolicy
-from agent.runtime import (
-    Progress,
-)
+from agent.runtime import Outcome, Progress
 from tests.agent.host_fakes import (
     FakeCoordinator,
     FakeExecutor,
@@ -220,3 +218,26 @@ async def test_a_step_change_renews_early_at_most_once_a_second() -> None:
         executor.finish(task["task_id"])
         await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
     assert len(coordinator.of("renew")) == 3
+
+
+async def test_a_failure_reports_the_last_steps_the_run_published_as_they_ended() -> None:
+    """The coordinator's stored progress may lag a failure (renewals carry it at most once a
+    second), so the result itself names the last steps, each as it ended, for the run's report."""
+    coordinator = FakeCoordinator(lease_ttl_ms=150)
+    executor = FakeExecutor()
+    agent, client = make_agent(coordinator, executor)
+    async with Running(agent, client):
+        task = coordinator.assign()
+        await wait_until(lambda: task["task_id"] in executor.started, what="run start")
+        control = executor.controls[task["task_id"]]
+        for index in range(7):
+            publish(control, index, "running", f"step {index}")
+            publish(control, index, "failed" if index == 6 else "succeeded", f"step {index}")
+        executor.finish(task["task_id"], Outcome("failed", "assertion_failed",
+                                                 {"failed_step": 6, "error": "text not on screen"}))
+        await wait_until(lambda: results_for(coordinator, task["task_id"]), what="result")
+    [result] = results_for(coordinator, task["task_id"])
+    assert result["metadata"]["last_steps"] == [
+        {"step_index": index, "status": "failed" if index == 6 else "succeeded", "summary": f"step {index}"}
+        for index in range(2, 7)]
+    assert result["metadata"]["error"] == "text not on screen"

@@ -80,6 +80,36 @@ async def test_the_junit_report_is_valid_junit_that_a_junit_library_reads(api_wi
         assert [type(r) for r in cases[("login", device)].result] == [Skipped]
 
 
+async def test_a_failure_names_its_reason_and_error_and_the_step_that_failed_not_the_last_renewed(
+        api: Api) -> None:
+    """The agent renews at most once a second, so the stored progress may lag the failure: the
+    report reads the step and the error from the result, where the agent put them."""
+    await api.heartbeat("host-a", ["a1"])
+    created = await api.admin("POST", "/api/v1/runs", json={"name": "smoke", "tasks": [
+        {"kind": "workflow", "workflow": {"name": "notes"}, "device_id": "a1"}]})
+    assert created.status_code == 201, created.text
+    failing = await claim_one(api, "host-a")
+    lagging = {"step_index": 1, "status": "running", "summary": "wait 500 ms"}
+    assert (await api.renew("host-a", failing, progress=lagging)).status_code == 200
+    steps = [{"step_index": 0, "status": "succeeded", "summary": "key home"},
+             {"step_index": 1, "status": "succeeded", "summary": "wait 500 ms"},
+             {"step_index": 2, "status": "failed", "summary": "assert text 'Nonexistent app'"}]
+    metadata = {"workflow": "notes", "steps": 2, "failed_step": 2, "error": "text not on screen: 'Nonexistent app'",
+                "last_steps": steps}
+    reported = await api.result("host-a", failing, "failed", failure_reason="assertion_failed", metadata=metadata)
+    assert reported.status_code == 200, reported.text
+    response = await api.admin("GET", f"/api/v1/runs/{created.json()['run_id']}/report", params={"format": "junit"})
+    SCHEMA.validate(response.text)
+    [case] = [case for suite in JUnitXml.fromstring(response.content) if isinstance(suite, TestSuite)
+              for case in suite if isinstance(case, TestCase)]
+    [failure] = [r for r in case.result if isinstance(r, Failure)]
+    assert failure.message == "assertion_failed: text not on screen: 'Nonexistent app'"
+    lines = (failure.text or "").splitlines()
+    assert lines[0] == "failed at step 2: assert text 'Nonexistent app'"
+    assert lines[1:] == ["last steps:", "  step 0 (succeeded): key home", "  step 1 (succeeded): wait 500 ms",
+                         "  step 2 (failed): assert text 'Nonexistent app'"]
+
+
 async def test_the_json_report_gives_each_tasks_result_and_artifacts(api_with_artifacts: Api) -> None:
     api = api_with_artifacts
     made = await _finished_run(api)

@@ -12,7 +12,7 @@ import pytest
 
 from coordinator.clock import ShiftedClock
 from tests.conftest import Api
-from tests.coordinator.helpers import claim_one, expire_lease
+from tests.coordinator.helpers import claim_one, expire_lease, silence_host
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
@@ -123,11 +123,50 @@ async def test_a_matrix_pins_one_task_per_work_item_to_each_matching_enabled_dev
     assert {row["work"] for row in run["breakdown"]["work"]} == {"open settings", "login"}
 
 
+async def test_a_matrix_takes_only_devices_that_could_run_now_and_says_why_it_left_each_out(api: Api) -> None:
+    pixel = {"model": "pixel"}
+
+    def phone(device_id: str, status: str = "available") -> dict[str, Any]:
+        return {"device_id": device_id, "driver": "sim", "status": status, "labels": pixel}
+
+    def lists(*workflows: str) -> dict[str, Any]:
+        return {"version": "0.1.0", "capabilities": {"workflows": list(workflows)}}
+
+    await api.heartbeat("host-a", [phone("a1"), phone("a2", "busy"), phone("a3", "unavailable"), phone("a4")],
+                        agent=lists("login"))
+    await api.heartbeat("host-b", [phone("b1")], agent=lists())
+    await api.heartbeat("host-c", [phone("c1")])
+    await silence_host(api, "host-c")
+    assert (await api.admin("POST", "/api/v1/devices/a4/disable", json={})).status_code == 200
+    work = [{"kind": "goal", "goal": "open settings"}, {"kind": "workflow", "workflow": {"name": "login"}}]
+    run = await _create_run(api, matrix={"work": work, "devices": {"driver": "sim", "labels": pixel}})
+    # Busy a2 waits its turn; b1's host does not list `login`, so it runs the goal alone.
+    tasks = await _run_tasks(api, run["run_id"])
+    pinned = sorted((t.get("goal") or t["workflow"]["name"], t["device_id"]) for t in tasks)
+    assert pinned == sorted([("open settings", "a1"), ("open settings", "a2"), ("open settings", "b1"),
+                             ("login", "a1"), ("login", "a2")])
+    assert run["tasks"] == 5 and run["excluded_count"] == 4
+    assert run["excluded"] == [{"device_id": "a3", "reason": "unavailable"}, {"device_id": "a4", "reason": "disabled"},
+                               {"device_id": "b1", "reason": "no_workflow", "work": "login"},
+                               {"device_id": "c1", "reason": "host_offline"}]
+
+    # A draining host's devices are left out too; none left that could run it now is 409.
+    for host in ("host-a", "host-b"):
+        assert (await api.admin("POST", f"/api/v1/hosts/{host}/drain")).status_code == 200
+    refused = await _create_run(api, 409, matrix={"work": work, "devices": {"driver": "sim", "labels": pixel}})
+    assert refused["error"]["code"] == "no_matching_device"
+    assert {(e["device_id"], e["reason"]) for e in refused["error"]["details"]["excluded"]} == {
+        ("a1", "host_draining"), ("a2", "host_draining"), ("a3", "host_draining"), ("a4", "disabled"),
+        ("b1", "host_draining"), ("c1", "host_offline")}
+    assert len((await api.admin("GET", "/api/v1/runs")).json()["runs"]) == 1  # the second created nothing
+
+
 async def test_a_matrix_that_matches_no_device_is_409_and_creates_nothing(api: Api) -> None:
     await api.heartbeat("host-a", [{"device_id": "a1", "driver": "sim", "status": "available", "labels": {"m": "x"}}])
     for selector in ({"driver": "adb"}, {"driver": "sim", "labels": {"m": "y"}}):
         answer = await _create_run(api, 409, matrix={"work": [{"kind": "goal", "goal": "g"}], "devices": selector})
         assert answer["error"]["code"] == "no_matching_device"
+        assert answer["error"]["details"] == {"excluded": []}  # none matched, so none was left out
     await _nothing_created(api)
 
 

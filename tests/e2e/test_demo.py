@@ -3,6 +3,7 @@ through the operator API, stops them and exits 0."""
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -104,3 +106,51 @@ def test_demo_keep_stays_up_with_a_working_sign_in_until_ctrl_c(tmp_path: Path, 
     assert not token_file.exists()  # the secret's file goes with the demo
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/readyz", timeout=2)  # and so does the coordinator
+
+
+class _SignalInsidePoll:
+    """A child's wait lock that has Ctrl-C arrive the moment ``Popen.poll`` has taken it, before
+    its ``try``: the instant under load where an exception raised by the signal leaves the lock held
+    for good, and with it every later wait for that child (issue 58, bug 6)."""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock
+        self.fired = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got: bool = self._lock.acquire(blocking, timeout)
+        if got and not self.fired:
+            self.fired = True
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        return got
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_ctrl_c_while_the_demo_checks_its_processes_still_stops_them(tmp_path: Path) -> None:
+    from coordinator import demo
+
+    child = demo.Process("child", "http.server", ["0", "--bind", "127.0.0.1"], demo.child_env(), tmp_path)
+    # The race lives inside subprocess, so the fault is put there: the lock Popen's poll and wait take.
+    trap = _SignalInsidePoll(child.popen._waitpid_lock)  # noqa: SLF001 - the race is in subprocess's own lock
+    child.popen._waitpid_lock = trap  # noqa: SLF001 - see above
+    try:
+        with demo.StopRequest().installed() as stop:  # as run_demo has it while the demo runs
+            assert demo.keep_up([child], "http://127.0.0.1:9", tmp_path / "token", stop) is True
+        assert trap.fired
+        # Stopping it runs in a thread only so that a hang fails this test instead of holding it.
+        stopper = threading.Thread(target=demo.stop_all, args=([child],), daemon=True)
+        stopper.start()
+        stopper.join(40)
+        assert not stopper.is_alive(), "the demo could not stop its process after Ctrl-C"
+        assert child.popen.returncode is not None
+    finally:
+        if child.popen.returncode is None:
+            os.kill(child.popen.pid, signal.SIGKILL)

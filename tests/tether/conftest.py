@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support import (
@@ -103,3 +104,39 @@ def runner(coordinator: CoordinatorProcess, tmp_path_factory: pytest.TempPathFac
     finally:
         agent.stop()
 
+
+class Host:
+    """The host ``fleet-1`` played by a test over the host API (so what it uploads is known exactly):
+    one device, one claimed task at a time. Its module's lease must outlast the test's calls."""
+
+    def __init__(self, coordinator: CoordinatorProcess, device: str) -> None:
+        self.coordinator = coordinator
+        self.host_id = "fleet-1"
+        self.device = device
+        self.http = httpx.Client(base_url=coordinator.url, headers={"authorization": f"Bearer {HOSTS[self.host_id]}"})
+
+    def close(self) -> None:
+        self.http.close()
+
+    def run_task(self) -> dict[str, Any]:
+        """A new task on this device, claimed: its lease."""
+        self.coordinator.heartbeat(self.host_id, [self.device])
+        task = self.coordinator.create_task(goal="x", device_id=self.device)
+        lease = self.coordinator.claim(self.host_id)
+        assert lease["task_id"] == task["task_id"], lease
+        return lease
+
+    def upload(self, lease: dict[str, Any], name: str, body: bytes, content_type: str,
+               step_index: int | None = None) -> None:
+        params = {"task_id": lease["task_id"], "attempt": lease["attempt"]}
+        if step_index is not None:
+            params["step_index"] = step_index
+        response = self.http.put(f"/internal/v1/hosts/{self.host_id}/leases/{lease['lease_id']}/artifacts/{name}",
+                                 params=params, content=body, headers={"content-type": content_type})
+        assert response.status_code == 201, response.text
+
+    def succeed(self, lease: dict[str, Any]) -> None:
+        result = {"task_id": lease["task_id"], "attempt": lease["attempt"], "lease_id": lease["lease_id"],
+                  "status": "succeeded", "failure_reason": None, "metadata": {}}
+        response = self.http.post(f"/internal/v1/hosts/{self.host_id}/results", json=result)
+        assert response.status_code == 200, response.text

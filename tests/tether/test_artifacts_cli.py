@@ -12,17 +12,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.pngs import solid_png
 from tests.support import ADMIN, CoordinatorProcess, child_env
-from tests.tether.conftest import HOSTS, tether
+from tests.tether.conftest import Host, tether
 from tether import Client, TetherError
 
 pytestmark = pytest.mark.e2e
 
-HOST = "fleet-1"
 LOG = b"step 0: home\nstep 1: open settings\n"
 
 
@@ -30,41 +28,6 @@ LOG = b"step 0: home\nstep 1: open settings\n"
 def coordinator_settings() -> dict[str, str]:
     # The test is the host and uploads between its own calls: a lease that outlasts them.
     return {"COORDINATOR_LEASE_TTL_S": "30"}
-
-
-class Host:
-    """The host ``fleet-1`` over the host API: one device, one claimed task at a time."""
-
-    def __init__(self, coordinator: CoordinatorProcess, device: str) -> None:
-        self.coordinator = coordinator
-        self.device = device
-        self.http = httpx.Client(base_url=coordinator.url, headers={"authorization": f"Bearer {HOSTS[HOST]}"})
-
-    def close(self) -> None:
-        self.http.close()
-
-    def run_task(self) -> dict[str, Any]:
-        """A new task on this device, claimed: its lease."""
-        self.coordinator.heartbeat(HOST, [self.device])
-        task = self.coordinator.create_task(goal="x", device_id=self.device)
-        lease = self.coordinator.claim(HOST)
-        assert lease["task_id"] == task["task_id"], lease
-        return lease
-
-    def upload(self, lease: dict[str, Any], name: str, body: bytes, content_type: str,
-               step_index: int | None = None) -> None:
-        params = {"task_id": lease["task_id"], "attempt": lease["attempt"]}
-        if step_index is not None:
-            params["step_index"] = step_index
-        response = self.http.put(f"/internal/v1/hosts/{HOST}/leases/{lease['lease_id']}/artifacts/{name}",
-                                 params=params, content=body, headers={"content-type": content_type})
-        assert response.status_code == 201, response.text
-
-    def succeed(self, lease: dict[str, Any]) -> None:
-        result = {"task_id": lease["task_id"], "attempt": lease["attempt"], "lease_id": lease["lease_id"],
-                  "status": "succeeded", "failure_reason": None, "metadata": {}}
-        response = self.http.post(f"/internal/v1/hosts/{HOST}/results", json=result)
-        assert response.status_code == 200, response.text
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
-"""Checking a webhook delivery's signature, for receivers written in Python (PROTOCOL.md,
-"Webhooks"; docs/operations.md, "Webhooks", has the same check in shell).
+"""A webhook delivery's signature (PROTOCOL.md, "Webhooks"), made and checked in one place: the
+coordinator signs with ``signature`` (coordinator/webhooks.py), a receiver checks with
+``verify_signature`` (exported as ``tether.verify_signature``; docs/operations.md, "Webhooks",
+has the same check in shell).
 
     from tether import verify_signature
 
@@ -16,6 +18,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+
+
+def _mac(secret: str, timestamp: int, body: bytes) -> str:
+    return hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+
+
+def signature(secret: str, timestamp: int, body: bytes) -> str:
+    """The ``Tether-Signature`` header of ``body`` sent at ``timestamp`` (unix seconds)."""
+    return f"t={timestamp},v1={_mac(secret, timestamp, body)}"
 
 
 def verify_signature(secret: str, header: str, body: bytes | str, tolerance_s: float = 300,
@@ -37,5 +48,5 @@ def verify_signature(secret: str, header: str, body: bytes | str, tolerance_s: f
     if abs(current - timestamp) > tolerance_s:
         return False
     raw = body.encode() if isinstance(body, str) else body
-    expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + raw, hashlib.sha256).hexdigest()
-    return any(hmac.compare_digest(expected.encode(), candidate.encode()) for candidate in candidates)
+    expected = _mac(secret, timestamp, raw).encode()
+    return any(hmac.compare_digest(expected, candidate.encode()) for candidate in candidates)
