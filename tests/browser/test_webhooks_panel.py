@@ -8,11 +8,11 @@ import pytest
 
 from tests.browser.conftest import Dashboard
 from tests.support import CoordinatorProcess, wait_until
-from tests.webhook_receiver import receiving
+from tests.webhook_receiver import ALLOW_RECEIVERS_ENV, receiving
 
 pytestmark = pytest.mark.e2e
 
-FAST = {"COORDINATOR_WEBHOOK_POLL_INTERVAL_S": "0.05", "COORDINATOR_WEBHOOK_RETRY_BASE_S": "30"}
+FAST = {**ALLOW_RECEIVERS_ENV, "COORDINATOR_WEBHOOK_POLL_INTERVAL_S": "0.05", "COORDINATOR_WEBHOOK_RETRY_BASE_S": "30"}
 
 
 def ended_task(coordinator: CoordinatorProcess) -> str:
