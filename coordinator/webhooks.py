@@ -392,7 +392,7 @@ class WebhookDelivery:
         open_s = circuit.ended(timed_out, time.monotonic(), self._policy)
         if open_s:
             why = "its probe timed out" if was_open else f"{self._policy.circuit_timeouts} attempts in a row timed out"
-            log.warning("webhook %s: %s; its deliveries wait %.0f s for the next try", taken.webhook.id, why, open_s)
+            log.warning("webhook %s: %s; its deliveries wait %.1f s for the next try", taken.webhook.id, why, open_s)
         elif was_open and not circuit.opened:
             log.info("webhook %s answers again; its deliveries resume", taken.webhook.id)
         if circuit.idle:
