@@ -181,6 +181,6 @@ async def healthy_beside_hanging(b: Bench) -> list[Row]:
                f"endpoints (1 process, default settings, {events} events each, one every {EVENT_INTERVAL_S:g} s)",
         f"p50 {fmt_ms(percentile(quiet, 50))} / {fmt_ms(percentile(busy, 50))}, "
         f"p99 {fmt_ms(p99s[0])} / {fmt_ms(p99s[1])}, max {fmt_ms(max(quiet))} / {fmt_ms(max(busy))}",
-        f"p99 {p99s[1] / p99s[0]:.2f} x with {HANGING} hanging", f"p99 <= {LATENCY_TARGET_MS:g} ms in both",
+        f"{max(p99s) / LATENCY_TARGET_MS:.2f} x the target (the worse p99)", f"p99 <= {LATENCY_TARGET_MS:g} ms in both",
         "met" if met else "MISSED",
         f"with {HANGING} hanging: {cpu_note(busy_cpu, 0)}; with none: coordinator {quiet_cpu['coordinator']:.2f}")]
