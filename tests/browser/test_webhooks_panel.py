@@ -50,7 +50,7 @@ def test_an_admin_sees_each_webhook_s_deliveries_and_a_read_token_sees_no_webhoo
         assert dashboard.cell("webhooks", bad["id"], "Recent deliveries") == "1 pending"
         assert dashboard.cell("webhooks", bad["id"], "Team") == "checkout"
         trouble = dashboard.cell("webhooks", bad["id"], "Last trouble") or ""
-        assert trouble.startswith("answered 503 at ") and ", next " in trouble, trouble
+        assert trouble.startswith("HTTP 503 at ") and ", next " in trouble, trouble
         assert "whsec_" not in page.js("document.body.innerHTML")
 
         page.click("#sign-out")
