@@ -97,7 +97,7 @@ class DeliveryPolicy:
     circuit_timeouts: int = 3
     circuit_open_s: float = 30.0
     # An attempt unanswered this long gives its process slot back (it keeps its endpoint's).
-    slow_after_s: float = 0.25
+    slow_after_s: float = 0.1
     targets: TargetPolicy = field(default_factory=TargetPolicy)
 
     @classmethod
@@ -160,6 +160,10 @@ class _Circuit:
         self.opened = 0  # times opened in a row: each opening lasts twice the one before
         self.open_until = 0.0  # monotonic
         self.probing = False
+
+    def open_for_s(self, now: float) -> float:
+        """How long it stays open (0 when it is not open)."""
+        return max(0.0, self.open_until - now)
 
     def wait_s(self, now: float, policy: DeliveryPolicy) -> float:
         """0 when an attempt may start now (and, half-open, makes it the probe); else how long
@@ -308,12 +312,15 @@ class WebhookDelivery:
         endpoint = self._endpoints.get(taken.webhook.id)
         if endpoint is None:
             endpoint = self._endpoints[taken.webhook.id] = _Endpoint(self._policy.endpoint_concurrency)
+        circuit = self._circuits.get(taken.webhook.id)
+        open_s = circuit.open_for_s(time.monotonic()) if circuit is not None else 0.0
         slots = self._policy.endpoint_concurrency
         room = slots + (WAITING_PER_SLOT * slots if self._hold_s > 0 else 0)
-        going = endpoint.assigned < room
+        going = not open_s and endpoint.assigned < room
         if going:
             endpoint.assigned += 1
-        work = self._attempt(pool, taken, endpoint) if going else self._defer(taken, endpoint)
+        work = (self._attempt(pool, taken, endpoint) if going
+                else self._defer(taken, endpoint, open_s or None))
         task = asyncio.create_task(work, name=f"webhook {taken.delivery.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
