@@ -64,7 +64,7 @@ from bench.requests import (
 )
 from bench.runs import matrix_create
 from bench.teams import sharing_cost
-from bench.webhooks import hanging_endpoint
+from bench.webhooks import hanging_endpoint, healthy_beside_hanging
 from bench.wrk import wrk_lifecycles, wrk_load
 from coordinator.api.bodies import TaskCreate
 from coordinator.api.tasks import parse_task
@@ -379,5 +379,6 @@ SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "teams": sharing_cost,
     "runs": matrix_create,
     "webhooks": hanging_endpoint,
+    "webhook_latency": healthy_beside_hanging,
     "scale": placement_scale,
 }

@@ -11,7 +11,7 @@
      ├── PayloadTooLarge   413    payload_too_large
      ├── RateLimited       429    rate_limited (a failed credential from a throttled client
      │                            address, coordinator/api/throttle.py), with Retry-After
-     ├── Unavailable       503    unavailable (Redis unreachable), with Retry-After
+     ├── Unavailable       503    unavailable (Redis unreachable, loading, busy...), with Retry-After
      └── Internal          500    internal (anything unexpected; logged, never echoed)
 
 ``error_for_exception`` maps any exception to one of these (``error_for`` a script's failure
@@ -124,6 +124,23 @@ REDIS_UNAVAILABLE = (
 )
 
 
+def redis_busy(exc: BaseException) -> bool:
+    """Redis is running another client's script past its busy threshold (``BUSY``): it answers
+    every other call with that until the script ends or is killed. redis-py raises it as a plain
+    ``ResponseError`` (inside a pipeline, with the pipeline's words before it)."""
+    if not isinstance(exc, redis_errors.ResponseError):
+        return False
+    message = str(exc)
+    return message.startswith("BUSY ") or "caused error: BUSY " in message
+
+
+def redis_unavailable(exc: BaseException) -> bool:
+    """Redis answers nothing useful now but may in a moment (``REDIS_UNAVAILABLE``, or busy with
+    another client's script): a request gets ``503 unavailable`` with ``Retry-After``, a loop
+    logs one line and tries again."""
+    return isinstance(exc, REDIS_UNAVAILABLE) or redis_busy(exc)
+
+
 def error_for_exception(exc: BaseException, request_id: str) -> ApiError:
     """The contract's error for any exception a request raised. ``request_id`` is named in an
     unexpected error's message, so an operator can find its log line; the exception's own text
@@ -136,7 +153,7 @@ def error_for_exception(exc: BaseException, request_id: str) -> ApiError:
         if exc.status_code == 404:
             return NotFound("no such path")
         return InvalidRequest(str(exc.detail)) if exc.status_code < 500 else Internal(str(exc.detail))
-    if isinstance(exc, REDIS_UNAVAILABLE):
+    if redis_unavailable(exc):
         return Unavailable("the coordinator cannot reach Redis; retry shortly")
     return Internal(f"internal error (request {request_id})")
 

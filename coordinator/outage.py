@@ -3,7 +3,8 @@ wake-up inbox, the feed's reader) or answers ``503 unavailable`` (requests).
 
 ``OutageLog``: an outage is two lines, one as it begins and one as it ends with its length,
 instead of a traceback every time a loop retries or a line for every request; a traceback only
-for an error that is not Redis being unavailable (``errors.REDIS_UNAVAILABLE``).
+for an error that is not Redis being unavailable (``errors.redis_unavailable``: unreachable,
+loading, failing over, or busy running another client's script).
 
 ``Backoff``: how long a loop that calls Redis back to back (the wake-up inbox, the feed's
 reader) waits after a failure before it tries again. The loops on a timer (the reaper, webhook
@@ -17,7 +18,7 @@ import random
 import time
 from collections.abc import Callable
 
-from coordinator.errors import REDIS_UNAVAILABLE
+from coordinator.errors import redis_busy, redis_unavailable
 
 # The longest wait between two attempts, so a loop is back within about this long of Redis
 # answering again (the wake-up inbox's polls wait on it). A try at a Redis that is down costs
@@ -70,14 +71,15 @@ class OutageLog:
         """Redis unavailable: the first failure of an outage is logged, the rest are not.
         Anything else is unexpected, logged with its traceback each time; it neither begins nor
         ends an outage (only a call that worked ends one)."""
-        if isinstance(exc, REDIS_UNAVAILABLE):
+        if redis_unavailable(exc):
             self._failures += 1
             if self._since is None:
                 self._since = self._clock()
                 self._failures = 1
                 # redis-py's messages name the host and port, never a password.
-                self._log.warning("%s: Redis unreachable (%s: %s); retrying until it answers",
-                                  self._loop, type(exc).__name__, " ".join(str(exc).split()))
+                self._log.warning("%s: Redis %s (%s: %s); retrying until it answers", self._loop,
+                                  "busy with another client's script" if redis_busy(exc) else "unreachable",
+                                  type(exc).__name__, " ".join(str(exc).split()))
             return
         self._log.error("%s failed unexpectedly", self._loop, exc_info=exc)
 

@@ -10,6 +10,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 import wire
+from coordinator.webhook_targets import TargetPolicy, parse_networks
 
 # What redis-py's from_url accepts.
 REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -119,6 +120,14 @@ class Settings(BaseSettings):
     webhook_retry_max_delay_s: float = Field(default=3600.0, gt=0)
     webhook_retry_for_s: float = Field(default=86400.0, gt=0)
     webhook_poll_interval_s: float = Field(default=0.5, gt=0)
+    # An endpoint whose attempts time out this many times in a row has its deliveries held back
+    # (no attempt) for the open time, doubling each time it opens again (coordinator/webhooks.py).
+    webhook_circuit_timeouts: int = Field(default=3, gt=0)
+    webhook_circuit_open_s: float = Field(default=30.0, gt=0)
+    # Networks a webhook may reach beyond the public and private ranges (comma-separated CIDRs):
+    # loopback, link-local and unspecified addresses are refused unless listed here
+    # (coordinator/webhook_targets.py). Tests list 127.0.0.0/8 for their receivers.
+    webhook_allow_networks: str = ""
     # Worker processes of `serve` (Heroku's name), and the log format: "text" or "json".
     web_concurrency: int = Field(default=1, ge=1, le=64, validation_alias=AliasChoices("WEB_CONCURRENCY"))
     log_format: Literal["text", "json"] = "text"
@@ -149,6 +158,12 @@ class Settings(BaseSettings):
             raise ValueError("must look like s3://bucket/prefix (unset: the local folder COORDINATOR_ARTIFACTS_DIR)")
         return value
 
+    @field_validator("webhook_allow_networks")
+    @classmethod
+    def _networks_are_cidrs(cls, value: str) -> str:
+        parse_networks(value)  # its ValueError names the entry that is not a CIDR
+        return value
+
     @field_validator("static_hosts")
     @classmethod
     def _host_ids_valid(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
@@ -173,6 +188,11 @@ class Settings(BaseSettings):
         """The interval agents are told: the contract's durations are integers, and an agent must
         never be told to heartbeat slower than configured, so fractions round up."""
         return max(1, math.ceil(self.heartbeat_interval_s))
+
+    @property
+    def webhook_targets(self) -> TargetPolicy:
+        """Where webhooks may post (COORDINATOR_WEBHOOK_ALLOW_NETWORKS)."""
+        return TargetPolicy(parse_networks(self.webhook_allow_networks))
 
     @property
     def lease_ttl_ms(self) -> int:

@@ -221,12 +221,13 @@ def redis_answers(port: int) -> bool:
 
 
 @contextmanager
-def redis_server(port: int) -> Iterator[subprocess.Popen[bytes]]:
+def redis_server(port: int, *options: str) -> Iterator[subprocess.Popen[bytes]]:
     """A throwaway ``redis-server`` of the test's own on ``port`` (no persistence), so the test
-    may kill it; killed at the end of the block."""
+    may kill it (or make it busy); killed at the end of the block. ``options``: more of
+    redis-server's command line (``"--busy-reply-threshold", "50"``)."""
     process = subprocess.Popen(
         [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-         "--save", "", "--appendonly", "no"],
+         "--save", "", "--appendonly", "no", *options],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:

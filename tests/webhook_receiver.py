@@ -39,6 +39,12 @@ class _Server(ThreadingHTTPServer):
         pass
 
 
+# Receivers listen on loopback, which a webhook may reach only when the coordinator lists it
+# (COORDINATOR_WEBHOOK_ALLOW_NETWORKS): the settings and the environment that do.
+RECEIVERS_NETWORK = "127.0.0.0/8"
+ALLOW_RECEIVERS: dict[str, Any] = {"webhook_allow_networks": RECEIVERS_NETWORK}
+ALLOW_RECEIVERS_ENV = {"COORDINATOR_WEBHOOK_ALLOW_NETWORKS": RECEIVERS_NETWORK}
+
 HANG = -1  # an answer that holds the request until ``release`` (or the receiver closes)
 
 

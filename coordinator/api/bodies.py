@@ -514,16 +514,18 @@ def _webhook_url(url: str) -> str:
     if parts.username is not None or parts.password is not None:
         raise PydanticCustomError("webhook_url", "must not carry credentials (user:password@)")
     try:
-        parts.port  # noqa: B018 - raises ValueError on a port out of range
+        port = parts.port  # raises ValueError on a port out of range
     except ValueError:
         raise PydanticCustomError("webhook_url", "has an invalid port") from None
+    if port == 0:  # no server listens there: the system would pick a port of its own
+        raise PydanticCustomError("webhook_url", "has an invalid port")
     return url
 
 
 # What the document says a webhook's URL is, so a client can tell a good one before sending it:
 # http(s), a host name or IPv4 address (no user:password@, which has no character here), a port
 # in range, then any printable ASCII. _webhook_url checks the same with the URL parser.
-_PORT = "(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+_PORT = "(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 WEBHOOK_URL_PATTERN = f"^https?://[A-Za-z0-9._-]+(?::{_PORT})?(?:[/?#][!-~]*)?$"
 WebhookUrl = Annotated[str, StringConstraints(min_length=1, max_length=wire.WEBHOOK_URL_MAX_CHARS,
                                               pattern=WEBHOOK_URL_PATTERN),

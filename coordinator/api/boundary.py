@@ -45,13 +45,13 @@ from coordinator.api.body_deadline import BodyDeadline
 from coordinator.api.responses import json_response
 from coordinator.api.throttle import FailureThrottle
 from coordinator.errors import (
-    REDIS_UNAVAILABLE,
     ApiError,
     Internal,
     MethodNotAllowed,
     Unauthorized,
     Unavailable,
     error_for_exception,
+    redis_unavailable,
 )
 from coordinator.longpoll import CONNECTION
 from coordinator.metrics import Metrics
@@ -99,7 +99,7 @@ def _allowed_methods(scope: Scope) -> str:
 
 def _log(exc: BaseException, error: ApiError, rid: str, outage: OutageLog) -> None:
     if isinstance(error, Unavailable):
-        if isinstance(exc, REDIS_UNAVAILABLE):
+        if redis_unavailable(exc):
             outage.failed(exc)
         else:  # a 503 of ours (too few replicas confirmed a write), logged as it always was
             log.warning("request %s: Redis unavailable (%s)", rid, type(exc).__name__,

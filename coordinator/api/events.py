@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from coordinator.api.context import Context
 from coordinator.api.validation import require_id
-from coordinator.errors import REDIS_UNAVAILABLE, InvalidRequest
+from coordinator.errors import InvalidRequest, redis_unavailable
 from coordinator.feed import Entry, EventFeed, Notice, StreamId
 
 log = logging.getLogger("coordinator.feed")
@@ -74,7 +74,9 @@ async def _stream(feed: EventFeed, last_id: str, match: Mapping[str, str],
         try:
             async for item in items:
                 yield _frame(item) if isinstance(item, Entry) else _comment(item)
-        except REDIS_UNAVAILABLE as exc:
+        except Exception as exc:
+            if not redis_unavailable(exc):
+                raise
             log.warning("event feed watcher lost Redis (%s); its stream ends", type(exc).__name__)
             yield _comment(Notice("the feed lost Redis; reconnect to resume"))
 

@@ -29,11 +29,14 @@ from coordinator.api.responses import (
     webhook_view,
 )
 from coordinator.api.validation import Query, read, require_id
-from coordinator.errors import NotFound, found
+from coordinator.errors import InvalidRequest, NotFound, found
 
 
 async def create_webhook(ctx: Context, request: Request) -> Response:
     body = await read(request, WebhookCreate, ctx.settings.max_body_bytes)
+    refusal = await ctx.settings.webhook_targets.refusal(body.url)
+    if refusal is not None:  # checked before anything is written: a refused URL leaves nothing
+        raise InvalidRequest(f"url {refusal}")
     events = [e for e in wire.values(wire.WebhookEvent) if e in body.events]  # in the contract's order
     secret = wire.WEBHOOK_SECRET_PREFIX + secrets.token_urlsafe(32)
     webhook = await ctx.webhooks.create("wh_" + secrets.token_hex(8), body.url, events, body.team, secret,

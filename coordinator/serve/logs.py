@@ -25,6 +25,9 @@ LogFormat = Literal["text", "json"]
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+# Loggers of libraries that would write a URL, header or body of ours below WARNING.
+QUIET_LIBRARIES = ("httpx", "httpcore", "hpack", "h11", "urllib3", "botocore", "s3transfer")
+
 # What every record carries: any other attribute came from `extra=` and becomes a field.
 # `color_message` is uvicorn's coloured copy of the message.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {
@@ -78,6 +81,10 @@ def logging_config(log_format: LogFormat) -> dict[str, Any]:
             # its access log is off (server.run): RequestBoundary writes a better line.
             "uvicorn": {"level": "WARNING", "handlers": [], "propagate": True},
             REQUESTS_LOGGER: {"level": "INFO" if log_format == "json" else "WARNING"},
+            # Libraries that write the URLs, headers or bodies they send at INFO or DEBUG (httpx's
+            # "HTTP Request: POST <url>", httpcore's traces): a webhook's URL is its credential,
+            # and nothing of ours reaches a log through them. Their warnings carry none of it.
+            **{name: {"level": "WARNING"} for name in QUIET_LIBRARIES},
         },
     }
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import ClusterError, RedisClusterException
+from redis.exceptions import BusyLoadingError, ClusterError, MasterDownError, RedisClusterException, ResponseError
 
 from coordinator.app import create_app
 from coordinator.transport.base import PlainTransport
@@ -97,3 +97,24 @@ async def test_a_trailing_slash_is_404_never_a_redirect_built_from_the_host_head
     response = await api.client.get(path, headers={**Api.admin_headers, "host": "evil.example"})
     assert response.status_code == 404 and "location" not in response.headers
     assert response.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize(("failure", "unavailable"), [
+    (ResponseError("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT."), True),
+    (ResponseError("Command # 1 (EVALSHA abc 0) of pipeline caused error: BUSY Redis is busy running a script."),
+     True),
+    (BusyLoadingError("Redis is loading the dataset in memory"), True),
+    (MasterDownError("Link with MASTER is down and replica-serve-stale-data is set to 'no'."), True),
+    (ResponseError("BUSYGROUP Consumer Group name already exists"), False),
+    (ResponseError("BUSYKEY Target key name already exists."), False),
+])
+async def test_a_busy_or_loading_redis_is_503_unavailable_and_other_errors_are_500(
+        api: Api, failure: Exception, unavailable: bool) -> None:
+    async def failing(*args: Any) -> Any:
+        raise failure
+
+    api.ctx.queries.get_task = failing
+    response = await api.client.get("/api/v1/tasks/t_1", headers=Api.admin_headers)
+    assert response.status_code == (503 if unavailable else 500)
+    assert response.json()["error"]["code"] == ("unavailable" if unavailable else "internal")
+    assert ("retry-after" in response.headers) == unavailable

@@ -14,13 +14,13 @@ import pytest
 from tests.conftest import Api
 from tests.coordinator.helpers import silence_host
 from tests.support import wait_until_async
-from tests.webhook_receiver import HANG, receiving
+from tests.webhook_receiver import ALLOW_RECEIVERS, HANG, receiving
 from tether import verify_signature
 
 pytestmark = pytest.mark.anyio
 
 # Short enough for a test: polls, backoff and timeouts in tens of milliseconds.
-FAST: dict[str, Any] = {"webhook_poll_interval_s": 0.02, "webhook_retry_base_s": 0.05,
+FAST: dict[str, Any] = {**ALLOW_RECEIVERS, "webhook_poll_interval_s": 0.02, "webhook_retry_base_s": 0.05,
                         "webhook_retry_max_delay_s": 0.1, "webhook_attempt_timeout_s": 2.0,
                         "webhook_visibility_s": 10.0}
 

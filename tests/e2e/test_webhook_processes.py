@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from tests.support import CoordinatorProcess, coordinator_env, coordinator_process, fresh_prefix, wait_until
-from tests.webhook_receiver import HANG, receiving
+from tests.webhook_receiver import ALLOW_RECEIVERS_ENV, HANG, receiving
 from tether import verify_signature
 
 pytestmark = pytest.mark.e2e
 
-FAST = {"COORDINATOR_WEBHOOK_POLL_INTERVAL_S": "0.05", "COORDINATOR_WEBHOOK_RETRY_BASE_S": "0.05"}
+FAST = {**ALLOW_RECEIVERS_ENV, "COORDINATOR_WEBHOOK_POLL_INTERVAL_S": "0.05", "COORDINATOR_WEBHOOK_RETRY_BASE_S": "0.05"}
 
 
 def _register(coordinator: CoordinatorProcess, url: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support import CoordinatorProcess, wait_until
 from tests.tether.conftest import tether, tether_here
-from tests.webhook_receiver import receiving
+from tests.webhook_receiver import ALLOW_RECEIVERS_ENV, receiving
 from tether import verify_signature
 
 pytestmark = pytest.mark.e2e
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def coordinator_settings() -> dict[str, str]:
-    return {"COORDINATOR_WEBHOOK_POLL_INTERVAL_S": "0.05"}
+    return {**ALLOW_RECEIVERS_ENV, "COORDINATOR_WEBHOOK_POLL_INTERVAL_S": "0.05"}
 
 
 def test_a_webhook_added_from_the_command_line_hears_of_an_ended_task(
