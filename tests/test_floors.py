@@ -30,7 +30,7 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
         ("coordinator.state",),
         ("coordinator.transport",),
         ("coordinator.settings", "coordinator.errors", "coordinator.clock", "coordinator.cancellation",
-         "coordinator.outage", "coordinator.ui", "coordinator"),
+         "coordinator.outage", "coordinator.ui", "coordinator.webhook_targets", "coordinator"),
     ],
     "agent": [
         ("agent.__main__", "agent.app", "agent.usage"),
