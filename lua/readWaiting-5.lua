@@ -17,6 +17,7 @@
             key is derived from, carrying the same hash tag as the keys above
   Keys it derives:
     host_state:<host>  hash  a device's host's seen, draining, stalled, capabilities
+    pooled_label:<driver>|<name>=<value>  zset  the pooled devices with a label the target asks for
   Output:
     {truncated (0|1), one count per name of CANDIDATE_COUNTS, in its order, team at its quota (0|1)}
 

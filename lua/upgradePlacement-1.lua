@@ -3,12 +3,15 @@
 
   Earlier versions queued a task in `waiting:<driver>|<team>` or `waiting_device:<device>|<team>`,
   ranked teams in `queue_teams:<driver>` and `queue_teams_device:<device>`, listed a team's targets
-  in `team_queues:<team>`, and kept the free devices in one lex zset `free` ("driver\0device").
-  A batch of queued tasks per call, oldest first from the cursor kept in `upgrades` (the last
-  seq moved): each leaves its old queue and joins its target's (enqueueTask), and the old
-  indexes it was in are deleted; then a batch of `free` per call: each device leaves it and is
-  refreshed into the free index (or fed, should a task now fit it). The call that ends it marks the
-  upgrade done, after which a call costs one read. The earlier layout's keys are named here only.
+  in `team_queues:<team>`, kept the free devices in one lex zset `free` ("driver\0device"), and had
+  no index of the pool by label. A batch of queued tasks per call, oldest first from the cursor
+  kept in `upgrades` field `placement` (the last seq moved): each leaves its old queue and joins
+  its target's (enqueueTask), and the old indexes it was in are deleted; then a batch of pooled
+  devices per call (HSCAN of `devices`, its cursor kept in field `placement_devices`): each joins
+  its labels' `pooled_label` sets and, if it was in `free`, leaves it and is refreshed into the
+  free index (or fed, should a task now fit it). The call that ends it deletes what is left of
+  `free` and marks the upgrade done, after which a call costs one read. The earlier layout's keys
+  are named here only.
 
   Input:
     KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
@@ -62,14 +65,21 @@ if from >= 0 then
   rcall('HSET', S.key.upgrades, 'placement', '-1')  -- the queues are done: the free devices next
 end
 local oldFree = S.base .. 'free'
-local members = rcall('ZRANGE', oldFree, 0, limit - 1)
-for _, member in ipairs(members) do
-  rcall('ZREM', oldFree, member)
-  refreshDevice(S, splitMember(member)[2], now)
+local reply = rcall('HSCAN', S.key.devices, rcall('HGET', S.key.upgrades, 'placement_devices') or '0', 'COUNT', limit)
+local fields = reply[2]
+for i = 1, #fields, 2 do
+  local deviceId, device = fields[i], cjson.decode(fields[i + 1])
+  indexPooled(S, deviceId, device, 'ZADD')
+  if rcall('ZREM', oldFree, freeMember(device.driver, deviceId)) == 1 then
+    refreshDevice(S, deviceId, now)
+  end
   moved = moved + 1
 end
-if #members == limit then
+if reply[1] ~= '0' then
+  rcall('HSET', S.key.upgrades, 'placement_devices', reply[1])
   return {0, moved, 0}
 end
+rcall('DEL', oldFree)
+rcall('HDEL', S.key.upgrades, 'placement_devices')
 rcall('HSET', S.key.upgrades, 'placement', 'done')
 return {0, moved, 1}

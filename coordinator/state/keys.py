@@ -31,7 +31,7 @@ def hash_tag(key: str) -> str | None:
 # The kinds of the keys of one id (base + kind + ":" + id): each is the name of the Keys method
 # that builds it, and the name the scripts derive it by (lua/includes/deployment.lua ``derived``).
 PER_ID_KINDS = ("device_runs", "assigned", "waiting", "target_teams", "team_targets", "device_targets",
-                "driver_targets", "label_targets", "free_devices", "free_label", "team_usage", "host_state",
+                "driver_targets", "label_targets", "free_devices", "free_label", "pooled_label", "team_usage", "host_state",
                 "host_devices", "lease", "polls", "inbox", "auth_failures", "auth_throttled", "run_counts", "run_tasks",
                 "webhook_recent")
 
@@ -177,6 +177,11 @@ class Keys:
         """A driver's free devices: a zset device id -> when it became free (ms), idle longest
         first."""
         return self._of("free_devices", driver)
+
+    def pooled_label(self, index: str) -> str:
+        """A driver's pooled devices with one label (``label_index``): a zset device id -> 0, so a
+        selector's matching devices are one intersection, in id order (its candidates)."""
+        return self._of("pooled_label", index)
 
     def free_label(self, index: str) -> str:
         """A driver's free devices with one label (``label_index``): a zset as ``free_devices``;

@@ -11,6 +11,7 @@
     isFree(S, deviceId, device)               whether the device is in the free index
     addFree(S, deviceId, device, since)       put it in: its driver's set and each label's
     removeFree(S, deviceId, device)           take it out (of the sets its record names)
+    indexPooled(S, deviceId, record, command) a pooled device in or out of its labels' index
     hostState(S, hostId, now)                 what of a host decides whether its devices take
                                               work, in one read: online, draining, stalled,
                                               schedulable (all three allow it), workflows
@@ -35,8 +36,9 @@
   became free, so the devices that fit a selector are one intersection, idle longest first. A free
   transition costs 1 + the device's labels commands.
 
-  Invariants kept: a pooled device is in its host's `host_devices:<host>` and in
-  `devices_by_driver` under its driver; a free device is in its driver's free set and in the set
+  Invariants kept: a pooled device is in its host's `host_devices:<host>`, in
+  `devices_by_driver` under its driver, and in `pooled_label:<driver>|<name>=<value>` for each of
+  its labels and no other; a free device is in its driver's free set and in the set
   of each of its labels, as its record names them, and in no other; "online" is the
   heartbeat's age (`seen` of `host_state:<host>`) against the threshold, read against Redis TIME,
   never the membership of `hosts_online` alone (a host the reaper has not swept yet is already
@@ -92,6 +94,19 @@ local function removeFree(S, deviceId, device)
     rcall('ZREM', derived(S, 'free_label', labelIndex(device.driver, name, value)), deviceId)
   end
   return true
+end
+
+-- A pooled device in (`ZADD`) or out of (`ZREM`) the index of each of its labels, as `record`
+-- names them: a selector's matching devices are the intersection of its labels' (candidates).
+local function indexPooled(S, deviceId, record, command)
+  for name, value in pairs(cjson.decode(record.labels or '{}')) do
+    local key = derived(S, 'pooled_label', labelIndex(record.driver, name, value))
+    if command == 'ZADD' then
+      rcall('ZADD', key, 0, deviceId)
+    else
+      rcall('ZREM', key, deviceId)
+    end
+  end
 end
 
 -- The workflows a host's agent listed (its `capabilities` JSON), as a set {name = true}; nil when
@@ -157,6 +172,12 @@ local function poolDevice(S, deviceId, device, previous)
   if previous and previous.driver ~= device.driver then
     rcall('ZREM', S.key.devices_by_driver, freeMember(previous.driver, deviceId))
   end
+  if not previous or previous.driver ~= device.driver or previous.labels ~= device.labels then
+    if previous then
+      indexPooled(S, deviceId, previous, 'ZREM')
+    end
+    indexPooled(S, deviceId, device, 'ZADD')
+  end
   if not previous or previous.driver ~= device.driver then
     rcall('ZADD', S.key.devices_by_driver, 0, freeMember(device.driver, deviceId))
   end
@@ -169,6 +190,7 @@ local function unpoolDevice(S, deviceId, device)
   rcall('HDEL', S.key.devices, deviceId)
   rcall('SREM', derived(S, 'host_devices', device.host_id), deviceId)
   removeFree(S, deviceId, device)
+  indexPooled(S, deviceId, device, 'ZREM')
   rcall('ZREM', S.key.devices_by_driver, freeMember(device.driver, deviceId))
 end
 

@@ -50,6 +50,7 @@ class Stored:
     reservations: dict[str, str]
     free: set[str]  # the free devices' ids (free_devices:<driver>)
     free_index: dict[str, set[str]]  # each free set (free_devices:<driver>, free_label:<index>) -> ids
+    pooled_index: dict[str, set[str]]  # pooled_label:<index> -> the pooled devices with that label
     by_driver: set[str]
     disabled: set[str]
     draining: set[str]
@@ -94,9 +95,9 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
             kind, _, ident = name.partition(":")
             if kind == "host_devices":
                 pipe.smembers(key)
-            elif kind in ("waiting", "free_devices", "free_label", "target_teams", "team_targets"):
+            elif kind in ("waiting", "free_devices", "free_label", "pooled_label", "target_teams", "team_targets"):
                 pipe.zrange(key, 0, -1, withscores=True)
-                ident = name if kind in ("waiting", "free_devices", "free_label") else ident
+                ident = name if kind in ("waiting", "free_devices", "free_label", "pooled_label") else ident
             elif kind in ("device_targets", "driver_targets", "label_targets"):
                 pipe.smembers(key)
                 ident = name
@@ -129,6 +130,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
     run_tasks: dict[str, dict[str, float]] = {}
     host_state: dict[str, dict[str, str]] = {}
     free_index: dict[str, set[str]] = {}
+    pooled_index: dict[str, set[str]] = {}
     target_indexes: dict[str, set[str]] = {}
     target_teams: dict[str, dict[str, float]] = {}
     team_targets: dict[str, dict[str, float]] = {}
@@ -139,6 +141,8 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
             waiting[ident] = {_text(m): s for m, s in reply}
         elif kind in ("free_devices", "free_label"):
             free_index[ident] = {_text(m) for m, _ in reply}
+        elif kind == "pooled_label":
+            pooled_index[ident] = {_text(m) for m, _ in reply}
         elif kind in ("device_targets", "driver_targets", "label_targets"):
             target_indexes[ident] = {_text(m) for m in reply}
         elif kind == "target_teams":
@@ -169,6 +173,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         reservations={_text(k): _text(v) for k, v in reservations.items()},
         free={m for key, ids in free_index.items() if key.startswith("free_devices:") for m in ids},
         free_index=free_index,
+        pooled_index=pooled_index,
         by_driver=set(zset(by_driver)),
         disabled={_text(k) for k in disabled},
         draining={h for h, state in host_state.items() if "draining" in state},
@@ -322,6 +327,11 @@ def check_indexes(s: Stored) -> None:
         for name, value in orjson.loads(device.get("labels") or "{}").items():
             expected_index.setdefault(f"free_label:{label_index(device['driver'], name, value)}", set()).add(device_id)
     assert {k: v for k, v in s.free_index.items() if v} == expected_index, "the free index is the free devices'"
+    pooled: dict[str, set[str]] = {}
+    for device_id, device in s.devices.items():
+        for name, value in orjson.loads(device.get("labels") or "{}").items():
+            pooled.setdefault(f"pooled_label:{label_index(device['driver'], name, value)}", set()).add(device_id)
+    assert {k: v for k, v in s.pooled_index.items() if v} == pooled, "the label index is the pool's"
     for device_id in s.free:
         device = s.devices[device_id]
         host = device["host_id"]

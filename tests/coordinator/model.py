@@ -43,6 +43,8 @@ from tests.coordinator.invariants import (
     check_devices_read,
     check_stored,
     check_waiting_explained,
+    host_online,
+    host_runs,
     read_stored,
 )
 from tests.support import HOSTS, delete_prefix_async, unique_prefix
@@ -381,8 +383,14 @@ class ProtocolMachine(RuleBasedStateMachine):
             answer = self.attempt(self.store.create_run(run, [], spec, 1000))
         if isinstance(answer, ApiError):
             now = self.stored()
+            # PROTOCOL.md, "Runs": a matrix takes the devices matching now that could run its work
+            # now (busy ones too: their task waits its turn)
+            work_item = {"kind": what["kind"], "workflow": orjson.dumps(what.get("workflow")).decode()}
             matching = [d for d, device in now.devices.items() if matrix is not None and d not in now.disabled
-                        and device["driver"] == matrix["driver"]
+                        and device["driver"] == matrix["driver"] and device["status"] != "unavailable"
+                        and host_online(now, device["host_id"], OFFLINE_AFTER_MS)
+                        and device["host_id"] not in now.draining and device["host_id"] not in now.stalled
+                        and host_runs(now, device["host_id"], work_item)
                         and all(orjson.loads(device.get("labels") or "{}").get(k) == v
                                 for k, v in matrix.get("labels", {}).items())]
             assert answer.code == "no_matching_device" and matrix is not None and not matching, answer
