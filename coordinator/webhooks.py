@@ -157,28 +157,33 @@ class _Circuit:
         """How long it stays open (0 when it is not open)."""
         return max(0.0, self.open_until - now)
 
-    def wait_s(self, now: float, policy: DeliveryPolicy) -> float:
-        """0 when an attempt may start now (and, half-open, makes it the probe); else how long
-        until one may."""
+    def admit(self, now: float, policy: DeliveryPolicy) -> tuple[float, bool]:
+        """(0, whether it is the probe) when an attempt may start now; else (how long until one
+        may, False)."""
         if now < self.open_until:
-            return self.open_until - now
-        if self.opened:
-            if self.probing:
-                return policy.attempt_timeout_s
-            self.probing = True
-        return 0.0
+            return self.open_until - now, False
+        if not self.opened:
+            return 0.0, False
+        if self.probing:
+            return policy.attempt_timeout_s, False
+        self.probing = True
+        return 0.0, True
 
-    def ended(self, timed_out: bool | None, now: float, policy: DeliveryPolicy) -> float:
+    def ended(self, timed_out: bool | None, probe: bool, now: float, policy: DeliveryPolicy) -> float:
         """An attempt ended (``timed_out`` None: it was cut short, and tells nothing). How long
         the circuit opens for now, 0 when it does not."""
-        was_probe, self.probing = self.probing, False
+        if probe:
+            self.probing = False
         if timed_out is None:
             return 0.0
-        if not timed_out:
+        if not timed_out:  # an answer, whatever it was: the endpoint is there
             self.timeouts = self.opened = 0
+            self.open_until = 0.0
             return 0.0
+        if self.opened and not probe:
+            return 0.0  # an attempt from before the circuit opened: it knows already
         self.timeouts += 1
-        if not was_probe and self.timeouts < policy.circuit_timeouts:
+        if not probe and self.timeouts < policy.circuit_timeouts:
             return 0.0
         self.timeouts = 0
         self.opened += 1
@@ -319,8 +324,13 @@ class WebhookDelivery:
         return going
 
     def _release(self, webhook_id: str, endpoint: _Endpoint) -> None:
+        """Forget what the process holds of an endpoint with nothing in flight: its slots, and its
+        circuit when that is closed with no timeout counted."""
         if not endpoint.assigned:
             self._endpoints.pop(webhook_id, None)
+            circuit = self._circuits.get(webhook_id)
+            if circuit is not None and circuit.idle:
+                del self._circuits[webhook_id]
 
     async def _defer(self, taken: Taken, endpoint: _Endpoint, until_s: float | None = None) -> None:
         # Due again once its endpoint may have a free slot: about as long as its oldest attempt
@@ -355,7 +365,7 @@ class WebhookDelivery:
             endpoint.assigned -= 1
             raise
         circuit = self._circuit(taken.webhook.id)
-        closed_in_s = circuit.wait_s(time.monotonic(), self._policy)
+        closed_in_s, probe = circuit.admit(time.monotonic(), self._policy)
         if closed_in_s > 0:  # its circuit is open (or its probe is out): no attempt, no slot held
             endpoint.slots.release()
             endpoint.assigned -= 1
@@ -381,21 +391,19 @@ class WebhookDelivery:
             timer.cancel()
             grown_slow()
             del endpoint.started[key]
-            self._ended(taken, circuit, timed_out)
+            self._ended(taken, circuit, timed_out, probe)
             endpoint.slots.release()
             endpoint.assigned -= 1
             self._release(taken.webhook.id, endpoint)
 
-    def _ended(self, taken: Taken, circuit: _Circuit, timed_out: bool | None) -> None:
+    def _ended(self, taken: Taken, circuit: _Circuit, timed_out: bool | None, probe: bool) -> None:
         was_open = circuit.opened
-        open_s = circuit.ended(timed_out, time.monotonic(), self._policy)
+        open_s = circuit.ended(timed_out, probe, time.monotonic(), self._policy)
         if open_s:
             why = "its probe timed out" if was_open else f"{self._policy.circuit_timeouts} attempts in a row timed out"
             log.warning("webhook %s: %s; its deliveries wait %.1f s for the next try", taken.webhook.id, why, open_s)
         elif was_open and not circuit.opened:
             log.info("webhook %s answers again; its deliveries resume", taken.webhook.id)
-        if circuit.idle:
-            self._circuits.pop(taken.webhook.id, None)
 
     async def _attempt_now(self, pool: httpcore.AsyncConnectionPool, taken: Taken) -> bool | None:
         """Make the attempt and record it; whether it timed out (None: it was not made)."""

@@ -25,7 +25,7 @@ def variables() -> list[str]:
 
 def _default(name: str) -> str:
     value = Settings.model_fields[name].get_default(call_default_factory=True)
-    if value is None or value == {} or isinstance(value, SecretStr):
+    if value is None or value in ({}, "") or isinstance(value, SecretStr):
         return "unset"
     if isinstance(value, bool):
         return str(value).lower()

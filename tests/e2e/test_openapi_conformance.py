@@ -95,9 +95,12 @@ class EnrollmentCredential:
 @pytest.fixture(scope="module")
 def served() -> Iterator[CoordinatorProcess]:
     # The failed-credential throttle off: schemathesis's ignored_auth check sends bad credentials
-    # on purpose, and each must be the 401 the document promises, not a 429 after twenty.
+    # on purpose, and each must be the 401 the document promises, not a 429 after twenty. Every
+    # network allowed to webhooks: whether a URL's host is refused depends on what it resolves to,
+    # which no schema can say (tests/coordinator/test_webhook_targets.py checks the refusals).
     with fresh_prefix() as prefix:
-        env = coordinator_env(prefix, COORDINATOR_AUTH_FAILURES_MAX="0", COORDINATOR_CLAIM_WAIT_MAX_S="0")
+        env = coordinator_env(prefix, COORDINATOR_AUTH_FAILURES_MAX="0", COORDINATOR_CLAIM_WAIT_MAX_S="0",
+                              COORDINATOR_WEBHOOK_ALLOW_NETWORKS="0.0.0.0/0,::/0")
         with running(CoordinatorProcess(env)) as process:
             response = process.api.post("/api/v1/enrollment-tokens", json={"max_uses": 100_000})
             assert response.status_code == 201, response.text
