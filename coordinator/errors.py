@@ -218,6 +218,16 @@ _CONFLICT_MESSAGES = {
 }
 
 
+def _left_out(detail: Any) -> list[Any]:
+    """The JSON list of left-out devices a script answered with NO_MATCHING_DEVICE; [] for
+    anything else (an older script's answer has no detail)."""
+    try:
+        value = orjson.loads(detail) if isinstance(detail, str | bytes) else None
+    except orjson.JSONDecodeError:
+        return []
+    return value if isinstance(value, list) else []
+
+
 def error_for(code: int, detail: Any = None) -> ApiError:
     """Turn a script's failure code into the exception the API answers with."""
     failure = ScriptError(code)
@@ -241,5 +251,5 @@ def error_for(code: int, detail: Any = None) -> ApiError:
     if failure is ScriptError.NO_MATCHING_DEVICE:
         # The matching devices left out, each with its reason (lua/createRun-1.lua): none, when
         # the selector matches no pooled device at all.
-        details = {"excluded": orjson.loads(detail) if isinstance(detail, str) else []}
+        details = {"excluded": _left_out(detail)}
     return Conflict(_CONFLICT_MESSAGES[failure], code=ErrorCode[failure.name].value, details=details)
