@@ -31,9 +31,9 @@ def hash_tag(key: str) -> str | None:
 # The kinds of the keys of one id (base + kind + ":" + id): each is the name of the Keys method
 # that builds it, and the name the scripts derive it by (lua/includes/deployment.lua ``derived``).
 PER_ID_KINDS = ("device_runs", "assigned", "waiting", "target_teams", "team_targets", "device_targets",
-                "driver_targets", "label_targets", "free_devices", "free_label", "pooled_label", "team_usage", "host_state",
-                "host_devices", "lease", "polls", "inbox", "auth_failures", "auth_throttled", "run_counts", "run_tasks",
-                "webhook_recent")
+                "driver_targets", "label_targets", "free_devices", "free_label", "pooled_label", "team_usage",
+                "host_state", "host_devices", "lease", "polls", "inbox", "auth_failures", "auth_throttled",
+                "run_counts", "run_tasks", "webhook_recent")
 
 
 def team_queue(target_id: str, team: str) -> str:
