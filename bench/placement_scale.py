@@ -14,7 +14,7 @@ then runs the same operations:
 - ``heartbeat``: a host relabels its devices (each offered the work it can run now), and one
   host of 256 devices relabels them all at once;
 - ``setTeam``: a quota lifted on a team with 20,000 tasks queued and free devices waiting for
-  it (a bounded slice a call), and the reaper's ``placeWaitingTeams`` slices that follow;
+  it (a bounded slice a call), and the reaper's ``placeLeftOver`` slices that follow;
 - a result that takes a team back under its quota of 1 with 5,000 tasks queued.
 
 Targets: no call over 5 ms; each script's p99 within 1.5x the small fleet's. Also Redis memory
@@ -32,10 +32,15 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 
 from bench.context import Bench
+from bench.drivers import expect
+from bench.loadgen import build, connect
+from bench.procs import start_server
 from bench.report import Row, fmt_ms
+from bench.requests import claim_req, result_req
 from coordinator.api.auth import token_digest
 from coordinator.api.validation import canonical_json
 from coordinator.clock import ShiftedClock
@@ -76,6 +81,10 @@ def _device(host: int, slot: int, status: str, relabel: int = 0) -> dict[str, An
             "labels": {"model": f"m{n % MODELS}", "os": OSES[(n // MODELS) % len(OSES)], "rack": f"r{host // 10}"}}
 
 
+def host_token(n: int) -> str:
+    return f"bench-scale-token-{n}"
+
+
 class World:
     """One deployment on the private Redis, driven through the service's Store."""
 
@@ -88,7 +97,7 @@ class World:
         self.seq = 0
 
     def host(self, n: int) -> HostPrincipal:
-        return HostPrincipal(f"h{n:04d}", "static", token_digest(f"bench-scale-token-{n}"))
+        return HostPrincipal(f"h{n:04d}", "static", token_digest(host_token(n)))
 
     async def heartbeat(self, n: int, devices: list[dict[str, Any]]) -> None:
         snapshot = canonical_json({"agent": {}, "devices": sorted(
@@ -170,7 +179,7 @@ async def _operations(world: World, hosts: int, per_host: int, big_team_queued: 
     add(await _slowlog(redis), "relabel 256")
     # a quota lifted on a team with its backlog, free devices waiting for it; then the reaper's slices
     await world.store.set_team("big", {"max_devices": None})
-    await world.store.place_waiting_teams(1_000)
+    await world.store.place_left_over(1_000)
     add(await _slowlog(redis), f"quota lifted, {big_team_queued:,} queued")
     # a team back under its quota of 1, its backlog fitting nothing
     solo = world.host(hosts + 1)
@@ -180,6 +189,36 @@ async def _operations(world: World, hosts: int, per_host: int, big_team_queued: 
         await world.store.record_result(solo, got["task_id"], got["attempt"], got["lease_id"], canonical_json(
             {"status": "succeeded", "failure_reason": None, "metadata": None}))
     add(await _slowlog(redis), f"under quota, {quota_backlog:,} queued")
+    return times
+
+
+async def _http(b: Bench, world: World, redis_port: int, hosts: int) -> dict[str, list[float]]:
+    """The HTTP latency (ms) of create (a selector task that queues), claim and result, through a
+    coordinator process on the seeded world, one request at a time."""
+    static = {world.host(n).host_id: host_token(n) for n in range(hosts)}
+    env = b.env(world.keys.prefix, REDIS_URL=f"redis://127.0.0.1:{redis_port}/0")
+    coord = await start_server("coordinator", env, static, checkout=b.build)
+    times: dict[str, list[float]] = defaultdict(list)
+    try:
+        conn = await connect(coord.port)
+        for n in range(SAMPLES):
+            body = {"kind": "goal", "goal": "Open settings", "selector": _selector(n * 17 % 1000),
+                    "team": f"team-{n % 100:03d}"}
+            t0 = time.perf_counter()
+            await expect(conn, build("POST", "/api/v1/tasks", b.admin, body), 201)
+            times["create (HTTP)"].append((time.perf_counter() - t0) * 1000)
+        for n in range(SAMPLES):
+            host = world.host(n % hosts).host_id
+            t0 = time.perf_counter()
+            raw = await expect(conn, claim_req(host, static[host], 0), 200, 204)
+            t1 = time.perf_counter()
+            times["claim (HTTP)"].append((t1 - t0) * 1000)
+            if raw:
+                await expect(conn, result_req(host, static[host], orjson.loads(raw)), 200)
+                times["result (HTTP)"].append((time.perf_counter() - t1) * 1000)
+        conn.close()
+    finally:
+        coord.stop()
     return times
 
 
@@ -247,6 +286,7 @@ async def placement_scale(b: Bench) -> list[Row]:
             print(f"bench: scale {name}: seeded {hosts * per_host:,} devices, {queued + big + solo:,} queued "
                   f"in {time.monotonic() - t0:.0f} s", flush=True)
             figures[name] = await _operations(world, hosts, per_host, big, solo)
+            figures[name].update(await _http(b, world, port, hosts))
         return _rows(figures, memory, sizes["large"])
     finally:
         await redis.aclose()

@@ -4,8 +4,8 @@
 - hosts silent past the offline threshold: offline, their unclaimed assignments requeued;
 - assignments not claimed within the claim timeout: requeued, their host stalled until it polls;
 - queued tasks past their queue deadline: failed with ``queue_timeout``;
-- teams whose placement stopped at a step's bound (lua/placeWaitingTeams): placed on, a slice a
-  call;
+- what a step left past its bounds (lua/placeLeftOver): devices it could not feed, and teams
+  whose placement stopped at its slice, placed on a slice a call;
 - terminal tasks past their retention: deleted, with everything hanging off them (their
   artifacts' blobs deleted from the blob store after the script: coordinator/blobs/artifacts.py);
 - entries of an earlier Redis layout: rewritten in the current one (a pass with none left costs
@@ -55,8 +55,9 @@ async def sweep(store: Store, artifacts: Artifacts) -> dict[str, int]:
         "hosts": await _drain(store.expire_hosts),
         "claims": await _drain(store.expire_assignments),
         "queued": await _drain(store.expire_queued),
-        # A team back under its quota places a bounded slice per step; the rest is placed here.
-        "placed_teams": await store.place_waiting_teams(),
+        # A step feeds a bounded number of devices and places a bounded slice of a team back under
+        # its quota; the rest is placed here.
+        "placed_left_over": await store.place_left_over(),
         "purged": await artifacts.purge(store),
         "upgraded": await _drain(store.upgrade_status_index),
     }

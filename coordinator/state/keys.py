@@ -75,6 +75,7 @@ class Keys:
         self.target_seq = p + "target_seq"
         self.placing_teams = p + "placing_teams"  # team -> where its placement resumes (a slice's end)
         self.placement_scratch = p + "placement_scratch"  # a create's intersection, deleted in its step
+        self.refresh_devices = p + "refresh_devices"  # device -> since when: fed by the reaper (a step's bound)
         self.hosts_online = p + "hosts_online"
         self.devices_by_driver = p + "devices_by_driver"
         self.disabled_devices = p + "disabled_devices"

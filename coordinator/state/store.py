@@ -343,12 +343,13 @@ class Store:
         reply = await self._schedule("expireQueued", [limit])
         return Sweep(int(reply[1]), int(reply[2]))
 
-    async def place_waiting_teams(self, limit: int = 100) -> int:
-        """Teams whose placement stopped at a step's bound, placed on (lua/placeWaitingTeams):
-        one slice a call, at most ``limit`` calls; how many slices ran."""
+    async def place_left_over(self, limit: int = 100) -> int:
+        """What steps left past their bounds, placed on (lua/placeLeftOver): devices not fed yet,
+        then teams whose placement stopped at a slice; a slice a call, at most ``limit`` calls;
+        how many slices ran."""
         served = 0
         while served < limit:
-            reply = await self._schedule("placeWaitingTeams", [])
+            reply = await self._schedule("placeLeftOver", [])
             if int(reply[1]) == 0:
                 break
             served += 1

@@ -28,6 +28,10 @@
   call is routed to the slot of the keys it touches.
 ]]
 
+-- Devices one step feeds at most; a heartbeat relabelling 256 devices, or a host of 256 back
+-- online, feeds this many and leaves the rest to the reaper's next pass.
+local DEVICE_FEEDS_PER_STEP = 16
+
 -- The fixed keys of one base, each built on first use: a script touches a few of them.
 local function fixedKeys(base)
   return setmetatable({}, {__index = function(built, name)
@@ -49,6 +53,9 @@ local function deployment(keys, args)
     claimTimeoutMs = tonumber(args[4]),
     retentionMs = tonumber(args[5]),
     key = fixedKeys(args[3]),
+    -- how many devices this step may still feed (includes/placement.lua, refreshDevice): the rest
+    -- wait in `refresh_devices` for the reaper, so no step's time grows with a host's devices
+    feedsLeft = DEVICE_FEEDS_PER_STEP,
   }
   if keys[1] ~= S.key.tasks then
     error('KEYS[1] must be the tasks key of the key base ' .. tostring(args[3]))

@@ -40,14 +40,16 @@
                                              picks (`workflows`: its host's, hostState)
     placeTeamWork(S, team, now, offset)      a team below its quota again: its waiting tasks take
                                              free devices, in order, a bounded slice per step
-    refreshDevice(S, deviceId, now, ...)     recompute a device's membership of the free index
+    refreshDevice(S, deviceId, now, ...)     recompute a device's membership of the free index,
+                                             feeding at most S.feedsLeft devices a step
+    refreshWaitingDevices(S, now, limit)     the reaper: the devices a step left past its bound
 
   Cost, each bounded by what one step touches, never by the backlog or the idle pool: a create
   O(selector labels) commands and one intersection (C time of its smallest set), plus a read per
   free candidate passed over (host offline or not listing the workflow); a freed device one EXISTS
   when nothing waits for it, else O(its labels + targets indexed under them + teams waiting for
   those it fits); a team back under its quota at most TEAM_TARGETS_PER_STEP targets, the rest in
-  the reaper's next pass (placeWaitingTeams).
+  the reaper's next pass (placeLeftOver).
 
   Invariants kept:
     - a device is free (in the free index) only if it is pooled, `available`, unreserved, not
@@ -56,7 +58,9 @@
       quota (each time a device becomes free, or its labels, driver, host, or host's workflows
       change, it takes one; each time a team drops below its quota, its waiting tasks take free
       devices), so a new task never jumps the queue by taking a free device. (A team whose
-      placement ran past its step's bound is in `placing_teams` until the reaper finishes it.)
+      placement ran past its step's bound is in `placing_teams` until the reaper finishes it, and
+      a device past a step's bound of feeds is in `refresh_devices`, not free, until the reaper
+      feeds it.)
     - a team's running and queued counts (includes/teams.lua) change with each reservation and
       each queue entry, in the same step; a run's counts (includes/runs.lua) with each status
       its tasks take, in the step that saves them;
@@ -397,7 +401,7 @@ end
 
 -- How much of a team's waiting work one step places, and how many of its targets it reads: the
 -- bound on the step's time. Past either, the team's place is kept in `placing_teams` and the
--- reaper's next pass goes on from there (placeWaitingTeams).
+-- reaper's next pass goes on from there (placeLeftOver).
 local TEAM_PLACEMENTS_PER_STEP = 8
 local TEAM_TARGETS_PER_STEP = 16
 
@@ -481,7 +485,25 @@ local function refreshDevice(S, deviceId, now, device, released, feedAnew)
       removeFree(S, deviceId, device)  -- a device that takes a task is not free
     end
   end
+  if S.feedsLeft <= 0 then
+    -- past this step's bound: not free (so nothing jumps the queue) until the reaper feeds it
+    rcall('ZADD', S.key.refresh_devices, since, deviceId)
+    return
+  end
+  S.feedsLeft = S.feedsLeft - 1
   if not feedDevice(S, deviceId, device, now, host.workflows) then
     addFree(S, deviceId, device, since)
   end
+end
+
+-- The reaper's share of a step that fed its bound of devices: up to `limit` of the devices left
+-- in `refresh_devices`, oldest first, each refreshed (fed, or put in the free index) as its step
+-- would have. How many it took.
+local function refreshWaitingDevices(S, now, limit)
+  local due = rcall('ZRANGE', S.key.refresh_devices, 0, limit - 1)
+  for _, deviceId in ipairs(due) do
+    rcall('ZREM', S.key.refresh_devices, deviceId)
+    refreshDevice(S, deviceId, now)
+  end
+  return #due
 end

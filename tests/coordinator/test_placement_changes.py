@@ -80,7 +80,7 @@ async def test_a_large_backlog_is_placed_in_bounded_slices_and_the_reaper_places
     assert (await api.admin("PUT", "/api/v1/teams/qa", json={"max_devices": None})).status_code == 200
     first = [(await _task(api, t["task_id"]))["status"] for t in tasks]
     assert 0 < first.count("assigned") < len(tasks), "one step places a bounded slice"
-    while await api.ctx.store.place_waiting_teams(1):
+    while await api.ctx.store.place_left_over(1):
         pass
     assert [(await _task(api, t["task_id"]))["status"] for t in tasks] == ["assigned"] * len(tasks)
     assert (await claim_one(api, "host-a"))["task_id"] == tasks[0]["task_id"], "the oldest first"
@@ -124,3 +124,22 @@ async def test_an_upgrade_moves_the_earlier_layouts_queues_and_free_devices(api:
     check_stored(await read_stored(redis, keys, api.ctx.queries), None, 60_000, {})
     assert (await api.result("host-a", assignment)).status_code == 200  # a1 freed: the oldest waiting task
     assert (await _task(api, waiting[0]["task_id"]))["device_id"] == held[0]["device_id"]
+
+
+async def test_a_heartbeat_feeds_a_bounded_number_of_devices_and_the_reaper_the_rest(api: Api) -> None:
+    """Twenty relabelled phones, each wanted by a waiting task: the heartbeat feeds sixteen, the
+    other four wait for the reaper (not free meanwhile, so nothing jumps the queue), which feeds
+    them next."""
+    assert (await api.heartbeat("host-a", [_sim(f"a{n:02d}") for n in range(20)])).status_code == 200
+    tasks = [(await api.create_task(selector={"driver": "sim", "labels": {"slot": str(n)}})).json()
+             for n in range(20)]
+    assert {t["waiting_reason"] for t in tasks} == {"no_matching_device"}
+    relabelled = [_sim(f"a{n:02d}", slot=str(n)) for n in range(20)]
+    assert (await api.heartbeat("host-a", relabelled)).status_code == 200
+    statuses = [(await _task(api, t["task_id"]))["status"] for t in tasks]
+    assert statuses.count("assigned") == 16
+    late = (await api.create_task(selector={"driver": "sim"})).json()
+    assert late["status"] == "queued", "a device left for the reaper is not free"
+    assert await api.ctx.store.place_left_over(1) == 1
+    assert [(await _task(api, t["task_id"]))["status"] for t in tasks] == ["assigned"] * 20
+    assert (await _task(api, late["task_id"]))["status"] == "queued"
