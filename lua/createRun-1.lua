@@ -19,7 +19,7 @@
     runs, runs_by_age, run_seq, run_idempotency, run_tasks:<run>, run_counts:<run>
     devices_by_driver, devices, disabled_devices   (a matrix's devices)
   Output:
-    {0, run JSON, 1, counts}  created; counts: run_counts:<run> as HGETALL answers it
+    {0, run JSON, 1, counts}  created; counts: its counts by task status (runCountsReply)
     {0, run JSON, 0, counts}  an earlier run with the same idempotency key and the same request
     {IDEMPOTENCY_CONFLICT, run id}  same idempotency key, different request; nothing created
     {NO_MATCHING_DEVICE}      a matrix whose selector matches no pooled, enabled device
@@ -44,7 +44,7 @@ local maxTasks = tonumber(ARGV[9])
 
 local function answer(created)
   local stored = getJson(S.key.runs, run.id)
-  return {0, cjson.encode(stored), created, rcall('HGETALL', derived(S, 'run_counts', run.id))}
+  return {0, cjson.encode(stored), created, runCountsReply(S, run.id)}
 end
 
 if run.idempotency_key then

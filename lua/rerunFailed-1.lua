@@ -11,7 +11,7 @@
     ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes: runs, run_tasks:<run>, run_counts:<run>
   Output:
-    {0, number of tasks created, run JSON, counts}  counts: run_counts:<run> as HGETALL answers it
+    {0, number of tasks created, run JSON, counts}  counts: its counts by task status (runCountsReply)
     {NOT_FOUND}
     {NOT_OWNER}  an owner was given and the run was not created by it; nothing changed
 
@@ -66,4 +66,4 @@ if #failed > 0 then
     startTask(S, rerun, now)
   end
 end
-return {0, #failed, cjson.encode(getJson(S.key.runs, runId)), rcall('HGETALL', derived(S, 'run_counts', runId))}
+return {0, #failed, cjson.encode(getJson(S.key.runs, runId)), runCountsReply(S, runId)}

@@ -155,12 +155,17 @@ SCHEMAS: dict[str, Any] = {
         "counts": _RUN_COUNTS, "tasks": {"type": "integer"}, "created_at": {"type": "string"},
         "ended_at": {"type": ["string", "null"]}, "team": _ID, "priority": {"type": "integer"},
         "created_by": {"type": ["string", "null"]}, "cancel_requested": {"type": "boolean"},
-        "idempotency_key": {"type": ["string", "null"]},
+        "idempotency_key": {"type": ["string", "null"]}}},
+    # One run (GET /api/v1/runs/{id}): its summary and the breakdown, which listings leave out.
+    "RunDetail": {"allOf": [{"$ref": "#/components/schemas/Run"}, {"type": "object", "properties": {
         "breakdown": {"type": "object", "properties": {
             "devices": {"type": "array", "items": {"type": "object", "properties": {
                 "device_id": {"type": ["string", "null"]}, "counts": _RUN_COUNTS}}},
             "work": {"type": "array", "items": {"type": "object", "properties": {
-                "work": {"type": "string"}, "counts": _RUN_COUNTS}}}}}}},
+                "work": {"type": "string", "description": f"the work item: its text, or past "
+                                                          f"{wire.RUN_WORK_LABEL_MAX_BYTES} bytes its start, "
+                                                          f"an ellipsis and 8 hex digits of its SHA-1"},
+                "counts": _RUN_COUNTS}}}}}}}]},
     "RunPage": {"type": "object", "properties": {
         "runs": {"type": "array", "items": {"$ref": "#/components/schemas/Run"}},
         "next_cursor": {"type": ["string", "null"]}}},
