@@ -161,6 +161,7 @@ class Store:
         # names the slot, and the scripts derive every key they touch from the key base.
         self._sched_keys = [keys.tasks]
         self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
+        self._retention_ms = retention_ms
 
     # -- scripts -------------------------------------------------------------------------
 
@@ -322,14 +323,15 @@ class Store:
         return Sweep(int(reply[1]), int(reply[2]))
 
     async def purge_tasks(self, limit: int = 100, artifact_budget: int = 10_000) -> Purge:
-        """Retention: terminal tasks deleted, and the blobs of theirs to delete now. A call stops
-        taking tasks once it deleted ``artifact_budget`` artifact descriptions."""
+        """Retention: terminal tasks deleted, and the blobs of theirs to delete now; a task of a run
+        is kept until a retention after its run ended. A call stops taking tasks once it deleted
+        ``artifact_budget`` artifact descriptions."""
         k = self.keys
         reply = await self._run(
             "purgeTasks",
             [k.tasks, k.tasks_by_status, k.retention, k.idempotency, k.claims,
              k.progress, k.stats, k.artifacts, k.artifact_index, k.artifact_usage, k.artifact_blobs],
-            [limit, artifact_budget, k.base],
+            [limit, artifact_budget, k.base, self._retention_ms],
         )
         return Purge(taken=int(reply[2]), acted=int(reply[1]), blobs=[_text(b) for b in reply[3:]])
 

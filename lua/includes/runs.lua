@@ -24,12 +24,15 @@
     keepLastStep(S, task)              a run's task keeps its attempt's last progress as that
                                        attempt ends (the report names its last step)
     forgetRunTask(S, task)             retention deleted a run's task: the run goes with its last
+    runKeepsUntil(S, task, now, retentionMs)  when retention may delete a task of a run that has
+                                       not ended a retention ago (its deadline then), or nil
 
   Invariants kept: a run's counts are its current tasks' statuses (the latest rerun in each
   place), moved in the step that saves the task (placement's saveTask calls countRunTask), never
   recounted; `open` is how many of them have not ended, and the run is `running` exactly while
   it is above 0; `stored` is how many task records of the run exist, and the run's keys are
-  deleted in the step that deletes its last task. The breakdown's fields are bounded whatever the
+  deleted in the step that deletes its last task, which is never before a retention after the run
+  ended (runKeepsUntil), so its counts, report and rerun-failed see every task it counts. The breakdown's fields are bounded whatever the
   work items: a work item is named by at most RUN_WORK_LABEL_MAX_BYTES bytes.
 ]]
 --- @include "includes/common"
@@ -230,4 +233,22 @@ local function forgetRunTask(S, task)
     end
     count(S, 'runs_' .. run.status, -1)
   end
+end
+
+-- A task of a run is kept until a retention after its run ended, whenever it ended itself: while
+-- the run is running it is looked at again a retention from now (by then the run ended, and its
+-- deadline is set from the end, exactly; or it still runs), after that a retention from the end.
+local function runKeepsUntil(S, task, now, retentionMs)
+  if not task.run_id then
+    return nil
+  end
+  local run = getJson(S.key.runs, task.run_id)
+  if not run then
+    return nil
+  end
+  if run.status == 'running' then
+    return now + retentionMs
+  end
+  local due = (run.ended_at or 0) + retentionMs
+  return due > now and due or nil
 end

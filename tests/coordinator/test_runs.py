@@ -6,6 +6,7 @@ The report is test_run_reports.py's."""
 from __future__ import annotations
 
 from typing import Any
+from xml.etree import ElementTree
 
 import orjson
 import pytest
@@ -400,25 +401,72 @@ async def test_a_runs_breakdown_names_each_work_item_by_a_bounded_label(api: Api
 # -- retention -----------------------------------------------------------------------------
 
 
-async def test_a_run_goes_with_the_last_of_its_tasks(api: Api) -> None:
-    await api.heartbeat("host-a", ["a1"])
-    run = await _create_run(api, idempotency_key="once", tasks=[_goal("g", device_id="a1"), _goal("g",
-                                                                                                device_id="a1")])
-    await api.admin("POST", f"/api/v1/runs/{run['run_id']}/cancel")
-    tasks = await _run_tasks(api, run["run_id"])
-    store = api.ctx.store
-    await store.redis.zadd(store.keys.retention, {tasks[0]["task_id"]: 0})
-    assert (await api.sweep())["purged"] == 1
-    assert (await _run(api, run["run_id"]))["status"] == "cancelled"  # one task left
-    await store.redis.zadd(store.keys.retention, {tasks[1]["task_id"]: 0})
-    assert (await api.sweep())["purged"] == 1
-    assert (await api.admin("GET", f"/api/v1/runs/{run['run_id']}")).status_code == 404
-    assert (await api.admin("GET", "/api/v1/runs")).json()["runs"] == []
-    for key in (store.keys.run_counts(run["run_id"]), store.keys.run_tasks(run["run_id"])):
-        assert await store.redis.exists(key) == 0
-    assert await store.redis.hlen(store.keys.run_idempotency) == 0
-    again = await _create_run(api, idempotency_key="once", tasks=[_goal("g", device_id="a1")])
-    assert again["run_id"] != run["run_id"]
+async def test_a_run_goes_with_the_last_of_its_tasks(api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock, task_retention_s=10) as api:
+        await api.heartbeat("host-a", ["a1"])
+        run = await _create_run(api, idempotency_key="once", tasks=[_goal("g", device_id="a1"),
+                                                                    _goal("g", device_id="a1")])
+        await api.admin("POST", f"/api/v1/runs/{run['run_id']}/cancel")
+        store = api.ctx.store
+        clock.advance(9_000)
+        assert (await api.sweep())["purged"] == 0
+        assert (await _run(api, run["run_id"]))["status"] == "cancelled"
+        clock.advance(1_001)
+        assert (await api.sweep())["purged"] == 2
+        assert (await api.admin("GET", f"/api/v1/runs/{run['run_id']}")).status_code == 404
+        assert (await api.admin("GET", "/api/v1/runs")).json()["runs"] == []
+        for key in (store.keys.run_counts(run["run_id"]), store.keys.run_tasks(run["run_id"])):
+            assert await store.redis.exists(key) == 0
+        assert await store.redis.hlen(store.keys.run_idempotency) == 0
+        again = await _create_run(api, idempotency_key="once", tasks=[_goal("g", device_id="a1")])
+        assert again["run_id"] != run["run_id"]
+
+
+async def _junit_failures(api: Api, run_id: str) -> str:
+    response = await api.admin("GET", f"/api/v1/runs/{run_id}/report", params={"format": "junit"})
+    assert response.status_code == 200, response.text
+    return ElementTree.fromstring(response.content).attrib["failures"]
+
+
+async def test_a_task_of_a_run_is_kept_until_a_retention_after_the_run_ended(api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock, task_retention_s=20) as api:
+        await api.heartbeat("host-a", ["a1"])
+        run = await _create_run(api, tasks=[_goal("first", device_id="a1", max_attempts=1),
+                                            _goal("second", device_id="a1")])
+        failed = await _report(api, "host-a", "failed", failure_reason="assertion_failed")
+        clock.advance(21_000)  # past the failed task's own retention, while its run still runs
+        assert (await api.sweep())["purged"] == 0
+        assert (await api.task(failed["task_id"]))["status"] == "failed"
+        assert await _junit_failures(api, run["run_id"]) == "1"
+        await api.heartbeat("host-a", ["a1"])
+        await _report(api, "host-a")  # the run ends now, failed
+        assert (await _run(api, run["run_id"]))["status"] == "failed"
+        clock.advance(19_000)  # 40 s after the failure, 19 s after the run ended
+        assert (await api.sweep())["purged"] == 0
+        assert await _junit_failures(api, run["run_id"]) == "1"
+        assert [t["status"] for t in await _run_tasks(api, run["run_id"])] == ["succeeded", "failed"]
+        clock.advance(1_001)  # a retention after the run ended: the run goes with its tasks
+        assert (await api.sweep())["purged"] == 2
+        assert (await api.admin("GET", f"/api/v1/runs/{run['run_id']}")).status_code == 404
+        assert (await api.admin("GET", f"/api/v1/tasks/{failed['task_id']}")).status_code == 404
+
+
+async def test_rerun_failed_reruns_a_failure_older_than_the_retention_of_a_run_still_running(
+        api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock, task_retention_s=20) as api:
+        await api.heartbeat("host-a", ["a1"])
+        run = await _create_run(api, tasks=[_goal("first", device_id="a1", max_attempts=1),
+                                            _goal("second", device_id="a1")])
+        failed = await _report(api, "host-a", "failed", failure_reason="assertion_failed")
+        clock.advance(21_000)
+        await api.sweep()
+        rerun = await api.admin("POST", f"/api/v1/runs/{run['run_id']}/rerun-failed")
+        assert rerun.status_code == 201 and rerun.json()["created"] == 1
+        tasks = await _run_tasks(api, run["run_id"])
+        assert [t["rerun_of"] for t in tasks if t["rerun_of"]] == [failed["task_id"]]
 
 
 # -- metrics -------------------------------------------------------------------------------
