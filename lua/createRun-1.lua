@@ -20,8 +20,10 @@
     devices_by_driver, devices, disabled_devices   (a matrix's devices)
   Output:
     {0, run JSON, 1, counts}  created; counts: its counts by task status (runCountsReply)
-    {0, run JSON, 0, counts}  an earlier run with the same idempotency key and the same request
-    {IDEMPOTENCY_CONFLICT, run id}  same idempotency key, different request; nothing created
+    {0, run JSON, 0, counts}  an earlier run with the same idempotency key and the same request,
+                              from the same token (includes/idempotency.lua: a key is its token's)
+    {IDEMPOTENCY_CONFLICT, run id}  same token and idempotency key, different request; nothing
+                              created
     {NO_MATCHING_DEVICE}      a matrix whose selector matches no pooled, enabled device
     {TOO_MANY_TASKS, n}       a matrix of more than ARGV[9] tasks (n, or more); nothing created
 
@@ -36,6 +38,7 @@
 --- @include "includes/placement"
 --- @include "includes/tasks"
 --- @include "includes/runs"
+--- @include "includes/idempotency"
 local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[10], ARGV[11])
 
@@ -48,11 +51,10 @@ local function answer(created)
 end
 
 if run.idempotency_key then
-  local existingId = rcall('HGET', S.key.run_idempotency, run.idempotency_key)
-  if existingId then
-    local existing = getJson(S.key.runs, existingId)
+  local existing = findIdempotent(S.key.run_idempotency, S.key.runs, run)
+  if existing then
     if existing.request_hash ~= run.request_hash then
-      return {E.IDEMPOTENCY_CONFLICT, existingId}
+      return {E.IDEMPOTENCY_CONFLICT, existing.id}
     end
     run = existing
     return answer(0)
@@ -109,7 +111,7 @@ end
 
 local now = nowMs()
 if run.idempotency_key then
-  rcall('HSET', S.key.run_idempotency, run.idempotency_key, run.id)
+  rcall('HSET', S.key.run_idempotency, idempotencyField(run), run.id)
 end
 run.seq = rcall('INCR', S.key.run_seq)
 run.status = 'running'

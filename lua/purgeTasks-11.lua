@@ -12,7 +12,7 @@
     KEYS[1] tasks            hash  task id -> task JSON
     KEYS[2] tasks_by_status  zset  task id -> its status and age
     KEYS[3] retention        zset  task id -> when it is deleted (ms); the index this sweep reads
-    KEYS[4] idempotency      hash  idempotency key -> task id
+    KEYS[4] idempotency      hash  "<token id>\0<idempotency key>" -> task id (includes/idempotency.lua)
     KEYS[5] claims           hash  "host id\0claim id" -> assignment JSON
     KEYS[6] progress         hash  task id -> latest progress JSON
     KEYS[7] stats            hash  deployment-wide counters
@@ -41,6 +41,7 @@
 --- @include "includes/deployment"
 --- @include "includes/events"
 --- @include "includes/runs"
+--- @include "includes/idempotency"
 local tasksKey, byStatusKey, retentionKey, idempotencyKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local claimsKey, progressKey, statsKey = KEYS[5], KEYS[6], KEYS[7]
 local limit = tonumber(ARGV[1])
@@ -96,8 +97,8 @@ for _, taskId in ipairs(due) do
     rcall('HDEL', tasksKey, taskId)
     rcall('ZREM', byStatusKey, taskId)
     rcall('HDEL', progressKey, taskId)
-    if task.idempotency_key and rcall('HGET', idempotencyKey, task.idempotency_key) == taskId then
-      rcall('HDEL', idempotencyKey, task.idempotency_key)
+    if task.idempotency_key then
+      forgetIdempotent(idempotencyKey, task)
     end
     for _, claimField in ipairs(task.claims or {}) do
       rcall('HDEL', claimsKey, claimField)

@@ -38,6 +38,7 @@
 --- @include "includes/common"
 --- @include "includes/deployment"
 --- @include "includes/events"
+--- @include "includes/idempotency"
 
 local RUN_TASK_ENDED = {succeeded = true, failed = true, cancelled = true}
 
@@ -228,8 +229,8 @@ local function forgetRunTask(S, task)
   rcall('HDEL', S.key.runs, task.run_id)
   rcall('ZREM', S.key.runs_by_age, task.run_id)
   if run then
-    if run.idempotency_key and rcall('HGET', S.key.run_idempotency, run.idempotency_key) == run.id then
-      rcall('HDEL', S.key.run_idempotency, run.idempotency_key)
+    if run.idempotency_key then
+      forgetIdempotent(S.key.run_idempotency, run)
     end
     count(S, 'runs_' .. run.status, -1)
   end
