@@ -17,6 +17,7 @@
     ARGV[11]    actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes:
     runs, runs_by_age, run_seq, run_idempotency, run_tasks:<run>, run_counts:<run>
+    teams, team_names   its team named by its tasks (includes/teams.lua, nameTeam)
     devices_by_driver, devices, disabled_devices   (a matrix's devices)
   Output:
     {0, run JSON, 1, counts}  created; counts: its counts by task status (runCountsReply)
@@ -122,6 +123,7 @@ run.minted = #specs
 saveRun(S, run)
 rcall('ZADD', S.key.runs_by_age, run.seq, run.id)
 count(S, 'runs_running')
+nameTeam(S, teamOf(run), 'tasks', #specs)  -- its team is listed while its tasks are kept
 publish(S, {type = 'run_created', run_id = run.id, name = run.name, team = run.team, tasks = #specs, at = now})
 
 local taskPrefix = 't_' .. string.sub(run.id, 3) .. '-'

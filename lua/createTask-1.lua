@@ -12,6 +12,7 @@
     ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes:
     task_seq     string  counter giving every task its age
+    teams, team_names  its team named: one more task record (includes/teams.lua, nameTeam)
     idempotency  hash    "<token id>\0<idempotency key>" -> task id (includes/idempotency.lua)
   Output:
     {0, task JSON, 1, candidates?}  created; when it was queued, why it waits: its candidates
@@ -67,6 +68,7 @@ if task.idempotency_key then
   end
   rcall('HSET', S.key.idempotency, idempotencyField(task), task.id)
 end
+nameTeam(S, teamOf(task), 'tasks', 1)  -- its team is listed while the task is kept
 
 local encoded = startTask(S, task, now)
 if task.status == 'queued' then

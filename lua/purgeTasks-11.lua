@@ -24,7 +24,8 @@
     ARGV[2] take no further task once this many artifact descriptions were deleted (bounds the
             call's work; the tasks left stay due for the next call)
     ARGV[3] key base: the deployment's prefix and ':', which a run's keys (runs, runs_by_age,
-            run_idempotency, run_counts:<run>, run_tasks:<run>) are derived from, as the
+            run_idempotency, run_counts:<run>, run_tasks:<run>) and a team's (teams, team_names,
+            team_usage:<team>: includes/teams.lua, unnameTeam) are derived from, as the
             scheduling scripts derive them (includes/deployment.lua)
     ARGV[4] retention of terminal tasks (ms), for a task whose run ended later than it did
   Output:
@@ -35,13 +36,15 @@
   names the task (so a late result or renewal for it finds no lease: lease_not_owned), and an
   idempotency key pointing at a newer task is left alone. A blob key is answered once, when the
   last description naming it goes (blob keys are per task, so no other task's artifact names it),
-  and artifact_bytes falls by its size then.
+  and artifact_bytes falls by its size then. A team whose last task record goes, with no token
+  and no setting, is forgotten in the same step.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
 --- @include "includes/events"
 --- @include "includes/runs"
 --- @include "includes/idempotency"
+--- @include "includes/teams"
 local tasksKey, byStatusKey, retentionKey, idempotencyKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local claimsKey, progressKey, statsKey = KEYS[5], KEYS[6], KEYS[7]
 local limit = tonumber(ARGV[1])
@@ -104,6 +107,7 @@ for _, taskId in ipairs(due) do
       rcall('HDEL', claimsKey, claimField)
     end
     forgetRunTask(S, task)
+    unnameTeam(S, teamOf(task), 'tasks')  -- its team's last task gone: the team may be forgotten
     local dropped, bytes = dropArtifacts(taskId, reply)
     described = described + dropped
     freedBytes = freedBytes + bytes

@@ -9,7 +9,8 @@
     ARGV[7]     owner: the token id the run must have been created by ("" for any run)
     ARGV[8]     actor: the operator's name, on every event of this step
     ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
-  Keys it touches besides those of its includes: runs, run_tasks:<run>, run_counts:<run>
+  Keys it touches besides those of its includes: runs, run_tasks:<run>, run_counts:<run>,
+  teams and team_names (each rerun is one more task record of its team)
   Output:
     {0, number of tasks created, run JSON, counts}  counts: its counts by task status (runCountsReply)
     {NOT_FOUND}
@@ -63,6 +64,7 @@ if #failed > 0 then
     saveTask(S, old, old.status)
     rcall('ZREM', runTasks, old.id)
     rcall('ZADD', runTasks, old.run_place, rerun.id)
+    nameTeam(S, teamOf(rerun), 'tasks', 1)
     startTask(S, rerun, now)
   end
 end

@@ -126,7 +126,8 @@ SCHEMAS: dict[str, Any] = {
         "team": _ID, "weight": {"type": "integer"}, "max_devices": {"type": ["integer", "null"]},
         "running": {"type": "integer"}, "queued": {"type": "integer"}, "device_seconds_1h": {"type": "number"}}},
     "Teams": {"type": "object", "properties": {
-        "teams": {"type": "array", "items": {"$ref": "#/components/schemas/Team"}}}},
+        "teams": {"type": "array", "items": {"$ref": "#/components/schemas/Team"}},
+        "next_cursor": {"type": ["string", "null"]}}},
     "Recorded": {"type": "object", "properties": {
         "task_id": _ID, "attempt": {"type": "integer"}, "status": {"type": "string"},
         "task_status": {"enum": ["succeeded", "failed", "cancelled", "queued"]},
@@ -282,6 +283,7 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
                                             "pattern": "^[ -~]*$"}},
     ("get", "/api/v1/devices/{device_id}/history"): {"limit": _limit(100, wire.DEVICE_RUNS_KEPT)},
     ("get", "/api/v1/hosts"): {"limit": _limit(*limits.HOSTS_LIMIT), "cursor": _ID},
+    ("get", "/api/v1/teams"): {"limit": _limit(*limits.TEAMS_LIMIT), "cursor": _ID},
     ("get", "/api/v1/enrollment-tokens"): _OFFSET_PAGE,
     ("get", "/api/v1/operator-tokens"): _OFFSET_PAGE,
     ("get", "/api/v1/runs"): {"status": {"enum": list(wire.values(wire.RunStatus))}, "team": _ID,

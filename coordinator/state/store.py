@@ -389,6 +389,17 @@ class Store:
         walked = int(reply[1])
         return Sweep(walked if reply[2] == 1 else limit, walked)
 
+    async def upgrade_team_names(self, limit: int = 100) -> Sweep:
+        """Teams of an earlier version named in ``team_names`` and kept (lua/upgradeTeamNames): a
+        batch while the walk is under way (a full one, so the caller calls again), what is left
+        once it is done."""
+        k = self.keys
+        # Never waits for replicas, as upgrade_device_runs.
+        reply = await self._scripts["upgradeTeamNames"](self.transport, [k.teams, k.upgrades], [k.base, limit],
+                                                        NO_WAIT)
+        walked = int(reply[1])
+        return Sweep(walked if reply[2] == 1 else limit, walked)
+
     async def upgrade_status_index(self, limit: int = 100) -> int:
         """Entries of the earlier ``tasks_by_status`` layout converted (lua/upgradeStatusIndex)."""
         reply = await self._run("upgradeStatusIndex", [self.keys.tasks_by_status], [limit])
@@ -434,7 +445,7 @@ class Store:
             [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_by_age, k.operator_tokens_live,
              k.feed, k.teams],
             [token_id, digest, name, orjson.dumps(scopes), ttl_ms, max_live, actor.name, actor.id,
-             team or ""],
+             team or "", k.base],
         )
         return OperatorToken.from_json(reply[1])
 
@@ -443,7 +454,7 @@ class Store:
         reply = await self._run(
             "revokeOperatorToken",
             [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_live, k.feed],
-            [token_id, actor.name, actor.id],
+            [token_id, actor.name, actor.id, k.base],
         )
         return OperatorToken.from_json(reply[1])
 

