@@ -11,6 +11,7 @@ from xml.etree import ElementTree
 
 import anyio
 import anyio.from_thread
+import orjson
 import pytest
 import xmlschema
 from hypothesis import HealthCheck, example, given, settings
@@ -180,6 +181,29 @@ async def test_any_text_a_client_stores_comes_back_in_a_junit_report_a_strict_xm
         anyio.from_thread.run(store_and_report, text)
 
     await anyio.to_thread.run_sync(examples)
+
+
+async def test_text_an_earlier_version_stored_raw_still_makes_a_well_formed_report(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    created = await api.admin("POST", "/api/v1/runs", json={
+        "name": "nightly", "tasks": [{"kind": "goal", "goal": "open settings", "device_id": "a1"}]})
+    run_id = created.json()["run_id"]
+    assignment = await claim_one(api, "host-a")
+    step = {"step_index": 1, "status": "failed", "summary": "no Wi-Fi"}
+    assert (await api.renew("host-a", assignment, progress=step)).status_code == 200
+    assert (await api.result("host-a", assignment, "failed", failure_reason="no_wifi")).status_code == 200
+    # as an earlier version stored them: U+FFFF and a C1 control, raw
+    store = api.ctx.store
+    for key, record_id, fields in ((store.keys.runs, run_id, ("name",)),
+                                   (store.keys.tasks, assignment["task_id"], ("goal", "run_work", "failure_reason"))):
+        record = orjson.loads(await store.redis.hget(key, record_id))
+        for name in fields:
+            record[name] += "\uffff\x9b"
+        await store.redis.hset(key, record_id, orjson.dumps(record))
+    response = await api.admin("GET", f"/api/v1/runs/{run_id}/report", params={"format": "junit"})
+    root = ElementTree.fromstring(response.content)
+    assert [v for v in _texts_of(root) if not _xml_stored_text(v)] == []
+    assert root.attrib["name"] == "nightly" and root.find("testsuite").attrib["name"] == "open settings"
 
 
 async def test_a_lone_surrogate_escaped_in_json_is_refused_and_nothing_stored(api: Api) -> None:
