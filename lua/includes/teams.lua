@@ -113,10 +113,11 @@ end
 local LEGACY_TEAM_TASKS = 1000000000000
 local TEAM_COUNTS = {'running', 'queued', 'tasks', 'tokens'}
 
+-- A create costs one command: a count above what was just added had named the team before (a
+-- count is deleted with its team's name, never left above 0 without it).
 local function nameTeam(S, team, kind, by)
-  rcall('ZADD', S.key.team_names, 0, team)
-  if kind then
-    rcall('HINCRBY', S.key.teams, team .. '|' .. kind, by)
+  if not kind or rcall('HINCRBY', S.key.teams, team .. '|' .. kind, by) == by then
+    rcall('ZADD', S.key.team_names, 0, team)
   end
 end
 
