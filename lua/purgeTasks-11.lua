@@ -3,16 +3,17 @@
   the record (which carries its history and its leases), its index entries, its idempotency key,
   its progress, its claim records and its artifacts' descriptions; a run goes with the last of
   its tasks (includes/runs.lua, forgetRunTask). A task of a run is kept until a retention after
-  its run ended (includes/runs.lua, runKeepsUntil): its deadline is moved there instead. The artifacts' bytes live
-  outside Redis: the blob keys no description names any more are answered, for the caller to
-  delete from the blob store (coordinator/blobs/artifacts.py); a blob the caller never gets to delete
-  is an orphan, which the orphan sweep finds.
+  its run ended (includes/runs.lua, runKeepsUntil): its deadline is moved there instead. The
+  artifacts' bytes live outside Redis: the blob keys no description names any more are answered,
+  for the caller to delete from the blob store (coordinator/blobs/artifacts.py); a blob the caller
+  never gets to delete is an orphan, which the orphan sweep finds.
 
   Input:
     KEYS[1] tasks            hash  task id -> task JSON
     KEYS[2] tasks_by_status  zset  task id -> its status and age
     KEYS[3] retention        zset  task id -> when it is deleted (ms); the index this sweep reads
-    KEYS[4] idempotency      hash  "<token id>\0<idempotency key>" -> task id (includes/idempotency.lua)
+    KEYS[4] idempotency      hash  "<token id>\0<idempotency key>" -> task id
+                                   (includes/idempotency.lua)
     KEYS[5] claims           hash  "host id\0claim id" -> assignment JSON
     KEYS[6] progress         hash  task id -> latest progress JSON
     KEYS[7] stats            hash  deployment-wide counters
@@ -32,9 +33,9 @@
     {0, number of tasks deleted, number of due tasks taken, blob key, blob key, ...}
 
   Invariants: only terminal tasks are deleted, each once, and a task of a run not before a
-  retention after the run ended (a run that has not ended keeps every task it counts); afterwards no key of the deployment
-  names the task (so a late result or renewal for it finds no lease: lease_not_owned), and an
-  idempotency key pointing at a newer task is left alone. A blob key is answered once, when the
+  retention after the run ended (a run that has not ended keeps every task it counts); afterwards
+  no key of the deployment names the task (so a late result or renewal for it finds no lease:
+  lease_not_owned), and an idempotency key pointing at a newer task is left alone. A blob key is answered once, when the
   last description naming it goes (blob keys are per task, so no other task's artifact names it),
   and artifact_bytes falls by its size then. A team whose last task record goes, with no token
   and no setting, is forgotten in the same step.

@@ -32,8 +32,9 @@
   recounted; `open` is how many of them have not ended, and the run is `running` exactly while
   it is above 0; `stored` is how many task records of the run exist, and the run's keys are
   deleted in the step that deletes its last task, which is never before a retention after the run
-  ended (runKeepsUntil), so its counts, report and rerun-failed see every task it counts. The breakdown's fields are bounded whatever the
-  work items: a work item is named by at most RUN_WORK_LABEL_MAX_BYTES bytes.
+  ended (runKeepsUntil), so its counts, report and rerun-failed see every task it counts. The
+  breakdown's fields are bounded whatever the work items: a work item is named by at most
+  RUN_WORK_LABEL_MAX_BYTES bytes.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
