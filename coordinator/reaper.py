@@ -67,7 +67,8 @@ async def upgrade_before_serving(store: Store) -> int:
     """The upgrades a process finishes as it starts, before it serves: how many entries they
     walked. Each marks itself done in Redis (a later start costs one read), at start and not in a
     pass that races requests."""
-    return await _drain(store.upgrade_device_runs) + await _drain(store.upgrade_placement)
+    return (await _drain(store.upgrade_device_runs) + await _drain(store.upgrade_team_names)
+            + await _drain(store.upgrade_placement))
 
 
 async def run_reaper(store: Store, artifacts: Artifacts, interval_s: float,

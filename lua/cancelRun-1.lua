@@ -11,7 +11,7 @@
     ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes: runs, run_tasks:<run>, run_counts:<run>
   Output:
-    {0, run JSON, counts}  counts: run_counts:<run> as HGETALL answers it
+    {0, run JSON, counts}  counts: its counts by task status (runCountsReply)
     {NOT_FOUND}
     {NOT_OWNER}  an owner was given and the run was not created by it; nothing changed
 
@@ -35,7 +35,7 @@ if not run then
 end
 if run.status ~= 'running' then
   -- Ended already: nothing to cancel, and its status stands.
-  return {0, cjson.encode(run), rcall('HGETALL', derived(S, 'run_counts', runId))}
+  return {0, cjson.encode(run), runCountsReply(S, runId)}
 end
 if not run.cancel_requested then
   -- Saved before its tasks are cancelled: the step that ends its last task reads it.
@@ -56,4 +56,4 @@ local function cancelEach(pick)
 end
 cancelEach(function(status) return status == 'queued' end)
 cancelEach(function(status) return not RUN_TASK_ENDED[status] end)
-return {0, cjson.encode(getJson(S.key.runs, runId)), rcall('HGETALL', derived(S, 'run_counts', runId))}
+return {0, cjson.encode(getJson(S.key.runs, runId)), runCountsReply(S, runId)}

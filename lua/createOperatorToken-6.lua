@@ -10,7 +10,8 @@
     KEYS[4] operator_tokens_live    zset   token id -> expires_at (ms), of tokens not revoked
     KEYS[5] feed                    stream the deployment's events
     KEYS[6] teams                   hash   the teams (lua/includes/teams.lua): a token's team is
-                                           named, so it is listed from now on
+                                           named (one more token), so it is listed while the token
+                                           is not revoked
     ARGV[1] token id
     ARGV[2] SHA-256 of the secret (hex)
     ARGV[3] name
@@ -20,6 +21,7 @@
     ARGV[7] actor: the operator's name, on the `operator_token_created` event
     ARGV[8] actor id: its token's id ("admin" for the bootstrap token), on the same event
     ARGV[9] team: every task the token creates belongs to it; "" for none (the creator chooses)
+    ARGV[10] key base, which `team_names` is derived from (includes/teams.lua, nameTeam)
   Output:
     {0, token JSON}
     {TOKEN_LIMIT}  as many live tokens as allowed exist already; nothing changed
@@ -28,7 +30,9 @@
   creates them; expiry is on the Redis clock; the feed names who created it, never its secret.
 ]]
 --- @include "includes/common"
-local tokensKey, hashesKey, byAgeKey, liveKey, feedKey, teamsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+--- @include "includes/teams"
+local tokensKey, hashesKey, byAgeKey, liveKey, feedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- KEYS[6], teams, is reached as the key base names it, with team_names (includes/teams.lua).
 
 local now = nowMs()
 -- Expired tokens no longer count (their records stay, for the listing and the audit).
@@ -48,7 +52,7 @@ local token = {
 }
 if ARGV[9] ~= '' then
   token.team = ARGV[9]
-  rcall('HSETNX', teamsKey, token.team, '{}')
+  nameTeam({base = ARGV[10], key = fixedKeys(ARGV[10])}, token.team, 'tokens', 1)
 end
 putJson(tokensKey, token.id, token)
 rcall('HSET', hashesKey, token.digest, token.id)

@@ -18,14 +18,17 @@
     ARGV[12]    at most this many of a matrix's left-out devices are listed (wire.RUN_EXCLUDED_LISTED)
   Keys it touches besides those of its includes:
     runs, runs_by_age, run_seq, run_idempotency, run_tasks:<run>, run_counts:<run>
+    teams, team_names   its team named by its tasks (includes/teams.lua, nameTeam)
     devices_by_driver, devices, disabled_devices, host_state:<host>   (a matrix's devices)
   Output:
-    {0, run JSON, 1, counts}  created; counts: run_counts:<run> as HGETALL answers it. A matrix's
-                              run JSON holds `excluded` (the matching devices left out, the first
-                              ARGV[12] in id order: {device_id, reason, work?}) and
+    {0, run JSON, 1, counts}  created; counts: its counts by task status (runCountsReply). A
+                              matrix's run JSON holds `excluded` (the matching devices left out,
+                              the first ARGV[12] in id order: {device_id, reason, work?}) and
                               `excluded_count` (all of them), when any was left out
-    {0, run JSON, 0, counts}  an earlier run with the same idempotency key and the same request
-    {IDEMPOTENCY_CONFLICT, run id}  same idempotency key, different request; nothing created
+    {0, run JSON, 0, counts}  an earlier run with the same idempotency key and the same request,
+                              from the same token (includes/idempotency.lua: a key is its token's)
+    {IDEMPOTENCY_CONFLICT, run id}  same token and idempotency key, different request; nothing
+                              created
     {NO_MATCHING_DEVICE, excluded JSON}  a matrix with no device that could run any of its work
                               now: none matches (excluded "[]"), or every one is left out
     {TOO_MANY_TASKS, n}       a matrix of more than ARGV[9] tasks (n, or more); nothing created
@@ -51,6 +54,7 @@
 --- @include "includes/tasks"
 --- @include "includes/runs"
 --- @include "includes/candidates"
+--- @include "includes/idempotency"
 local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[10], ARGV[11])
 
@@ -60,15 +64,14 @@ local excludedListed = tonumber(ARGV[12])
 
 local function answer(created)
   local stored = getJson(S.key.runs, run.id)
-  return {0, cjson.encode(stored), created, rcall('HGETALL', derived(S, 'run_counts', run.id))}
+  return {0, cjson.encode(stored), created, runCountsReply(S, run.id)}
 end
 
 if run.idempotency_key then
-  local existingId = rcall('HGET', S.key.run_idempotency, run.idempotency_key)
-  if existingId then
-    local existing = getJson(S.key.runs, existingId)
+  local existing = findIdempotent(S.key.run_idempotency, S.key.runs, run)
+  if existing then
     if existing.request_hash ~= run.request_hash then
-      return {E.IDEMPOTENCY_CONFLICT, existingId}
+      return {E.IDEMPOTENCY_CONFLICT, existing.id}
     end
     run = existing
     return answer(0)
@@ -164,7 +167,7 @@ if ARGV[8] ~= '' then
 end
 
 if run.idempotency_key then
-  rcall('HSET', S.key.run_idempotency, run.idempotency_key, run.id)
+  rcall('HSET', S.key.run_idempotency, idempotencyField(run), run.id)
 end
 run.seq = rcall('INCR', S.key.run_seq)
 run.status = 'running'
@@ -175,6 +178,7 @@ run.minted = #specs
 saveRun(S, run)
 rcall('ZADD', S.key.runs_by_age, run.seq, run.id)
 count(S, 'runs_running')
+nameTeam(S, teamOf(run), 'tasks', #specs)  -- its team is listed while its tasks are kept
 publish(S, {type = 'run_created', run_id = run.id, name = run.name, team = run.team, tasks = #specs, at = now})
 
 local taskPrefix = 't_' .. string.sub(run.id, 3) .. '-'

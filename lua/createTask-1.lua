@@ -12,13 +12,15 @@
     ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
   Keys it touches besides those of its includes:
     task_seq     string  counter giving every task its age
-    idempotency  hash    idempotency key -> task id
+    teams, team_names  its team named: one more task record (includes/teams.lua, nameTeam)
+    idempotency  hash    "<token id>\0<idempotency key>" -> task id (includes/idempotency.lua)
   Output:
     {0, task JSON, 1, candidates?}  created; when it was queued, why it waits: its candidates
                                     as includes/candidates.lua counts them (the answer needs
                                     them, and they are read in this step at no extra round trip)
-    {0, task JSON, 0}  an earlier task with the same idempotency key and the same request
-    {IDEMPOTENCY_CONFLICT, task id}  same idempotency key, different request
+    {0, task JSON, 0}  an earlier task with the same idempotency key and the same request, from
+                       the same token (a key is its token's: another token's is another request)
+    {IDEMPOTENCY_CONFLICT, task id}  same token and idempotency key, different request
 
   Commands, a create on a free pinned device (bench/footprint.py, row 8a: 16 with the FCALL), each
   for a reason:
@@ -49,6 +51,7 @@
 --- @include "includes/placement"
 --- @include "includes/candidates"
 --- @include "includes/tasks"
+--- @include "includes/idempotency"
 local S = deployment(KEYS, ARGV)
 setActor(S, ARGV[8], ARGV[9])
 
@@ -56,16 +59,16 @@ local task = cjson.decode(ARGV[6])
 local now = nowMs()
 
 if task.idempotency_key then
-  local existingId = rcall('HGET', S.key.idempotency, task.idempotency_key)
-  if existingId then
-    local existing = getJson(S.key.tasks, existingId)
+  local existing = findIdempotent(S.key.idempotency, S.key.tasks, task)
+  if existing then
     if existing.request_hash ~= task.request_hash then
-      return {E.IDEMPOTENCY_CONFLICT, existingId}
+      return {E.IDEMPOTENCY_CONFLICT, existing.id}
     end
     return {0, cjson.encode(existing), 0}
   end
-  rcall('HSET', S.key.idempotency, task.idempotency_key, task.id)
+  rcall('HSET', S.key.idempotency, idempotencyField(task), task.id)
 end
+nameTeam(S, teamOf(task), 'tasks', 1)  -- its team is listed while the task is kept
 
 local encoded = startTask(S, task, now)
 if task.status == 'queued' then

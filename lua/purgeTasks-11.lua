@@ -2,16 +2,18 @@
   Reaper: delete terminal tasks whose retention has passed, with everything hanging off them:
   the record (which carries its history and its leases), its index entries, its idempotency key,
   its progress, its claim records and its artifacts' descriptions; a run goes with the last of
-  its tasks (includes/runs.lua, forgetRunTask). The artifacts' bytes live
-  outside Redis: the blob keys no description names any more are answered, for the caller to
-  delete from the blob store (coordinator/blobs/artifacts.py); a blob the caller never gets to delete
-  is an orphan, which the orphan sweep finds.
+  its tasks (includes/runs.lua, forgetRunTask). A task of a run is kept until a retention after
+  its run ended (includes/runs.lua, runKeepsUntil): its deadline is moved there instead. The
+  artifacts' bytes live outside Redis: the blob keys no description names any more are answered,
+  for the caller to delete from the blob store (coordinator/blobs/artifacts.py); a blob the caller
+  never gets to delete is an orphan, which the orphan sweep finds.
 
   Input:
     KEYS[1] tasks            hash  task id -> task JSON
     KEYS[2] tasks_by_status  zset  task id -> its status and age
     KEYS[3] retention        zset  task id -> when it is deleted (ms); the index this sweep reads
-    KEYS[4] idempotency      hash  idempotency key -> task id
+    KEYS[4] idempotency      hash  "<token id>\0<idempotency key>" -> task id
+                                   (includes/idempotency.lua)
     KEYS[5] claims           hash  "host id\0claim id" -> assignment JSON
     KEYS[6] progress         hash  task id -> latest progress JSON
     KEYS[7] stats            hash  deployment-wide counters
@@ -23,24 +25,31 @@
     ARGV[2] take no further task once this many artifact descriptions were deleted (bounds the
             call's work; the tasks left stay due for the next call)
     ARGV[3] key base: the deployment's prefix and ':', which a run's keys (runs, runs_by_age,
-            run_idempotency, run_counts:<run>, run_tasks:<run>) are derived from, as the
+            run_idempotency, run_counts:<run>, run_tasks:<run>) and a team's (teams, team_names,
+            team_usage:<team>: includes/teams.lua, unnameTeam) are derived from, as the
             scheduling scripts derive them (includes/deployment.lua)
+    ARGV[4] retention of terminal tasks (ms), for a task whose run ended later than it did
   Output:
     {0, number of tasks deleted, number of due tasks taken, blob key, blob key, ...}
 
-  Invariants: only terminal tasks are deleted, each once; afterwards no key of the deployment
-  names the task (so a late result or renewal for it finds no lease: lease_not_owned), and an
-  idempotency key pointing at a newer task is left alone. A blob key is answered once, when the
+  Invariants: only terminal tasks are deleted, each once, and a task of a run not before a
+  retention after the run ended (a run that has not ended keeps every task it counts); afterwards
+  no key of the deployment names the task (so a late result or renewal for it finds no lease:
+  lease_not_owned), and an idempotency key pointing at a newer task is left alone. A blob key is answered once, when the
   last description naming it goes (blob keys are per task, so no other task's artifact names it),
-  and artifact_bytes falls by its size then.
+  and artifact_bytes falls by its size then. A team whose last task record goes, with no token
+  and no setting, is forgotten in the same step.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
 --- @include "includes/events"
 --- @include "includes/runs"
+--- @include "includes/idempotency"
+--- @include "includes/teams"
 local tasksKey, byStatusKey, retentionKey, idempotencyKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local claimsKey, progressKey, statsKey = KEYS[5], KEYS[6], KEYS[7]
 local limit = tonumber(ARGV[1])
+local retentionMs = tonumber(ARGV[4])
 
 local artifactsKey, indexKey, usageKey, blobsKey = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local artifactBudget = tonumber(ARGV[2])
@@ -85,17 +94,21 @@ for _, taskId in ipairs(due) do
   taken = taken + 1
   rcall('ZREM', retentionKey, taskId)
   local task = getJson(tasksKey, taskId)
-  if task and TERMINAL[task.status] then
+  local keepUntil = task and TERMINAL[task.status] and runKeepsUntil(S, task, now, retentionMs)
+  if keepUntil then
+    rcall('ZADD', retentionKey, keepUntil, taskId)
+  elseif task and TERMINAL[task.status] then
     rcall('HDEL', tasksKey, taskId)
     rcall('ZREM', byStatusKey, taskId)
     rcall('HDEL', progressKey, taskId)
-    if task.idempotency_key and rcall('HGET', idempotencyKey, task.idempotency_key) == taskId then
-      rcall('HDEL', idempotencyKey, task.idempotency_key)
+    if task.idempotency_key then
+      forgetIdempotent(idempotencyKey, task)
     end
     for _, claimField in ipairs(task.claims or {}) do
       rcall('HDEL', claimsKey, claimField)
     end
     forgetRunTask(S, task)
+    unnameTeam(S, teamOf(task), 'tasks')  -- its team's last task gone: the team may be forgotten
     local dropped, bytes = dropArtifacts(taskId, reply)
     described = described + dropped
     freedBytes = freedBytes + bytes

@@ -9,9 +9,10 @@
     ARGV[7]     owner: the token id the run must have been created by ("" for any run)
     ARGV[8]     actor: the operator's name, on every event of this step
     ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
-  Keys it touches besides those of its includes: runs, run_tasks:<run>, run_counts:<run>
+  Keys it touches besides those of its includes: runs, run_tasks:<run>, run_counts:<run>,
+  teams and team_names (each rerun is one more task record of its team)
   Output:
-    {0, number of tasks created, run JSON, counts}  counts: run_counts:<run> as HGETALL answers it
+    {0, number of tasks created, run JSON, counts}  counts: its counts by task status (runCountsReply)
     {NOT_FOUND}
     {NOT_OWNER}  an owner was given and the run was not created by it; nothing changed
 
@@ -63,7 +64,8 @@ if #failed > 0 then
     saveTask(S, old, old.status)
     rcall('ZREM', runTasks, old.id)
     rcall('ZADD', runTasks, old.run_place, rerun.id)
+    nameTeam(S, teamOf(rerun), 'tasks', 1)
     startTask(S, rerun, now)
   end
 end
-return {0, #failed, cjson.encode(getJson(S.key.runs, runId)), rcall('HGETALL', derived(S, 'run_counts', runId))}
+return {0, #failed, cjson.encode(getJson(S.key.runs, runId)), runCountsReply(S, runId)}

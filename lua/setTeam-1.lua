@@ -9,7 +9,9 @@
   Output:
     {0, settings JSON {weight, max_devices}, devices held, tasks queued}
 
-  Invariants: a cap raised or lifted takes effect in this step: the team's waiting tasks take
+  Invariants: a team set back to the default (weight 1, no cap) with no task and no token is
+  forgotten in this step (includes/teams.lua, forgetIdleTeam); a cap raised or lifted takes effect
+  in this step: the team's waiting tasks take
   free devices they may run until it holds its cap (includes/placement.lua, placeTeamWork), so no
   task of it waits beside a free device it could take once the cap allows it; a cap lowered
   takes nothing back (the team's tasks hold their devices until they end) and lets it take no
@@ -33,6 +35,10 @@ if change.max_devices ~= nil then
   settings.max_devices = change.max_devices  -- cjson.null: no cap
 end
 rcall('HSET', S.key.teams, team, cjson.encode(settings))
+nameTeam(S, team)
+if not hasSetting(rcall('HGET', S.key.teams, team)) then
+  forgetIdleTeam(S, team)  -- set back to the default: named by its work or tokens alone, if any
+end
 placeTeamWork(S, team, nowMs())
 local standing = standingsOf(S, {team})[team]
 local queued = tonumber(rcall('HGET', S.key.teams, team .. '|queued')) or 0

@@ -110,10 +110,14 @@ class Client:
 
     # -- teams ---------------------------------------------------------------------------------
 
-    def list_teams(self) -> Json:
-        """Every team's share of the fleet: ``{"teams": [{"team", "weight", "max_devices",
-        "running", "queued", "device_seconds_1h"}]}``."""
-        return self._call("GET", "/api/v1/teams")
+    def list_teams(self, *, limit: int | None = None, cursor: str | None = None) -> Json:
+        """One page of teams, by name, with their share of the fleet: ``{"teams": [{"team",
+        "weight", "max_devices", "running", "queued", "device_seconds_1h"}], "next_cursor": ...}``."""
+        return self._call("GET", "/api/v1/teams", params={"limit": limit, "cursor": cursor})
+
+    def iter_teams(self, *, page_size: int | None = None) -> Iterator[Json]:
+        """Every team (work kept, a setting or a token), page after page."""
+        return self._items(self.list_teams, "teams", limit=page_size)
 
     def set_team(self, team: str, *, weight: int | None = None, max_devices: int | None = None,
                  no_max: bool = False) -> Json:

@@ -22,13 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import wire
 from tether.arg_types import positive_int
 from tether.client import Client
 from tether.commands import Output, save
 from tether.errors import TetherError
+from tether.run_files import RunFileError, parse_run_file
 from tether.tables import fields, short_time, table
 
 Json = dict[str, Any]
@@ -130,12 +129,15 @@ def _submit(client: Client, path: str, wait: bool, out: Output) -> int:
     kind = "YAML" if as_yaml else "JSON"
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        body = yaml.safe_load(text) if as_yaml else json.loads(text)
+        body = parse_run_file(text, as_yaml=as_yaml)
     except OSError as exc:
         out.warn(f"cannot read {path}: {exc.strerror}")
         return 2
-    except (ValueError, yaml.YAMLError) as exc:
-        out.warn(f"{path} is not {kind} ({exc}); a run file is the body of POST /api/v1/runs")
+    except UnicodeDecodeError:
+        out.warn(f"{path} is not {kind}: not UTF-8 text; a run file is the body of POST /api/v1/runs")
+        return 2
+    except RunFileError as exc:
+        out.warn(f"{path} is not {kind}: {exc}; a run file is the body of POST /api/v1/runs")
         return 2
     if not isinstance(body, dict):
         out.warn(f"{path} holds no {kind} object; a run file is the body of POST /api/v1/runs")

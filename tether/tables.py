@@ -8,11 +8,15 @@ epoch milliseconds (older coordinators' feeds) are accepted too.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 EMPTY = "-"
+# Control characters (C0, DEL, C1) never reach a terminal from a cell: a coordinator stores text
+# without them, but an older one stored C1 controls (U+009B is an escape sequence's start).
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -37,7 +41,7 @@ def cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, Mapping):
         return pairs_text(value)
-    return " ".join(str(value).split())  # one line per row, whatever the text holds
+    return _CONTROLS.sub("", " ".join(str(value).split()))  # one line per row, whatever the text holds
 
 
 def pairs_text(mapping: Mapping[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""``tether teams`` lists every team's share of the fleet; ``tether team set TEAM [--weight W]
-[--max-devices N | --no-max]`` sets one (PROTOCOL.md, "Sharing the fleet"; admin only)."""
+"""``tether teams`` lists every team's share of the fleet (every page of the listing); ``tether
+team set TEAM [--weight W] [--max-devices N | --no-max]`` sets one (PROTOCOL.md, "Sharing the
+fleet"; admin only)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def teams_table(document: Json) -> str:
 
 
 def teams(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.list_teams(), teams_table)
+    # Every page: each team's weight share is of all the teams with work.
+    return out.show({"teams": list(client.iter_teams()), "next_cursor": None}, teams_table)
 
 
 def team_set(client: Client, args: Namespace, out: Output) -> int:

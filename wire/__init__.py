@@ -118,6 +118,11 @@ MAX_RUN_TASKS = 1000
 # them all in ``excluded_count``).
 RUN_EXCLUDED_LISTED = 100
 
+# A run's breakdown (GET /api/v1/runs/{id}) names each work item by at most this many bytes of
+# UTF-8: its text when that fits, else its start, an ellipsis and 8 hex digits of the text's
+# SHA-1 (lua/includes/runs.lua, workLabel). A goal is up to MAX_GOAL_CHARS characters.
+RUN_WORK_LABEL_MAX_BYTES = 120
+
 
 def values(enum: type[Enum]) -> tuple[str, ...]:
     """The wire strings of an enum, in declaration order."""

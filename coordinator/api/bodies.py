@@ -12,8 +12,8 @@ Two families, as PROTOCOL.md ("Conventions") draws them:
 
 Values are taken as sent, never coerced: ``"3"`` is no integer and ``1`` no string (``3.0`` is
 the integer 3, in JSON as in JSON Schema). Ids and keys are judged exactly (a control character
-in one is refused, since stripping would merge two); free text loses its C0 controls (tab and
-newline aside) after its length is judged as sent.
+in one is refused, since stripping would merge two); free text loses its C0 and C1 controls (tab
+and newline aside) and the characters XML 1.0 forbids after its length is judged as sent.
 """
 
 from __future__ import annotations
@@ -68,23 +68,27 @@ PER_HOST_DEVICES = "x-per-host-devices"
 
 # -- values ----------------------------------------------------------------------------------
 
-# C0 control characters, tab and newline aside: never stored (they corrupt terminals and logs).
-# Free text loses them, and must hold something else; an id, a key or a secret that holds one is
-# refused, since stripping would make two different ones the same. As patterns for the models
-# (and the document):
-NO_CONTROL = "^[^\\x00-\\x08\\x0b-\\x1f]*$"
-SOME_TEXT = "[^\\x00-\\x08\\x0b-\\x1f]"
-_C0 = re.compile("[\x00-\x08\x0b-\x1f]")
-_C0_TABLE = dict.fromkeys([*range(9), *range(11, 32)])
+# Characters never stored in text (PROTOCOL.md, "Conventions"): the C0 controls (tab and newline
+# aside) and the C1 controls U+0080..U+009F (they corrupt terminals and logs), and what else XML
+# 1.0 forbids, lone surrogates and U+FFFE, U+FFFF (every report and view built from the text stays
+# well-formed: a run's JUnit report). Free text loses them, and must hold something else; an id, a
+# key or a secret that holds one is refused, since stripping would make two different ones the
+# same. As patterns for the models (and the document); a lone surrogate never gets this far (the
+# JSON parser refuses one), but text from elsewhere loses it as well.
+_BANNED = "\\x00-\\x08\\x0b-\\x1f\\x80-\\x9f\\ufffe\\uffff"
+NO_CONTROL = f"^[^{_BANNED}]*$"
+SOME_TEXT = f"[^{_BANNED}]"
+_UNSTORED = re.compile("[\x00-\x08\x0b-\x1f\x80-\x9f\ud800-\udfff\ufffe\uffff]")
 
 
 def clean_text(value: str) -> str:
-    """Free text without its C0 controls (tab and newline aside)."""
-    return value.translate(_C0_TABLE) if _C0.search(value) else value
+    """Free text without the characters never stored: C0 (tab and newline aside) and C1 controls,
+    lone surrogates, U+FFFE and U+FFFF."""
+    return _UNSTORED.sub("", value) if _UNSTORED.search(value) else value
 
 
 def clean_free(value: Any) -> Any:
-    """A free-form JSON value (attributes, metadata, params) with C0 controls stripped from every
+    """A free-form JSON value (attributes, metadata, params) with clean_text applied to every
     string in it, object keys included: all of it is free text, matched by nothing."""
     if isinstance(value, str):
         return clean_text(value)
@@ -104,7 +108,7 @@ def _integral(value: Any) -> Any:
 # and the bounds come before Integral, so that they are the int's own (and the document's).
 Integral = BeforeValidator(_integral)
 # Free text, bounded by its field (``Field(max_length=...)``, judged as sent), holding something
-# besides controls; ``Cleaned`` after the bound stores it without its C0 controls.
+# besides controls; ``Cleaned`` after the bound stores it without them (clean_text).
 Text = Annotated[str, StringConstraints(min_length=1, pattern=SOME_TEXT)]
 Cleaned = AfterValidator(clean_text)
 Id = Annotated[str, StringConstraints(pattern=f"^{wire.ID_PATTERN}$")]

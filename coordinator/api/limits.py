@@ -10,6 +10,7 @@ DEVICES_LIMIT = (100, 1000)
 HOSTS_LIMIT = (100, 1000)
 TOKENS_LIMIT = (100, 1000)
 RUNS_LIMIT = (50, 500)
+TEAMS_LIMIT = (100, 1000)
 # A run's body carries up to wire.MAX_RUN_TASKS task bodies: it may be this many times
 # COORDINATOR_MAX_BODY_BYTES (4 MiB at the default 64 KiB).
 RUN_BODY_FACTOR = 64

@@ -126,7 +126,8 @@ SCHEMAS: dict[str, Any] = {
         "team": _ID, "weight": {"type": "integer"}, "max_devices": {"type": ["integer", "null"]},
         "running": {"type": "integer"}, "queued": {"type": "integer"}, "device_seconds_1h": {"type": "number"}}},
     "Teams": {"type": "object", "properties": {
-        "teams": {"type": "array", "items": {"$ref": "#/components/schemas/Team"}}}},
+        "teams": {"type": "array", "items": {"$ref": "#/components/schemas/Team"}},
+        "next_cursor": {"type": ["string", "null"]}}},
     "Recorded": {"type": "object", "properties": {
         "task_id": _ID, "attempt": {"type": "integer"}, "status": {"type": "string"},
         "task_status": {"enum": ["succeeded", "failed", "cancelled", "queued"]},
@@ -163,12 +164,17 @@ SCHEMAS: dict[str, Any] = {
             "device_id": _ID, "reason": {"enum": ["host_offline", "disabled", "host_draining", "unavailable",
                                                   "host_stalled", "no_workflow"]},
             "work": {"type": "string"}}}},
-        "excluded_count": {"type": "integer", "minimum": 0},
+        "excluded_count": {"type": "integer", "minimum": 0}}},
+    # One run (GET /api/v1/runs/{id}): its summary and the breakdown, which listings leave out.
+    "RunDetail": {"allOf": [{"$ref": "#/components/schemas/Run"}, {"type": "object", "properties": {
         "breakdown": {"type": "object", "properties": {
             "devices": {"type": "array", "items": {"type": "object", "properties": {
                 "device_id": {"type": ["string", "null"]}, "counts": _RUN_COUNTS}}},
             "work": {"type": "array", "items": {"type": "object", "properties": {
-                "work": {"type": "string"}, "counts": _RUN_COUNTS}}}}}}},
+                "work": {"type": "string", "description": f"the work item: its text, or past "
+                                                          f"{wire.RUN_WORK_LABEL_MAX_BYTES} bytes its start, "
+                                                          f"an ellipsis and 8 hex digits of its SHA-1"},
+                "counts": _RUN_COUNTS}}}}}}}]},
     "RunPage": {"type": "object", "properties": {
         "runs": {"type": "array", "items": {"$ref": "#/components/schemas/Run"}},
         "next_cursor": {"type": ["string", "null"]}}},
@@ -285,6 +291,7 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
                                             "pattern": "^[ -~]*$"}},
     ("get", "/api/v1/devices/{device_id}/history"): {"limit": _limit(100, wire.DEVICE_RUNS_KEPT)},
     ("get", "/api/v1/hosts"): {"limit": _limit(*limits.HOSTS_LIMIT), "cursor": _ID},
+    ("get", "/api/v1/teams"): {"limit": _limit(*limits.TEAMS_LIMIT), "cursor": _ID},
     ("get", "/api/v1/enrollment-tokens"): _OFFSET_PAGE,
     ("get", "/api/v1/operator-tokens"): _OFFSET_PAGE,
     ("get", "/api/v1/runs"): {"status": {"enum": list(wire.values(wire.RunStatus))}, "team": _ID,

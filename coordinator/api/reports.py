@@ -9,7 +9,9 @@ the error the host reported with it, its text the step that failed and the last 
 once a second; that progress only when the result names no steps). A cancelled task is
 ``skipped``, one not ended yet ``skipped`` saying so; each case's
 ``system-out`` names its task and artifacts. The XML is valid against the JUnit schema Jenkins
-reads (tests/coordinator/schemas/jenkins-junit.xsd).
+reads (tests/coordinator/schemas/jenkins-junit.xsd), and well-formed whatever text it carries: text
+is stored without what XML 1.0 forbids (bodies.clean_text), and what an earlier version stored
+loses it here.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 import wire
+from coordinator.api.bodies import clean_text
 from coordinator.api.responses import run_state_view, task_result
 from coordinator.state.records import RunCounts, RunRecord, TaskRecord
 from wire import iso_ms
@@ -142,15 +145,16 @@ def _seconds(value: float) -> str:
 
 def _case_xml(parent: ElementTree.Element, suite: Suite, case: Case) -> None:
     task = case.task
-    element = ElementTree.SubElement(parent, "testcase", name=case.device, classname=suite.work,
+    element = ElementTree.SubElement(parent, "testcase", name=case.device, classname=clean_text(suite.work),
                                      time=_seconds(case.seconds))
     if task.status == wire.TaskStatus.FAILED:
         message, text = case.failure()
-        failure = ElementTree.SubElement(element, "failure", message=message, type=task.failure_reason or "failed")
-        failure.text = text
+        failure = ElementTree.SubElement(element, "failure", message=clean_text(message),
+                                         type=clean_text(task.failure_reason or "failed"))
+        failure.text = clean_text(text)
     elif task.status == wire.TaskStatus.CANCELLED:
         skipped = ElementTree.SubElement(element, "skipped", message="cancelled")
-        skipped.text = case.last_step or "cancelled"
+        skipped.text = clean_text(case.last_step or "cancelled")
     elif task.status not in wire.TERMINAL_STATUSES:
         ElementTree.SubElement(element, "skipped", message=f"not ended: {task.status}")
     out = ElementTree.SubElement(element, "system-out")
@@ -159,14 +163,15 @@ def _case_xml(parent: ElementTree.Element, suite: Suite, case: Case) -> None:
 
 def report_junit(run: RunRecord, run_suites: list[Suite]) -> bytes:
     failures = sum(suite.count(wire.TaskStatus.FAILED.value) for suite in run_suites)
-    root = ElementTree.Element("testsuites", name=run.name or run.id,
+    run_name = clean_text(run.name or run.id)
+    root = ElementTree.Element("testsuites", name=run_name,
                                tests=str(sum(len(suite.cases) for suite in run_suites)),
                                failures=str(failures), errors="0",
                                time=_seconds(sum(suite.seconds for suite in run_suites)))
     timestamp = iso_ms(run.created_at) or ""
     for index, suite in enumerate(run_suites):
         element = ElementTree.SubElement(
-            root, "testsuite", name=suite.work, id=str(index), package=run.name or run.id,
+            root, "testsuite", name=clean_text(suite.work), id=str(index), package=run_name,
             tests=str(len(suite.cases)), failures=str(suite.count(wire.TaskStatus.FAILED.value)), errors="0",
             skipped=str(suite.count(wire.TaskStatus.CANCELLED.value) + suite.not_ended),
             time=_seconds(suite.seconds), timestamp=timestamp)

@@ -106,8 +106,9 @@ def _status_counts(counts: dict[str, int]) -> dict[str, int]:
 
 
 def run_state_view(run: RunRecord, counts: RunCounts) -> dict[str, Any]:
-    """A run (PROTOCOL.md, "Runs"): its status, counts by task status, and the breakdown by
-    device (null: a selector's task not placed yet) and by work item, in the order first seen."""
+    """A run's summary (PROTOCOL.md, "Runs"), as listings, creates, cancels and reruns answer it: its
+    status and counts by task status, never its breakdown (run_detail_view), so a listing's size
+    is bounded by its limit whatever its runs' work items."""
     return {
         "run_id": run.id,
         "name": run.name,
@@ -121,6 +122,15 @@ def run_state_view(run: RunRecord, counts: RunCounts) -> dict[str, Any]:
         "created_by": run.created_by,
         "cancel_requested": bool(run.cancel_requested),
         "idempotency_key": run.idempotency_key,
+    }
+
+
+def run_detail_view(run: RunRecord, counts: RunCounts) -> dict[str, Any]:
+    """One run (GET /api/v1/runs/{id}): its summary and the breakdown by device (null: a
+    selector's task not placed yet) and by work item (named by a bounded label:
+    wire.RUN_WORK_LABEL_MAX_BYTES), each in name order."""
+    return {
+        **run_state_view(run, counts),
         "breakdown": {
             "devices": [{"device_id": device or None, "counts": _status_counts(by)}
                         for device, by in sorted(counts.by_device.items())],

@@ -17,7 +17,7 @@ from coordinator.api.auth import access_of
 from coordinator.api.bodies import DEFAULT_GOAL_MAX_STEPS, RunCreate
 from coordinator.api.context import Context
 from coordinator.api.reports import report_json, report_junit, suites
-from coordinator.api.responses import json_response, run_state_view
+from coordinator.api.responses import json_response, run_detail_view, run_state_view
 from coordinator.api.tasks import parse_task, team_for
 from coordinator.api.validation import Query, canonical_json, read, require_id
 from coordinator.errors import InsufficientScope, found
@@ -81,7 +81,7 @@ async def create_run(ctx: Context, request: Request) -> Response:
 async def get_run(ctx: Context, request: Request) -> Response:
     run_id = require_id(request.path_params["run_id"], "run_id")
     run = found(await ctx.queries.get_run(run_id), "run")
-    return json_response(run_state_view(run.record, run.counts))
+    return json_response(run_detail_view(run.record, run.counts))
 
 
 async def list_runs(ctx: Context, request: Request) -> Response:

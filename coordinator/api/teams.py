@@ -9,10 +9,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from coordinator.api import limits
 from coordinator.api.bodies import TeamSettings
 from coordinator.api.context import Context
 from coordinator.api.responses import json_response
-from coordinator.api.validation import read, require_id
+from coordinator.api.validation import Query, read, require_id
 from coordinator.state.records import TeamShare
 
 
@@ -28,13 +29,17 @@ def team_view(share: TeamShare) -> dict[str, Any]:
 
 
 async def list_teams(ctx: Context, request: Request) -> Response:
-    return json_response({"teams": [team_view(share) for share in await ctx.queries.teams()]})
+    query = Query(request)
+    limit = query.limit(*limits.TEAMS_LIMIT)
+    cursor = query.id("cursor")
+    page = await ctx.queries.teams_page(limit=limit, cursor=cursor)
+    return json_response({"teams": [team_view(share) for share in page.items], "next_cursor": page.next_cursor})
 
 
 async def set_team(ctx: Context, request: Request) -> Response:
     team = require_id(request.path_params["team"], "team")
     body = await read(request, TeamSettings, ctx.settings.max_body_bytes)
     change = {name: getattr(body, name) for name in body.model_fields_set}
-    share = await ctx.store.set_team(team, change)
-    listed = {s.team: s for s in await ctx.queries.teams()}
-    return json_response(team_view(listed.get(team, share)))
+    await ctx.store.set_team(team, change)
+    [share] = await ctx.queries.team_shares([team])
+    return json_response(team_view(share))

@@ -24,7 +24,7 @@ from coordinator.api.responses import (
     delivery_view,
     device_view,
     json_response,
-    run_state_view,
+    run_detail_view,
     task_view,
     webhook_view,
 )
@@ -83,4 +83,4 @@ async def subject_view(ctx: Context, kind: str, subject: str) -> dict[str, Any]:
         [view] = await ctx.names.add([device_view(devices[0])])
         return view
     run = await ctx.queries.get_run(subject)  # run.ended
-    return run_state_view(run.record, run.counts) if run is not None else {"run_id": subject}
+    return run_detail_view(run.record, run.counts) if run is not None else {"run_id": subject}

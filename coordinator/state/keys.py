@@ -81,6 +81,8 @@ class Keys:
         self.disabled_devices = p + "disabled_devices"
         # sharing: per team its settings, devices held and tasks queued (lua/includes/teams.lua)
         self.teams = p + "teams"
+        # every team named and not forgotten, by name (score 0, lex): the teams listing's pages
+        self.team_names = p + "team_names"
         # deadlines (the reaper's sweeps)
         self.queue_deadlines = p + "queue_deadlines"
         self.claim_deadlines = p + "claim_deadlines"

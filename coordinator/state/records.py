@@ -8,6 +8,7 @@ optional. Unknown fields are ignored, so a script may add one before the Python 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -213,9 +214,9 @@ class RunCounts:
     by_work: dict[str, dict[str, int]]
 
     @classmethod
-    def from_hash(cls, raw: dict[bytes, bytes] | list[bytes]) -> RunCounts:
+    def from_hash(cls, raw: Mapping[bytes | str, bytes] | list[bytes]) -> RunCounts:
         """From HGETALL's answer (a dict, or a script's flat list of fields and values)."""
-        pairs = list(raw.items()) if isinstance(raw, dict) else list(zip(raw[::2], raw[1::2], strict=True))
+        pairs = list(raw.items()) if isinstance(raw, Mapping) else list(zip(raw[::2], raw[1::2], strict=True))
         by_status = dict.fromkeys(wire.values(wire.TaskStatus), 0)
         by_device: dict[str, dict[str, int]] = {}
         by_work: dict[str, dict[str, int]] = {}

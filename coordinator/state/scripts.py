@@ -161,6 +161,7 @@ def lua_constants() -> str:
             f"local DEVICE_RUNS_SLACK = {DEVICE_RUNS_SLACK}\n"
             f"local FEED_EVENTS_KEPT = {wire.FEED_EVENTS_KEPT}\n"
             f"local PRIORITY_MAX = {wire.PRIORITY_MAX}\n"
+            f"local RUN_WORK_LABEL_MAX_BYTES = {wire.RUN_WORK_LABEL_MAX_BYTES}\n"
             f"local STATUS_CODES = {{{statuses}}}\n"
             f"local STATUS_SPAN = {STATUS_SPAN}\n"
             f"{lua_key_names()}")

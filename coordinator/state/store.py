@@ -180,6 +180,7 @@ class Store:
         # names the slot, and the scripts derive every key they touch from the key base.
         self._sched_keys = [keys.tasks]
         self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
+        self._retention_ms = retention_ms
 
     # -- scripts -------------------------------------------------------------------------
 
@@ -356,14 +357,15 @@ class Store:
         return served
 
     async def purge_tasks(self, limit: int = 100, artifact_budget: int = 10_000) -> Purge:
-        """Retention: terminal tasks deleted, and the blobs of theirs to delete now. A call stops
-        taking tasks once it deleted ``artifact_budget`` artifact descriptions."""
+        """Retention: terminal tasks deleted, and the blobs of theirs to delete now; a task of a run
+        is kept until a retention after its run ended. A call stops taking tasks once it deleted
+        ``artifact_budget`` artifact descriptions."""
         k = self.keys
         reply = await self._run(
             "purgeTasks",
             [k.tasks, k.tasks_by_status, k.retention, k.idempotency, k.claims,
              k.progress, k.stats, k.artifacts, k.artifact_index, k.artifact_usage, k.artifact_blobs],
-            [limit, artifact_budget, k.base],
+            [limit, artifact_budget, k.base, self._retention_ms],
         )
         return Purge(taken=int(reply[2]), acted=int(reply[1]), blobs=[_text(b) for b in reply[3:]])
 
@@ -428,6 +430,17 @@ class Store:
         moved = int(reply[1])
         return Sweep(moved if reply[2] == 1 else limit, moved)
 
+    async def upgrade_team_names(self, limit: int = 100) -> Sweep:
+        """Teams of an earlier version named in ``team_names`` and kept (lua/upgradeTeamNames): a
+        batch while the walk is under way (a full one, so the caller calls again), what is left
+        once it is done."""
+        k = self.keys
+        # Never waits for replicas, as upgrade_device_runs.
+        reply = await self._scripts["upgradeTeamNames"](self.transport, [k.teams, k.upgrades], [k.base, limit],
+                                                        NO_WAIT)
+        walked = int(reply[1])
+        return Sweep(walked if reply[2] == 1 else limit, walked)
+
     async def upgrade_status_index(self, limit: int = 100) -> int:
         """Entries of the earlier ``tasks_by_status`` layout converted (lua/upgradeStatusIndex)."""
         reply = await self._run("upgradeStatusIndex", [self.keys.tasks_by_status], [limit])
@@ -473,7 +486,7 @@ class Store:
             [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_by_age, k.operator_tokens_live,
              k.feed, k.teams],
             [token_id, digest, name, orjson.dumps(scopes), ttl_ms, max_live, actor.name, actor.id,
-             team or ""],
+             team or "", k.base],
         )
         return OperatorToken.from_json(reply[1])
 
@@ -482,7 +495,7 @@ class Store:
         reply = await self._run(
             "revokeOperatorToken",
             [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_live, k.feed],
-            [token_id, actor.name, actor.id],
+            [token_id, actor.name, actor.id, k.base],
         )
         return OperatorToken.from_json(reply[1])
 

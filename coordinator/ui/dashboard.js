@@ -21,6 +21,8 @@ import * as views from "./views.js";
 const RESYNC_EVERY_MS = 15_000;
 const BATCH = 20; // more changed records of a kind than this in one round: read the list instead
 const QUEUE_SHOWN = 500; // the newest queued tasks (one page)
+const TEAMS_PAGE = 500; // teams by name, at most TEAMS_PAGES pages of them
+const TEAMS_PAGES = 2;
 const EVENTS_SHOWN = 100;
 
 export class Dashboard {
@@ -134,7 +136,8 @@ export class Dashboard {
   }
 
   async #readTeams() {
-    return (await this.api.get("/api/v1/teams")).teams;
+    // The listing comes in pages (a forgotten team leaves it): the panel shows the first few.
+    return (await this.api.all("/api/v1/teams", "teams", { limit: TEAMS_PAGE }, TEAMS_PAGES)).items;
   }
 
   #readRuns() {

@@ -4,11 +4,16 @@
   creator_token, idempotency_key and request_hash, places, minted), its tasks one per place in
   `run_tasks:<run>` (task id -> place; a rerun takes the place of the task it replaces) and its
   counts in `run_counts:<run>` (coordinator/state/keys.py, run_counts). A task of a run carries
-  `run_id`, `run_place`, `run_work` (its work item: a workflow's name or a goal's text) and
-  `run_device` (the device its counts stand under now).
+  `run_id`, `run_place`, `run_work` (its work item: a workflow's name or a goal's text),
+  `run_label` (what the breakdown names its work item by, when that is not `run_work` itself:
+  workLabel) and `run_device` (the device its counts stand under now).
 
   Functions (each takes the deployment, includes/deployment.lua, first, but runWork):
     runWork(task)                      a task's work item (kept on the task as `run_work`)
+    workLabel(work)                    a work item's name in the breakdown: at most
+                                       RUN_WORK_LABEL_MAX_BYTES bytes
+    runCountsReply(S, runId)           the run's counts by task status, as HGETALL would answer
+                                       them (the breakdown left out: GET /api/v1/runs/{id} reads it)
     ownedRun(S, runId, owner)          the run a caller acts on, or nil and the error reply (no
                                        such run; `owner` set and not the token that created it)
     countRunTask(S, task, previous)    a task of a run saved, `previous` its status before (nil:
@@ -19,16 +24,22 @@
     keepLastStep(S, task)              a run's task keeps its attempt's last progress as that
                                        attempt ends (the report names its last step)
     forgetRunTask(S, task)             retention deleted a run's task: the run goes with its last
+    runKeepsUntil(S, task, now, retentionMs)  when retention may delete a task of a run that has
+                                       not ended a retention ago (its deadline then), or nil
 
   Invariants kept: a run's counts are its current tasks' statuses (the latest rerun in each
   place), moved in the step that saves the task (placement's saveTask calls countRunTask), never
   recounted; `open` is how many of them have not ended, and the run is `running` exactly while
   it is above 0; `stored` is how many task records of the run exist, and the run's keys are
-  deleted in the step that deletes its last task.
+  deleted in the step that deletes its last task, which is never before a retention after the run
+  ended (runKeepsUntil), so its counts, report and rerun-failed see every task it counts. The
+  breakdown's fields are bounded whatever the work items: a work item is named by at most
+  RUN_WORK_LABEL_MAX_BYTES bytes.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
 --- @include "includes/events"
+--- @include "includes/idempotency"
 
 local RUN_TASK_ENDED = {succeeded = true, failed = true, cancelled = true}
 
@@ -51,6 +62,51 @@ local function runWork(task)
     return cjson.decode(task.workflow).name
   end
   return task.goal
+end
+
+-- A work item as the breakdown names it: its text when that is short enough, else its start (cut
+-- between two UTF-8 characters), an ellipsis and the first 8 hex digits of the text's SHA-1, so
+-- two long work items that start alike stay apart. At most RUN_WORK_LABEL_MAX_BYTES bytes.
+local WORK_LABEL_TAIL = 12  -- the ellipsis (3 bytes), a space and 8 hex digits
+local function workLabel(work)
+  if #work <= RUN_WORK_LABEL_MAX_BYTES then
+    return work
+  end
+  local cut = RUN_WORK_LABEL_MAX_BYTES - WORK_LABEL_TAIL
+  local byte = string.byte(work, cut + 1)
+  while cut > 0 and byte >= 0x80 and byte < 0xC0 do  -- a continuation byte: not a character's start
+    cut = cut - 1
+    byte = string.byte(work, cut + 1)
+  end
+  return string.sub(work, 1, cut) .. '\226\128\166 ' .. string.sub(redis.sha1hex(work), 1, 8)
+end
+
+-- The label a task's work item is counted under. A task joining its run takes workLabel's (kept
+-- on the task when it is not the text itself); one counted before labels were bounded keeps its
+-- full text, which its fields hold.
+local function labelOf(task, work, joining)
+  if task.run_label then
+    return task.run_label
+  end
+  local label = joining and workLabel(work) or work
+  if label ~= work then
+    task.run_label = label
+  end
+  return label
+end
+
+local function runCountsReply(S, runId)
+  local statuses = {}
+  for status in pairs(STATUS_CODES) do
+    statuses[#statuses + 1] = status
+  end
+  local values = rcall('HMGET', derived(S, 'run_counts', runId), unpack(statuses))
+  local reply = {}
+  for i, status in ipairs(statuses) do
+    reply[#reply + 1] = status
+    reply[#reply + 1] = values[i] or '0'
+  end
+  return reply
 end
 
 -- The device a task's counts stand under: where it runs or ran, else the one it is aimed at,
@@ -113,10 +169,11 @@ local function moveRunCounts(S, task, from, to)
   local countsKey = derived(S, 'run_counts', task.run_id)
   local work = runWork(task)
   task.run_work = work
+  local label = labelOf(task, work, from == nil)
   if from then
     rcall('HINCRBY', countsKey, from, -1)
     countBreakdown(countsKey, indexMember('d', task.run_device or '', from), -1)
-    countBreakdown(countsKey, indexMember('w', work, from), -1)
+    countBreakdown(countsKey, indexMember('w', label, from), -1)
   elseif to then
     rcall('HINCRBY', countsKey, 'stored', 1)  -- a task joins the run
   end
@@ -124,7 +181,7 @@ local function moveRunCounts(S, task, from, to)
     task.run_device = runDeviceOf(task)
     rcall('HINCRBY', countsKey, to, 1)
     rcall('HINCRBY', countsKey, indexMember('d', task.run_device, to), 1)
-    rcall('HINCRBY', countsKey, indexMember('w', work, to), 1)
+    rcall('HINCRBY', countsKey, indexMember('w', label, to), 1)
   end
   local wasOpen = from ~= nil and not RUN_TASK_ENDED[from]
   local isOpen = to ~= nil and not RUN_TASK_ENDED[to]
@@ -173,9 +230,27 @@ local function forgetRunTask(S, task)
   rcall('HDEL', S.key.runs, task.run_id)
   rcall('ZREM', S.key.runs_by_age, task.run_id)
   if run then
-    if run.idempotency_key and rcall('HGET', S.key.run_idempotency, run.idempotency_key) == run.id then
-      rcall('HDEL', S.key.run_idempotency, run.idempotency_key)
+    if run.idempotency_key then
+      forgetIdempotent(S.key.run_idempotency, run)
     end
     count(S, 'runs_' .. run.status, -1)
   end
+end
+
+-- A task of a run is kept until a retention after its run ended, whenever it ended itself: while
+-- the run is running it is looked at again a retention from now (by then the run ended, and its
+-- deadline is set from the end, exactly; or it still runs), after that a retention from the end.
+local function runKeepsUntil(S, task, now, retentionMs)
+  if not task.run_id then
+    return nil
+  end
+  local run = getJson(S.key.runs, task.run_id)
+  if not run then
+    return nil
+  end
+  if run.status == 'running' then
+    return now + retentionMs
+  end
+  local due = (run.ended_at or 0) + retentionMs
+  return due > now and due or nil
 end

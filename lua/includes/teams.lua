@@ -87,3 +87,71 @@ local function recordUsage(S, team, startedAt, now)
     end
   end
 end
+
+--[[
+  Teams come and go (PROTOCOL.md, "Sharing the fleet"): a team with no work in the retention
+  window, no setting and no token is forgotten. Besides the fields above, `teams` holds per team
+    "<team>|tasks"    its task records retention has not deleted yet
+    "<team>|tokens"   its operator tokens not revoked
+  and `team_names` (a zset, score 0, read by lex range) names every team not forgotten, for the
+  listing's pages. A team named before these counts existed has "<team>|tasks" set to
+  LEGACY_TEAM_TASKS by the upgrade (lua/upgradeTeamNames): it is kept, as it was then.
+
+  Functions:
+    nameTeam(S, team, kind, by)   a team named by `by` more tasks or tokens (kind 'tasks',
+                                  'tokens'), or by an admin's setting (kind nil)
+    hasSetting(raw)               a team's settings JSON differs from the default
+    forgetIdleTeam(S, team)       the team forgotten if nothing names it any more: no task
+                                  stored, held or queued, no token, no setting; whether it was
+    unnameTeam(S, team, kind)     one task or token of the team less, and the team forgotten if
+                                  that was what named it last
+
+  Invariant kept: a team is listed exactly while a task record, a token or a setting names it (or
+  it was named before the counts existed); forgetting it deletes every key of it (its fields, its
+  name, its usage), so 10,000 teams named once and left cost nothing a retention later.
+]]
+local LEGACY_TEAM_TASKS = 1000000000000
+local TEAM_COUNTS = {'running', 'queued', 'tasks', 'tokens'}
+
+-- A create costs one command: a count above what was just added had named the team before (a
+-- count is deleted with its team's name, never left above 0 without it).
+local function nameTeam(S, team, kind, by)
+  if not kind or rcall('HINCRBY', S.key.teams, team .. '|' .. kind, by) == by then
+    rcall('ZADD', S.key.team_names, 0, team)
+  end
+end
+
+local function hasSetting(raw)
+  if not raw then
+    return false
+  end
+  local settings = cjson.decode(raw)
+  local cap = settings.max_devices
+  return (tonumber(settings.weight) or 1) ~= 1 or (cap ~= nil and cap ~= cjson.null)
+end
+
+local function forgetIdleTeam(S, team)
+  local fields = {team}
+  for _, kind in ipairs(TEAM_COUNTS) do
+    fields[#fields + 1] = team .. '|' .. kind
+  end
+  local values = rcall('HMGET', S.key.teams, unpack(fields))
+  if hasSetting(values[1]) then
+    return false
+  end
+  for i = 2, #values do
+    if (tonumber(values[i]) or 0) > 0 then
+      return false
+    end
+  end
+  rcall('HDEL', S.key.teams, unpack(fields))
+  rcall('ZREM', S.key.team_names, team)
+  rcall('DEL', derived(S, 'team_usage', team))
+  return true
+end
+
+local function unnameTeam(S, team, kind)
+  if rcall('HINCRBY', S.key.teams, team .. '|' .. kind, -1) <= 0 then
+    forgetIdleTeam(S, team)
+  end
+end

@@ -282,6 +282,92 @@ async def test_a_submit_token_cancels_only_the_tasks_it_created(api: Api) -> Non
     assert (await api.task(theirs["task_id"]))["status"] == "cancelled"
 
 
+# -- idempotency keys are their token's ----------------------------------------------------------
+
+
+async def _create(api: Api, token: dict[str, Any] | None, path: str, body: dict[str, Any]) -> httpx.Response:
+    if token is None:
+        return await api.client.post(path, json=body, headers=Api.admin_headers)
+    return await as_token(api, token, "POST", path, json=body)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/tasks", "/api/v1/runs"])
+async def test_an_idempotency_key_is_its_tokens_another_tokens_replay_is_another_request(
+        api: Api, path: str) -> None:
+    """As Stripe scopes a key to its API key: a submit token replaying another token's body and key
+    never gets that token's task or run (which it may not even read), and another body under the
+    same key is no conflict of theirs."""
+    ci, other = await mint(api, "ci", "submit", "read"), await mint(api, "ci-other", "submit")
+    task = {"kind": "goal", "goal": "x", "device_id": "nowhere"}
+    body = {**task, "idempotency_key": "nightly"} if path == "/api/v1/tasks" else {
+        "tasks": [task], "idempotency_key": "nightly"}
+    ident = "task_id" if path == "/api/v1/tasks" else "run_id"
+    first = await _create(api, ci, path, body)
+    assert first.status_code == 201, first.text
+    mine = first.json()[ident]
+    # the same token again: its own earlier one
+    again = await _create(api, ci, path, body)
+    assert again.status_code == 200 and again.json()[ident] == mine
+    # another token, the same body and key: a new one of its own, then that one on its replay
+    theirs = await _create(api, other, path, body)
+    assert theirs.status_code == 201 and theirs.json()[ident] != mine, theirs.text
+    assert (await _create(api, other, path, body)).json()[ident] == theirs.json()[ident]
+    # the bootstrap admin's key is its own too
+    admins = await _create(api, None, path, body)
+    assert admins.status_code == 201 and admins.json()[ident] not in (mine, theirs.json()[ident])
+    # another body under the key: a conflict only with the token's own
+    changed = {**body, "priority": 5}
+    conflict = await _create(api, ci, path, changed)
+    assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "idempotency_conflict"
+    fresh = await mint(api, "ci-fresh", "submit")
+    assert (await _create(api, fresh, path, changed)).status_code == 201
+
+
+async def test_team_bound_tokens_using_one_key_never_conflict(api: Api) -> None:
+    made = []
+    for team in ("checkout", "search"):
+        body = {"name": f"ci-{team}", "scopes": ["submit"], "team": team}
+        made.append((await api.admin("POST", "/api/v1/operator-tokens", json=body)).json())
+    task = {"kind": "goal", "goal": "x", "device_id": "nowhere", "idempotency_key": "build-41"}
+    answers = [await as_token(api, token, "POST", "/api/v1/tasks", json=task) for token in made]
+    assert [a.status_code for a in answers] == [201, 201], [a.text for a in answers]
+    assert [a.json()["team"] for a in answers] == ["checkout", "search"]
+
+
+async def test_a_key_an_earlier_version_stored_bare_still_answers_its_own_token_only(api: Api) -> None:
+    ci, other = await mint(api, "ci", "submit"), await mint(api, "ci-other", "submit")
+    body = {"kind": "goal", "goal": "x", "device_id": "nowhere", "idempotency_key": "k"}
+    mine = (await as_token(api, ci, "POST", "/api/v1/tasks", json=body)).json()
+    # the entry as an earlier version kept it: the bare key
+    store = api.ctx.store
+    await store.redis.delete(store.keys.idempotency)
+    await store.redis.hset(store.keys.idempotency, "k", mine["task_id"])
+    replay = await as_token(api, ci, "POST", "/api/v1/tasks", json=body)
+    assert replay.status_code == 200 and replay.json()["task_id"] == mine["task_id"]
+    theirs = await as_token(api, other, "POST", "/api/v1/tasks", json=body)
+    assert theirs.status_code == 201 and theirs.json()["task_id"] != mine["task_id"]
+
+
+async def test_retention_frees_a_tokens_key_for_that_token_and_leaves_the_others(api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock, task_retention_s=10) as api:
+        ci, other = await mint(api, "ci", "submit"), await mint(api, "ci-other", "submit")
+        body = {"kind": "goal", "goal": "x", "device_id": "nowhere", "idempotency_key": "k"}
+        mine = (await as_token(api, ci, "POST", "/api/v1/tasks", json=body)).json()
+        await api.admin("POST", f"/api/v1/tasks/{mine['task_id']}/cancel")
+        clock.advance(5_000)
+        theirs = (await as_token(api, other, "POST", "/api/v1/tasks", json=body)).json()
+        await api.admin("POST", f"/api/v1/tasks/{theirs['task_id']}/cancel")
+        clock.advance(5_500)  # past the first task's retention, not the second's
+        await api.sweep()  # (the app's own reaper may sweep too: what is left is what counts)
+        assert (await api.admin("GET", f"/api/v1/tasks/{mine['task_id']}")).status_code == 404
+        assert (await api.admin("GET", f"/api/v1/tasks/{theirs['task_id']}")).status_code == 200
+        again = await as_token(api, ci, "POST", "/api/v1/tasks", json=body)
+        assert again.status_code == 201 and again.json()["task_id"] != mine["task_id"]
+        replay = await as_token(api, other, "POST", "/api/v1/tasks", json=body)
+        assert replay.status_code == 200 and replay.json()["task_id"] == theirs["task_id"]
+
+
 async def test_every_operator_action_names_its_actor(api: Api) -> None:
     ci = await mint(api, "ci", "submit")
     oncall = await mint(api, "oncall", "control")

@@ -7,11 +7,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
+import anyio
+import anyio.from_thread
+import orjson
 import pytest
 import xmlschema
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
+import wire
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one
 
@@ -143,3 +150,104 @@ async def test_a_report_of_no_such_run_is_404_and_an_unknown_format_400(api: Api
                                                                        "device_id": "a1"}]})
     bad = await api.admin("GET", f"/api/v1/runs/{created.json()['run_id']}/report", params={"format": "xml"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+
+
+# -- whatever text a client stores -----------------------------------------------------------
+
+# What XML 1.0 allows in a document, less the C0 and C1 controls the contract never stores (tab
+# and newline aside; a carriage return is a C0 control too). DEL (U+007F) is neither.
+def _xml_stored_text(value: str) -> bool:
+    return all(c in "\t\n" or (" " <= c <= "\x7f") or ("\xa0" <= c <= "\ud7ff") or ("\ue000" <= c <= "\ufffd")
+               or c >= "\U00010000" for c in value)
+
+
+# Any text, with the characters that break XML or terminals made likely: C0 and C1 controls,
+# DEL, U+FFFE, U+FFFF, the last characters before and after the surrogates, and astral ones. A
+# lone surrogate is no UTF-8 text: sent as a JSON escape it is refused (the test after this).
+_ODD = ["\x00", "\x08", "\x0b", "\x0d", "\x1b", "\x7f", "\x80", "\x85", "\x9b", "\x9f", "\ud7ff", "\ue000",
+        "\ufdd0", "\ufffd", "\ufffe", "\uffff", "\U0001f600", "\U0010ffff", "<", "&", "]", ">", '"']
+_TEXT = st.text(alphabet=st.one_of(st.characters(exclude_categories=["Cs"]), st.sampled_from(_ODD)), max_size=40)
+_TEXT_EXAMPLES = settings(max_examples=40, deadline=None, database=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def _texts_of(element: ElementTree.Element) -> list[str]:
+    return [value for node in element.iter() for value in (node.text, node.tail, *node.attrib.values()) if value]
+
+
+async def test_any_text_a_client_stores_comes_back_in_a_junit_report_a_strict_xml_parser_accepts(api: Api) -> None:
+    """A run's name and goal, a host's progress summary, failure_reason and metadata: whatever a
+    client sends, the report is well-formed XML, and what it stored holds no control character
+    (tab and newline aside) and nothing XML 1.0 forbids (PROTOCOL.md, "Conventions")."""
+    await api.heartbeat("host-a", ["a1"])
+
+    async def store_and_report(text: str) -> None:
+        created = await api.admin("POST", "/api/v1/runs", json={
+            "name": "n" + text, "tasks": [{"kind": "goal", "goal": "g" + text, "device_id": "a1"}]})
+        assert created.status_code == 201, created.text
+        run_id = created.json()["run_id"]
+        assignment = await claim_one(api, "host-a")
+        progress = {"step_index": 1, "status": ("s" + text)[:wire.PROGRESS_STATUS_MAX_CHARS], "summary": text}
+        renewed = await api.renew("host-a", assignment, progress=progress)
+        assert renewed.status_code == 200 and renewed.json()["progress"] == "stored", renewed.text
+        assert (await api.result("host-a", assignment, "failed", failure_reason="r" + text,
+                                 metadata={text: text})).status_code == 200
+        response = await api.admin("GET", f"/api/v1/runs/{run_id}/report", params={"format": "junit"})
+        assert response.status_code == 200, response.text
+        root = ElementTree.fromstring(response.content)  # expat: refuses what XML 1.0 forbids
+        SCHEMA.validate(response.text)
+        assert [v for v in _texts_of(root) if not _xml_stored_text(v)] == []
+        report = (await api.admin("GET", f"/api/v1/runs/{run_id}/report")).json()
+        [case] = report["suites"][0]["cases"]
+        stored = [report["run"]["name"], report["suites"][0]["work"], case["failure_reason"],
+                  case["last_step"]["summary"], case["last_step"]["status"], *case["result"]["metadata"],
+                  *case["result"]["metadata"].values()]
+        assert all(_xml_stored_text(value) for value in stored), stored
+
+    @_TEXT_EXAMPLES
+    @given(text=_TEXT)
+    @example(text="\ufffe\uffff\x85\x9b[31m")  # what the issue's probes stored
+    def examples(text: str) -> None:
+        anyio.from_thread.run(store_and_report, text)
+
+    await anyio.to_thread.run_sync(examples)
+
+
+async def test_text_an_earlier_version_stored_raw_still_makes_a_well_formed_report(api: Api) -> None:
+    await api.heartbeat("host-a", ["a1"])
+    created = await api.admin("POST", "/api/v1/runs", json={
+        "name": "nightly", "tasks": [{"kind": "goal", "goal": "open settings", "device_id": "a1"}]})
+    run_id = created.json()["run_id"]
+    assignment = await claim_one(api, "host-a")
+    step = {"step_index": 1, "status": "failed", "summary": "no Wi-Fi"}
+    assert (await api.renew("host-a", assignment, progress=step)).status_code == 200
+    assert (await api.result("host-a", assignment, "failed", failure_reason="no_wifi")).status_code == 200
+    # as an earlier version stored them: U+FFFF and a C1 control, raw
+    store = api.ctx.store
+    for key, record_id, fields in ((store.keys.runs, run_id, ("name",)),
+                                   (store.keys.tasks, assignment["task_id"], ("goal", "run_work", "failure_reason"))):
+        record = orjson.loads(await store.redis.hget(key, record_id))
+        for name in fields:
+            record[name] += "\uffff\x9b"
+        await store.redis.hset(key, record_id, orjson.dumps(record))
+    response = await api.admin("GET", f"/api/v1/runs/{run_id}/report", params={"format": "junit"})
+    root = ElementTree.fromstring(response.content)
+    assert [v for v in _texts_of(root) if not _xml_stored_text(v)] == []
+    assert root.attrib["name"] == "nightly" and root.find("testsuite").attrib["name"] == "open settings"
+
+
+async def test_a_lone_surrogate_escaped_in_json_is_refused_and_nothing_stored(api: Api) -> None:
+    body = b'{"name": "a\\ud800b", "tasks": [{"kind": "goal", "goal": "g", "device_id": "a1"}]}'
+    refused = await api.client.post("/api/v1/runs", content=body,
+                                    headers={**api.admin_headers, "content-type": "application/json"})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_request"
+    assert (await api.admin("GET", "/api/v1/runs")).json()["runs"] == []
+
+
+@pytest.mark.parametrize("label", ["\x85", "\x9b", "\ufffe", "\uffff"])
+async def test_a_label_holding_a_c1_control_or_a_non_character_is_refused_and_nothing_stored(
+        api: Api, label: str) -> None:
+    devices = [{"device_id": "a1", "driver": "sim", "status": "available", "labels": {"room": f"lab{label}1"}}]
+    refused = await api.heartbeat("host-a", devices)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_request"
+    assert (await api.admin("GET", "/api/v1/devices")).json()["devices"] == []

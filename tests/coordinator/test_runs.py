@@ -6,6 +6,7 @@ The report is test_run_reports.py's."""
 from __future__ import annotations
 
 from typing import Any
+from xml.etree import ElementTree
 
 import orjson
 import pytest
@@ -86,10 +87,13 @@ async def test_a_list_of_tasks_is_created_as_one_run_each_task_naming_it(api: Ap
     assert run["run_id"].startswith("r_") and run["name"] == "nightly" and run["status"] == "running"
     assert run["counts"] == _counts(assigned=2, queued=1)
     assert (run["team"], run["priority"], run["tasks"], run["ended_at"]) == ("qa", 5, 3, None)
-    assert await _run(api, run["run_id"]) == run
+    # the answer is the run's summary; GET gives it with its breakdown
+    shown = await _run(api, run["run_id"])
+    assert "breakdown" not in run and {k: v for k, v in shown.items() if k != "breakdown"} == run
     tasks = await _run_tasks(api, run["run_id"])
     assert len(tasks) == 3
     assert {(t["run_id"], t["team"], t["priority"], t["rerun_of"]) for t in tasks} == {(run["run_id"], "qa", 5, None)}
+    run = shown
     by_device = {row["device_id"]: row["counts"] for row in run["breakdown"]["devices"]}
     assert by_device == {None: _counts(queued=1), "a1": _counts(assigned=1), "a2": _counts(assigned=1)}
     by_work = {row["work"]: row["counts"] for row in run["breakdown"]["work"]}
@@ -118,6 +122,7 @@ async def test_a_matrix_pins_one_task_per_work_item_to_each_matching_enabled_dev
     tasks = await _run_tasks(api, run["run_id"])
     pinned = sorted((t.get("goal") or t["workflow"]["name"], t["device_id"], t["selector"]) for t in tasks)
     assert pinned == sorted((work, device, None) for work in ("open settings", "login") for device in ("a1", "a2", "b1"))
+    run = await _run(api, run["run_id"])
     devices = {row["device_id"] for row in run["breakdown"]["devices"]}
     assert devices == {"a1", "a2", "b1"}
     assert {row["work"] for row in run["breakdown"]["work"]} == {"open settings", "login"}
@@ -389,28 +394,118 @@ async def test_runs_are_listed_newest_first_by_status_and_in_pages(api: Api) -> 
     assert (await api.admin("POST", "/api/v1/runs/r_nope/cancel")).status_code == 404
 
 
+# -- listing and breakdown ---------------------------------------------------------------------
+
+
+async def test_a_listing_carries_each_runs_summary_whatever_its_work_items(api: Api) -> None:
+    # Two runs of 100 distinct 4,000-character goals: the listing answered 800 KB of breakdown.
+    made = [await _create_run(api, tasks=[_goal(f"{run}-{i}-" + "x" * 3990, device_id="nowhere")
+                                          for i in range(100)]) for run in range(2)]
+    listed = await api.admin("GET", "/api/v1/runs", params={"limit": 2})
+    assert listed.status_code == 200
+    runs = listed.json()["runs"]
+    assert [r["run_id"] for r in runs] == [m["run_id"] for m in reversed(made)]
+    assert all("breakdown" not in r and r["counts"] == _counts(queued=100) for r in runs)
+    assert len(listed.content) < 4_000
+    for answer in made:
+        assert "breakdown" not in answer and answer["counts"] == _counts(queued=100)
+
+
+async def test_a_runs_breakdown_names_each_work_item_by_a_bounded_label(api: Api) -> None:
+    from wire import RUN_WORK_LABEL_MAX_BYTES
+
+    # Long goals alike but for their end, goals of multi-byte characters cut anywhere, a short one.
+    alike = ["open settings and " + "then " * 790 + str(i) for i in range(3)]
+    wide = ["é" * 3999 + "!", "€" * 2000, "😀" * 1000]
+    goals = [*alike, *wide, "short goal"]
+    run = await _create_run(api, tasks=[_goal(goal, device_id="nowhere") for goal in goals for _ in range(2)])
+    shown = await _run(api, run["run_id"])
+    rows = shown["breakdown"]["work"]
+    assert len(rows) == len(goals)  # no two work items merged
+    assert all(len(row["work"].encode()) <= RUN_WORK_LABEL_MAX_BYTES for row in rows)
+    assert all(row["counts"] == _counts(queued=2) for row in rows)
+    labels = {row["work"] for row in rows}
+    assert "short goal" in labels
+    assert sum(label.startswith("open settings and then") for label in labels) == 3
+    assert {label[0] for label in labels} >= {"é", "€", "😀"}
+    # the report still names each work item by its text
+    report = (await api.admin("GET", f"/api/v1/runs/{run['run_id']}/report")).json()
+    assert {suite["work"] for suite in report["suites"]} == set(goals)
+    # the labels move with the tasks: cancelled, every one still sums to its two tasks
+    await api.admin("POST", f"/api/v1/runs/{run['run_id']}/cancel")
+    rows = (await _run(api, run["run_id"]))["breakdown"]["work"]
+    assert len(rows) == len(goals) and all(row["counts"] == _counts(cancelled=2) for row in rows)
+
+
 # -- retention -----------------------------------------------------------------------------
 
 
-async def test_a_run_goes_with_the_last_of_its_tasks(api: Api) -> None:
-    await api.heartbeat("host-a", ["a1"])
-    run = await _create_run(api, idempotency_key="once", tasks=[_goal("g", device_id="a1"), _goal("g",
-                                                                                                device_id="a1")])
-    await api.admin("POST", f"/api/v1/runs/{run['run_id']}/cancel")
-    tasks = await _run_tasks(api, run["run_id"])
-    store = api.ctx.store
-    await store.redis.zadd(store.keys.retention, {tasks[0]["task_id"]: 0})
-    assert (await api.sweep())["purged"] == 1
-    assert (await _run(api, run["run_id"]))["status"] == "cancelled"  # one task left
-    await store.redis.zadd(store.keys.retention, {tasks[1]["task_id"]: 0})
-    assert (await api.sweep())["purged"] == 1
-    assert (await api.admin("GET", f"/api/v1/runs/{run['run_id']}")).status_code == 404
-    assert (await api.admin("GET", "/api/v1/runs")).json()["runs"] == []
-    for key in (store.keys.run_counts(run["run_id"]), store.keys.run_tasks(run["run_id"])):
-        assert await store.redis.exists(key) == 0
-    assert await store.redis.hlen(store.keys.run_idempotency) == 0
-    again = await _create_run(api, idempotency_key="once", tasks=[_goal("g", device_id="a1")])
-    assert again["run_id"] != run["run_id"]
+async def test_a_run_goes_with_the_last_of_its_tasks(api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock, task_retention_s=10) as api:
+        await api.heartbeat("host-a", ["a1"])
+        run = await _create_run(api, idempotency_key="once", tasks=[_goal("g", device_id="a1"),
+                                                                    _goal("g", device_id="a1")])
+        await api.admin("POST", f"/api/v1/runs/{run['run_id']}/cancel")
+        store = api.ctx.store
+        clock.advance(9_000)
+        assert (await api.sweep())["purged"] == 0
+        assert (await _run(api, run["run_id"]))["status"] == "cancelled"
+        clock.advance(1_001)
+        await api.sweep()  # (the app's own reaper may sweep too: what is left is what counts)
+        assert (await api.admin("GET", f"/api/v1/runs/{run['run_id']}")).status_code == 404
+        assert (await api.admin("GET", "/api/v1/runs")).json()["runs"] == []
+        for key in (store.keys.run_counts(run["run_id"]), store.keys.run_tasks(run["run_id"])):
+            assert await store.redis.exists(key) == 0
+        assert await store.redis.hlen(store.keys.run_idempotency) == 0
+        again = await _create_run(api, idempotency_key="once", tasks=[_goal("g", device_id="a1")])
+        assert again["run_id"] != run["run_id"]
+
+
+async def _junit_failures(api: Api, run_id: str) -> str:
+    response = await api.admin("GET", f"/api/v1/runs/{run_id}/report", params={"format": "junit"})
+    assert response.status_code == 200, response.text
+    return ElementTree.fromstring(response.content).attrib["failures"]
+
+
+async def test_a_task_of_a_run_is_kept_until_a_retention_after_the_run_ended(api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock, task_retention_s=20) as api:
+        await api.heartbeat("host-a", ["a1"])
+        run = await _create_run(api, tasks=[_goal("first", device_id="a1", max_attempts=1),
+                                            _goal("second", device_id="a1")])
+        failed = await _report(api, "host-a", "failed", failure_reason="assertion_failed")
+        clock.advance(21_000)  # past the failed task's own retention, while its run still runs
+        assert (await api.sweep())["purged"] == 0
+        assert (await api.task(failed["task_id"]))["status"] == "failed"
+        assert await _junit_failures(api, run["run_id"]) == "1"
+        await api.heartbeat("host-a", ["a1"])
+        await _report(api, "host-a")  # the run ends now, failed
+        assert (await _run(api, run["run_id"]))["status"] == "failed"
+        clock.advance(19_000)  # 40 s after the failure, 19 s after the run ended
+        assert (await api.sweep())["purged"] == 0
+        assert await _junit_failures(api, run["run_id"]) == "1"
+        assert [t["status"] for t in await _run_tasks(api, run["run_id"])] == ["succeeded", "failed"]
+        clock.advance(1_001)  # a retention after the run ended: the run goes with its tasks
+        await api.sweep()
+        assert (await api.admin("GET", f"/api/v1/runs/{run['run_id']}")).status_code == 404
+        assert (await api.admin("GET", f"/api/v1/tasks/{failed['task_id']}")).status_code == 404
+
+
+async def test_rerun_failed_reruns_a_failure_older_than_the_retention_of_a_run_still_running(
+        api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock, task_retention_s=20) as api:
+        await api.heartbeat("host-a", ["a1"])
+        run = await _create_run(api, tasks=[_goal("first", device_id="a1", max_attempts=1),
+                                            _goal("second", device_id="a1")])
+        failed = await _report(api, "host-a", "failed", failure_reason="assertion_failed")
+        clock.advance(21_000)
+        await api.sweep()
+        rerun = await api.admin("POST", f"/api/v1/runs/{run['run_id']}/rerun-failed")
+        assert rerun.status_code == 201 and rerun.json()["created"] == 1
+        tasks = await _run_tasks(api, run["run_id"])
+        assert [t["rerun_of"] for t in tasks if t["rerun_of"]] == [failed["task_id"]]
 
 
 # -- metrics -------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def test_the_checker_finds_real_calls_in_the_real_scripts() -> None:
     """Guards the patterns: a checker that found no calls would pass everything."""
     root = lua_dir()
     created = called_names(code_of((root / "createTask-1.lua").read_text()))
-    assert {"deployment", "setActor", "getJson", "startTask", "waitingCandidates"} <= created
+    assert {"deployment", "setActor", "findIdempotent", "startTask", "waitingCandidates"} <= created
     assert "call" not in created and "decode" not in created  # redis.call, cjson.decode: fields
 
 

@@ -210,3 +210,101 @@ async def test_the_task_listing_filters_by_team(api: Api) -> None:
     await _create(api, team="other")
     listed = await api.admin("GET", "/api/v1/tasks", params={"team": "qa"})
     assert [t["task_id"] for t in listed.json()["tasks"]] == [mine["task_id"]]
+
+
+# -- teams come and go, and are listed in pages ----------------------------------------------
+
+
+async def _mint(api: Api, name: str, team: str) -> dict[str, Any]:
+    made = await api.admin("POST", "/api/v1/operator-tokens", json={"name": name, "scopes": ["submit"], "team": team})
+    assert made.status_code == 201, made.text
+    answer: dict[str, Any] = made.json()
+    return answer
+
+
+async def test_a_team_with_no_work_kept_no_setting_and_no_token_is_forgotten(api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock, task_retention_s=10) as api:
+        store = api.ctx.store
+        await api.heartbeat("host-a", ["a1"])
+        for i in range(5):  # five teams named by a task each, cancelled at once
+            task = await _create(api, team=f"gone-{i}", device_id="nowhere")
+            await api.admin("POST", f"/api/v1/tasks/{task['task_id']}/cancel")
+        await _run_for(api, clock, 1_000)  # qa: a task that ran on a1, so it used device time
+        await _create(api, team="waiting", device_id="nowhere")  # still queued when the others go
+        token = await _mint(api, "ci", "tokened")
+        assert (await _set_team(api, "weighted", weight=3)).status_code == 200
+        assert set(await _teams(api)) == {*(f"gone-{i}" for i in range(5)), "qa", "waiting", "tokened", "weighted"}
+        clock.advance(11_000)
+        await api.sweep()
+        assert set(await _teams(api)) == {"waiting", "tokened", "weighted"}
+        # nothing of a forgotten team is left behind: its fields, its name, its device time
+        fields = {f.decode().split("|")[0] for f in await store.redis.hkeys(store.keys.teams)}
+        assert fields <= {"waiting", "tokened", "weighted"}
+        assert await store.redis.exists(store.keys.team_usage("qa")) == 0
+        # a revoked token and a setting back to the default were what named the last two
+        assert (await api.admin("DELETE", f"/api/v1/operator-tokens/{token['id']}")).status_code == 200
+        back = await _set_team(api, "weighted", weight=1)
+        assert back.status_code == 200 and back.json()["weight"] == 1
+        assert set(await _teams(api)) == {"waiting"}
+        # named again, a team starts afresh
+        assert (await _create(api, team="qa", device_id="nowhere"))["team"] == "qa"
+        assert (await _teams(api))["qa"]["device_seconds_1h"] == 0
+
+
+async def test_a_team_with_a_task_of_a_running_run_is_kept_with_it(api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock, task_retention_s=10) as api:
+        created = await api.admin("POST", "/api/v1/runs", json={"team": "nightly", "tasks": [
+            {"kind": "goal", "goal": "g", "device_id": "nowhere"}, {"kind": "goal", "goal": "g", "device_id": "a1"}]})
+        run = created.json()
+        tasks = (await api.admin("GET", "/api/v1/tasks", params={"run_id": run["run_id"]})).json()["tasks"]
+        ended = next(t for t in tasks if t["device_id"] == "nowhere")
+        await api.admin("POST", f"/api/v1/tasks/{ended['task_id']}/cancel")
+        clock.advance(11_000)
+        await api.sweep()
+        assert "nightly" in await _teams(api)
+
+
+async def test_the_teams_listing_pages_by_name(api: Api) -> None:
+    names = [f"team-{i:02d}" for i in range(7)]
+    for name in reversed(names):
+        assert (await _set_team(api, name, weight=2)).status_code == 200
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"limit": 3} | ({"cursor": cursor} if cursor else {})
+        page = (await api.admin("GET", "/api/v1/teams", params=params)).json()
+        assert len(page["teams"]) <= 3
+        seen += [t["team"] for t in page["teams"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == names and pages == 3
+    whole = (await api.admin("GET", "/api/v1/teams")).json()
+    assert [t["team"] for t in whole["teams"]] == names and whole["next_cursor"] is None
+    for bad in ({"limit": 0}, {"limit": 1001}, {"limit": "x"}, {"cursor": "not an id"}):
+        refused = await api.admin("GET", "/api/v1/teams", params=bad)
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_request", bad
+
+
+async def test_teams_named_before_the_upgrade_are_listed_and_kept(api_factory: Any, redis_client: Any) -> None:
+    from coordinator.state.keys import Keys
+    from tests.support import unique_prefix
+
+    prefix = unique_prefix()
+    keys = Keys(prefix)
+    # the teams hash as an earlier version left it: a token's team, a set one, one named by a task
+    await redis_client.hset(keys.teams, mapping={"tokened": "{}", "weighted": '{"weight": 3}', "tasked|queued": "0",
+                                                 "tasked|running": "0"})
+    clock = ShiftedClock()
+    async with api_factory(prefix=prefix, clock=clock, task_retention_s=10) as api:
+        assert set(await _teams(api)) == {"tokened", "weighted", "tasked"}
+        # one of its earlier tasks now purged: the team is kept (its other tasks were never counted)
+        task = await _create(api, team="tasked", device_id="nowhere")
+        await api.admin("POST", f"/api/v1/tasks/{task['task_id']}/cancel")
+        clock.advance(11_000)
+        await api.sweep()
+        assert set(await _teams(api)) == {"tokened", "weighted", "tasked"}

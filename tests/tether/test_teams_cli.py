@@ -39,3 +39,20 @@ def test_a_team_set_that_says_nothing_or_contradicts_itself_is_a_usage_error(
         coordinator: CoordinatorProcess, args: tuple[str, ...]) -> None:
     done = tether(coordinator, *args)
     assert done.code == 2 and "Traceback" not in done.err
+
+
+def test_the_client_pages_through_the_teams(coordinator: CoordinatorProcess,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support import ADMIN
+    from tether import Client
+
+    made = sorted(f"pg-{secrets.token_hex(3)}-{i}" for i in range(3))
+    for team in made:
+        assert tether_here(coordinator, capsys, "team", "set", team, "--weight", "2").code == 0
+    with Client(coordinator.url, ADMIN, timeout=5) as client:
+        first = client.list_teams(limit=1)
+        assert len(first["teams"]) == 1 and first["next_cursor"] is not None
+        paged = [t["team"] for t in client.iter_teams(page_size=1)]
+        assert paged == sorted(paged) and set(made) <= set(paged)
+    listed = tether_here(coordinator, capsys, "--json", "teams").json()
+    assert set(made) <= {t["team"] for t in listed["teams"]} and listed["next_cursor"] is None

@@ -59,3 +59,10 @@ def test_every_surface_of_the_cli_uses_it(berlin: None) -> None:
     event = {"type": "claimed", "at": at, "attempt": 1, "host_id": "h", "device_id": "d"}
     assert render.event_line(event).startswith(shown)
     assert shown in render.events_table([event])
+
+
+def test_a_cell_shows_no_control_character_whatever_the_coordinator_stored() -> None:
+    from tether.tables import cell, table
+
+    assert cell("nightly\x9b31m\x85run\x1b[0m\tx\x7f") == "nightly31m run[0m x"
+    assert "\x9b" not in table(["NAME"], [["a\x9bb"]])

@@ -8,9 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+import wire
 from coordinator.state.reads.common import BATCH, SCAN_BOUND, Page, Reader
 from coordinator.state.records import RunCounts, RunRecord, TaskRecord
 
+_STATUSES = wire.values(wire.TaskStatus)
 # A run's tasks are read this many at a time (a run holds at most wire.MAX_RUN_TASKS places).
 _TASK_PAGE = 250
 
@@ -34,14 +36,17 @@ class RunReads(Reader):
         return None if raw is None else Run(RunRecord.from_json(raw), RunCounts.from_hash(counts))
 
     async def _runs(self, ids: list[bytes]) -> list[Run]:
+        """The runs with their counts by task status only: a listing shows no breakdown, whose
+        fields (one per device and per work item) need not be read."""
         if not ids:
             return []
         async with self._pipeline() as pipe:
             pipe.hmget(self.keys.runs, ids)
             for run_id in ids:
-                pipe.hgetall(self.keys.run_counts(run_id.decode()))
+                pipe.hmget(self.keys.run_counts(run_id.decode()), _STATUSES)
             raws, *counts = await pipe.execute()
-        return [Run(RunRecord.from_json(raw), RunCounts.from_hash(c))
+        return [Run(RunRecord.from_json(raw), RunCounts.from_hash(
+                    {status: value for status, value in zip(_STATUSES, c, strict=True) if value is not None}))
                 for raw, c in zip(raws, counts, strict=True) if raw is not None]
 
     async def list_runs(self, *, status: str | None, team: str | None, limit: int, cursor: int | None) -> Page:

@@ -9,10 +9,14 @@ from typing import Any, cast
 import orjson
 
 import wire
-from coordinator.state.reads.common import Reader, text
+from coordinator.state.reads.common import Page, Reader, text
 from coordinator.state.records import TeamShare
 
 HOUR_MS = 3_600_000
+# The fields of a team that its share reads (lua/includes/teams.lua): settings, devices held, queued.
+_FIELDS = ("", "|running", "|queued")
+# Teams read at a time when every one is read (/metrics).
+TEAMS_READ = 500
 
 
 def _usage_ms(raw: dict[Any, Any], now_ms: int) -> int:
@@ -31,36 +35,53 @@ class TeamReads(Reader):
     """The team reads of `Queries`."""
 
     async def teams(self) -> list[TeamShare]:
-        """Every team with work, a setting or a token, by name."""
-        k = self.keys
-        fields = {text(name): text(value) for name, value in (await self.redis.hgetall(k.teams)).items()}
-        settings: dict[str, dict[str, Any]] = {}
-        counts: dict[str, dict[str, int]] = {}
-        for field, value in fields.items():
-            team, _, count = field.partition("|")
-            if count:
-                counts.setdefault(team, {})[count] = int(value)
-            else:
-                settings[team] = orjson.loads(value)
-        names = sorted(set(settings) | set(counts))
+        """Every team not forgotten, by name (``/metrics``): page after page."""
+        shares: list[TeamShare] = []
+        cursor: str | None = None
+        while True:
+            page = await self.teams_page(limit=TEAMS_READ, cursor=cursor)
+            shares += page.items
+            if page.next_cursor is None:
+                return shares
+            cursor = page.next_cursor
+
+    async def teams_page(self, *, limit: int, cursor: str | None) -> Page:
+        """At most ``limit`` teams by name, after ``cursor`` (the last name of the page before):
+        every team with a task kept, a token or a setting (lua/includes/teams.lua, team_names)."""
+        low = "-" if cursor is None else f"({cursor}"
+        names = [text(n) for n in cast("list[bytes]", await self.redis.zrangebylex(
+            self.keys.team_names, low, "+", start=0, num=limit + 1))]
+        more = len(names) > limit
+        names = names[:limit]
+        return Page(await self.team_shares(names), names[-1] if more else None)
+
+    async def team_shares(self, names: list[str]) -> list[TeamShare]:
+        """These teams' settings and counts (a team never named: the defaults and none), in order."""
         if not names:
             return []
+        k = self.keys
         high, low = k.status_scores(wire.TaskStatus.RUNNING.value)
         async with self._pipeline() as pipe:
+            pipe.hmget(k.teams, [f"{team}{suffix}" for team in names for suffix in _FIELDS])
             for team in names:
                 pipe.hgetall(k.team_usage(team))
             pipe.zrangebyscore(k.tasks_by_status, low, high)
             replies, now = await self._with_clock(pipe)
-        running_ids = cast("list[bytes]", replies[-1])
+        fields, usages, running_ids = replies[0], replies[1:-1], cast("list[bytes]", replies[-1])
         running = await self._running_ms(running_ids, now)
-        return [TeamShare(
-            team,
-            int(settings.get(team, {}).get("weight") or 1),
-            settings.get(team, {}).get("max_devices"),
-            counts.get(team, {}).get("running", 0),
-            counts.get(team, {}).get("queued", 0),
-            (_usage_ms(usage, now) + running.get(team, 0)) / 1000,
-        ) for team, usage in zip(names, replies[:-1], strict=True)]
+        shares: list[TeamShare] = []
+        for i, team in enumerate(names):
+            raw_settings, held, queued = fields[i * len(_FIELDS): (i + 1) * len(_FIELDS)]
+            settings = orjson.loads(raw_settings) if raw_settings is not None else {}
+            shares.append(TeamShare(
+                team,
+                int(settings.get("weight") or 1),
+                settings.get("max_devices"),
+                int(held or 0),
+                int(queued or 0),
+                (_usage_ms(usages[i], now) + running.get(team, 0)) / 1000,
+            ))
+        return shares
 
     async def _running_ms(self, task_ids: list[bytes], now_ms: int) -> dict[str, int]:
         """The device time running tasks have used within the last hour, by team (at most one
