@@ -49,7 +49,7 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
         ("tether", "tether.render"),
         ("tether.client",),
         ("tether.feed", "tether.waiting", "tether.tables", "tether.arg_types"),
-        ("tether.errors", "tether.sse"),
+        ("tether.errors", "tether.sse", "tether.run_files"),
     ],
     "wire": [
         ("wire", "wire.signatures"),
