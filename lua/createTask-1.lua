@@ -31,7 +31,10 @@
     HGET devices      the pinned device's record: its host, driver, status
     HMGET host_state:<host>  whether its host is online now (its last heartbeat against TIME) and
                       runs this kind of task (a workflow it lists): one read of the host
-    ZREM free         taking the device: answers whether it was free in the same command
+    ZREM free_devices:<driver>  taking the device: answers whether it was free in the same command
+                      (then a ZREM of each of its labels' free sets; a selector's task instead
+                      intersects its driver's and its labels' free sets: includes/placement.lua,
+                      findDeviceFor)
     HSET reservations the device's holder, which release and the candidates read
     HINCRBY teams     the team's devices held, which its quota and its share are judged by
     RPUSH assigned:<host>   the host's queue, which its claim pops

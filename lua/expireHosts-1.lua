@@ -1,6 +1,6 @@
 --[[
   Reaper: hosts whose last heartbeat is older than the offline threshold go offline. Their
-  devices leave `free`, and assignments they had not claimed return to the queue (same attempt)
+  devices leave the free index, and assignments they had not claimed return to the queue (same attempt)
   to be placed on another device.
 
   Input:

@@ -178,10 +178,11 @@ if capabilitiesChanged and capabilitiesJson ~= '' then
 end
 
 -- A host that was not online (its deadline passed, swept or not) had no free device in the eyes
--- of placement, so tasks may have queued beside devices the sweep had yet to take out of `free`:
--- each of its devices becomes free anew, and so takes the oldest matching waiting task. So does
--- each device of a host whose capabilities changed: a workflow task that waited for a host listing
--- its workflow may run on it now.
+-- of placement, so tasks may have queued beside devices the sweep had yet to take out of the free
+-- index: each of its devices becomes free anew, and so takes the waiting task the order picks. So
+-- does each device of a host whose capabilities changed: a workflow task that waited for a host
+-- listing its workflow may run on it now. (A device whose record changed left the free index in
+-- poolDevice, and is fed the same way.)
 for _, reported in ipairs(snapshot.devices) do
   refreshDevice(S, reported.device_id, now, nil, false, not wasOnline or capabilitiesChanged)
 end

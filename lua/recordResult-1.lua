@@ -51,10 +51,12 @@
                       "schedulable", the one predicate every script reads (DESIGN.md, "One
                       notion of each state"), and which waiting tasks its host may run, the
                       host's part in one read
-    EXISTS queue_teams_device:<device> queue_teams:<driver>   whether any team waits for this
-                      device or for any of its driver (then a ZRANGE of each reads the teams'
-                      heads only, bounded: includes/placement.lua, pickByShare)
-    ZADD free         nothing waits: the device is free
+    EXISTS device_targets:<device> driver_targets:<driver> label_targets:<driver>|<label>...
+                      whether any target waits that the device could fit (then the targets found
+                      and the teams' heads of those it fits are read, never a queue: bounded by
+                      the targets and teams waiting, includes/placement.lua, pickByShare)
+    ZADD free_devices:<driver>, ZADD free_label:<driver>|<label>...   nothing waits: the device is
+                      free, in its driver's set and each of its labels', idle since now
 
   Invariants: one result per attempt; a replay of any attempt's report gets the answer it first
   got, even after later attempts reported; a stale or conflicting report changes nothing; the task

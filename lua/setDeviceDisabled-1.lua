@@ -16,7 +16,7 @@
     {NOT_FOUND}  neither pooled nor enrolled nor disabled
 
   Invariants: the flag lives apart from the pooled record, so heartbeats never clear it; a
-  disabled device is never in `free`; idempotent (a repeat publishes nothing; disabling again
+  disabled device is never in the free index; idempotent (a repeat publishes nothing; disabling again
   updates the reason).
 ]]
 --- @include "includes/common"

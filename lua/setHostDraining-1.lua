@@ -12,7 +12,7 @@
     {0, changed (0|1)}
 
   Invariants: idempotent (a repeat changes nothing and publishes nothing); a draining host has
-  no device in `free` and no assignment waiting for its claim, so a claim that runs after the
+  no device in the free index and no assignment waiting for its claim, so a claim that runs after the
   drain finds nothing, whichever process serves it.
 ]]
 --- @include "includes/common"

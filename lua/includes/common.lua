@@ -14,7 +14,8 @@
     events      a task's history, the feed, the actor, a device's runs, the counters
     pool        the devices hosts report; whether a host is online and schedulable
     wakeups     waiting polls registered, and woken through their process's inbox
-    placement   which device runs which task: queues, `free`, reservations, assignment
+    placement   which device runs which task: queues by target, the free index, reservations,
+                assignment
     tasks       a task leaving its device: finished, requeued, unassigned
     hosts       a host paused (drained, stalled), resumed, or detached (offline, revoked)
     candidates  why a queued task waits

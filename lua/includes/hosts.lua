@@ -3,23 +3,26 @@
   a claim timeout), takes work again, or is gone (silent past the offline threshold, revoked).
 
   Functions (each takes the deployment, includes/deployment.lua, first):
-    pauseHost(S, hostId, now, reason, dropDevices)   its devices leave `free` (or the pool) and
-                                                     its unclaimed assignments go back to the queue
+    pauseHost(S, hostId, now, reason, dropDevices)   its devices leave the free index (or the
+                                                     pool) and its unclaimed assignments go back
+                                                     to the queue
     resumeHost(S, hostId, now)                       each of its devices is reconsidered, and fed
     detachHost(S, hostId, now, reason, dropDevices)  it leaves `hosts_online` and is offline at
                                                      once, and is paused
 
-  Invariants kept: a paused or detached host has no device in `free` and no assignment waiting
-  for its claim, so a claim that runs after it finds nothing; a resumed host's free devices each
-  take the oldest waiting task they match.
+  Invariants kept: a paused or detached host has no device in the free index and no assignment
+  waiting for its claim, so a claim that runs after it finds nothing; a resumed host's devices
+  each take the waiting task the order picks (at most a step's bound of feeds; the rest wait for
+  the reaper, not free).
 ]]
 --- @include "includes/deployment"
 --- @include "includes/pool"
 --- @include "includes/placement"
 --- @include "includes/tasks"
 
--- A host that may take no new work for now (drained, stalled): its devices leave `free`, and
--- the assignments it had not claimed return to the queue to be placed on other hosts' devices.
+-- A host that may take no new work for now (drained, stalled): its devices leave the free index,
+-- and the assignments it had not claimed return to the queue to be placed on other hosts'
+-- devices.
 local function pauseHost(S, hostId, now, reason, dropDevices)
   for _, deviceId in ipairs(hostDeviceIds(S, hostId)) do
     local current = getJson(S.key.devices, deviceId)

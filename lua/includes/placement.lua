@@ -179,7 +179,7 @@ local function enqueueTask(S, task)
   end
 end
 
--- Give a task a device that is not in `free` (taken from it, or just released); the caller
+-- Give a task a device that is not in the free index (taken from it, or just released); the caller
 -- saves the task.
 local function assignTask(S, task, deviceId, device, now)
   rcall('HSET', S.key.reservations, deviceId, task.id)

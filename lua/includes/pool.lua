@@ -25,7 +25,7 @@
                                               waiting work it can run now
     unpoolDevice(S, deviceId, device)         take it out
     labelsMatch(wantedJson, haveJson)         every wanted label present with the same value
-    takeFree(S, deviceId, device, host)       take a device out of `free` if its host (hostState)
+    takeFree(S, deviceId, device, host)       take a device out of the free index if its host (hostState)
                                               is online
     workflowOf(task)                          a workflow task's workflow name, or nil
     runsTask(workflows, task)                 whether a host with these workflows may run the task

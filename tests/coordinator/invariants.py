@@ -336,7 +336,7 @@ def check_indexes(s: Stored) -> None:
         device = s.devices[device_id]
         host = device["host_id"]
         # The sweep's record of online (hosts_online), not the deadline: a host past its deadline
-        # keeps its devices in `free` until the sweep, and placement skips them meanwhile.
+        # keeps its devices in the free index until the sweep, and placement skips them meanwhile.
         assert (device["status"] == "available" and device_id not in s.reservations and device_id not in s.disabled
                 and host in s.online and host not in s.draining and host not in s.stalled), (device_id, device)
 
