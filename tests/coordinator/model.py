@@ -141,20 +141,23 @@ class Told:
 
 
 class ProtocolMachine(RuleBasedStateMachine):
-    """Set ``redis_factory`` (a callable giving a fresh client) before running."""
+    """Set ``redis_factory`` (a callable giving a fresh client) before running, and
+    ``transport_factory`` when the client needs another transport than a plain one (a cluster)."""
 
     redis_factory: Any = None
+    transport_factory: Any = PlainTransport
 
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.redis: Redis = self.redis_factory()
+        self.redis: Redis = self.loop.run_until_complete(self._client())
         self.keys = Keys(unique_prefix())
         self.clock = ShiftedClock()
-        self.store = Store(PlainTransport(self.redis), self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
+        transport = type(self).transport_factory(self.redis)
+        self.store = Store(transport, self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
                            claim_timeout_ms=CLAIM_TIMEOUT_MS, retention_ms=RETENTION_MS, scripts=scripts(),
                            clock=self.clock)
-        self.queries = Queries(PlainTransport(self.redis), self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
+        self.queries = Queries(transport, self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
                                scripts=scripts(), clock=self.clock)
         self.told = Told()
         self.cloud: dict[str, str] = {}  # the managed host's local device id -> its cloud id
@@ -173,6 +176,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.run(self.store.create_enrollment_token("et_1", token_digest(token), 3_600_000, 1, "{}"))
         self.managed_id, _ = self.run(self.store.enroll_host(
             token_digest(token), "e-1", token_digest(MANAGED_TOKEN), "h_managed", "lab-pc", "{}"))
+
+    async def _client(self) -> Redis:
+        """The client, made inside the machine's loop (a cluster client binds to the loop)."""
+        return self.redis_factory()  # type: ignore[no-any-return]
 
     def principal(self, host: str) -> HostPrincipal:
         if host == MANAGED:

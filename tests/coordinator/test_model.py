@@ -1,6 +1,7 @@
 """The model-based test: hypothesis drives the store through random sequences of the protocol's
 calls and clock steps across every deadline, and checks the contract's invariants after each
-step (tests/coordinator/model.py, invariants.py), on real Redis and on fakeredis.
+step (tests/coordinator/model.py, invariants.py), on real Redis, on fakeredis and on a local
+Redis Cluster.
 
 The CI profile explores a bounded number of sequences within about half a minute per backend.
 A soak run explores many more: ``TETHER_MODEL_PROFILE=soak .venv/bin/python -m pytest -q
@@ -10,6 +11,7 @@ tests/coordinator/test_model.py`` (see docs/operations.md, "What Tether guarante
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import fakeredis
 import pytest
@@ -17,6 +19,8 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from coordinator.transport.cluster import ClusterTransport
+from coordinator.transport.open import open_cluster
 from tests.coordinator.model import ProtocolMachine
 from tests.support import REAL_REDIS_URL
 
@@ -28,13 +32,19 @@ PROFILES = {
 }
 
 
-@pytest.mark.parametrize("backend", ["redis", "fakeredis"])
-def test_every_sequence_of_calls_and_clock_steps_keeps_the_contract(backend: str) -> None:
+@pytest.mark.parametrize("backend", ["redis", "fakeredis", "cluster"])
+def test_every_sequence_of_calls_and_clock_steps_keeps_the_contract(backend: str, request: pytest.FixtureRequest) -> None:
+    cluster_url = request.getfixturevalue("local_cluster").url if backend == "cluster" else ""
+
     class Machine(ProtocolMachine):
         @staticmethod
-        def redis_factory() -> aioredis.Redis:
+        def redis_factory() -> Any:
             if backend == "redis":
                 return aioredis.Redis.from_url(REAL_REDIS_URL)
+            if backend == "cluster":
+                return open_cluster(cluster_url, max_connections=16)
             return fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
 
+    if backend == "cluster":
+        Machine.transport_factory = ClusterTransport
     run_state_machine_as_test(Machine, settings=PROFILES[os.environ.get("TETHER_MODEL_PROFILE", "ci")])
