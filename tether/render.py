@@ -42,9 +42,12 @@ def why(task: Json) -> str | None:
 
 
 def candidates(counts: Json | None) -> str | None:
+    """The counts, then each flag that holds (``truncated``, ``team_at_quota``) by its name."""
     if not counts:
         return None
-    return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in counts.items())
+    parts = [f"{name.replace('_', ' ')} {value}" for name, value in counts.items() if not isinstance(value, bool)]
+    parts += [name.replace("_", " ") for name, value in counts.items() if value is True]
+    return ", ".join(parts)
 
 
 def progress(step: Json | None) -> str | None:

@@ -426,7 +426,9 @@ class Store:
     async def upgrade_placement(self, limit: int = 100) -> Sweep:
         """Queued tasks and free devices of the earlier placement layout moved to queues by target
         and the free index (lua/upgradePlacement): a full batch while under way, then what is left."""
-        reply = await self._schedule("upgradePlacement", [limit])
+        # Never waits for replicas, as upgrade_device_runs.
+        reply = await self._scripts["upgradePlacement"](self.transport, self._sched_keys, [*self._sched_args, limit],
+                                                        NO_WAIT, self.clock.offset_ms)
         moved = int(reply[1])
         return Sweep(moved if reply[2] == 1 else limit, moved)
 

@@ -329,13 +329,24 @@ end
 -- (a target is indexed by its first label), so a target is read only if the device has the label
 -- it is indexed by.
 -- Cost: one EXISTS (the common case when nothing waits for it: the end), else O(device labels +
--- targets in those indexes + teams waiting for the targets it fits) commands and decodes.
-local function pickByShare(S, deviceId, device, workflows)
+-- targets in those indexes + teams waiting for the targets it fits) commands and decodes. Also
+-- answers whether it looked further than that EXISTS (what a step's bound of feeds counts).
+local function waitingIndexes(S, deviceId, device)
   local labels = cjson.decode(device.labels or '{}')
   local keys = {derived(S, 'device_targets', deviceId), derived(S, 'driver_targets', device.driver)}
   for name, value in pairs(labels) do
     keys[#keys + 1] = derived(S, 'label_targets', labelIndex(device.driver, name, value))
   end
+  return keys, labels
+end
+
+-- Whether any target waits that the device might fit: one EXISTS of its indexes.
+local function anyWaitsFor(S, deviceId, device)
+  return rcall('EXISTS', unpack((waitingIndexes(S, deviceId, device)))) > 0
+end
+
+local function pickByShare(S, deviceId, device, workflows)
+  local keys, labels = waitingIndexes(S, deviceId, device)
   if rcall('EXISTS', unpack(keys)) == 0 then
     return nil
   end
@@ -346,7 +357,7 @@ local function pickByShare(S, deviceId, device, workflows)
     end
   end
   if #ids == 0 then
-    return nil
+    return nil, true
   end
   local heads = {}  -- {team, target, score} of each team waiting for a target the device fits
   local teams, named = {}, {}
@@ -365,7 +376,7 @@ local function pickByShare(S, deviceId, device, workflows)
     end
   end
   if #heads == 0 then
-    return nil
+    return nil, true
   end
   local standings = standingsOf(S, teams)
   local chosen, chosenRank
@@ -381,15 +392,18 @@ local function pickByShare(S, deviceId, device, workflows)
     end
   end
   if not chosen then
-    return nil
+    return nil, true
   end
-  return getJson(S.key.tasks, rcall('ZRANGE', targetQueueKey(S, chosen.target, chosen.team), 0, 0)[1])
+  return getJson(S.key.tasks, rcall('ZRANGE', targetQueueKey(S, chosen.target, chosen.team), 0, 0)[1]), true
 end
 
 -- Hand a device that just became free the waiting task the order picks (pickByShare) among those
 -- it may run on a host with these `workflows`. Whether it took one.
 local function feedDevice(S, deviceId, device, now, workflows)
-  local task = pickByShare(S, deviceId, device, workflows)
+  local task, looked = pickByShare(S, deviceId, device, workflows)
+  if looked then
+    S.feedsLeft = S.feedsLeft - 1
+  end
   if not task then
     return false
   end
@@ -485,12 +499,16 @@ local function refreshDevice(S, deviceId, now, device, released, feedAnew)
       removeFree(S, deviceId, device)  -- a device that takes a task is not free
     end
   end
+  -- A step feeds its bound of devices that something may wait for; past it, such a device is not
+  -- free (so nothing jumps the queue) until the reaper feeds it. One nothing waits for is free.
   if S.feedsLeft <= 0 then
-    -- past this step's bound: not free (so nothing jumps the queue) until the reaper feeds it
-    rcall('ZADD', S.key.refresh_devices, since, deviceId)
+    if anyWaitsFor(S, deviceId, device) then
+      rcall('ZADD', S.key.refresh_devices, since, deviceId)
+    else
+      addFree(S, deviceId, device, since)
+    end
     return
   end
-  S.feedsLeft = S.feedsLeft - 1
   if not feedDevice(S, deviceId, device, now, host.workflows) then
     addFree(S, deviceId, device, since)
   end

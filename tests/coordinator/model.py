@@ -153,7 +153,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.redis: Redis = self.loop.run_until_complete(self._client())
         self.keys = Keys(unique_prefix())
         self.clock = ShiftedClock()
-        transport = type(self).transport_factory(self.redis)
+        self.transport = transport = type(self).transport_factory(self.redis)
         self.store = Store(transport, self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
                            claim_timeout_ms=CLAIM_TIMEOUT_MS, retention_ms=RETENTION_MS, scripts=scripts(),
                            clock=self.clock)
@@ -199,6 +199,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             self.run(delete_prefix_async(self.redis, self.keys.prefix))
+            self.run(self.transport.aclose())
             self.run(self.redis.aclose())
         finally:
             self.loop.close()
