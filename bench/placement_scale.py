@@ -8,7 +8,8 @@ on a private ``redis-server`` started for this scenario, whose ``SLOWLOG`` recor
 what stalls every other host while it runs. The shared Redis is never reconfigured. Each world
 then runs the same operations:
 
-- ``create``: a selector task that a free device takes, and one that queues (nothing free fits);
+- ``create``: a selector task that a free device takes, and one that queues (nothing free fits:
+  its candidates are counted in the step), of labels or of a driver alone;
 - ``claim`` and ``result``: a host claims its assignment and reports it, freeing the device to
   the backlog (on the large fleet every freed device finds waiting work that fits it);
 - ``heartbeat``: a host relabels its devices (each offered the work it can run now), and one
@@ -167,6 +168,9 @@ async def _operations(world: World, hosts: int, per_host: int, big_team_queued: 
     for n in range(SAMPLES):
         await world.create(_selector(n * 13 % 1000), f"team-{n % 100:03d}")
     add(await _slowlog(redis), "queued")
+    for n in range(SAMPLES):  # a selector of a driver alone: its candidates read up to their bound
+        await world.create({"driver": DRIVERS[n % len(DRIVERS)]}, f"team-{n % 100:03d}")
+    add(await _slowlog(redis), "queued, driver only")
     for n in range(SAMPLES):
         await world.create({"driver": "ios", "labels": {"model": f"i{n % 5}"}}, "team-ios")
     add(await _slowlog(redis), "placed")
