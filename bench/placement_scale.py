@@ -239,6 +239,8 @@ async def _seed(world: World, hosts: int, per_host: int, queued: int, big_team_q
     await _gather([world.create(_selector(n % 1000), f"team-{n % 100:03d}", priority=(0, 0, 5, -5)[n % 4])
                    for n in range(queued)])
     after_tasks = int((await redis.info("memory"))["used_memory"])
+    # every device available now: each takes the waiting task the order gives it
+    await _gather([world.heartbeat(h, [_device(h, s, "available") for s in range(per_host)]) for h in range(hosts)])
     await world.heartbeat(hosts, [_device(hosts, s, "busy") for s in range(256)])
     # idle devices nothing waits for (creates of "placed" take them)
     await world.heartbeat(hosts + 2, [{"device_id": f"ios-{i:04d}", "driver": "ios", "status": "available",
@@ -261,7 +263,7 @@ async def _seed(world: World, hosts: int, per_host: int, queued: int, big_team_q
 
 async def placement_scale(b: Bench) -> list[Row]:
     large = b.preset.name == "full" or os.environ.get("TETHER_BENCH_SCALE") == "full"
-    sizes = {"small": (16, 1, 64, 200, 100), "large": (1_000, 10, 100_000, 20_000, 5_000) if large
+    sizes = {"small": (2, 8, 64, 200, 100), "large": (1_000, 10, 100_000, 20_000, 5_000) if large
              else (200, 10, 20_000, 4_000, 1_000)}
     server = shutil.which("redis-server")
     if server is None:

@@ -4,8 +4,9 @@ Computed from the pool, never stored. A script counts a target's devices in one 
 (``lua/includes/candidates.lua``, with the scheduler's own predicates: labels, workflows, host
 online): the create script when it queues a task, ``readWaiting`` otherwise. This module names
 what the scripts answer and applies the contract's rule to the counts. The cost is bounded: a
-selector's candidates are the first ``candidates_scanned`` pooled devices of its driver (in
-device-id order; ``COORDINATOR_CANDIDATES_SCANNED``); past that the counts say ``"truncated":
+selector's candidates are the first ``candidates_scanned`` pooled devices that match it (in
+device-id order, the intersection of its labels' indexes; ``COORDINATOR_CANDIDATES_SCANNED``); past
+that the counts say ``"truncated":
 true``. Queued tasks with the same target share one read (``Queries.candidates``).
 """
 

@@ -28,9 +28,10 @@
   call is routed to the slot of the keys it touches.
 ]]
 
--- Devices one step feeds at most; a heartbeat relabelling 256 devices, or a host of 256 back
--- online, feeds this many and leaves the rest to the reaper's next pass.
-local DEVICE_FEEDS_PER_STEP = 16
+-- Devices one step feeds at most (of those something may wait for; includes/placement.lua,
+-- refreshDevice): a heartbeat relabelling 256 devices, or a host of 256 back online, feeds this
+-- many and leaves the rest to the reaper's next pass.
+local DEVICE_FEEDS_PER_STEP = 8
 
 -- The fixed keys of one base, each built on first use: a script touches a few of them.
 local function fixedKeys(base)

@@ -139,7 +139,13 @@ local function internTarget(S, task)
   id = 't' .. rcall('INCR', S.key.target_seq)
   local target = {target_device = task.target_device, workflow = workflowOf(task), spec = spec}
   if not task.target_device then
+    -- the labels as the spec has them, and decoded (`want`), so a freed device decodes a target
+    -- once (none when empty: some cjson builds write an empty table as [])
     target.driver, target.labels = task.driver, task.labels or '{}'
+    local want = cjson.decode(target.labels)
+    if next(want) ~= nil then
+      target.want = want
+    end
   end
   rcall('HSET', S.key.target_ids, spec, id)
   putJson(S.key.targets, id, target)
@@ -309,9 +315,9 @@ local function unqueueTask(S, task)
   end
 end
 
--- Whether every label `wantedJson` asks for is one of `have` (a decoded table).
-local function labelsWithin(wantedJson, have)
-  for name, value in pairs(cjson.decode(wantedJson or '{}')) do
+-- Whether every label `wanted` asks for is one of `have` (both decoded tables).
+local function labelsWithin(wanted, have)
+  for name, value in pairs(wanted) do
     if have[name] ~= value then
       return false
     end
@@ -364,7 +370,8 @@ local function pickByShare(S, deviceId, device, workflows)
   for i, raw in ipairs(rcall('HMGET', S.key.targets, unpack(ids))) do
     local target = raw and cjson.decode(raw)
     if target and runsWorkflow(workflows, target.workflow)
-        and (target.target_device == deviceId or (not target.target_device and labelsWithin(target.labels, labels))) then
+        and (target.target_device == deviceId or (not target.target_device
+          and (target.want == nil or labelsWithin(target.want, labels)))) then
       local entries = rcall('ZRANGE', derived(S, 'target_teams', ids[i]), 0, -1, 'WITHSCORES')
       for j = 1, #entries, 2 do
         heads[#heads + 1] = {team = entries[j], target = ids[i], score = tonumber(entries[j + 1])}
@@ -416,8 +423,8 @@ end
 -- How much of a team's waiting work one step places, and how many of its targets it reads: the
 -- bound on the step's time. Past either, the team's place is kept in `placing_teams` and the
 -- reaper's next pass goes on from there (placeLeftOver).
-local TEAM_PLACEMENTS_PER_STEP = 8
-local TEAM_TARGETS_PER_STEP = 16
+local TEAM_PLACEMENTS_PER_STEP = 4
+local TEAM_TARGETS_PER_STEP = 8
 
 -- A team below its quota again (a device let go, its cap raised or lifted): its waiting tasks
 -- take free devices they may run, in PROTOCOL's order across all its targets (each target's
