@@ -15,6 +15,7 @@ one before it:
 - the order across targets: a task assigned in this step left queued no task that could have run
   on its device of higher priority (its team not at quota), nor an older one of its team and
   priority;
+- a task placed on a free device took, of those it could run on, the one idle longest;
 - a device holds at most one task, a task at most one live lease;
 - every acknowledged create is stored, or was terminal and purged after its retention, and then
   nothing of it is left behind.
@@ -49,6 +50,7 @@ class Stored:
     devices: dict[str, dict[str, Any]]
     reservations: dict[str, str]
     free: set[str]  # the free devices' ids (free_devices:<driver>)
+    free_since: dict[str, float]  # a free device -> since when it is free (its score there)
     free_index: dict[str, set[str]]  # each free set (free_devices:<driver>, free_label:<index>) -> ids
     pooled_index: dict[str, set[str]]  # pooled_label:<index> -> the pooled devices with that label
     by_driver: set[str]
@@ -130,6 +132,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
     run_tasks: dict[str, dict[str, float]] = {}
     host_state: dict[str, dict[str, str]] = {}
     free_index: dict[str, set[str]] = {}
+    free_since: dict[str, float] = {}
     pooled_index: dict[str, set[str]] = {}
     target_indexes: dict[str, set[str]] = {}
     target_teams: dict[str, dict[str, float]] = {}
@@ -141,6 +144,8 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
             waiting[ident] = {_text(m): s for m, s in reply}
         elif kind in ("free_devices", "free_label"):
             free_index[ident] = {_text(m) for m, _ in reply}
+            if kind == "free_devices":
+                free_since.update({_text(m): score for m, score in reply})
         elif kind == "pooled_label":
             pooled_index[ident] = {_text(m) for m, _ in reply}
         elif kind in ("device_targets", "driver_targets", "label_targets"):
@@ -173,6 +178,7 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         reservations={_text(k): _text(v) for k, v in reservations.items()},
         free={m for key, ids in free_index.items() if key.startswith("free_devices:") for m in ids},
         free_index=free_index,
+        free_since=free_since,
         pooled_index=pooled_index,
         by_driver=set(zset(by_driver)),
         disabled={_text(k) for k in disabled},
@@ -505,6 +511,26 @@ def check_order(s: Stored, before: Stored | None) -> None:
         assert not older, f"{task_id} took {device_id} while older tasks of its team and priority wait: {older}"
 
 
+def check_idle_longest(s: Stored, before: Stored | None, offline_after_ms: int) -> None:
+    """PROTOCOL.md, "Sharing the fleet": a task placed on a device that was free takes, of the
+    free devices it could run on, the one idle longest (least recently released), so wear spreads
+    across a rack: no device it could have taken, still free after the step, was free since
+    earlier."""
+    if before is None:
+        return
+    for task_id, task in s.tasks.items():
+        was = before.tasks.get(task_id)
+        if task["status"] != "assigned" or (was is not None and was["status"] == "assigned"):
+            continue
+        taken = task["device_id"]
+        if taken not in before.free:
+            continue
+        older = [d for d in s.free if d in before.free and before.free_since[d] < before.free_since[taken]
+                 and fits(task, d, s.devices[d]) and could_run_now(s, d, offline_after_ms)
+                 and host_runs(s, s.devices[d]["host_id"], task)]
+        assert not older, f"{task_id} took {taken} while {older} were idle longer"
+
+
 def check_fair_share(s: Stored, before: Stored | None) -> None:
     """When a step assigned one queued task, to a device that was not free before it (a device
     freed in this step, so chosen among everything waiting for it): no other team with a task
@@ -591,6 +617,7 @@ def check_stored(s: Stored, before: Stored | None, offline_after_ms: int, create
     check_nothing_stranded(s, offline_after_ms)
     check_assignments_runnable(s)
     check_order(s, before)
+    check_idle_longest(s, before, offline_after_ms)
     check_fair_share(s, before)
     check_team_counts(s)
     check_accounted(s, before, created)
