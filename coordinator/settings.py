@@ -16,7 +16,7 @@ from coordinator.webhook_targets import TargetPolicy, parse_networks
 REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 # The default of ``candidates_scanned``, which the state floor also takes when built without
 # settings (the model test, benchmarks).
-CANDIDATES_SCANNED = 500
+CANDIDATES_SCANNED = 300
 MAX_PORT = 65535
 
 

@@ -44,7 +44,7 @@ export function candidates(counts) {
   if (!counts) return "";
   const parts = CANDIDATE_WORDS.filter(([name]) => counts[name]).map(([name, word]) => `${counts[name]} ${word}`);
   if (parts.length === 0) parts.push("0 matching");
-  if (counts.truncated) parts.push("(first 1,000 examined)");
+  if (counts.truncated) parts.push("(the first matching devices only: COORDINATOR_CANDIDATES_SCANNED)");
   return parts.join(", ");
 }
 

@@ -31,7 +31,7 @@
 -- Devices one step feeds at most (of those something may wait for; includes/placement.lua,
 -- refreshDevice): a heartbeat relabelling 256 devices, or a host of 256 back online, feeds this
 -- many and leaves the rest to the reaper's next pass.
-local DEVICE_FEEDS_PER_STEP = 8
+local DEVICE_FEEDS_PER_STEP = 6
 
 -- The fixed keys of one base, each built on first use: a script touches a few of them.
 local function fixedKeys(base)

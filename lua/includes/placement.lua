@@ -423,8 +423,8 @@ end
 -- How much of a team's waiting work one step places, and how many of its targets it reads: the
 -- bound on the step's time. Past either, the team's place is kept in `placing_teams` and the
 -- reaper's next pass goes on from there (placeLeftOver).
-local TEAM_PLACEMENTS_PER_STEP = 4
-local TEAM_TARGETS_PER_STEP = 8
+local TEAM_PLACEMENTS_PER_STEP = 3
+local TEAM_TARGETS_PER_STEP = 6
 
 -- A team below its quota again (a device let go, its cap raised or lifted): its waiting tasks
 -- take free devices they may run, in PROTOCOL's order across all its targets (each target's
