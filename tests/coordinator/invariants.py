@@ -15,7 +15,7 @@ one before it:
 - the order across targets: a task assigned in this step left queued no task that could have run
   on its device of higher priority (its team not at quota), nor an older one of its team and
   priority;
-- a task placed on a free device took, of those it could run on, the one idle longest;
+- a new task placed on a free device took, of those it could run on, the one idle longest;
 - a device holds at most one task, a task at most one live lease;
 - every acknowledged create is stored, or was terminal and purged after its retention, and then
   nothing of it is left behind.
@@ -512,22 +512,27 @@ def check_order(s: Stored, before: Stored | None) -> None:
 
 
 def check_idle_longest(s: Stored, before: Stored | None, offline_after_ms: int) -> None:
-    """PROTOCOL.md, "Sharing the fleet": a task placed on a device that was free takes, of the
-    free devices it could run on, the one idle longest (least recently released), so wear spreads
-    across a rack: no device it could have taken, still free after the step, was free since
-    earlier."""
+    """PROTOCOL.md, "Sharing the fleet": a new task takes, of the free devices it may run on, the
+    one idle longest (least recently released), so wear spreads across a rack: no device it could
+    have taken (free and able to run it before the step, unchanged by it, and still free after)
+    was free since earlier than the one it took."""
     if before is None:
         return
+
+    def unchanged_and_ready(d: str) -> bool:
+        was = before.devices.get(d)
+        return (was is not None and d in before.free and could_run_now(before, d, offline_after_ms)
+                and {k: was.get(k) for k in ("host_id", "labels", "driver")}
+                == {k: s.devices[d].get(k) for k in ("host_id", "labels", "driver")})
+
     for task_id, task in s.tasks.items():
-        was = before.tasks.get(task_id)
-        if task["status"] != "assigned" or (was is not None and was["status"] == "assigned"):
+        if task["status"] != "assigned" or task_id in before.tasks:
             continue
         taken = task["device_id"]
-        if taken not in before.free:
+        if not unchanged_and_ready(taken):
             continue
-        older = [d for d in s.free if d in before.free and before.free_since[d] < before.free_since[taken]
-                 and fits(task, d, s.devices[d]) and could_run_now(s, d, offline_after_ms)
-                 and host_runs(s, s.devices[d]["host_id"], task)]
+        older = [d for d in s.free if unchanged_and_ready(d) and before.free_since[d] < before.free_since[taken]
+                 and fits(task, d, s.devices[d]) and host_runs(s, s.devices[d]["host_id"], task)]
         assert not older, f"{task_id} took {taken} while {older} were idle longer"
 
 
