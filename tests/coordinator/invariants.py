@@ -504,7 +504,10 @@ def check_order(s: Stored, before: Stored | None) -> None:
                   if other["status"] == "queued" and fits(other, device_id, device)
                   and host_runs(s, task["host_id"], other)]
         priority = task.get("priority", 0)
-        higher = [i for i, other in rivals if other.get("priority", 0) > priority and not at_quota(s, team_of(other))]
+        # (a rival's quota excuses it, unless the task placed is its own team's: then the quota
+        # went to the lower priority)
+        higher = [i for i, other in rivals if other.get("priority", 0) > priority
+                  and (team_of(other) == team_of(task) or not at_quota(s, team_of(other)))]
         assert not higher, f"{task_id} took {device_id} while tasks of higher priority that could run on it wait: {higher}"
         older = [i for i, other in rivals if team_of(other) == team_of(task) and other.get("priority", 0) == priority
                  and other["seq"] < task["seq"]]

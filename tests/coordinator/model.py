@@ -440,6 +440,18 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert share.team == team and (weight is None or share.weight == weight)
         assert cap == "keep" or share.max_devices == cap
 
+    @rule(team=st.sampled_from(TEAMS), lift=st.sampled_from([None, 1]),
+          work=st.lists(st.tuples(st.sampled_from(TARGETS), st.sampled_from(PRIORITIES)), min_size=2, max_size=3))
+    def pause_queue_resume(self, team: str, lift: int | None, work: list[tuple[dict[str, Any], int]]) -> None:
+        """An admin pauses a team (a cap of 0), its work queues for several targets and priorities,
+        and the cap is lifted or raised: the team's backlog is placed in PROTOCOL's order across
+        its targets (placeTeamWork)."""
+        self.set_team(team, None, 0)
+        for aim, priority in work:
+            self.create(aim, None, None, 1, KINDS[0], team, priority)
+        self.created_waiting = None  # its answers were given before the cap was lifted
+        self.set_team(team, None, lift)
+
     @rule(locals_=st.lists(st.sampled_from(sorted(FLEET[MANAGED])), min_size=1, unique=True))
     def enroll_devices(self, locals_: list[str]) -> None:
         """The managed host enrolls local devices: one it enrolled before keeps its cloud id."""
