@@ -36,7 +36,7 @@
   host offline (no task waits beside a device it could run on); a host whose capabilities
   changed has each of its free devices take the oldest waiting task it may now run, the same way,
   and its unclaimed assignments of workflows it no longer lists go back to the queue. A device
-  whose labels, driver, attributes or status changed is offered the waiting work it can run now,
+  whose labels, driver, host or status changed is offered the waiting work it can run now,
   the same way. At most DEVICE_FEEDS_PER_STEP devices are fed in the step; the rest wait, not free,
   in `refresh_devices` for the reaper (includes/placement.lua, refreshDevice).
   Only enrollment creates an

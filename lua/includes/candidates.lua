@@ -2,8 +2,9 @@
   Why a queued task waits (PROTOCOL.md, "Waiting work"): the pooled devices its target could use,
   each counted under the first reason that keeps it from work, read in the step that queued it
   (createTask) or on demand (readWaiting). Counted here, with the scheduler's own predicates
-  (the pool's label indexes, workflowOf, hostState, runsTask of includes/pool.lua), so the service restates
-  none of them: it only turns the counts into a waiting reason (coordinator/state/wait_reasons.py).
+  (the pool's label indexes, workflowOf, hostState, runsTask of includes/pool.lua), so the
+  service restates none of them: it only turns the counts into a waiting reason
+  (coordinator/state/wait_reasons.py).
 
   Functions:
     hostStanding(S, hostId, now, task)    what of a host decides whether its devices take the task

@@ -475,7 +475,7 @@ end
 -- `feedAnew` says being free proves nothing about the waiting tasks, so the device is fed
 -- anew: its host was not online before this step (hostOnline is what every reader checks), or
 -- its host's capabilities changed (a workflow task may now run on it). (A device whose labels,
--- driver, attributes or host changed left the free index as its record changed: poolDevice.)
+-- driver or host changed left the free index as its record changed: poolDevice.)
 local function refreshDevice(S, deviceId, now, device, released, feedAnew)
   device = device or getJson(S.key.devices, deviceId)
   if not device then

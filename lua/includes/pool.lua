@@ -8,7 +8,6 @@
     labelIndex(driver, name, value)           the id of a driver's index by one label
     freeKeys(S, driver, labels)               the free sets a device (or a selector) of these
                                               labels (a table) is in (asks for)
-    isFree(S, deviceId, device)               whether the device is in the free index
     addFree(S, deviceId, device, since)       put it in: its driver's set and each label's
     removeFree(S, deviceId, device)           take it out (of the sets its record names)
     indexPooled(S, deviceId, record, command) a pooled device in or out of its labels' index
@@ -20,13 +19,13 @@
     workflowSet(capabilitiesJson)             the workflows a host lists, as a set, or nil: any
     hostDeviceIds(S, hostId)                  the host's pooled device ids
     poolDevice(S, deviceId, device, previous) put a device record in the pool; a device whose
-                                              driver, labels, attributes or host changed leaves
-                                              the free index, so refreshDevice offers it the
-                                              waiting work it can run now
+                                              driver, labels or host changed leaves the free
+                                              index, so refreshDevice offers it the waiting
+                                              work it can run now
     unpoolDevice(S, deviceId, device)         take it out
     labelsMatch(wantedJson, haveJson)         every wanted label present with the same value
-    takeFree(S, deviceId, device, host)       take a device out of the free index if its host (hostState)
-                                              is online
+    takeFree(S, deviceId, device, host)       take a device out of the free index if its host
+                                              (hostState) is online
     workflowOf(task)                          a workflow task's workflow name, or nil
     runsTask(workflows, task)                 whether a host with these workflows may run the task
     runsWorkflow(workflows, name)             the same, of a workflow's name (nil: a goal)
@@ -71,10 +70,6 @@ local function freeKeys(S, driver, labels)
     keys[#keys + 1] = derived(S, 'free_label', labelIndex(driver, name, value))
   end
   return keys
-end
-
-local function isFree(S, deviceId, device)
-  return rcall('ZSCORE', derived(S, 'free_devices', device.driver), deviceId) ~= false
 end
 
 -- `since`: when it became free (ms), its order among the free (idle longest first).
@@ -163,10 +158,12 @@ local function poolDevice(S, deviceId, device, previous)
   if not previous or previous.host_id ~= device.host_id then
     rcall('SADD', derived(S, 'host_devices', device.host_id), deviceId)
   end
-  -- What placement matched it by changed: it leaves the free index as its old record had it, and
-  -- the caller's refreshDevice offers it the waiting work it can run now (or puts it back).
+  -- What placement matches it by changed (its driver, labels, or host and so the host's
+  -- workflows): it leaves the free index as its old record had it, and the caller's refreshDevice
+  -- offers it the waiting work it can run now (or puts it back). Its attributes match no selector,
+  -- so a change of them (a battery level) keeps its place, and its idle time, in the index.
   if previous and (previous.driver ~= device.driver or previous.labels ~= device.labels
-      or previous.host_id ~= device.host_id or previous.attributes ~= device.attributes) then
+      or previous.host_id ~= device.host_id) then
     removeFree(S, deviceId, previous)
   end
   if previous and previous.driver ~= device.driver then
