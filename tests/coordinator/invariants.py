@@ -534,7 +534,10 @@ def check_idle_longest(s: Stored, before: Stored | None, offline_after_ms: int) 
         taken = task["device_id"]
         if not unchanged_and_ready(taken):
             continue
-        older = [d for d in s.free if unchanged_and_ready(d) and before.free_since[d] < before.free_since[taken]
+        # a rival able to run it at the readings before and after the step, so at the create between
+        # them too (a host only goes offline as time passes)
+        older = [d for d in s.free if unchanged_and_ready(d) and could_run_now(s, d, offline_after_ms)
+                 and before.free_since[d] < before.free_since[taken]
                  and fits(task, d, s.devices[d]) and host_runs(s, s.devices[d]["host_id"], task)]
         assert not older, f"{task_id} took {taken} while {older} were idle longer"
 
