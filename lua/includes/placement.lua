@@ -139,13 +139,7 @@ local function internTarget(S, task)
   id = 't' .. rcall('INCR', S.key.target_seq)
   local target = {target_device = task.target_device, workflow = workflowOf(task), spec = spec}
   if not task.target_device then
-    -- the labels as the spec has them, and decoded (`want`), so a freed device decodes a target
-    -- once (none when empty: some cjson builds write an empty table as [])
     target.driver, target.labels = task.driver, task.labels or '{}'
-    local want = cjson.decode(target.labels)
-    if next(want) ~= nil then
-      target.want = want
-    end
   end
   rcall('HSET', S.key.target_ids, spec, id)
   putJson(S.key.targets, id, target)
@@ -371,7 +365,7 @@ local function pickByShare(S, deviceId, device, workflows)
     local target = raw and cjson.decode(raw)
     if target and runsWorkflow(workflows, target.workflow)
         and (target.target_device == deviceId or (not target.target_device
-          and (target.want == nil or labelsWithin(target.want, labels)))) then
+          and labelsWithin(cjson.decode(target.labels), labels))) then
       local entries = rcall('ZRANGE', derived(S, 'target_teams', ids[i]), 0, -1, 'WITHSCORES')
       for j = 1, #entries, 2 do
         heads[#heads + 1] = {team = entries[j], target = ids[i], score = tonumber(entries[j + 1])}
