@@ -51,6 +51,8 @@ class Stored:
     reservations: dict[str, str]
     free: set[str]  # the free devices' ids (free_devices:<driver>)
     free_since: dict[str, float]  # a free device -> since when it is free (its score there)
+    placing_teams: set[str]  # teams whose placement stopped at a step's bound, for the reaper
+    refresh_devices: set[str]  # devices a step could not feed past its bound, for the reaper
     free_index: dict[str, set[str]]  # each free set (free_devices:<driver>, free_label:<index>) -> ids
     pooled_index: dict[str, set[str]]  # pooled_label:<index> -> the pooled devices with that label
     by_driver: set[str]
@@ -118,7 +120,8 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
                     keys.teams, keys.runs, keys.targets, keys.target_ids):
             pipe.hgetall(key)
         for key in (keys.tasks_by_status, keys.devices_by_driver, keys.hosts_online, keys.lease_deadlines,
-                    keys.claim_deadlines, keys.queue_deadlines, keys.retention):
+                    keys.claim_deadlines, keys.queue_deadlines, keys.retention, keys.placing_teams,
+                    keys.refresh_devices):
             pipe.zrange(key, 0, -1, withscores=True)
         for key in (keys.disabled_devices, keys.progress):
             pipe.hkeys(key)
@@ -165,7 +168,8 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         elif reply is not None:  # a lease key (its TTL may run out between the scan and the read)
             lease_keys[ident] = orjson.loads(reply)
     (tasks, devices, reservations, idempotency, claims, teams, runs, targets, target_ids, by_status, by_driver, online,
-     lease_deadlines, claim_deadlines, queue_deadlines, retention, disabled, progress) = replies[len(read):]
+     lease_deadlines, claim_deadlines, queue_deadlines, retention, placing_teams, refresh_devices, disabled,
+     progress) = replies[len(read):]
 
     def zset(reply: list[tuple[bytes, float]]) -> dict[str, float]:
         return {_text(m): s for m, s in reply}
@@ -178,6 +182,8 @@ async def read_stored(redis: Redis, keys: Keys, queries: Queries) -> Stored:
         reservations={_text(k): _text(v) for k, v in reservations.items()},
         free={m for key, ids in free_index.items() if key.startswith("free_devices:") for m in ids},
         free_index=free_index,
+        placing_teams=set(zset(placing_teams)),
+        refresh_devices=set(zset(refresh_devices)),
         free_since=free_since,
         pooled_index=pooled_index,
         by_driver=set(zset(by_driver)),
@@ -404,11 +410,14 @@ def check_team_counts(s: Stored) -> None:
 
 
 def check_nothing_stranded(s: Stored, offline_after_ms: int) -> None:
+    """No queued task waits beside a device it could run on, its team's quota aside, and but for
+    the work a step left past its bounds for the reaper (lua/placeLeftOver): a team in
+    `placing_teams`, a device in `refresh_devices` (not free meanwhile)."""
     for task_id, task in s.tasks.items():
-        if task["status"] != "queued" or at_quota(s, team_of(task)):  # quota aside
+        if task["status"] != "queued" or at_quota(s, team_of(task)) or team_of(task) in s.placing_teams:
             continue
         beside = [d for d in s.devices if fits(task, d, s.devices[d]) and could_run_now(s, d, offline_after_ms)
-                  and host_runs(s, s.devices[d]["host_id"], task)]
+                  and host_runs(s, s.devices[d]["host_id"], task) and d not in s.refresh_devices]
         assert not beside, f"queued task {task_id} waits beside {beside} it could run on"
 
 
@@ -431,9 +440,13 @@ def expected_waiting_reason(s: Stored, task: dict[str, Any], offline_after_ms: i
                     if host_online(s, s.devices[d]["host_id"], offline_after_ms)}
     if online_hosts and not any(host_runs(s, h, task) for h in online_hosts):
         return "no_capable_host"
-    if any(could_run_now(s, d, offline_after_ms) and host_runs(s, s.devices[d]["host_id"], task) for d in matching):
-        assert at_quota(s, team_of(task)), "only a team at its quota waits beside a free device"
-        return "team_at_quota"
+    beside = [d for d in matching if could_run_now(s, d, offline_after_ms) and host_runs(s, s.devices[d]["host_id"], task)]
+    if beside:
+        if at_quota(s, team_of(task)):
+            return "team_at_quota"
+        # else only while the reaper has the team's placement or the device's feed to finish
+        assert team_of(task) in s.placing_teams or set(beside) <= s.refresh_devices, \
+            "only a team at its quota waits beside a free device"
     if any(device_busy(s, task, d, offline_after_ms) for d in matching):
         return "matching_devices_busy"
     return "no_schedulable_device"

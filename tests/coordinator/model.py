@@ -557,7 +557,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.clock.advance(ms)
 
     @rule(sweep=st.sampled_from(["expire_leases", "expire_hosts", "expire_assignments", "expire_queued",
-                                 "purge_tasks"]))
+                                 "purge_tasks", "place_left_over"]))
     def sweep(self, sweep: str) -> None:
         self.run(getattr(self.store, sweep)(100))
 
