@@ -20,5 +20,5 @@ class SessionReads(Reader):
                                              start=0, num=limit)
         if not ids:
             return []
-        raws = await self.redis.hmget(self.keys.commands(task_id), ids)
+        raws = await self.redis.hmget(self.keys.commands(task_id), [i for i in ids if isinstance(i, bytes | str)])
         return [orjson.loads(raw) for raw in raws if raw is not None]
