@@ -15,7 +15,7 @@ from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 from tests.support import wait_until_async
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 SESSIONS = {"capabilities": {"workflows": [], "sessions": True}}
 # A wake-up must answer well before the wait runs out; this bounds how long a test waits for one.
