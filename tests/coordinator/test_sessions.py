@@ -253,3 +253,30 @@ async def test_a_session_over_its_artifact_cap_drops_its_oldest_screens(api_fact
             headers={**api.host_headers("host-a"), "content-type": "image/png"})
         assert refused.status_code in (409, 413)
         assert len((await api.admin("GET", f"/api/v1/tasks/{task_id}/artifacts")).json()["artifacts"]) == 2
+
+
+async def test_a_cancel_wakes_the_hosts_poll_and_ends_the_session_cancelled(api: Api, twin: Api) -> None:
+    assignment = await _session(api)
+    task_id = assignment["task_id"]
+    poll = asyncio.ensure_future(_poll(twin, assignment, wait_s=10))
+    assert (await api.admin("POST", f"/api/v1/tasks/{task_id}/cancel")).status_code == 200
+    assert (await asyncio.wait_for(poll, WOKEN_WITHIN_S)).json()["cancel_requested"] is True
+    refused = await _command(api, task_id, {"action": "observe"})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "session_ended"
+    await api.result("host-a", assignment, status="cancelled")
+    assert (await api.task(task_id))["status"] == "cancelled"
+
+
+async def test_a_session_past_its_max_duration_is_asked_to_end_however_busy(api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock) as api:
+        assignment = await _session(api, idle_timeout_s=3600, max_duration_s=60)
+        for _ in range(3):  # busy all along, its lease renewed by its host's polls
+            clock.advance(25_000)
+            await _command(api, assignment["task_id"], {"action": "observe"})
+            polled = (await _poll(api, assignment)).json()
+            await _poll(api, assignment, [_done(c["command_id"]) for c in polled["commands"]])
+            await api.sweep()
+        session = (await api.task(assignment["task_id"]))["session"]
+        assert session["end_requested"] is True and session["end_reason"] == "max_duration"
+        assert (await _poll(api, assignment)).json()["end_requested"] is True
