@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import wire
 from coordinator.clock import ShiftedClock
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
@@ -335,3 +336,18 @@ async def test_commands_reach_the_host_in_order_one_at_a_time_and_the_first_answ
         anyio.from_thread.run(example, steps)
 
     await anyio.to_thread.run_sync(examples)
+
+
+async def test_an_answer_past_its_bound_keeps_the_elements_that_fit(api: Api) -> None:
+    assignment = await _session(api)
+    task_id = assignment["task_id"]
+    command_id = (await _command(api, task_id, {"action": "observe"})).json()["command_id"]
+    answer = _done(command_id)
+    answer["observation"]["elements"] = [{"text": "x" * 1000, "index": i} for i in range(500)]
+    assert (await _poll(api, assignment, [answer])).status_code == 200
+    body = (await api.admin("GET", f"/api/v1/tasks/{task_id}/commands/{command_id}")).json()
+    kept = body["observation"]["elements"]
+    assert body["observation"]["elements_truncated"] is True
+    assert 0 < len(kept) < 500 and [e["index"] for e in kept] == list(range(len(kept)))
+    stored = await api.ctx.store.redis.hget(api.ctx.store.keys.commands(task_id), command_id)
+    assert len(stored) <= 2 * wire.SESSION_ANSWER_MAX_BYTES  # the answer, and its command around it
