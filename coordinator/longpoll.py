@@ -102,7 +102,7 @@ class ClaimWaiter:
 
     @property
     def waiting(self) -> int:
-        """How many polls of this process wait right now."""
+        """How many polls of this process wait right now: claims, and live sessions' waits."""
         return self._count
 
     def register(self, host_id: str) -> asyncio.Event:

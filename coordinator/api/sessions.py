@@ -27,7 +27,7 @@ from coordinator.api.bodies import CommandCreate
 from coordinator.api.context import Context
 from coordinator.api.responses import json_response, task_view
 from coordinator.api.validation import Query, canonical_json, load_object, read_body, require_id, validate
-from coordinator.errors import Conflict, InvalidRequest, found
+from coordinator.errors import Conflict, InsufficientScope, InvalidRequest, found
 from coordinator.longpoll import CONNECTION, wait_on
 from coordinator.state.keys import answers_topic
 from wire import ErrorCode, iso_ms
@@ -38,7 +38,11 @@ _ADMIN = wire.OperatorScope.ADMIN.value
 def _owner(operator: Operator) -> str | None:
     """The token a session must have been created by for ``operator`` to drive it: None for an
     admin (any session)."""
-    return None if operator.may(_ADMIN) else operator.token_id or ""
+    if operator.may(_ADMIN):
+        return None
+    if operator.token_id is None:  # only the bootstrap admin has none, and it may do anything
+        raise InsufficientScope(_ADMIN)
+    return operator.token_id
 
 
 def _wait(wait_s: float) -> float:
