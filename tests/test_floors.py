@@ -36,7 +36,7 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
         ("agent.__main__", "agent.app", "agent.usage"),
         ("agent.host", "agent.identity"),
         ("agent.heartbeat", "agent.lease_run", "agent.host_config"),
-        ("agent.artifacts", "agent.renewals", "agent.executor", "agent.settings"),
+        ("agent.artifacts", "agent.renewals", "agent.executor", "agent.settings", "agent.session_run"),
         ("agent.runtime",),
         ("agent.client", "agent.retry", "agent.run_log"),
         ("agent.answers", "agent"),
