@@ -43,12 +43,13 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
     ],
     "tether": [
         ("tether.__main__", "tether.cli"),
-        ("tether.artifacts_cmd", "tether.runs_cmd", "tether.teams_cmd", "tether.webhooks_cmd"),
+        ("tether.artifacts_cmd", "tether.runs_cmd", "tether.teams_cmd", "tether.webhooks_cmd",
+         "tether.session_cmd"),
         ("tether.commands",),
         ("tether.watch",),
         ("tether", "tether.render"),
         ("tether.client",),
-        ("tether.feed", "tether.waiting", "tether.tables", "tether.arg_types"),
+        ("tether.feed", "tether.waiting", "tether.tables", "tether.arg_types", "tether.sessions"),
         ("tether.errors", "tether.sse", "tether.run_files"),
     ],
     "wire": [
