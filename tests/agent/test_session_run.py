@@ -129,3 +129,15 @@ def test_the_element_list_holds_what_can_be_read_or_tapped_and_at_most_500() -> 
     assert len(elements) == MAX_ELEMENTS
     assert elements[0] == {"text": "row 0", "id": "", "bounds": [0, 0, 10, 1], "clickable": False}
     assert screen_name("c_1:2") == "screen-c_1_2.png"
+
+
+async def test_a_shutdown_stops_the_loop_at_once_and_reports_the_session_failed() -> None:
+    coordinator = FakeCoordinator(lease_ttl_ms=3000)
+    agent, client = make_agent(coordinator, await _sim_executor(), shutdown_grace_s=0.1)
+    async with Running(agent, client) as running:
+        tid = coordinator.assign(kind="session")["task_id"]
+        look = coordinator.command(tid, {"action": "observe"})
+        await wait_until(lambda: look in coordinator.answers, what="the answer")
+        assert await running.stop() == 0
+    result = results_for(coordinator, tid)[0]
+    assert (result["status"], result["failure_reason"]) == ("failed", "shutdown")
