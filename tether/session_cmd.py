@@ -121,12 +121,15 @@ def session_do(client: Client, args: Namespace, out: Output) -> int:
     while answer.get("status") == "pending":
         answer = client.get_command(task_id, str(answer["command_id"]))
     result = CommandAnswer.from_json(client, answer)
+    if args.output and not result.screen_url:
+        out.show(answer, answer_text)
+        out.warn(f"command {result.command_id} has no screen to save")
+        return 1
     if args.output:
-        if not result.screen_url:
-            out.warn(f"command {result.command_id} has no screen to save")
-            out.show(answer, answer_text)
-            return 1
-        out.warn(f"screen saved to {save(args.output, result.screen())}")
+        png = result.screen()
+        path = save(args.output, png)
+        # Said where the answer is: a line for people, a field for scripts.
+        answer = {**answer, "saved": {"path": str(path), "size": len(png)}}
     out.show(answer, answer_text)
     return 0 if result.ok else 1
 
@@ -137,6 +140,9 @@ def answer_text(answer: Json) -> str:
                    ("error", answer.get("error")), ("duration", _ms(answer.get("duration_ms"))),
                    ("round trip", _ms(answer.get("round_trip_ms"))),
                    ("screen", f"{observation.get('width')}x{observation.get('height')}" if observation else None)])
+    saved = answer.get("saved")
+    if saved:
+        head += f"\nsaved   screen ({saved['size']} bytes) to {saved['path']}"
     elements = observation.get("elements") or []
     if not elements:
         return head

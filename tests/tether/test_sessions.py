@@ -152,5 +152,5 @@ def test_do_prints_the_answer_and_elements_and_saves_the_screen(tmp_path: Path,
     args = build_parser().parse_args(["session", "do", "t_1", "tap", "280", "550", "-o", str(target)])
     assert session_do(fake.client(), args, Output(as_json=False)) == 0
     out = capsys.readouterr().out
-    assert "done" in out and "Wi-Fi" in out and "settings:id/wifi" in out
+    assert "done" in out and "Wi-Fi" in out and "settings:id/wifi" in out and f"to {target}" in out
     assert target.read_bytes() == PNG
