@@ -16,7 +16,7 @@ from coordinator.api.auth import Operator, access_of
 from coordinator.api.bodies import DEFAULT_GOAL_MAX_STEPS, TaskCreate
 from coordinator.api.context import Context
 from coordinator.api.responses import event_view, json_response, task_view
-from coordinator.api.validation import Query, canonical_json, read, require_id
+from coordinator.api.validation import Query, canonical_json, parse, read_body, require_id, validate
 from coordinator.errors import InsufficientScope, found
 from coordinator.state.records import TaskRecord
 
@@ -66,12 +66,16 @@ def team_for(operator: Operator, named: str | None) -> str:
     return named or wire.DEFAULT_TEAM
 
 
-async def create_task(ctx: Context, request: Request) -> Response:
-    task = parse_task(await read(request, TaskCreate, ctx.settings.max_body_bytes), ctx.settings.queue_timeout_ms)
+async def submit_task(ctx: Context, operator: Operator, body: bytes | dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Create a task for ``operator`` from a request body (raw bytes, or a JSON object already
+    read): the status (201 created, 200 an earlier task of the same idempotency key) and the
+    task's view. The route below and MCP's ``submit_task`` both call this."""
+    model = (parse(TaskCreate, body, optional=TaskCreate.body_optional) if isinstance(body, bytes)
+             else validate(TaskCreate, body))
+    task = parse_task(model, ctx.settings.queue_timeout_ms)
     task["id"] = "t_" + secrets.token_hex(12)
     # Who created it: named in its view, and what a submit-only token's cancel is checked against.
     # Added after parsing, so the idempotency key's request hash does not depend on the caller.
-    operator = access_of(request).operator
     task["team"] = team_for(operator, task.get("team"))
     task["created_by"] = operator.name
     if operator.token_id is not None:
@@ -82,7 +86,13 @@ async def create_task(ctx: Context, request: Request) -> Response:
         [view] = await ctx.names.add([task_view(answer.task, answer.candidates)])
     else:  # an earlier task with the same idempotency key, still queued
         view = (await _views(ctx, [answer.task]))[0]
-    return json_response(view, 201 if answer.created else 200)
+    return (201 if answer.created else 200), view
+
+
+async def create_task(ctx: Context, request: Request) -> Response:
+    raw = await read_body(request, ctx.settings.max_body_bytes)
+    status, view = await submit_task(ctx, access_of(request).operator, raw)
+    return json_response(view, status)
 
 
 async def get_task(ctx: Context, request: Request) -> Response:
