@@ -40,7 +40,10 @@ class Screen:
 
     @property
     def scale(self) -> float:
-        return self.device_width / self.width
+        """Of the long side, which is exact (the short one is rounded to whole pixels)."""
+        if self.device_width >= self.device_height:
+            return self.device_width / self.width
+        return self.device_height / self.height
 
     def caption(self) -> str:
         """What the model is told about the image: its size, the device's, and the scale."""
