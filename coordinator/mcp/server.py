@@ -104,7 +104,7 @@ class Tools:
                 raise Internal(f"the tool {tool.name} names no route of the table")
             access_for(operator, *needs)
             args = tool.parse(params.arguments)
-            content = await tool.run(Call(self._ctx, operator), args)
+            result = await tool.run(Call(self._ctx, operator), args)
         except ApiError as exc:
             return tool_error(exc)
         except Exception as exc:  # the tool's boundary: a tool error, never a protocol error
@@ -115,7 +115,7 @@ class Tools:
             else:
                 log.error("mcp %s, request %s: unexpected %s", tool.name, rid, type(exc).__name__, exc_info=exc)
             return tool_error(error)
-        return CallToolResult(content=content)
+        return result
 
 
 class McpEndpoint:

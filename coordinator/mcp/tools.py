@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from mcp_types import ContentBlock, ImageContent, TextContent
+from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent
 from pydantic import Field, StringConstraints
 
 import wire
@@ -129,6 +129,14 @@ def text(value: str) -> TextContent:
     return TextContent(type="text", text=value)
 
 
+def answer(content: Content, structured: dict[str, Any] | None = None) -> CallToolResult:
+    """A tool's answer: ``content`` for the model, and the same as JSON (``structured``) for a
+    program, which the text then also carries, as the protocol asks of structured answers."""
+    if structured is not None:
+        content = [*content, text(_json(structured))]
+    return CallToolResult(content=content, structured_content=structured)
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -150,21 +158,25 @@ async def _screen_png(ctx: Context, task_id: str, screen_url: str) -> bytes | No
     return b"".join([chunk async for chunk in chunks])
 
 
-async def observation_content(ctx: Context, task_id: str, answer: Mapping[str, Any]) -> Content:
+async def observation_content(ctx: Context, task_id: str, reply: Mapping[str, Any]) -> CallToolResult:
     """A command's answer as the model reads it: a line on what happened, the screen as an
-    image (scaled, with its scale), and the elements, one line each."""
-    status = answer.get("status")
-    head = f"command {answer.get('command_id')} {status}"
-    if answer.get("error"):
-        head += f": {answer['error']}"
+    image (scaled, with its scale), and the elements, one line each; the answer as JSON for a
+    program (``screen_scale`` added when there is a screen)."""
+    status = reply.get("status")
+    head = f"command {reply.get('command_id')} {status}"
+    if reply.get("error"):
+        head += f": {reply['error']}"
     content: Content = [text(head)]
-    observation = answer.get("observation")
+    structured = dict(reply)
+    observation = reply.get("observation")
     if not isinstance(observation, Mapping):
-        return content
+        return CallToolResult(content=content, structured_content=structured)
     url = observation.get("screen_url")
     raw = await _screen_png(ctx, task_id, url) if isinstance(url, str) else None
-    screen = screens.scaled(raw) if raw is not None else None
+    # Decoding and scaling a phone's screen takes a while: not on the event loop every request shares.
+    screen = await asyncio.to_thread(screens.scaled, raw) if raw is not None else None
     if screen is not None:
+        structured["screen_scale"] = screen.scale
         content.append(text(screen.caption()))
         content.append(ImageContent(type="image", data=_base64(screen.png), mime_type="image/png"))
     else:
@@ -173,7 +185,7 @@ async def observation_content(ctx: Context, task_id: str, answer: Mapping[str, A
     elements = observation.get("elements")
     content.append(text("elements ([index] text id bounds flags; tap one with element=index):\n"
                         + screens.elements_text(elements if isinstance(elements, list) else [])))
-    return content
+    return CallToolResult(content=content, structured_content=structured)
 
 
 def _base64(data: bytes) -> str:
@@ -183,11 +195,11 @@ def _base64(data: bytes) -> str:
 # -- the tools -----------------------------------------------------------------------------
 
 
-async def list_devices(call: Call, args: ListDevices) -> Content:
+async def list_devices(call: Call, args: ListDevices) -> CallToolResult:
     page = await fleet.device_page(call.ctx, host_id=None, driver=args.driver, status=None, limit=args.limit,
                                    cursor=args.cursor)
     wanted = args.labels or {}
-    lines = []
+    lines, chosen = [], []
     for device in page["devices"]:
         labels = device.get("labels") or {}
         if any(labels.get(k) != v for k, v in wanted.items()):
@@ -195,6 +207,7 @@ async def list_devices(call: Call, args: ListDevices) -> Content:
         free = _free(device)
         if args.free_only and not free:
             continue
+        chosen.append({**device, "free": free})
         lines.append(f"{device['device_id']} driver={device['driver']} host={device['host_id']} "
                      f"status={device['status']}{' free' if free else ''}"
                      f"{' disabled' if device.get('disabled') else ''}"
@@ -203,7 +216,8 @@ async def list_devices(call: Call, args: ListDevices) -> Content:
     body = "\n".join(lines) if lines else "no device on this page matches"
     if page["next_cursor"] is not None:
         body += f"\nmore devices: call list_devices again with cursor={page['next_cursor']!r}"
-    return [text(body)]
+    return CallToolResult(content=[text(body)],
+                          structured_content={"devices": chosen, "next_cursor": page["next_cursor"]})
 
 
 def _free(device: Mapping[str, Any]) -> bool:
@@ -212,7 +226,7 @@ def _free(device: Mapping[str, Any]) -> bool:
             and not device.get("disabled") and bool(device.get("host_online")))
 
 
-async def start_session(call: Call, args: StartSession) -> Content:
+async def start_session(call: Call, args: StartSession) -> CallToolResult:
     body: dict[str, Any] = {"kind": _SESSION}
     if args.device_id is not None:
         body["device_id"] = args.device_id
@@ -228,7 +242,7 @@ async def start_session(call: Call, args: StartSession) -> Content:
     _, task = await tasks.submit_task(call.ctx, call.operator, body)
     if task["status"] not in _ENDED and task["status"] != _RUNNING and args.wait_s > 0:
         task = await _until_started(call.ctx, task["task_id"], since, args.wait_s)
-    return [text(_session_line(task))]
+    return answer([text(_session_line(task))], task)
 
 
 async def _until_started(ctx: Context, task_id: str, since: str, wait_s: float) -> dict[str, Any]:
@@ -266,19 +280,19 @@ def _session_line(task: Mapping[str, Any]) -> str:
             f"device frees: call get_task with task_id={task_id!r} to see, or end_session to give up")
 
 
-async def _command(call: Call, session_id: str, action: dict[str, Any]) -> Content:
-    status, answer = await sessions.send_command(call.ctx, call.operator, session_id, action, COMMAND_WAIT_S)
+async def _command(call: Call, session_id: str, action: dict[str, Any]) -> CallToolResult:
+    status, reply = await sessions.send_command(call.ctx, call.operator, session_id, action, COMMAND_WAIT_S)
     if status == 202:
-        return [text(f"command {answer.get('command_id')} is still pending after {COMMAND_WAIT_S:g} s: the device "
-                     "has not answered yet; call observe to see the screen once it has")]
-    return await observation_content(call.ctx, session_id, answer)
+        return answer([text(f"command {reply.get('command_id')} is still pending after {COMMAND_WAIT_S:g} s: the "
+                            "device has not answered yet; call observe to see the screen once it has")], reply)
+    return await observation_content(call.ctx, session_id, reply)
 
 
-async def observe(call: Call, args: Session) -> Content:
+async def observe(call: Call, args: Session) -> CallToolResult:
     return await _command(call, args.session_id, {"action": "observe"})
 
 
-async def tap(call: Call, args: Tap) -> Content:
+async def tap(call: Call, args: Tap) -> CallToolResult:
     point = args.x is not None or args.y is not None
     given = sum((point, args.element is not None, args.text is not None))
     if given != 1 or (point and (args.x is None or args.y is None)):
@@ -309,46 +323,47 @@ async def _element_point(call: Call, session_id: str, index: int) -> tuple[int, 
     return point
 
 
-async def type_text(call: Call, args: TypeText) -> Content:
+async def type_text(call: Call, args: TypeText) -> CallToolResult:
     return await _command(call, args.session_id, {"action": "type", "text": args.text})
 
 
-async def swipe(call: Call, args: Swipe) -> Content:
+async def swipe(call: Call, args: Swipe) -> CallToolResult:
     return await _command(call, args.session_id, {"action": "swipe", "x1": args.x1, "y1": args.y1, "x2": args.x2,
                                                   "y2": args.y2, "duration_ms": args.duration_ms})
 
 
-async def press_key(call: Call, args: PressKey) -> Content:
+async def press_key(call: Call, args: PressKey) -> CallToolResult:
     return await _command(call, args.session_id, {"action": "key", "key": args.key})
 
 
-async def launch_app(call: Call, args: LaunchApp) -> Content:
+async def launch_app(call: Call, args: LaunchApp) -> CallToolResult:
     return await _command(call, args.session_id, {"action": "launch", "app": args.app})
 
 
-async def end_session(call: Call, args: Session) -> Content:
+async def end_session(call: Call, args: Session) -> CallToolResult:
     task = await sessions.end_session(call.ctx, call.operator, args.session_id)
-    return [text(f"session {args.session_id} ended ({task.get('status')}); its recording stays in the task's "
-                 "commands"), text(_json(task))]
+    return answer([text(f"session {args.session_id} ended ({task.get('status')}); its recording stays in the "
+                        "task's commands")], task)
 
 
-async def submit_task(call: Call, args: TaskCreate) -> Content:
+async def submit_task(call: Call, args: TaskCreate) -> CallToolResult:
     if args.kind.value == _SESSION:
         raise InvalidRequest("a session is started with start_session, not submit_task")
     status, task = await tasks.submit_task(call.ctx, call.operator,
                                            args.model_dump(mode="json", exclude_unset=True))
     created = "created" if status == 201 else "already created with this idempotency_key"
-    return [text(f"task {task['task_id']} {created}: {task['status']}"), text(_json(task))]
+    return answer([text(f"task {task['task_id']} {created}: {task['status']}")], task)
 
 
-async def get_task(call: Call, args: GetTask) -> Content:
+async def get_task(call: Call, args: GetTask) -> CallToolResult:
     task = await tasks.task_of(call.ctx, args.task_id)
-    return [text(_json(task))]
+    return answer([text(_session_line(task) if task.get("kind") == _SESSION else
+                        f"task {task['task_id']} is {task['status']}")], task)
 
 
 # -- the table -----------------------------------------------------------------------------
 
-Run = Callable[[Call, Any], Awaitable[Content]]
+Run = Callable[[Call, Any], Awaitable[CallToolResult]]
 
 
 @dataclass(frozen=True)
