@@ -191,6 +191,12 @@ class ScriptError(IntEnum):
     TOO_MANY_TASKS = -23
     # A gap before the webhooks' code, so that codes other branches add meanwhile do not collide.
     WEBHOOK_LIMIT = -30
+    # live sessions (another gap: codes of other branches may land between)
+    NOT_A_SESSION = -40
+    SESSION_NOT_RUNNING = -41
+    SESSION_ENDED = -42
+    TOO_MANY_COMMANDS = -43
+    NOT_SESSION_OWNER = -44
 
 
 _CONFLICT_MESSAGES = {
@@ -215,6 +221,11 @@ _CONFLICT_MESSAGES = {
     ScriptError.ARTIFACT_LIMIT: "the task's artifacts would exceed COORDINATOR_MAX_TASK_ARTIFACT_BYTES "
                                 "or COORDINATOR_MAX_TASK_ARTIFACTS",
     ScriptError.WEBHOOK_LIMIT: "as many webhooks as a deployment may hold exist; remove one first",
+    ScriptError.NOT_A_SESSION: "this task is not a session: it takes no commands",
+    ScriptError.SESSION_NOT_RUNNING: "the session is not running yet (details.status says where it is)",
+    ScriptError.SESSION_ENDED: "the session has ended",
+    ScriptError.TOO_MANY_COMMANDS: f"{wire.SESSION_COMMANDS_WAITING_MAX} commands of this session wait already; "
+                                   "wait for their answers",
 }
 
 
@@ -240,6 +251,8 @@ def error_for(code: int, detail: Any = None) -> ApiError:
     if failure is ScriptError.NOT_OWNER:
         return InsufficientScope("control", "without the 'control' scope, a token may cancel (or rerun) only the "
                                             "tasks and runs it created")
+    if failure is ScriptError.NOT_SESSION_OWNER:
+        return InsufficientScope("admin", "only the token that created a session (or an admin) drives or ends it")
     if failure is ScriptError.TOO_MANY_TASKS:
         return InvalidRequest(f"matrix: a run has at most {wire.MAX_RUN_TASKS} tasks; this matrix makes {detail} "
                               "or more")
@@ -248,6 +261,8 @@ def error_for(code: int, detail: Any = None) -> ApiError:
         ScriptError.UNKNOWN_DEVICE,
         ScriptError.DRIVER_CONFLICT,
     ) else None
+    if failure is ScriptError.SESSION_NOT_RUNNING:
+        details = {"status": detail}
     if failure is ScriptError.NO_MATCHING_DEVICE:
         # The matching devices left out, each with its reason (lua/createRun-1.lua): none, when
         # the selector matches no pooled device at all.

@@ -1,5 +1,8 @@
-"""The claim's long-poll: a poll claims its host's oldest assignment or waits for one, and this
-process's waiting polls are woken when work is assigned to their host.
+"""The long-polls: a claim's poll claims its host's oldest assignment or waits for one, and this
+process's waiting polls are woken when work is assigned to their host. A live session's polls
+(the host's for the next command, an operator's for an answer: ``wait_on``) wait on the same
+machinery, under a topic of their session (coordinator/state/keys.py, ``commands_topic``,
+``answers_topic``) where a claim waits under its host's id.
 
 ``claim_until_assigned`` is the whole wait of one poll: it registers the poll's wake-up (an
 ``asyncio.Event``) with
@@ -33,10 +36,10 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from starlette.types import Receive
 
@@ -85,7 +88,7 @@ class ClaimWaiter:
         self._redis = redis
         self._inbox = inbox_key
         self.process_id = process_id
-        # host id -> its waiting polls. A list: a host keeps one poll open (the agent's claim
+        # host id (or a session's topic) -> its waiting polls. A list: a host keeps one poll open (the agent's claim
         # loop), seldom two, and a list of one is 64 bytes where a set is 216.
         self._waiting: dict[str, list[asyncio.Event]] = {}
         self._count = 0
@@ -276,3 +279,40 @@ async def claim_until_assigned(waiter: ClaimWaiter, store: Store, host: HostPrin
     finally:
         waiter.unregister(host.host_id, wakeup)
         hangup.close()
+
+
+# -- any other wait: a session's polls -------------------------------------------------------
+
+T = TypeVar("T")
+
+
+async def wait_on(waiter: ClaimWaiter, topic: str, attempt: Callable[[int], Awaitable[T | None]], wait_s: float,
+                  connection: ClientConnection | None = None, receive: Receive | None = None) -> T | None:
+    """``attempt``'s first answer that is not None, trying again each time ``topic`` is woken,
+    until ``wait_s`` is up (then None). ``attempt`` is given the milliseconds left, and registers
+    the wait in Redis in the step that found nothing (as the claim script does), so no wake-up is
+    lost: the wake-up here is registered before the first attempt. Ends with None at once when
+    the process stops or, given ``receive``, the client hangs up."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    wakeup = waiter.register(topic)
+    hangup = Hangup(connection, receive, wakeup) if receive is not None else None
+    try:
+        while True:
+            if hangup is not None and hangup.happened():
+                return None
+            wakeup.clear()
+            wait_ms = 0 if waiter.closed else max(int((deadline - loop.time()) * 1000), 0)
+            answer = await attempt(wait_ms)
+            remaining = deadline - loop.time()
+            if answer is not None or remaining <= 0 or waiter.closed:
+                return answer
+            if hangup is not None:
+                hangup.watch()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await wakeup.wait()
+    finally:
+        waiter.unregister(topic, wakeup)
+        if hangup is not None:
+            hangup.close()

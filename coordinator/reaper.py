@@ -4,6 +4,7 @@
 - hosts silent past the offline threshold: offline, their unclaimed assignments requeued;
 - assignments not claimed within the claim timeout: requeued, their host stalled until it polls;
 - queued tasks past their queue deadline: failed with ``queue_timeout``;
+- live sessions past their idle timeout or max duration: asked to end (their agents report);
 - what a step left past its bounds (lua/placeLeftOver): devices it could not feed, and teams
   whose placement stopped at its slice, placed on a slice a call;
 - terminal tasks past their retention: deleted, with everything hanging off them (their
@@ -55,6 +56,7 @@ async def sweep(store: Store, artifacts: Artifacts) -> dict[str, int]:
         "hosts": await _drain(store.expire_hosts),
         "claims": await _drain(store.expire_assignments),
         "queued": await _drain(store.expire_queued),
+        "sessions": await _drain(store.end_idle_sessions),
         # A step feeds a bounded number of devices and places a bounded slice of a team back under
         # its quota; the rest is placed here.
         "placed_left_over": await store.place_left_over(),

@@ -36,6 +36,7 @@
     XADD feed, ZADD tasks_by_status, HSET tasks   `claimed`, the listing, the record
     ZADD lease_deadlines   the lease's deadline, which the reaper acts on
     SET lease:<task>  the lease key with its TTL, for people (DESIGN.md, "Keys are for people")
+    ZADD session_deadlines   a session's idle timeout and max duration start (sessions only)
 
   Invariants: an assignment is handed out at most once (popped from the host's `assigned` list
   in the step that creates its lease); a poll that finds nothing is registered in that same
@@ -52,6 +53,7 @@
 --- @include "includes/placement"
 --- @include "includes/wakeups"
 --- @include "includes/hosts"
+--- @include "includes/sessions"
 local S = deployment(KEYS, ARGV)
 local hostId, claimId, leaseId, ttl = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
 local credential, processId, waitMs = ARGV[10], ARGV[11], tonumber(ARGV[12])
@@ -114,6 +116,9 @@ taskEvent(S, task, 'claimed', now)
 saveTask(S, task, previous)
 
 rcall('ZADD', S.key.lease_deadlines, now + ttl, task.id)
+if task.kind == 'session' then  -- its idle timeout and max duration run from now
+  scheduleSession(S, task)
+end
 rcall('SET', derived(S, 'lease', task.id),
       cjson.encode({lease_id = leaseId, host_id = hostId, attempt = task.attempt}), 'PX', ttl)
 
@@ -129,6 +134,9 @@ local assignment = {
   workflow = task.workflow,
   max_steps = task.max_steps,
 }
+if task.kind == 'session' then
+  assignment.session = {idle_timeout_s = task.idle_timeout_ms / 1000, max_duration_s = task.max_duration_ms / 1000}
+end
 local encoded = cjson.encode(assignment)
 if claimId ~= '' then
   rcall('HSET', S.key.claims, claimField, encoded)

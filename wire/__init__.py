@@ -47,6 +47,7 @@ class DeviceStatus(str, Enum):
 class TaskKind(str, Enum):
     GOAL = "goal"
     WORKFLOW = "workflow"
+    SESSION = "session"  # a live session (PROTOCOL.md, "Live sessions")
 
 
 class ProgressOutcome(str, Enum):
@@ -71,6 +72,10 @@ class EventType(str, Enum):
     RESULT = "result"
     QUEUE_TIMEOUT = "queue_timeout"
     CANCELLED = "cancelled"
+    # a session's (PROTOCOL.md, "Live sessions")
+    COMMAND = "command"
+    COMMAND_ANSWERED = "command_answered"
+    END_REQUESTED = "end_requested"
     # the live feed only
     HOST_ONLINE = "host_online"
     HOST_OFFLINE = "host_offline"
@@ -204,6 +209,18 @@ WEBHOOK_URL_MAX_CHARS = 2048
 # token may take this name.
 BOOTSTRAP_ACTOR = "admin"
 
+# Live sessions (PROTOCOL.md): a session's timeouts (s: least, most, default), the commands that
+# may wait at once, how long an operator's request waits for an answer (s), how many commands
+# a session's recording keeps (the oldest dropped), and how many elements an observation holds.
+SESSION_IDLE_TIMEOUT_S = (10, 3600, 300)
+SESSION_MAX_DURATION_S = (60, 86400, 3600)
+SESSION_COMMANDS_WAITING_MAX = 16
+SESSION_COMMAND_WAIT_MAX_S = 60
+SESSION_COMMANDS_KEPT = 1000
+SESSION_ELEMENTS_MAX = 500
+# The end reasons a session's result carries (metadata.end_reason).
+SESSION_END_REASONS = ("ended", "idle_timeout", "max_duration")
+
 # What the coordinator keeps: a task's history, a device's runs, the live feed.
 TASK_EVENTS_KEPT = 200
 DEVICE_RUNS_KEPT = 1000
@@ -244,6 +261,11 @@ class ErrorCode(str, Enum):
     ARTIFACT_LIMIT = "artifact_limit"
     NO_MATCHING_DEVICE = "no_matching_device"  # a run's matrix matches no device
     WEBHOOK_LIMIT = "webhook_limit"
+    # live sessions
+    NOT_A_SESSION = "not_a_session"
+    SESSION_NOT_RUNNING = "session_not_running"
+    SESSION_ENDED = "session_ended"
+    TOO_MANY_COMMANDS = "too_many_commands"
 
 
 def iso_ms(ms: int | None) -> str | None:

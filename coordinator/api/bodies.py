@@ -19,7 +19,7 @@ and newline aside) and the characters XML 1.0 forbids after its length is judged
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -27,10 +27,12 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     GetJsonSchemaHandler,
     Strict,
     StringConstraints,
+    Tag,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -229,6 +231,7 @@ class Capabilities(HostBody):
 
     workflows: Annotated[list[Id], Field(max_length=MAX_CAPABILITY_NAMES)] = []
     planners: Annotated[list[Id], Field(max_length=MAX_CAPABILITY_NAMES)] = []
+    sessions: bool = False  # it runs live sessions (PROTOCOL.md, "Live sessions")
 
 
 _AgentWord = Annotated[str, StringConstraints(max_length=HOSTNAME_MAX_CHARS), AfterValidator(clean_text)]
@@ -325,13 +328,19 @@ class Selector(OperatorBody):
 # A task's kind needs one field and excludes the other; its target is exactly one of two fields.
 # Stated here once, for the check below and for the document.
 _KIND_NEEDS = {wire.TaskKind.GOAL.value: ("goal", "workflow"), wire.TaskKind.WORKFLOW.value: ("workflow", "goal")}
+# A session (PROTOCOL.md, "Live sessions") carries no work: none of these; and only it has these.
+_SESSION_HAS_NO = ("goal", "workflow", "max_steps")
+_SESSION_ONLY = ("idle_timeout_s", "max_duration_s")
 _TARGETS = ("device_id", "selector")
 
 
 def _task_rules(schema: dict[str, Any]) -> None:
     schema["allOf"] = [
-        {"oneOf": [{"properties": {"kind": {"const": kind}}, "required": [needs], "not": {"required": [excludes]}}
-                   for kind, (needs, excludes) in _KIND_NEEDS.items()]},
+        {"oneOf": [*({"properties": {"kind": {"const": kind}}, "required": [needs],
+                      "not": {"anyOf": [{"required": [excludes]}, *({"required": [f]} for f in _SESSION_ONLY)]}}
+                     for kind, (needs, excludes) in _KIND_NEEDS.items()),
+                   {"properties": {"kind": {"const": wire.TaskKind.SESSION.value}},
+                    "not": {"anyOf": [{"required": [f]} for f in _SESSION_HAS_NO]}}]},
         {"oneOf": [{"required": [target]} for target in _TARGETS]},
     ]
 
@@ -353,17 +362,30 @@ class TaskCreate(OperatorBody):
     queue_timeout_s: Annotated[int, Field(ge=1, le=MAX_QUEUE_TIMEOUT_S), Integral] | None = None
     priority: Annotated[int, Field(ge=wire.PRIORITY_MIN, le=wire.PRIORITY_MAX), Integral] = wire.PRIORITY_DEFAULT
     team: Id | None = None
+    # a session's (PROTOCOL.md, "Live sessions"); its max_attempts is 1 whatever was sent
+    idle_timeout_s: Annotated[int, Field(ge=wire.SESSION_IDLE_TIMEOUT_S[0], le=wire.SESSION_IDLE_TIMEOUT_S[1]),
+                              Integral] | None = None
+    max_duration_s: Annotated[int, Field(ge=wire.SESSION_MAX_DURATION_S[0], le=wire.SESSION_MAX_DURATION_S[1]),
+                              Integral] | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> TaskCreate:
+        if sum(getattr(self, target) is not None for target in _TARGETS) != 1:
+            raise PydanticCustomError("rule", "give exactly one target: {targets}", {"targets": " or ".join(_TARGETS)})
+        if self.kind is wire.TaskKind.SESSION:
+            for name in _SESSION_HAS_NO:
+                if name in self.model_fields_set:
+                    raise PydanticCustomError("rule", "a session task has no {excludes}", {"excludes": name})
+            return self
+        for name in _SESSION_ONLY:
+            if name in self.model_fields_set:
+                raise PydanticCustomError("rule", "only a session task has {name}", {"name": name})
         needs, excludes = _KIND_NEEDS[self.kind.value]
         if getattr(self, needs) is None:
             raise PydanticCustomError("rule", "a {kind} task needs {needs}", {"kind": self.kind.value, "needs": needs})
         if excludes in self.model_fields_set:
             raise PydanticCustomError("rule", "a {kind} task has no {excludes}",
                                       {"kind": self.kind.value, "excludes": excludes})
-        if sum(getattr(self, target) is not None for target in _TARGETS) != 1:
-            raise PydanticCustomError("rule", "give exactly one target: {targets}", {"targets": " or ".join(_TARGETS)})
         return self
 
 
@@ -380,6 +402,8 @@ _RUN_SETS = ("team", "priority", "idempotency_key")
 
 
 def _run_task(task: TaskCreate) -> TaskCreate:
+    if task.kind is wire.TaskKind.SESSION:
+        raise PydanticCustomError("run", "a run's tasks are goals or workflows, not sessions", {})
     for name in _RUN_SETS:
         if name in task.model_fields_set:
             raise PydanticCustomError("run", "{name} is the run's: set it on the run, for every task", {"name": name})
@@ -404,6 +428,9 @@ class WorkItem(OperatorBody):
 
     @model_validator(mode="after")
     def _rules(self) -> WorkItem:
+        if self.kind.value not in _KIND_NEEDS:
+            raise PydanticCustomError("rule", "a work item is a goal or a workflow, not a {kind}",
+                                      {"kind": self.kind.value})
         needs, excludes = _KIND_NEEDS[self.kind.value]
         if getattr(self, needs) is None:
             raise PydanticCustomError("rule", "a {kind} work item needs {needs}",
@@ -555,7 +582,130 @@ class WebhookCreate(OperatorBody):
     team: Id | None = None
 
 
+# -- live sessions (PROTOCOL.md, "Live sessions") --------------------------------------------
+# A command's action: the workflow step vocabulary (what agent/runtime/actions.py performs) and
+# `observe`; each answers with the screen after it unless "observe": false.
+
+_Coordinate = Annotated[int, Field(ge=0, le=100_000), Integral]
+_ActionText = Annotated[str, StringConstraints(max_length=wire.MAX_GOAL_CHARS, pattern=NO_CONTROL)]
+_ActionName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NO_CONTROL)]
+
+
+class _Action(OperatorBody):
+    observe: bool = True
+
+
+def _tap_rules(schema: dict[str, Any]) -> None:
+    schema["oneOf"] = [{"required": ["x", "y"]}, {"required": ["text"]}, {"required": ["id"]}]
+
+
+class TapAction(_Action):
+    """A tap at a point (x, y, in the device's pixels), or on the element of a text or a resource id."""
+
+    model_config = ConfigDict(json_schema_extra=_tap_rules)
+
+    action: Literal["tap"]
+    x: _Coordinate | None = None
+    y: _Coordinate | None = None
+    text: Annotated[_ActionText, StringConstraints(min_length=1)] | None = None
+    id: _ActionName | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> TapAction:
+        point = self.x is not None or self.y is not None
+        if point and (self.x is None or self.y is None):
+            raise PydanticCustomError("rule", "a tap by point needs both x and y")
+        if point + (self.text is not None) + (self.id is not None) != 1:
+            raise PydanticCustomError("rule", "a tap gives exactly one of: x and y, text, id")
+        return self
+
+
+class TypeAction(_Action):
+    action: Literal["type"]
+    text: _ActionText
+
+
+class SwipeAction(_Action):
+    action: Literal["swipe"]
+    x1: _Coordinate
+    y1: _Coordinate
+    x2: _Coordinate
+    y2: _Coordinate
+    duration_ms: Annotated[int, Field(ge=0, le=60_000), Integral] = 300
+
+
+class KeyAction(_Action):
+    action: Literal["key"]
+    key: _ActionName
+
+
+class LaunchAction(_Action):
+    action: Literal["launch"]
+    app: _ActionName
+
+
+class WaitAction(_Action):
+    action: Literal["wait"]
+    ms: Annotated[int, Field(ge=0, le=60_000), Integral]
+
+
+class ObserveAction(_Action):
+    action: Literal["observe"]
+
+
+_ACTION_MODELS: dict[str, type[_Action]] = {"tap": TapAction, "type": TypeAction, "swipe": SwipeAction,
+                                             "key": KeyAction, "launch": LaunchAction, "wait": WaitAction,
+                                             "observe": ObserveAction}
+SESSION_ACTIONS = tuple(_ACTION_MODELS)
+
+
+def _action_kind(value: Any) -> str | None:
+    kind = value.get("action") if isinstance(value, dict) else getattr(value, "action", None)
+    return kind if isinstance(kind, str) and kind in _ACTION_MODELS else None
+
+
+SessionAction = Annotated[
+    Annotated[TapAction, Tag("tap")] | Annotated[TypeAction, Tag("type")] | Annotated[SwipeAction, Tag("swipe")]
+    | Annotated[KeyAction, Tag("key")] | Annotated[LaunchAction, Tag("launch")] | Annotated[WaitAction, Tag("wait")]
+    | Annotated[ObserveAction, Tag("observe")],
+    Discriminator(_action_kind, custom_error_type="action",
+                  custom_error_message=f"'action' must be one of {', '.join(_ACTION_MODELS)}")]
+
+
+class CommandCreate(OperatorBody):
+    """One command for a running session (POST /api/v1/tasks/{task_id}/commands)."""
+
+    action: SessionAction
+
+
+class Observation(HostBody):
+    """What the device showed after a command: the screen's artifact name and size, its elements."""
+
+    screen: Annotated[str, StringConstraints(pattern=f"^{wire.ARTIFACT_NAME_PATTERN}$")] | None = None
+    width: Annotated[int, Field(ge=0, le=INT32_MAX), Integral] | None = None
+    height: Annotated[int, Field(ge=0, le=INT32_MAX), Integral] | None = None
+    elements: Annotated[list[FreeObject], Field(max_length=wire.SESSION_ELEMENTS_MAX)] = []
+
+
+class CommandAnswer(HostBody):
+    command_id: Id
+    status: Literal["done", "failed"]
+    error: Annotated[str, StringConstraints(max_length=MAX_REASON_CHARS * 4), AfterValidator(clean_text)] | None = None
+    duration_ms: Annotated[int, Field(ge=0, le=INT32_MAX), Integral] | None = None
+    observation: Observation | None = None
+
+
+class CommandsPoll(HostBody):
+    """A session's host poll (POST .../leases/{lease_id}/commands): the answers of the commands it
+    ran, then the next commands are returned."""
+
+    body_optional = False
+    task_id: Id
+    attempt: Annotated[int, Field(ge=1, le=INT32_MAX), Integral]
+    answers: Annotated[list[CommandAnswer], Field(max_length=wire.SESSION_COMMANDS_WAITING_MAX)] = []
+
+
 # The document's name of each request body is its model's name (routes.py names them).
 REQUESTS: tuple[type[RequestBody], ...] = (Enroll, DeviceEnroll, Heartbeat, Claim, Renew, Renewals, Result,
                                           TaskCreate, DeviceDisable, TokenCreate, OperatorTokenCreate, TeamSettings,
-                                          RunCreate, WebhookCreate)
+                                          RunCreate, WebhookCreate, CommandCreate, CommandsPoll)

@@ -47,12 +47,18 @@ def parse_snapshot(body: Heartbeat, max_devices: int) -> list[dict[str, str]]:
     } for device in body.devices), key=lambda d: d["device_id"])
 
 
-def parse_capabilities(agent: Agent | None) -> dict[str, list[str]] | None:
+def parse_capabilities(agent: Agent | None) -> dict[str, Any] | None:
     """``agent.capabilities``: what the host can run, each kind a list of names, sorted and
-    without repeats; ``None`` when the agent sent none (an older agent: it runs anything)."""
+    without repeats, and ``sessions: true`` when it runs live sessions (left out otherwise, so an
+    agent without sessions stores what it did before); ``None`` when the agent sent none (an
+    older agent: it runs anything but sessions)."""
     if agent is None or agent.capabilities is None:
         return None
-    return {kind: sorted(set(names)) for kind, names in agent.capabilities}
+    caps = agent.capabilities
+    parsed: dict[str, Any] = {"workflows": sorted(set(caps.workflows)), "planners": sorted(set(caps.planners))}
+    if caps.sessions:
+        parsed["sessions"] = True
+    return parsed
 
 
 async def _parse_heartbeat(ctx: Context, request: Request) -> tuple[dict[str, Any], list[dict[str, str]], str]:
@@ -89,7 +95,8 @@ async def heartbeat(ctx: Context, request: Request) -> Response:
 # -- claim ---------------------------------------------------------------------------------
 
 
-def _wait_seconds(request: Request, ctx: Context) -> float:
+def wait_seconds(request: Request, ctx: Context) -> float:
+    """A poll's ``wait_s``: the default when absent, capped at the configured maximum."""
     raw = request.query_params.get("wait_s")
     if raw is None:
         wait = ctx.settings.claim_wait_default_s
@@ -105,7 +112,7 @@ def _wait_seconds(request: Request, ctx: Context) -> float:
 
 async def _parse_claim(ctx: Context, request: Request) -> tuple[float, str]:
     """How long to wait, and the claim id ("" for none)."""
-    wait_s = _wait_seconds(request, ctx)
+    wait_s = wait_seconds(request, ctx)
     body = await read(request, Claim, ctx.settings.max_body_bytes)
     return wait_s, body.claim_id or ""
 

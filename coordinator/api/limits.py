@@ -6,6 +6,8 @@ from __future__ import annotations
 
 # Listings: (default, maximum) of ``limit``.
 TASKS_LIMIT = (50, 500)
+COMMANDS_LIMIT = (100, 1000)  # a session's recording
+COMMAND_CURSOR_MAX = 2**53  # a command's seq
 DEVICES_LIMIT = (100, 1000)
 HOSTS_LIMIT = (100, 1000)
 TOKENS_LIMIT = (100, 1000)

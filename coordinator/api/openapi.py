@@ -111,7 +111,9 @@ SCHEMAS: dict[str, Any] = {
         "lease_expires_at": {"type": "string", "format": "date-time"}, "device_id": _ID,
         "kind": {"enum": list(wire.values(wire.TaskKind))}, "goal": {"type": "string"},
         "workflow": {"type": "object", "properties": {"name": _ID, "params": {"type": "object"}}},
-        "max_steps": {"type": ["integer", "null"]}}},
+        "max_steps": {"type": ["integer", "null"]},
+        "session": {"type": "object", "properties": {"idle_timeout_s": {"type": "integer"},
+                                                     "max_duration_s": {"type": "integer"}}}}},
     "Renewed": {"type": "object", "properties": {
         "lease_ttl_ms": {"type": "integer"}, "lease_expires_at": {"type": "string"},
         "cancel_requested": {"type": "boolean"},
@@ -255,6 +257,25 @@ SCHEMAS: dict[str, Any] = {
     "Me": {"type": "object", "properties": {
         "name": {"type": "string"}, "scopes": _SCOPES, "expires_at": {"type": ["string", "null"]},
         "token_id": {"type": ["string", "null"]}}},
+    # Live sessions (PROTOCOL.md, "Live sessions"; coordinator/api/sessions.py, session_host.py)
+    "CommandsPolled": {"type": "object", "required": ["commands", "lease_ttl_ms", "lease_expires_at",
+                                                      "cancel_requested", "end_requested"], "properties": {
+        "commands": {"type": "array", "maxItems": 1, "items": {"type": "object", "properties": {
+            "command_id": _ID, "action": {"type": "object"}}}},
+        "lease_ttl_ms": {"type": "integer"}, "lease_expires_at": {"type": "string"},
+        "cancel_requested": {"type": "boolean"}, "end_requested": {"type": "boolean"}}},
+    "Command": {"type": "object", "required": ["command_id", "status"], "properties": {
+        "command_id": _ID, "status": {"enum": ["pending", "done", "failed"]}, "action": {"type": "object"},
+        "actor": {"type": ["string", "null"]}, "sent_at": {"type": ["string", "null"]},
+        "answered_at": {"type": ["string", "null"]}, "error": {"type": ["string", "null"]},
+        "duration_ms": {"type": ["integer", "null"]}, "round_trip_ms": {"type": "integer"},
+        "observation": {"type": ["object", "null"], "properties": {
+            "screen": {"type": ["string", "null"]}, "screen_url": {"type": ["string", "null"]},
+            "width": {"type": ["integer", "null"]}, "height": {"type": ["integer", "null"]},
+            "elements": {"type": "array", "items": {"type": "object"}}}}}},
+    "Commands": {"type": "object", "properties": {
+        "commands": {"type": "array", "items": {"$ref": "#/components/schemas/Command"}},
+        "next_cursor": {"type": ["integer", "null"]}}},
 }
 
 def _integer(low: int, high: int = bodies.INT32_MAX, **extra: Any) -> dict[str, Any]:
@@ -276,6 +297,7 @@ _UPLOAD = ("put", "/internal/v1/hosts/{host_id}/leases/{lease_id}/artifacts/{nam
 _ARTIFACT_BYTES = ("get", "/api/v1/tasks/{task_id}/artifacts/{name}")
 _REQUIRED_QUERY: dict[tuple[str, str], frozenset[str]] = {_UPLOAD: frozenset({"task_id", "attempt"})}
 _ARTIFACT_NAME = {"type": "string", "pattern": f"^{wire.ARTIFACT_NAME_PATTERN}$"}
+_SESSION_WAIT = {"type": "number", "minimum": 0, "maximum": wire.SESSION_COMMAND_WAIT_MAX_S}
 # The query parameters of each operation that takes some, as the handlers read them.
 _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     # Any finite number of seconds; more than COORDINATOR_CLAIM_WAIT_MAX_S waits that long.
@@ -290,6 +312,12 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
                                  "cursor": {"type": "string", "minLength": 1, "maxLength": limits.CURSOR_MAX_CHARS,
                                             "pattern": "^[ -~]*$"}},
     ("get", "/api/v1/devices/{device_id}/history"): {"limit": _limit(100, wire.DEVICE_RUNS_KEPT)},
+    ("post", "/internal/v1/hosts/{host_id}/leases/{lease_id}/commands"): {
+        "wait_s": {"type": "number", "minimum": 0, "maximum": sys.float_info.max}},
+    ("post", "/api/v1/tasks/{task_id}/commands"): {"wait_s": _SESSION_WAIT},
+    ("get", "/api/v1/tasks/{task_id}/commands/{command_id}"): {"wait_s": _SESSION_WAIT},
+    ("get", "/api/v1/tasks/{task_id}/commands"): {"limit": _limit(*limits.COMMANDS_LIMIT),
+                                                  "cursor": _integer(0, limits.COMMAND_CURSOR_MAX)},
     ("get", "/api/v1/hosts"): {"limit": _limit(*limits.HOSTS_LIMIT), "cursor": _ID},
     ("get", "/api/v1/teams"): {"limit": _limit(*limits.TEAMS_LIMIT), "cursor": _ID},
     ("get", "/api/v1/enrollment-tokens"): _OFFSET_PAGE,
@@ -306,7 +334,8 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
 _HEADERS: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/events"): {"Last-Event-ID": _STREAM_ID},
 }
-_PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id", "team", "run_id", "webhook_id")
+_PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id", "team", "run_id", "webhook_id",
+                    "command_id")
 # Bodies a client may leave out (read as {}).
 _OPTIONAL_BODIES = frozenset(model.__name__ for model in bodies.REQUESTS if model.body_optional)
 # Content of the successful answers that are not JSON.

@@ -58,6 +58,21 @@ def task_result(task: TaskRecord) -> dict[str, Any] | None:
     }
 
 
+def session_view(task: TaskRecord) -> dict[str, Any]:
+    """A live session's settings and state: its timeouts, when it ends if idle (while running),
+    and whether (and why) it was asked to end."""
+    idle_ms, most_ms = task.idle_timeout_ms or 0, task.max_duration_ms or 0
+    running = task.status == wire.TaskStatus.RUNNING and task.started_at is not None
+    return {
+        "idle_timeout_s": idle_ms // 1000,
+        "max_duration_s": most_ms // 1000,
+        "idle_deadline": iso_ms((task.active_at or task.started_at or 0) + idle_ms) if running else None,
+        "max_deadline": iso_ms((task.started_at or 0) + most_ms) if running else None,
+        "end_requested": bool(task.end_requested),
+        "end_reason": task.end_reason,
+    }
+
+
 def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dict[str, Any]:
     """``candidates`` of a queued task (``queries.candidates``) give its waiting reason."""
     view: dict[str, Any] = {
@@ -93,6 +108,8 @@ def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dic
     }
     if task.kind == wire.TaskKind.GOAL:
         view["goal"] = task.goal
+    elif task.kind == wire.TaskKind.SESSION:
+        view["session"] = session_view(task)
     else:
         view["workflow"] = _json_field(task.workflow)
     if task.driver:
@@ -225,6 +242,8 @@ def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
     }
     if assignment["kind"] == wire.TaskKind.GOAL:
         view["goal"] = assignment["goal"]
+    elif assignment["kind"] == wire.TaskKind.SESSION:
+        view["session"] = {name: int(assignment["session"][name]) for name in ("idle_timeout_s", "max_duration_s")}
     else:
         view["workflow"] = orjson.loads(assignment["workflow"])
     return view
@@ -234,11 +253,16 @@ def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
 # `actor_id` its token's id (or "admin"), as names may repeat; both null for what hosts and
 # deadlines caused (and actor_id for events written before it was).
 _EVENT_FIELDS = ("task_id", "attempt", "host_id", "device_id", "reason", "status", "actor", "actor_id")
+# A session's command events name these too (lua/sendCommand, lua/pollCommands).
+_COMMAND_EVENT_FIELDS = ("command_id", "action", "screen")
 
 
 def event_view(event: dict[str, Any]) -> dict[str, Any]:
     """A task event as the scripts wrote it (lua/includes/events.lua ``taskEvent``)."""
-    return {"at": iso_ms(event.get("at")), "type": event.get("type"), **{f: event.get(f) for f in _EVENT_FIELDS}}
+    view = {"at": iso_ms(event.get("at")), "type": event.get("type"), **{f: event.get(f) for f in _EVENT_FIELDS}}
+    if "command_id" in event:
+        view.update({f: event.get(f) for f in _COMMAND_EVENT_FIELDS})
+    return view
 
 
 def run_view(run: dict[str, Any]) -> dict[str, Any]:

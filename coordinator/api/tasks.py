@@ -26,7 +26,11 @@ _TASK_STATUSES = wire.values(wire.TaskStatus)
 def parse_task(body: TaskCreate, default_queue_timeout_ms: int) -> dict[str, Any]:
     """The task record to create, from a valid request (ids and status are added later)."""
     task: dict[str, Any] = {"kind": body.kind.value}
-    if body.workflow is None:  # a goal task (bodies.TaskCreate: a workflow task has its workflow)
+    if body.kind is wire.TaskKind.SESSION:  # no work: commands; one attempt (the device's state is the session)
+        idle_s, duration_s = wire.SESSION_IDLE_TIMEOUT_S[2], wire.SESSION_MAX_DURATION_S[2]
+        task["idle_timeout_ms"] = (body.idle_timeout_s if body.idle_timeout_s is not None else idle_s) * 1000
+        task["max_duration_ms"] = (body.max_duration_s if body.max_duration_s is not None else duration_s) * 1000
+    elif body.workflow is None:  # a goal task (bodies.TaskCreate: a workflow task has its workflow)
         task["goal"] = body.goal
         task["max_steps"] = body.max_steps if body.max_steps is not None else DEFAULT_GOAL_MAX_STEPS
     else:
@@ -37,7 +41,7 @@ def parse_task(body: TaskCreate, default_queue_timeout_ms: int) -> dict[str, Any
     else:
         task["driver"] = body.selector.driver
         task["labels"] = canonical_json(body.selector.labels)
-    task["max_attempts"] = body.max_attempts
+    task["max_attempts"] = 1 if body.kind is wire.TaskKind.SESSION else body.max_attempts
     task["priority"] = body.priority
     task["team"] = body.team
     task["queue_timeout_ms"] = (body.queue_timeout_s * 1000 if body.queue_timeout_s is not None

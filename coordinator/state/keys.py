@@ -33,7 +33,18 @@ def hash_tag(key: str) -> str | None:
 PER_ID_KINDS = ("device_runs", "assigned", "waiting", "target_teams", "team_targets", "device_targets",
                 "driver_targets", "label_targets", "free_devices", "free_label", "pooled_label", "team_usage",
                 "host_state", "host_devices", "lease", "polls", "inbox", "auth_failures", "auth_throttled",
-                "run_counts", "run_tasks", "webhook_recent")
+                "run_counts", "run_tasks", "webhook_recent", "commands", "command_log", "command_queue")
+
+
+def commands_topic(task_id: str) -> str:
+    """What a session's host poll waits on (``polls:<topic>``, pushed onto inboxes): no host id,
+    as '>' is no id character (lua/includes/sessions.lua)."""
+    return f"commands>{task_id}"
+
+
+def answers_topic(task_id: str) -> str:
+    """What operators waiting on one of a session's commands wait on."""
+    return f"answers>{task_id}"
 
 
 def team_queue(target_id: str, team: str) -> str:
@@ -89,6 +100,8 @@ class Keys:
         self.retention = p + "retention"
         # upgrades of the layout that walk a key (lua/upgradeDeviceRuns): name -> cursor, or "done"
         self.upgrades = p + "upgrades"
+        # live sessions (lua/includes/sessions.lua): running session -> its next deadline (ms)
+        self.session_deadlines = p + "session_deadlines"
         # history: the live feed (a capped stream) and deployment-wide counters
         self.feed = p + "feed"
         self.stats = p + "stats"
@@ -248,6 +261,20 @@ class Keys:
         """A webhook's latest deliveries (the last WEBHOOK_DELIVERIES_KEPT): a zset delivery id ->
         when its event happened (ms)."""
         return self._of("webhook_recent", webhook_id)
+
+    def commands(self, task_id: str) -> str:
+        """A session's commands: a hash command id -> the command JSON, its answer with it."""
+        return self._of("commands", task_id)
+
+    def command_log(self, task_id: str) -> str:
+        """A session's recording: a zset command id -> its seq, oldest first (the last
+        ``wire.SESSION_COMMANDS_KEPT``)."""
+        return self._of("command_log", task_id)
+
+    def command_queue(self, task_id: str) -> str:
+        """A session's commands not answered yet: a list of command ids, in order (at most
+        ``wire.SESSION_COMMANDS_WAITING_MAX``)."""
+        return self._of("command_queue", task_id)
 
     # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
     # joined by NUL.

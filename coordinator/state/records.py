@@ -95,6 +95,13 @@ class TaskRecord:
     rerun_of: str | None = None
     replaced_by: str | None = None
     last_step: dict[str, Any] | None = None
+    # A live session's (lua/includes/sessions.lua): its timeouts, whether (and why) it was asked
+    # to end, and its last command or answer (ms).
+    idle_timeout_ms: int | None = None
+    max_duration_ms: int | None = None
+    end_requested: bool = False
+    end_reason: str | None = None
+    active_at: int | None = None
 
     @classmethod
     def from_json(cls, raw: bytes | str, progress: bytes | str | None = None) -> TaskRecord:

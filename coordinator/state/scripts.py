@@ -157,6 +157,8 @@ def lua_constants() -> str:
             f"local HOST_FLAGS = {{{flags}}}\n"
             f"local CANDIDATE_COUNTS = {{{counts}}}\n"
             f"local TASK_EVENTS_KEPT = {wire.TASK_EVENTS_KEPT}\n"
+            f"local SESSION_COMMANDS_KEPT = {wire.SESSION_COMMANDS_KEPT}\n"
+            f"local SESSION_COMMANDS_WAITING_MAX = {wire.SESSION_COMMANDS_WAITING_MAX}\n"
             f"local DEVICE_RUNS_KEPT = {wire.DEVICE_RUNS_KEPT}\n"
             f"local DEVICE_RUNS_SLACK = {DEVICE_RUNS_SLACK}\n"
             f"local FEED_EVENTS_KEPT = {wire.FEED_EVENTS_KEPT}\n"

@@ -80,8 +80,9 @@ end
 -- A task's event: appended to its history, which its record carries (the last
 -- TASK_EVENTS_KEPT), and to the feed. The caller saves the task afterwards: the history is part
 -- of the record, so it costs no command of its own. `status` is the task's status after the
--- event, except for a `result`, where it is the reported one.
-local function taskEvent(S, task, kind, now, reason, status)
+-- event, except for a `result`, where it is the reported one. `fields`: what else the event
+-- names (a session's command: command_id, action, screen), or nil.
+local function taskEvent(S, task, kind, now, reason, status, fields)
   local event = {
     at = now,
     type = kind,
@@ -93,6 +94,9 @@ local function taskEvent(S, task, kind, now, reason, status)
     actor = S.actor,
     actor_id = S.actor_id,
   }
+  for name, value in pairs(fields or {}) do
+    event[name] = value
+  end
   local history = task.events or {}
   history[#history + 1] = event
   if #history > TASK_EVENTS_KEPT then

@@ -26,7 +26,8 @@
     labelsMatch(wantedJson, haveJson)         every wanted label present with the same value
     takeFree(S, deviceId, device, host)       take a device out of the free index if its host
                                               (hostState) is online
-    workflowOf(task)                          a workflow task's workflow name, or nil
+    workflowOf(task)                          a workflow task's workflow name, SESSIONS_NEED for a
+                                              session, or nil
     runsTask(workflows, task)                 whether a host with these workflows may run the task
     runsWorkflow(workflows, name)             the same, of a workflow's name (nil: a goal)
 
@@ -42,7 +43,8 @@
   heartbeat's age (`seen` of `host_state:<host>`) against the threshold, read against Redis TIME,
   never the membership of `hosts_online` alone (a host the reaper has not swept yet is already
   offline); a workflow task runs only on a host that lists its workflow in its `capabilities`, or
-  lists none (an agent older than capabilities, taken to run anything). A host's standing is one
+  lists none (an agent older than capabilities, taken to run anything); a session only on a host
+  whose `capabilities` say `"sessions": true` (never one that lists none). A host's standing is one
   hash, so the placement that frees a device reads it in one command, not one per flag.
 ]]
 --- @include "includes/common"
@@ -104,15 +106,25 @@ local function indexPooled(S, deviceId, record, command)
   end
 end
 
--- The workflows a host's agent listed (its `capabilities` JSON), as a set {name = true}; nil when
--- it listed none at all: it runs any workflow.
+-- What a live session asks of its host, carried where a workflow task carries its workflow's name
+-- (so targets, their interning and every check of a host's workflows carry it unchanged): its
+-- agent lists `"sessions": true`. No workflow is named so ('@' is no id character).
+local SESSIONS_NEED = '@sessions'
+
+-- The workflows a host's agent listed (its `capabilities` JSON), as a set {name = true}, with
+-- SESSIONS_NEED when it runs sessions; nil when it listed none at all: it runs any workflow (and
+-- no session).
 local function workflowSet(capabilitiesJson)
   if not capabilitiesJson then
     return nil
   end
+  local capabilities = cjson.decode(capabilitiesJson)
   local set = {}
-  for _, name in ipairs(cjson.decode(capabilitiesJson).workflows or {}) do
+  for _, name in ipairs(capabilities.workflows or {}) do
     set[name] = true
+  end
+  if capabilities.sessions == true then
+    set[SESSIONS_NEED] = true
   end
   return set
 end
@@ -214,6 +226,9 @@ end
 -- The name of a workflow task's workflow (its `workflow` is the JSON {name, params}); nil for a
 -- goal task.
 local function workflowOf(task)
+  if task.kind == 'session' then
+    return SESSIONS_NEED
+  end
   if task.kind ~= 'workflow' or not task.workflow then
     return nil
   end
@@ -222,15 +237,15 @@ end
 
 -- Whether a host whose workflows are `workflows` (hostState) may run the task: a goal task
 -- runs anywhere, a workflow task where its workflow is listed or nothing is.
-local function runsTask(workflows, task)
-  if workflows == nil then
-    return true
+-- runsTask, of a workflow's name (nil or '' for a goal; SESSIONS_NEED for a session, which only
+-- a host listing it runs).
+local function runsWorkflow(workflows, name)
+  if name == SESSIONS_NEED then
+    return workflows ~= nil and workflows[name] == true
   end
-  local name = workflowOf(task)
-  return name == nil or workflows[name] == true
+  return workflows == nil or name == nil or name == '' or workflows[name] == true
 end
 
--- runsTask, of a workflow's name (nil or '' for a goal).
-local function runsWorkflow(workflows, name)
-  return workflows == nil or name == nil or name == '' or workflows[name] == true
+local function runsTask(workflows, task)
+  return runsWorkflow(workflows, workflowOf(task))
 end

@@ -22,6 +22,7 @@
 --- @include "includes/events"
 --- @include "includes/placement"
 --- @include "includes/teams"
+--- @include "includes/sessions"
 
 -- Remove the task's reservation of its device (if it still holds it), counting it off its
 -- team's devices and its run's time into the team's usage; the device id, or nil, and whether
@@ -74,6 +75,9 @@ local function finishTask(S, task, previous, now)
   saveTask(S, task, previous)
   rcall('ZADD', S.key.retention, now + S.retentionMs, task.id)
   taskEnded(S, task)
+  if task.kind == 'session' then
+    sessionEnded(S, task, now)
+  end
 end
 
 -- A new attempt starts its wait: a fresh queue deadline, and the clock of schedule-to-start.
@@ -150,6 +154,9 @@ local function cancelTaskNow(S, task, now)
       task.updated_at = now
       taskEvent(S, task, 'cancel_requested', now)
       saveTask(S, task, previous)
+      if task.kind == 'session' then  -- its host hears of it at once, not at its next poll
+        wakePolls(S, commandsTopic(task.id), now)
+      end
     end
     return true
   else

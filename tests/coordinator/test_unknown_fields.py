@@ -35,6 +35,8 @@ VALID_BODIES: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("POST", "/api/v1/webhooks"): ("/api/v1/webhooks", {"url": "https://ci.example/hook", "events": ["task.ended"]}),
 }
 ROUTES = sorted(VALID_BODIES)
+# Routes whose body is accepted only in a state set up elsewhere: their unknown fields are tested there.
+TESTED_ELSEWHERE = {("POST", "/api/v1/tasks/{task_id}/commands"): "tests/coordinator/test_sessions.py"}
 
 
 async def _known_fields(api: Api) -> dict[tuple[str, str], frozenset[str]]:
@@ -51,7 +53,7 @@ async def _known_fields(api: Api) -> dict[tuple[str, str], frozenset[str]]:
 
 def test_every_operator_route_with_a_body_is_tested_here() -> None:
     with_body = {(e.method, e.path) for e in ENDPOINTS if e.path.startswith("/api/v1/") and e.request}
-    assert with_body == set(VALID_BODIES)
+    assert with_body == set(VALID_BODIES) | set(TESTED_ELSEWHERE)
 
 
 def _refused_naming(response: Any, name: str) -> None:

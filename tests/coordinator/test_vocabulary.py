@@ -62,7 +62,7 @@ def test_no_script_defines_what_is_generated_from_python() -> None:
     assert _GENERATED.findall(_lua_sources()) == []
     assert set(_GENERATED.findall(lua_constants())) == {
         "E", "TASK_EVENTS_KEPT", "DEVICE_RUNS_KEPT", "FEED_EVENTS_KEPT", "STATUS_CODES", "STATUS_SPAN", "HOST_FLAGS",
-        "CANDIDATE_COUNTS"}
+        "CANDIDATE_COUNTS", "SESSION_COMMANDS_KEPT"}
 
 
 @pytest.mark.anyio

@@ -24,6 +24,7 @@ from coordinator.state.keys import Keys
 from coordinator.state.reads.artifacts import ArtifactReads
 from coordinator.state.reads.fleet import FleetReads
 from coordinator.state.reads.runs import RunReads
+from coordinator.state.reads.sessions import SessionReads
 from coordinator.state.reads.tasks import TaskReads
 from coordinator.state.reads.teams import TeamReads
 from coordinator.state.reads.tokens import TokenReads
@@ -33,7 +34,7 @@ from coordinator.state.wait_reasons import HostFlag, candidates_from_reply, targ
 from coordinator.transport.base import RedisTransport
 
 
-class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads, RunReads):
+class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads, RunReads, SessionReads):
     """Every read of the operator API, through one Redis client."""
 
     def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,

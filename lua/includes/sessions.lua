@@ -1,0 +1,71 @@
+--[[
+  Live sessions (PROTOCOL.md, "Live sessions"): a task of kind `session` carries commands, one at
+  a time, from an operator to its host and each command's answer back.
+
+  Keys of one session (derived from the key base, so in the deployment's slot):
+    commands:<task>       hash  command id -> the command JSON {command_id, seq, action (JSON
+                                text), kind, actor, actor_id, sent_at, delivered_at, and once
+                                answered: status (done | failed), answer (JSON text), answered_at}
+    command_log:<task>    zset  command id -> its seq: the recording, oldest first (the last
+                                SESSION_COMMANDS_KEPT; older ones are dropped with their record)
+    command_queue:<task>  list  the ids of the commands not answered yet, in order (at most
+                                SESSION_COMMANDS_WAITING_MAX)
+    session_deadlines     zset  running session -> its next deadline (ms): the earlier of its idle
+                                timeout (from its last command or answer) and its max duration
+  The long-poll's wake-ups (includes/wakeups.lua) are registered under two topics per session,
+  neither of which is a host id ('>' is no id character): `commandsTopic` (the host's commands
+  poll, woken by a command, an end or a cancel) and `answersTopic` (operators waiting on one of
+  its commands, woken by an answer or by the session's end).
+
+  Functions:
+    commandsTopic(taskId), answersTopic(taskId)   the wake-up topics
+    scheduleSession(S, task)                      its next deadline in session_deadlines
+    requestEnd(S, task, now, reason)              end_requested with its end reason, the host woken
+    sessionEnded(S, task)                         a session reached its terminal status: its
+                                                  queue and deadline go, every waiter is woken
+
+  Invariants kept: a command is answered at most once (the first answer stands); the queue holds
+  exactly the commands of the recording still pending while the session runs, and is empty once
+  it ended; every key of a session is bounded (queue 16, recording SESSION_COMMANDS_KEPT) and
+  deleted with the task (lua/purgeTasks); no step's work grows with the recording.
+]]
+--- @include "includes/common"
+--- @include "includes/deployment"
+--- @include "includes/events"
+--- @include "includes/wakeups"
+
+local function commandsTopic(taskId)
+  return 'commands>' .. taskId
+end
+
+local function answersTopic(taskId)
+  return 'answers>' .. taskId
+end
+
+local function scheduleSession(S, task)
+  local idle = (task.active_at or task.started_at) + task.idle_timeout_ms
+  local most = task.started_at + task.max_duration_ms
+  rcall('ZADD', S.key.session_deadlines, math.min(idle, most), task.id)
+end
+
+-- Ask the host to end a running session (operator `end`, idle timeout, max duration): it reports
+-- `succeeded` with metadata.end_reason. Whether this asked (false: already asked). The caller saves.
+local function requestEnd(S, task, now, reason)
+  if task.end_requested then
+    return false
+  end
+  task.end_requested = true
+  task.end_reason = reason
+  task.updated_at = now
+  rcall('ZREM', S.key.session_deadlines, task.id)
+  taskEvent(S, task, 'end_requested', now, reason)
+  wakePolls(S, commandsTopic(task.id), now)
+  return true
+end
+
+local function sessionEnded(S, task, now)
+  rcall('ZREM', S.key.session_deadlines, task.id)
+  rcall('DEL', derived(S, 'command_queue', task.id))
+  wakePolls(S, commandsTopic(task.id), now)
+  wakePolls(S, answersTopic(task.id), now)
+end
