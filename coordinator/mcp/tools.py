@@ -40,9 +40,10 @@ from coordinator.mcp import screens
 START_WAIT_S = (30, 120)
 COMMAND_WAIT_S = 30.0
 LIST_LIMIT = (50, 200)
-_SESSION = "session"  # a task's kind (PROTOCOL.md, "Live sessions")
+_SESSION = wire.TaskKind.SESSION.value
 _RUNNING = wire.TaskStatus.RUNNING.value
 _ENDED = frozenset(wire.TERMINAL_STATUSES)
+_IDLE_S = wire.SESSION_IDLE_TIMEOUT_S
 
 Content = list[ContentBlock]
 
@@ -58,7 +59,8 @@ class Call:
 # -- arguments -----------------------------------------------------------------------------
 
 SessionId = Annotated[Id, Field(description="the session's id, as start_session answered it (t_…)")]
-Coordinate = Annotated[int, Field(ge=0, le=100_000)]
+# The values of an action are judged by the operator API's own action models (bodies.py), once.
+Coordinate = int
 
 
 class ListDevices(OperatorBody):
@@ -76,8 +78,8 @@ class StartSession(OperatorBody):
     driver: Id | None = Field(default=None, description="with labels: the driver of the device wanted")
     labels: Labels | None = Field(default=None, description="any device carrying every one of these labels")
     team: Id | None = Field(default=None, description="the team the session counts against (a team token's own)")
-    idle_timeout_s: Annotated[int, Field(ge=10, le=3600)] | None = Field(
-        default=None, description="no command for this long ends the session (default 300)")
+    idle_timeout_s: Annotated[int, Field(ge=_IDLE_S[0], le=_IDLE_S[1])] | None = Field(
+        default=None, description=f"no command for this long ends the session (default {_IDLE_S[2]})")
     wait_s: Annotated[int, Field(ge=0, le=START_WAIT_S[1])] = Field(
         default=START_WAIT_S[0], description="how long to wait for the session to start")
 
@@ -91,13 +93,12 @@ class Tap(Session):
     y: Coordinate | None = None
     element: Annotated[int, Field(ge=0, lt=screens.MAX_ELEMENTS)] | None = Field(
         default=None, description="the [index] of an element of the last screen: tapped at its centre")
-    text: Annotated[str, StringConstraints(min_length=1, max_length=500)] | None = Field(
-        default=None, description="the element showing this text, as the device finds it now")
+    text: str | None = Field(default=None, description="the element showing this text, as the device finds it now")
+    id: str | None = Field(default=None, description="the element of this resource id (settings:id/wifi)")
 
 
 class TypeText(Session):
-    text: Annotated[str, StringConstraints(max_length=10_000)] = Field(
-        description="typed into the focused field (tap the field first)")
+    text: str = Field(description="typed into the focused field (tap the field first)")
 
 
 class Swipe(Session):
@@ -105,17 +106,15 @@ class Swipe(Session):
     y1: Coordinate
     x2: Coordinate
     y2: Coordinate
-    duration_ms: Annotated[int, Field(ge=0, le=60_000)] = 300
+    duration_ms: int = 300
 
 
 class PressKey(Session):
-    key: Annotated[str, StringConstraints(min_length=1, max_length=64)] = Field(
-        description="home, back, enter, …")
+    key: str = Field(description="home, back, enter, …")
 
 
 class LaunchApp(Session):
-    app: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(
-        description="the app's name or package (settings, notes, com.android.settings)")
+    app: str = Field(description="the app's name or package (settings, notes, com.android.settings)")
 
 
 class GetTask(OperatorBody):
@@ -141,12 +140,9 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-async def _screen_png(ctx: Context, task_id: str, screen_url: str) -> bytes | None:
-    """The bytes of the screen an answer names (``screen_url``'s last segment is the artifact's
-    name); None when it is gone (the session's oldest screens make room for new ones)."""
-    name = screen_url.split("?", 1)[0].rsplit("/", 1)[-1]
-    if not wire.is_valid_id(name):
-        return None
+async def _screen_png(ctx: Context, task_id: str, name: str) -> bytes | None:
+    """The bytes of the screen an answer names; None when it is gone (the session's oldest
+    screens make room for new ones)."""
     # A session has one attempt: its artifact is one hash field, however long the recording.
     description = await ctx.queries.task_artifact(task_id, name, 1)
     if description is None:
@@ -171,8 +167,8 @@ async def observation_content(ctx: Context, task_id: str, reply: Mapping[str, An
     observation = reply.get("observation")
     if not isinstance(observation, Mapping):
         return CallToolResult(content=content, structured_content=structured)
-    url = observation.get("screen_url")
-    raw = await _screen_png(ctx, task_id, url) if isinstance(url, str) else None
+    name = observation.get("screen")
+    raw = await _screen_png(ctx, task_id, name) if wire.is_valid_id(name) else None
     # Decoding and scaling a phone's screen takes a while: not on the event loop every request shares.
     screen = await asyncio.to_thread(screens.scaled, raw) if raw is not None else None
     if screen is not None:
@@ -294,11 +290,13 @@ async def observe(call: Call, args: Session) -> CallToolResult:
 
 async def tap(call: Call, args: Tap) -> CallToolResult:
     point = args.x is not None or args.y is not None
-    given = sum((point, args.element is not None, args.text is not None))
+    given = sum((point, args.element is not None, args.text is not None, args.id is not None))
     if given != 1 or (point and (args.x is None or args.y is None)):
-        raise InvalidRequest("give exactly one of: x and y, element, text")
+        raise InvalidRequest("give exactly one of: x and y, element, text, id")
     if args.text is not None:
         return await _command(call, args.session_id, {"action": "tap", "text": args.text})
+    if args.id is not None:
+        return await _command(call, args.session_id, {"action": "tap", "id": args.id})
     if args.element is not None:
         x, y = await _element_point(call, args.session_id, args.element)
         return await _command(call, args.session_id, {"action": "tap", "x": x, "y": y})
@@ -402,8 +400,9 @@ TOOLS: tuple[Tool, ...] = (
     Tool("observe", "Look at the session's device without acting. " + _SCREEN + _SESSION_ERRORS,
          Session, _COMMANDS, observe),
     Tool("tap",
-         "Tap the session's device: at a point (x and y, the device's pixels), on an element of the last screen "
-         "by its [index] (element), or on the element showing a text (text). " + _SCREEN + _SESSION_ERRORS,
+         "Tap the session's device: at a point (x and y, the device's pixels), on an element of the screen by "
+         "its [index] (element), on the element showing a text (text), or of a resource id (id). "
+         + _SCREEN + _SESSION_ERRORS,
          Tap, _COMMANDS, tap),
     Tool("type_text", "Type text into the focused field of the session's device (tap the field first). "
          + _SCREEN + _SESSION_ERRORS, TypeText, _COMMANDS, type_text),
