@@ -189,6 +189,28 @@ class HostClient:
             raise MalformedAnswer("renewals answer is not one object per lease")
         return answers
 
+    async def poll_commands(
+        self, lease_id: str, *, task_id: str, attempt: int, answers: list[dict[str, Any]], wait_s: int
+    ) -> dict[str, Any]:
+        """``POST .../leases/{lease_id}/commands?wait_s=N`` (a live session): deliver ``answers``
+        and wait up to ``wait_s`` for the next commands; renews the lease, with a renewal's 409s.
+        → ``{"commands": [{"command_id", "action"}], "lease_ttl_ms", "lease_expires_at",
+        "cancel_requested", "end_requested"}``."""
+        base = self._client.timeout
+        read = None if base.read is None else base.read + wait_s + CLAIM_TIMEOUT_MARGIN_S
+        timeout = httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
+        answer = await self._client.request(
+            "POST",
+            f"{self._prefix}/leases/{_segment(lease_id)}/commands",
+            self._token,
+            json={"task_id": task_id, "attempt": attempt, "answers": answers},
+            params={"wait_s": wait_s},
+            timeout=timeout,
+        )
+        if not isinstance(answer, dict) or not isinstance(answer.get("commands", []), list):
+            raise MalformedAnswer("commands answer is not an object with a list of commands")
+        return answer
+
     async def report_result(
         self,
         *,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from agent.answers import Assignment, MalformedAnswer, Rejected, TransientError, Unauthorized
 from agent.runtime import (
@@ -68,13 +69,20 @@ class RuntimeExecutor:
     def devices(self) -> list[DeviceRecord]:
         return self.manager.bound_devices()
 
-    def capabilities(self) -> dict[str, list[str]]:
-        """The workflows loaded now (none without a workflows folder) and the planner goals run
-        with; the coordinator places a workflow task only on a host that lists it."""
+    def capabilities(self) -> dict[str, Any]:
+        """The workflows loaded now (none without a workflows folder), the planner goals run
+        with, and ``sessions``: every driver runs a live session's commands. The coordinator
+        places a workflow task only on a host that lists it, a session only on one that says
+        ``"sessions": true``."""
         workflows = self.workflow_runner.names() if self.workflow_runner is not None else []
         # A planner class names itself (``name``); one that does not is not reported.
         planner = getattr(self.task_runner.planner, "name", None)
-        return {"workflows": workflows, "planners": [planner] if isinstance(planner, str) else []}
+        return {"workflows": workflows, "planners": [planner] if isinstance(planner, str) else [], "sessions": True}
+
+    def driver_for(self, device_id: str) -> Driver:
+        """The driver of a bound device (a live session drives it command by command);
+        ``DeviceNotFound`` when this host does not have it."""
+        return self.manager.driver_for(device_id)
 
     async def refresh(self) -> None:
         """Re-read device state, then enroll devices found since the last refresh. A failed

@@ -39,11 +39,13 @@ from agent.runtime import (
     DEVICE_GONE,
     SHUTDOWN,
     DeviceNotFound,
+    Driver,
     Executor,
     Outcome,
     Progress,
     RunControl,
 )
+from agent.session_run import SESSION_KIND, SessionRun, poll_wait_s
 from wire import PROGRESS_SUMMARY_MAX_CHARS, ResultStatus
 
 log = logging.getLogger("agent.lease_run")
@@ -205,7 +207,10 @@ class LeasedRun:
     async def _execute(self) -> Outcome:
         assignment = self.assignment
         try:
-            outcome = await self._executor.run(assignment, self.control)
+            if assignment.kind == SESSION_KIND:  # a live session: its own loop (agent/session_run.py)
+                outcome = await self._session(self._executor.driver_for(assignment.device_id)).run()
+            else:
+                outcome = await self._executor.run(assignment, self.control)
         except asyncio.CancelledError:
             raise
         except DeviceNotFound:  # bound at claim time, gone (unplugged, dropped) by now
@@ -227,6 +232,15 @@ class LeasedRun:
             f" ({outcome.failure_reason})" if outcome.failure_reason else "",
         )
         return outcome
+
+    def _session(self, driver: Driver) -> SessionRun:
+        """A session's command loop: its polls renew the lease (``renewed_alongside``), so the
+        renewal loop only comes due while a command runs long."""
+        return SessionRun(self.assignment, client=self._client, driver=driver, control=self.control,
+                          retry_policy=self._retry, renewed=lambda answer, sent_at: self.renewed_alongside(
+                              {**answer, "status": 200}, sent_at),
+                          lost=self._lose_lease, unauthorized=self._on_unauthorized, clock=self._clock,
+                          wait_s=poll_wait_s(self.assignment.lease_ttl_ms, self._renew_fraction))
 
     # -- renewal -----------------------------------------------------------------------------
 

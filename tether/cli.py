@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 import wire
-from tether import artifacts_cmd, commands, runs_cmd, teams_cmd, webhooks_cmd
+from tether import artifacts_cmd, commands, runs_cmd, session_cmd, teams_cmd, webhooks_cmd
 from tether.arg_types import positive_int
 from tether.client import Client
 from tether.errors import TetherError
@@ -173,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
                                common)
     artifacts_cmd.add_arguments(command("artifacts", artifacts_cmd.artifacts,
                                         "list a task's artifacts (screenshots, log); save one with NAME"))
+    session_cmd.add_arguments(command("session", session_cmd.session_start,
+                                      "live sessions: start, do ACTION, end, log"), common)
     return parser
 
 

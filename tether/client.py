@@ -20,6 +20,7 @@ import httpx
 import wire
 from tether.errors import TetherError
 from tether.feed import Feed
+from tether.sessions import SessionMethods
 from tether.waiting import describe, unplaceable_reason
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -33,8 +34,9 @@ _PREFIX_PAGE_SIZE = 500
 _DRIVERS_PAGE_SIZE = 1000
 
 
-class Client:
+class Client(SessionMethods):
     """``Client("http://coordinator:8000", token)``; use it as a context manager, or ``close()``.
+    Live sessions (``start_session`` and the session routes) are ``tether.sessions``'.
 
     ``transport`` is httpx's: tests may hand an ``httpx.MockTransport`` or ``ASGITransport``.
     """
@@ -374,11 +376,15 @@ class Client:
     # -- plumbing ------------------------------------------------------------------------------
 
     def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-              json: Any = None) -> httpx.Response:
-        """The answer of one call that succeeded (2xx or 3xx); ``TetherError`` otherwise."""
+              json: Any = None, timeout: float | None = None) -> httpx.Response:
+        """The answer of one call that succeeded (2xx or 3xx); ``TetherError`` otherwise.
+        ``timeout`` (seconds) replaces the client's for a call that waits at the server."""
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
         try:
-            response = self._http.request(method, path, params=query, json=json)
+            if timeout is None:
+                response = self._http.request(method, path, params=query, json=json)
+            else:
+                response = self._http.request(method, path, params=query, json=json, timeout=timeout)
         except httpx.TransportError as exc:
             raise TetherError.unreachable(self.url, exc) from exc
         if response.status_code >= 400:
@@ -386,8 +392,8 @@ class Client:
         return response
 
     def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-              json: Any = None) -> Json:
-        response = self._send(method, path, params=params, json=json)
+              json: Any = None, timeout: float | None = None) -> Json:
+        response = self._send(method, path, params=params, json=json, timeout=timeout)
         try:
             answer = response.json()
         except ValueError:

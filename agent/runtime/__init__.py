@@ -26,6 +26,7 @@ from .driver import Driver, Observation
 from .errors import DeviceLost, DriverError, PlannerError
 from .openai_planner import OpenAIPlanner
 from .planners import ScriptedPlanner, make_planner
+from .session import CommandAnswer, perform_command
 from .task import Planner, Task, TaskRunner
 from .workflow import WorkflowRunner, validate_workflows_dir
 
@@ -38,6 +39,7 @@ __all__ = [
     "EXAMPLE_WORKFLOWS_DIR",
     "SHUTDOWN",
     "Action",
+    "CommandAnswer",
     "DeviceLost",
     "DeviceManager",
     "DeviceNotFound",
@@ -61,5 +63,6 @@ __all__ = [
     "make_planner",
     "parse_action",
     "parse_device_specs",
+    "perform_command",
     "validate_workflows_dir",
 ]

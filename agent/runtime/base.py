@@ -183,9 +183,14 @@ class Executor(Protocol):
         Raises ``DeviceNotFound`` when this host does not have the device it names."""
         ...
 
-    def capabilities(self) -> dict[str, list[str]]:
+    def capabilities(self) -> dict[str, Any]:
         """What this host can run, as the heartbeat reports it (``agent.capabilities``):
-        ``{"workflows": [names], "planners": [names]}``."""
+        ``{"workflows": [names], "planners": [names], "sessions": true}``."""
+        ...
+
+    def driver_for(self, device_id: str) -> Driver:
+        """The driver of a bound device, for a live session's commands (``agent/session_run.py``).
+        Raises ``DeviceNotFound`` when this host does not have the device."""
         ...
 
     async def reenroll(self) -> dict[str, str]:

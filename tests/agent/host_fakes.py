@@ -70,6 +70,12 @@ class FakeCoordinator:
         self.draining: Any = None  # put into heartbeat answers when set
         self.device_ids: dict[str, str] = {}  # local id -> cloud id, as enrolled
         self.retired: set[str] = set()  # cloud ids an operator un-enrolled (forget)
+        # Live sessions (``commands``): commands waiting per task, the answers delivered (first
+        # answer of a command_id stands), and the flags the next poll answers with.
+        self.commands: dict[str, list[dict[str, Any]]] = {}
+        self.answers: dict[str, dict[str, Any]] = {}
+        self.end_requested: dict[str, str | None] = {}  # task id -> end_reason sent (None: none)
+        self._commands_came = asyncio.Event()
         self._work = asyncio.Event()
         self._never = asyncio.Event()
 
@@ -108,6 +114,21 @@ class FakeCoordinator:
         self.pending.append(assignment)
         self._work.set()
         return assignment
+
+    def command(self, task_id: str, action: dict[str, Any]) -> str:
+        """An operator's command for a session: the host's waiting poll takes it at once."""
+        command_id = f"c_{uuid.uuid4().hex[:8]}"
+        self.commands.setdefault(task_id, []).append({"command_id": command_id, "action": action})
+        self._commands_came.set()
+        return command_id
+
+    def cancel(self, task_id: str) -> None:
+        self.cancel_requested.add(task_id)
+        self._commands_came.set()
+
+    def end(self, task_id: str, reason: str | None = None) -> None:
+        self.end_requested[task_id] = reason
+        self._commands_came.set()
 
     def fail_next(self, endpoint: str, *faults: Fault) -> None:
         self.faults.setdefault(endpoint, []).extend(faults)
@@ -228,6 +249,34 @@ class FakeCoordinator:
                 "progress": progress,
             },
         )
+
+    async def _commands(self, call: Call) -> httpx.Response:
+        """A session's poll: the answers delivered, then the commands waiting (or those that come
+        within ``wait_s``), with a renewal's answer and 409s."""
+        lease_id = call.path.split("/")[-2]
+        if lease_id in self.renew_conflict:
+            return _error(409, self.renew_conflict[lease_id])
+        task_id = call.body["task_id"]
+        for answer in call.body["answers"]:
+            self.answers.setdefault(answer["command_id"], answer)
+        deadline = time.monotonic() + float(call.params.get("wait_s", "0"))
+        while not (self.commands.get(task_id) or task_id in self.end_requested or task_id in self.cancel_requested):
+            self._commands_came.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._commands_came.wait()
+            except TimeoutError:
+                break
+        answer: dict[str, Any] = {
+            "commands": self.commands.pop(task_id, []), "lease_ttl_ms": self.lease_ttl_ms,
+            "lease_expires_at": "2026-12-02T08:00:00.000Z",
+            "cancel_requested": task_id in self.cancel_requested, "end_requested": task_id in self.end_requested}
+        if self.end_requested.get(task_id):
+            answer["end_reason"] = self.end_requested[task_id]
+        return httpx.Response(200, json=answer)
 
     async def _renewals(self, call: Call) -> httpx.Response:
         """Each lease as ``_renew`` answers it alone."""

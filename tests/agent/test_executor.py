@@ -37,10 +37,10 @@ async def _executor() -> tuple[RuntimeExecutor, DeviceManager]:
 async def test_capabilities_list_the_loaded_workflows_and_the_planner(tmp_path: Path) -> None:
     executor, _ = await _executor()
     assert executor.capabilities() == {
-        "workflows": ["home-smoke", "note-smoke", "settings-smoke"], "planners": ["scripted"]}
+        "workflows": ["home-smoke", "note-smoke", "settings-smoke"], "planners": ["scripted"], "sessions": True}
     manager = await DeviceManager.discover([DeviceSpec("sim", "phone-1")])
     bare = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), None)
-    assert bare.capabilities() == {"workflows": [], "planners": ["scripted"]}, "no folder: no workflow"
+    assert bare.capabilities() == {"workflows": [], "planners": ["scripted"], "sessions": True}, "no folder: no workflow"
     runner = WorkflowRunner(tmp_path)
     folder = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), runner)
     assert folder.capabilities()["workflows"] == []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.runtime import DeviceManager, parse_device_specs
+from agent.runtime import DeviceManager, RunControl, parse_device_specs, perform_command
 from agent.runtime.adb import (
     AdbDriver,
     escape_input_text,
@@ -308,3 +308,18 @@ async def test_refresh_when_adb_fails_marks_adb_devices_offline_and_drops_nothin
     Path(adb.path).unlink()  # noqa: ASYNC240 - a local file, gone at once: adb itself is gone
     await manager.refresh()
     assert [(d.device_id, d.online) for d in manager.bound_devices()] == [(SERIAL, False)]
+
+
+async def test_a_session_command_is_input_then_uiautomator_dump_then_screencap(adb: FakeAdb, phone: AdbDriver) -> None:
+    before = len(adb.calls())
+    answer = await perform_command(phone, {"action": "swipe", "x1": 540, "y1": 1800, "x2": 540, "y2": 600},
+                                   RunControl())
+    assert answer.status == "done" and answer.screen == SCREENSHOT
+    assert (answer.width, answer.height) == (1080, 2400)
+    assert {"text": "Search settings", "id": "com.android.settings:id/search", "bounds": [960, 20, 1060, 90],
+            "clickable": True} in answer.elements
+    assert [call[2:4] for call in adb.calls()[before:]] == [
+        ["shell", "input"], ["shell", "uiautomator"], ["shell", "cat"], ["exec-out", "screencap"]]
+    adb.set(fail_stderr="error: device offline")
+    with pytest.raises(DeviceLost):
+        await perform_command(phone, {"action": "observe"}, RunControl())
