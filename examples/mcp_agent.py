@@ -20,7 +20,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -46,8 +46,7 @@ class ScriptedPlanner:
 
     airplane_on: bool = False
     noted: bool = False
-    typed: bool = False
-    log: list[str] = field(default_factory=list)
+    editing: bool = False
 
     def next(self, elements: list[Mapping[str, Any]]) -> Step | None:
         def find(*, text: str | None = None, ident: str | None = None) -> int | None:
@@ -58,9 +57,10 @@ class ScriptedPlanner:
             return None
 
         airplane = find(text="Airplane mode")
+        switch = find(ident="settings:id/airplane_mode_switch")
         if not self.airplane_on:
-            if airplane is not None:
-                if elements[airplane].get("checked"):
+            if airplane is not None and switch is not None:
+                if elements[switch].get("text") == "On":
                     self.airplane_on = True
                     return Step("press_key", {"key": "home"}, "Airplane mode is on; back to the home screen")
                 return Step("tap", {"element": airplane}, f'tap [{airplane}] "Airplane mode" to turn it on')
@@ -76,10 +76,10 @@ class ScriptedPlanner:
         editor = find(ident="notes:id/editor")
         if editor is None:
             return Step("launch_app", {"app": "notes"}, "open Notes to write it down")
-        if not self.typed:
-            if not elements[editor].get("focused"):
+        if elements[editor].get("text") != NOTE:
+            if not self.editing:
+                self.editing = True
                 return Step("tap", {"element": editor}, f"tap [{editor}] the editor to type in it")
-            self.typed = True
             return Step("type_text", {"text": NOTE}, "type the note")
         return Step("tap", {"text": "Save"}, "save the note (tap by text)")
 

@@ -17,11 +17,11 @@ import asyncio
 import base64
 import contextlib
 import json
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import orjson
 from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent
 from pydantic import Field, StringConstraints
 
@@ -33,6 +33,7 @@ from coordinator.api.context import Context
 from coordinator.api.validation import validate
 from coordinator.blobs.folder import BlobMissing
 from coordinator.errors import InvalidRequest
+from coordinator.feed import Entry
 from coordinator.mcp import screens
 
 # How long start_session waits for placement, and a command for the host's answer, by default
@@ -44,6 +45,10 @@ _SESSION = wire.TaskKind.SESSION.value
 _RUNNING = wire.TaskStatus.RUNNING.value
 _ENDED = frozenset(wire.TERMINAL_STATUSES)
 _IDLE_S = wire.SESSION_IDLE_TIMEOUT_S
+# A task's events after which start_session stops waiting: it runs, or it never will.
+_STARTED_OR_ENDED = frozenset(e.value for e in (wire.EventType.CLAIMED, wire.EventType.RESULT,
+                                                 wire.EventType.CANCELLED, wire.EventType.QUEUE_TIMEOUT,
+                                                 wire.EventType.LEASE_EXPIRED))
 
 Content = list[ContentBlock]
 
@@ -243,19 +248,13 @@ async def start_session(call: Call, args: StartSession) -> CallToolResult:
 
 async def _until_started(ctx: Context, task_id: str, since: str, wait_s: float) -> dict[str, Any]:
     """The task once it runs or ended, or as it is after ``wait_s``: woken by its events on the
-    process's feed (one reader per process), not by polling Redis."""
-    deadline = time.monotonic() + wait_s
+    process's feed (one reader per process, whichever process placed it), not by polling Redis."""
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(wait_s):
-            async with contextlib.aclosing(ctx.feed.follow(since, match={"task_id": task_id},
-                                                           keepalive_s=1.0)) as events:
-                async for event in events:
-                    if not isinstance(event, Mapping):  # a keepalive, or a gap notice
-                        continue
-                    if event.get("type") in ("claimed", "result", "cancelled", "queue_timeout"):
-                        break
-                    if time.monotonic() > deadline:
-                        break
+        async with asyncio.timeout(wait_s), contextlib.aclosing(
+                ctx.feed.follow(since, match={"task_id": task_id})) as events:
+            async for item in events:
+                if isinstance(item, Entry) and orjson.loads(item.data).get("type") in _STARTED_OR_ENDED:
+                    break
     return await tasks.task_of(ctx, task_id)
 
 
