@@ -81,6 +81,7 @@ class Tools:
     def __init__(self, ctx: Context, tools: tuple[Tool, ...] = TOOLS) -> None:
         self._ctx = ctx
         self._tools = {tool.name: tool for tool in tools}
+        self._scopes = _scopes()
         self._listed = ListToolsResult(tools=[
             McpTool(name=t.name, description=t.description, input_schema=t.arguments.model_json_schema())
             for t in tools])
@@ -99,7 +100,7 @@ class Tools:
             return tool_error(ApiError(f"no tool {params.name[:64]!r}; the tools are {', '.join(self._tools)}",
                                        code="not_found"))
         try:
-            needs = _scopes().get(tool.route)
+            needs = self._scopes.get(tool.route)
             if needs is None:  # a tool whose route the table lacks is a bug, not the caller's
                 raise Internal(f"the tool {tool.name} names no route of the table")
             access_for(operator, *needs)
