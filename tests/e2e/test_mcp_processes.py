@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import io
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager
@@ -27,9 +29,11 @@ from PIL import Image
 from tests.support import (
     FAST_COORDINATOR,
     HOSTS,
+    REPO,
     CoordinatorProcess,
     Process,
     agent_process,
+    child_env,
     coordinator_env,
     fresh_prefix,
     running,
@@ -192,3 +196,12 @@ async def test_a_session_whose_host_dies_answers_session_ended_without_leaving_t
         assert task["status"] == "failed" and task["result"]["failure_reason"] == "lease_expired"
     finally:
         doomed.stop()
+
+
+def test_the_example_agent_reaches_its_goal_on_a_sim_phone(fleet: Fleet) -> None:
+    _, token = mint(fleet.a, "example-agent", ["submit", "read"])
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "mcp_agent.py")], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=fleet.workdir,
+                          env=child_env(TETHER_URL=fleet.b.url, TETHER_TOKEN=token))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "goal reached in" in done.stdout and "ended" in done.stdout.splitlines()[-1], done.stdout
