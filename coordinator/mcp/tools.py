@@ -1,9 +1,9 @@
 """The tools of /mcp (PROTOCOL.md, "MCP: sessions for agents"), each a thin call into what the
 operator API already does: ``fleet.device_page``, ``tasks.submit_task`` and ``tasks.task_of``,
-and the sessions' ``send_command``, ``end_session`` and ``session_log``. Nothing here places,
-authorizes or records anything itself: each tool names the operator route whose scope it needs
-(``ROUTES``: the route table says which), and the function it calls checks the rest (a session's
-owner, a token's team) as it does for the route.
+and the sessions' ``send_command`` and ``end_session``. Nothing here places, authorizes or
+records anything itself: each tool names the operator route whose scope it needs (``Tool.route``:
+the route table says which, ``server.py`` checks it), and the function it calls checks the rest
+(a session's owner, a token's team) as it does for the route.
 
 A tool's arguments are a pydantic model of the operator API's kind (unknown fields refused,
 values strict), read with the API's own translator of errors, so a bad argument is the
@@ -55,7 +55,7 @@ Content = list[ContentBlock]
 
 @dataclass(frozen=True)
 class Call:
-    """What a tool is handed: the process's context, the operator calling, its arguments."""
+    """What a tool is handed beside its arguments: the process's context, the operator calling."""
 
     ctx: Context
     operator: Operator
@@ -69,7 +69,6 @@ Coordinate = int
 
 
 class ListDevices(OperatorBody):
-    body_optional = True
     driver: Id | None = Field(default=None, description="only devices of this driver (sim, adb, …)")
     labels: Labels | None = Field(default=None, description="only devices carrying every one of these labels")
     free_only: bool = Field(default=False, description="only devices a new session could take now")
@@ -268,6 +267,9 @@ def _session_line(task: Mapping[str, Any]) -> str:
         result = task.get("result") or {}
         return (f"session {task_id} ended {status}"
                 f"{': ' + str(result.get('failure_reason')) if result.get('failure_reason') else ''}")
+    if status == wire.TaskStatus.ASSIGNED.value:
+        return (f"session {task_id} has device {task.get('device_id')}, and waits for its host (host "
+                f"{task.get('host_id')}) to take it: call get_task with task_id={task_id!r} to see it run")
     waiting = task.get("waiting_reason")
     return (f"session {task_id} is {status}, not running yet"
             f"{f': waiting_reason={waiting}' if waiting else ''}"
