@@ -28,7 +28,9 @@
     {0, "", room}                     store at most room bytes (what the task may still hold)
     {LEASE_NOT_OWNED} | {LEASE_REPLACED} | {LEASE_EXPIRED} | {REVOKED}  as a renewal answers
     {ARTIFACT_LIMIT}                  the task holds its count already, or the declared size
-                                      passes what it may still hold
+                                      passes what it may still hold (a live session: only a
+                                      declared size past the byte cap, as its oldest screens
+                                      make room: lua/recordArtifact)
 
   Invariant: reads only.
 ]]
@@ -38,13 +40,16 @@ local artifactsKey, indexKey, usageKey = KEYS[4], KEYS[5], KEYS[6]
 local taskId, attempt, name = ARGV[3], ARGV[4], ARGV[6]
 local declared, maxBytes, maxCount = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 
-local _, lease, failure = requestLease(KEYS, ARGV, nowMs())
+local task, lease, failure = requestLease(KEYS, ARGV, nowMs())
 if not lease then
   return {failure}
 end
 local earlier = rcall('HGET', artifactsKey, indexMember(taskId, attempt, name))
 if earlier then
   return {0, earlier, 0}
+end
+if task.kind == 'session' then  -- its oldest screens make room (lua/recordArtifact)
+  return (declared and declared > maxBytes) and {E.ARTIFACT_LIMIT} or {0, '', maxBytes}
 end
 local room = maxBytes - tonumber(rcall('HGET', usageKey, taskId) or '0')
 if rcall('ZLEXCOUNT', indexKey, prefixRange(taskId)) >= maxCount or (declared and declared > room) then

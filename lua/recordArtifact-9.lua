@@ -27,10 +27,17 @@
     ARGV[12] at most this many bytes of artifacts per task
     ARGV[13] at most this many artifacts per task
   Output:
-    {0, description JSON, replayed (0|1)}
+    {0, description JSON, replayed (0|1), blob key, blob key, ...}  the blob keys a live
+                        session's dropped screens freed, for the caller to delete from the store
     {LEASE_NOT_OWNED} | {LEASE_REPLACED} | {LEASE_EXPIRED} | {REVOKED}  as a renewal answers
     {ARTIFACT_CONFLICT} this attempt has the name already, with other bytes
-    {ARTIFACT_LIMIT}    the task's artifacts would pass a cap
+    {ARTIFACT_LIMIT}    the task's artifacts would pass a cap (a live session's: only an
+                        artifact larger than the byte cap by itself)
+
+  A live session (PROTOCOL.md, "Live sessions") uploads a screen per command for as long as it
+  runs: over a cap, its oldest artifacts are dropped to make room (their descriptions deleted,
+  their blobs answered), never the upload refused. That path reads the task's descriptions, at
+  most COORDINATOR_MAX_TASK_ARTIFACTS (ARGV[13]); every other upload costs what it did.
 
   Invariants: a description is written only under the task's current, unexpired lease, and only
   while the task's artifacts stay within both caps; a name of an attempt, once described, never
@@ -60,8 +67,39 @@ if earlier then
   return {E.ARTIFACT_CONFLICT}
 end
 local used = tonumber(rcall('HGET', usageKey, taskId) or '0')
-if used + size > maxBytes or rcall('ZLEXCOUNT', indexKey, prefixRange(taskId)) >= maxCount then
-  return {E.ARTIFACT_LIMIT}
+local count = rcall('ZLEXCOUNT', indexKey, prefixRange(taskId))
+local reply = {0, '', 0}
+if used + size > maxBytes or count >= maxCount then
+  local task = getJson(KEYS[1], taskId)
+  if task.kind ~= 'session' or size > maxBytes then
+    return {E.ARTIFACT_LIMIT}
+  end
+  -- The session's oldest first, until the new one fits both caps.
+  local members = rcall('ZRANGEBYLEX', indexKey, prefixRange(taskId))
+  local held = {}
+  for i, raw in ipairs(rcall('HMGET', artifactsKey, unpack(members))) do
+    if raw then
+      held[#held + 1] = {member = members[i], artifact = cjson.decode(raw)}
+    end
+  end
+  table.sort(held, function(a, b) return a.artifact.created_at < b.artifact.created_at end)
+  local freedBytes = 0
+  for _, old in ipairs(held) do
+    if used + size <= maxBytes and count < maxCount then
+      break
+    end
+    rcall('HDEL', artifactsKey, old.member)
+    rcall('ZREM', indexKey, old.member)
+    used, count = used - old.artifact.size, count - 1
+    rcall('HINCRBY', usageKey, taskId, -old.artifact.size)
+    if rcall('SREM', blobsKey, old.artifact.blob) == 1 then
+      reply[#reply + 1] = old.artifact.blob
+      freedBytes = freedBytes + old.artifact.size
+    end
+  end
+  if freedBytes > 0 then
+    rcall('HINCRBY', statsKey, 'artifact_bytes', -freedBytes)
+  end
 end
 local description = cjson.encode({
   name = name, attempt = attempt, step_index = stepIndex, size = size, sha256 = sha256,
@@ -77,4 +115,5 @@ rcall('XADD', feedKey, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode({
   type = 'artifact', at = now, task_id = taskId, attempt = attempt, host_id = hostId, device_id = lease.device_id,
   name = name, step_index = stepIndex, size = size, content_type = contentType,
 }))
-return {0, description, 0}
+reply[2] = description
+return reply

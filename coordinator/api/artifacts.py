@@ -14,6 +14,7 @@ answer is the description's view: 201 when stored, 200 for the same bytes again.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -148,6 +149,9 @@ async def _store(ctx: Context, principal: HostPrincipal, upload: Upload,
             await ctx.artifacts.commit(staged)
         finally:
             await staged.discard()  # refused, or gone: nothing stays (after a commit, nothing to do)
+        if recorded.freed:  # a live session's oldest screens, dropped to make room for this one
+            with contextlib.suppress(ApiError):  # the store failing: the orphan sweep deletes them later
+                await ctx.artifacts.delete(list(recorded.freed))
     return recorded.description, recorded.replayed
 
 

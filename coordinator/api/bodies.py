@@ -410,8 +410,10 @@ def _run_task(task: TaskCreate) -> TaskCreate:
     return task
 
 
-_RUN_TASK_SCHEMA = {"description": f"a task of a run names none of {', '.join(_RUN_SETS)}: the run's apply",
-                    "not": {"anyOf": [{"required": [name]} for name in _RUN_SETS]}}
+_RUN_TASK_SCHEMA = {"description": f"a task of a run names none of {', '.join(_RUN_SETS)}: the run's apply; "
+                                   "and is no session",
+                    "not": {"anyOf": [*({"required": [name]} for name in _RUN_SETS),
+                                      {"required": ["kind"], "properties": {"kind": {"const": "session"}}}]}}
 
 
 class WorkItem(OperatorBody):
@@ -595,8 +597,12 @@ class _Action(OperatorBody):
     observe: bool = True
 
 
+_TAP_BY = (("x", "y"), ("text",), ("id",))
+
+
 def _tap_rules(schema: dict[str, Any]) -> None:
-    schema["oneOf"] = [{"required": ["x", "y"]}, {"required": ["text"]}, {"required": ["id"]}]
+    schema["oneOf"] = [{"required": list(way), "not": {"anyOf": [
+        {"required": [name]} for other in _TAP_BY if other != way for name in other]}} for way in _TAP_BY]
 
 
 class TapAction(_Action):

@@ -153,7 +153,12 @@ SCHEMAS: dict[str, Any] = {
         "queue_timeout_s": {"type": ["integer", "null"]},
         "team": _ID, "priority": {"type": "integer", "minimum": wire.PRIORITY_MIN, "maximum": wire.PRIORITY_MAX},
         "run_id": {"type": ["string", "null"]}, "rerun_of": {"type": ["string", "null"]},
-        "replaced_by": {"type": ["string", "null"]}}},
+        "replaced_by": {"type": ["string", "null"]},
+        # a live session's (coordinator/api/responses.py, session_view)
+        "session": {"type": "object", "properties": {
+            "idle_timeout_s": {"type": "integer"}, "max_duration_s": {"type": "integer"},
+            "idle_deadline": {"type": ["string", "null"]}, "max_deadline": {"type": ["string", "null"]},
+            "end_requested": {"type": "boolean"}, "end_reason": {"type": ["string", "null"]}}}}},
     "Run": {"type": "object", "required": ["run_id", "status", "counts", "created_at"], "properties": {
         "run_id": _ID, "name": {"type": ["string", "null"]}, "status": {"enum": list(wire.values(wire.RunStatus))},
         "counts": _RUN_COUNTS, "tasks": {"type": "integer"}, "created_at": {"type": "string"},
@@ -187,7 +192,10 @@ SCHEMAS: dict[str, Any] = {
         "attempt": {"type": "integer"}, "host_id": {"type": ["string", "null"]},
         "device_id": {"type": ["string", "null"]}, "reason": {"type": ["string", "null"]},
         "status": {"type": ["string", "null"]}, "actor": {"type": ["string", "null"]},
-        "actor_id": {"type": ["string", "null"]}}}}}},
+        "actor_id": {"type": ["string", "null"]},
+        # a session's command and command_answered events
+        "command_id": {"type": ["string", "null"]}, "action": {"type": ["string", "null"]},
+        "screen": {"type": ["string", "null"]}}}}}},
     "TaskPage": {"type": "object", "properties": {
         "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/Task"}},
         "next_cursor": {"type": ["string", "null"]}}},

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 import wire
@@ -83,13 +84,18 @@ def command_view(task_id: str, command: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-async def _await_answer(ctx: Context, task_id: str, command_id: str, wait_s: float,
-                        request: Request | None) -> tuple[int, dict[str, Any]]:
+async def _await_answer(ctx: Context, task_id: str, command_id: str, wait_s: float, request: Request | None,
+                        send: Callable[[int], Awaitable[object]] | None = None) -> tuple[int, dict[str, Any]]:
     """The command once answered (200), or pending after ``wait_s`` (202); ``409 session_ended``
-    as soon as its session ends unanswered."""
+    as soon as its session ends unanswered. ``send``: the command is queued first, by the call
+    ``send(wait_ms)`` that also registers the wait (so the first look at it is the wake-up)."""
     last: list[tuple[dict[str, Any], bool]] = []
+    unsent = [send] if send is not None else []
 
     async def attempt(wait_ms: int) -> dict[str, Any] | None:
+        if unsent:
+            await unsent.pop()(wait_ms)
+            return None
         command, _, ended = await ctx.store.await_command(task_id, command_id, ctx.waiter.process_id, wait_ms)
         last[:] = [(command, ended)]
         return command if "answered_at" in command or ended else None
@@ -97,12 +103,11 @@ async def _await_answer(ctx: Context, task_id: str, command_id: str, wait_s: flo
     connection = request.scope.get("extensions", {}).get(CONNECTION) if request is not None else None
     command = await wait_on(ctx.waiter, answers_topic(task_id), attempt, wait_s, connection,
                             request.receive if request is not None else None)
-    if command is None:
-        if not last:  # the client hung up before the first read
-            return 202, {"command_id": command_id, "status": "pending"}
-        command, ended = last[-1]
-    else:
-        ended = last[-1][1]
+    if command is None and not last:  # sent and no news since, or the client hung up first
+        if unsent:  # the client hung up before its command was queued: nothing was
+            raise ClientDisconnect
+        return 202, {"command_id": command_id, "status": "pending"}
+    command, ended = (command, last[-1][1]) if command is not None else last[-1]
     if "answered_at" in command:
         return 200, command_view(task_id, command)
     if ended:
@@ -121,18 +126,14 @@ async def send_command(ctx: Context, operator: Operator, task_id: str, action: d
     kind = body.action.action
     action_json = canonical_json(body.action.model_dump(exclude_none=True))
     command_id = "c_" + secrets.token_hex(12)
-    topic = answers_topic(task_id)
-    # Registered before the command is queued: an answer that comes before the first read wakes it.
-    wakeup = ctx.waiter.register(topic)
-    try:
-        await ctx.store.send_command(task_id, command_id, action_json, kind, actor=operator.actor,
-                                     owner=_owner(operator), process_id=ctx.waiter.process_id,
-                                     wait_ms=int(wait_s * 1000))
-        if wait_s <= 0:
-            return 202, {"command_id": command_id, "status": "pending"}
-        return await _await_answer(ctx, task_id, command_id, wait_s, request)
-    finally:
-        ctx.waiter.unregister(topic, wakeup)
+
+    async def send(wait_ms: int) -> object:
+        # The wait is registered in the step that queues the command: an answer always wakes it.
+        return await ctx.store.send_command(task_id, command_id, action_json, kind, actor=operator.actor,
+                                            owner=_owner(operator), process_id=ctx.waiter.process_id,
+                                            wait_ms=wait_ms)
+
+    return await _await_answer(ctx, task_id, command_id, wait_s, request, send)
 
 
 async def get_command(ctx: Context, operator: Operator, task_id: str, command_id: str,

@@ -129,6 +129,8 @@ class ArtifactRecorded:
 
     description: dict[str, Any]
     replayed: bool
+    # The blobs of a live session's oldest screens, dropped to make room: delete them from the store.
+    freed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -410,7 +412,7 @@ class Store:
             [name, size, sha256, content_type, "" if step_index is None else step_index, blob, max_task_bytes,
              max_task_artifacts],
         )
-        return ArtifactRecorded(orjson.loads(reply[1]), reply[2] == 1)
+        return ArtifactRecorded(orjson.loads(reply[1]), reply[2] == 1, tuple(_text(b) for b in reply[3:]))
 
     async def upgrade_host_state(self, limit: int = 100) -> int:
         """Entries of the earlier layout of hosts' standing moved into ``host_state:<host>``

@@ -15,7 +15,7 @@ from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
 from tests.support import wait_until_async
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 SESSIONS = {"capabilities": {"workflows": [], "sessions": True}}
 # A wake-up must answer well before the wait runs out; this bounds how long a test waits for one.
@@ -230,3 +230,26 @@ async def test_an_idle_session_is_asked_to_end_and_purged_with_its_relay(api_fac
         assert await redis.exists(*relay) == 0
         assert await redis.zscore(keys.session_deadlines, task_id) is None
         assert (await api.admin("GET", f"/api/v1/tasks/{task_id}")).status_code == 404
+
+
+async def test_a_session_over_its_artifact_cap_drops_its_oldest_screens(api_factory: Any, tmp_path: Any) -> None:
+    screen = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4  # 1,032 bytes
+    root = tmp_path / "artifacts"
+    async with api_factory(artifacts_dir=root, max_task_artifact_bytes=3_000, max_task_artifacts=5) as api:
+        assignment = await _session(api)
+        task_id = assignment["task_id"]
+        for index in range(4):
+            stored = await api.client.put(
+                f"/internal/v1/hosts/host-a/leases/{assignment['lease_id']}/artifacts/screen-{index}.png",
+                params={"task_id": task_id, "attempt": 1},
+                content=screen + bytes([index]), headers={**api.host_headers("host-a"), "content-type": "image/png"})
+            assert stored.status_code == 201, stored.text
+        listed = (await api.admin("GET", f"/api/v1/tasks/{task_id}/artifacts")).json()["artifacts"]
+        assert sorted(a["name"] for a in listed) == ["screen-2.png", "screen-3.png"]
+        assert len([p for p in root.rglob("*") if p.is_file()]) == 2  # the dropped screens' bytes went too
+        refused = await api.client.put(
+            f"/internal/v1/hosts/host-a/leases/{assignment['lease_id']}/artifacts/huge.png",
+            params={"task_id": task_id, "attempt": 1}, content=screen * 3,
+            headers={**api.host_headers("host-a"), "content-type": "image/png"})
+        assert refused.status_code in (409, 413)
+        assert len((await api.admin("GET", f"/api/v1/tasks/{task_id}/artifacts")).json()["artifacts"]) == 2
