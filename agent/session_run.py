@@ -47,12 +47,12 @@ from agent.runtime import (
     RunControl,
     perform_command,
 )
-from wire import ResultStatus
+from wire import ResultStatus, TaskKind
 
 log = logging.getLogger("agent.session_run")
 
 # The task kind of a live session (the claim's ``"kind"``).
-SESSION_KIND = "session"
+SESSION_KIND = TaskKind.SESSION.value
 END_REASON_DEFAULT = "ended"
 # The most a poll waits at the coordinator (its own cap is larger); less when the lease is short.
 POLL_WAIT_MAX_S = 25

@@ -293,7 +293,8 @@ class Session:
         shown = f"{block} ({time.monotonic() - started:.1f} s) printed:\n{result.stdout}{result.stderr}"
         assert result.returncode == 0, f"exit {result.returncode}; {shown}"
         compact = result.stdout.replace(" ", "")
-        assert '"error":' not in compact, f"an error answer; {shown}"
+        # An error answer is {"error": {"code", ...}}; a session command's answer has "error": null.
+        assert '"error":{' not in compact, f"an error answer; {shown}"
         # What a reader sees: one answer a line (curl -w '\n'), and no step that shows nothing.
         assert "}{" not in compact, f"answers printed glued together (curl -w '\\n'); {shown}"
         empty = re.search(r'^\{"\w+":\[\],"next_cursor"', compact, re.MULTILINE)

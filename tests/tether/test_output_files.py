@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import CoordinatorProcess
-from tests.tether.conftest import Host, tether
+from tests.support import ADMIN, CoordinatorProcess, Process
+from tests.tether.conftest import RUNNER_DEVICES, Host, tether
+from tether import Client
 from tether.cli import build_parser
 
 pytestmark = pytest.mark.e2e
@@ -37,9 +38,9 @@ def _writing_options(parser: argparse.ArgumentParser, command: tuple[str, ...] =
 
 
 @pytest.fixture(scope="module")
-def outputs(coordinator: CoordinatorProcess) -> dict[tuple[str, ...], list[str]]:
+def outputs(coordinator: CoordinatorProcess, runner: Process) -> Iterator[dict[tuple[str, ...], list[str]]]:
     """Each file-writing command, ready to run but for its FILE: an artifact there to save, a run
-    there to report."""
+    there to report, a live session on one of the runner's phones to take a screen of."""
     with contextlib.closing(Host(coordinator, "out-1")) as host:
         lease = host.run_task()
         host.upload(lease, "log.txt", b"step 0: home\n", "text/plain")
@@ -47,10 +48,12 @@ def outputs(coordinator: CoordinatorProcess) -> dict[tuple[str, ...], list[str]]
     run = coordinator.api.post("/api/v1/runs", json={"name": "outputs", "tasks": [
         {"kind": "goal", "goal": "x", "device_id": "out-1"}]})
     assert run.status_code == 201, run.text
-    return {
-        ("artifacts", "-o"): ["artifacts", lease["task_id"], "log.txt", "-o"],
-        ("run", "--junit"): ["run", "report", run.json()["run_id"], "--junit"],
-    }
+    with Client(coordinator.url, ADMIN) as client, client.start_session(device_id=RUNNER_DEVICES[0]) as session:
+        yield {
+            ("artifacts", "-o"): ["artifacts", lease["task_id"], "log.txt", "-o"],
+            ("run", "--junit"): ["run", "report", run.json()["run_id"], "--junit"],
+            ("session", "do", "-o"): ["session", "do", session.task_id, "observe", "-o"],
+        }
 
 
 def test_every_command_that_writes_a_file_is_covered_here(outputs: dict[tuple[str, ...], Any]) -> None:
