@@ -150,3 +150,11 @@ async def test_the_openapi_document_leaves_mcp_out(api: Api) -> None:
     document = (await api.client.get("/openapi.json")).json()
     assert not [path for path in document["paths"] if path.startswith("/mcp")]
 
+
+
+async def test_start_session_answers_why_it_waits_when_no_device_can_take_it(api: Api) -> None:
+    async with mcp_client(api) as session:
+        waiting = await session.call_tool("start_session", {"device_id": "phone-nobody-has", "wait_s": 1})
+    assert not waiting.is_error, text_of(waiting)
+    assert waiting.structured_content is not None and waiting.structured_content["status"] == "queued"
+    assert "waiting_reason=no_matching_device" in text_of(waiting)
