@@ -45,7 +45,7 @@ from coordinator.api.auth import Operator, access_for
 from coordinator.api.boundary import request_id
 from coordinator.api.context import Context
 from coordinator.api.routes import ENDPOINTS
-from coordinator.errors import ApiError, Internal, error_for_exception, redis_unavailable
+from coordinator.errors import ApiError, Internal, NotFound, error_for_exception, redis_unavailable
 from coordinator.mcp.tools import TOOLS, Call, Tool
 
 log = logging.getLogger("coordinator.mcp")
@@ -82,6 +82,9 @@ class Tools:
         self._ctx = ctx
         self._tools = {tool.name: tool for tool in tools}
         self._scopes = _scopes()
+        unknown = [t.name for t in tools if t.route not in self._scopes]
+        if unknown:  # each tool stands for an operator route of the table, whose scope it needs
+            raise ValueError(f"tools naming no operator route of the table: {unknown}")
         self._listed = ListToolsResult(tools=[
             McpTool(name=t.name, description=t.description, input_schema=t.arguments.model_json_schema())
             for t in tools])
@@ -97,13 +100,9 @@ class Tools:
             return tool_error(Internal("no authenticated operator"))
         tool = self._tools.get(params.name)
         if tool is None:
-            return tool_error(ApiError(f"no tool {params.name[:64]!r}; the tools are {', '.join(self._tools)}",
-                                       code="not_found"))
+            return tool_error(NotFound(f"no tool {params.name[:64]!r}; the tools are {', '.join(self._tools)}"))
         try:
-            needs = self._scopes.get(tool.route)
-            if needs is None:  # a tool whose route the table lacks is a bug, not the caller's
-                raise Internal(f"the tool {tool.name} names no route of the table")
-            access_for(operator, *needs)
+            access_for(operator, *self._scopes[tool.route])
             args = tool.parse(params.arguments)
             result = await tool.run(Call(self._ctx, operator), args)
         except ApiError as exc:

@@ -110,10 +110,12 @@ async def test_bad_arguments_and_unknown_tasks_are_tool_errors_with_the_contract
         bad_id = await session.call_tool("get_task", {"task_id": "not an id"})
         missing = await session.call_tool("get_task", {"task_id": "t_nothing"})
         session_task = await session.call_tool("submit_task", {"kind": "session", "device_id": "phone-1"})
+        no_tool = await session.call_tool("fly", {})
     assert unknown_field.is_error and text_of(unknown_field).startswith("invalid_request: unknown field 'drivr'")
     assert bad_id.is_error and text_of(bad_id).startswith("invalid_request: task_id")
     assert missing.is_error and text_of(missing).startswith("not_found:")
     assert session_task.is_error and text_of(session_task).startswith("invalid_request:")
+    assert no_tool.is_error and text_of(no_tool).startswith("not_found: no tool 'fly'")
 
 
 async def test_list_devices_filters_by_driver_labels_and_free(api: Api) -> None:
