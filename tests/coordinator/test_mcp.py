@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
@@ -160,3 +161,18 @@ async def test_start_session_answers_why_it_waits_when_no_device_can_take_it(api
     assert not waiting.is_error, text_of(waiting)
     assert waiting.structured_content is not None and waiting.structured_content["status"] == "queued"
     assert "waiting_reason=no_matching_device" in text_of(waiting)
+
+
+async def test_the_per_request_protocol_revision_is_served_and_authenticated_alike(api: Api) -> None:
+    # The SDK's Client negotiates the newest revision (2026-07-28: no handshake, one request per
+    # POST) when the server offers it; the endpoint and the tools are the same either way.
+    reader = await mint(api, ["read"])
+    transport = httpx2.ASGITransport(app=api.app)
+    async with (httpx2.AsyncClient(transport=transport, base_url="http://coordinator",
+                                   headers={"authorization": f"Bearer {reader}"}) as http,
+                Client(streamable_http_client("http://coordinator/mcp", http_client=http), mode="auto") as client):
+        assert client.session.discover_result is not None
+        listed = await client.call_tool("list_devices", {})
+        refused = await client.call_tool("start_session", {"device_id": "phone-1"})
+    assert not listed.is_error
+    assert refused.is_error and text_of(refused).startswith("insufficient_scope:")
