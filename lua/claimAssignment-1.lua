@@ -133,10 +133,8 @@ local assignment = {
   goal = task.goal,
   workflow = task.workflow,
   max_steps = task.max_steps,
+  session = sessionOf(task),
 }
-if task.kind == 'session' then
-  assignment.session = {idle_timeout_s = task.idle_timeout_ms / 1000, max_duration_s = task.max_duration_ms / 1000}
-end
 local encoded = cjson.encode(assignment)
 if claimId ~= '' then
   rcall('HSET', S.key.claims, claimField, encoded)

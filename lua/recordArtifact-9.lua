@@ -67,9 +67,9 @@ if earlier then
   return {E.ARTIFACT_CONFLICT}
 end
 local used = tonumber(rcall('HGET', usageKey, taskId) or '0')
-local count = rcall('ZLEXCOUNT', indexKey, prefixRange(taskId))
+local stored = rcall('ZLEXCOUNT', indexKey, prefixRange(taskId))
 local reply = {0, '', 0}
-if used + size > maxBytes or count >= maxCount then
+if used + size > maxBytes or stored >= maxCount then
   local task = getJson(KEYS[1], taskId)
   if task.kind ~= 'session' or size > maxBytes then
     return {E.ARTIFACT_LIMIT}
@@ -85,12 +85,12 @@ if used + size > maxBytes or count >= maxCount then
   table.sort(held, function(a, b) return a.artifact.created_at < b.artifact.created_at end)
   local freedBytes = 0
   for _, old in ipairs(held) do
-    if used + size <= maxBytes and count < maxCount then
+    if used + size <= maxBytes and stored < maxCount then
       break
     end
     rcall('HDEL', artifactsKey, old.member)
     rcall('ZREM', indexKey, old.member)
-    used, count = used - old.artifact.size, count - 1
+    used, stored = used - old.artifact.size, stored - 1
     rcall('HINCRBY', usageKey, taskId, -old.artifact.size)
     if rcall('SREM', blobsKey, old.artifact.blob) == 1 then
       reply[#reply + 1] = old.artifact.blob

@@ -211,13 +211,15 @@ BOOTSTRAP_ACTOR = "admin"
 
 # Live sessions (PROTOCOL.md): a session's timeouts (s: least, most, default), the commands that
 # may wait at once, how long an operator's request waits for an answer (s), how many commands
-# a session's recording keeps (the oldest dropped), and how many elements an observation holds.
+# a session's recording keeps (the oldest dropped), how many elements an observation holds.
 SESSION_IDLE_TIMEOUT_S = (10, 3600, 300)
 SESSION_MAX_DURATION_S = (60, 86400, 3600)
 SESSION_COMMANDS_WAITING_MAX = 16
 SESSION_COMMAND_WAIT_MAX_S = 60
 SESSION_COMMANDS_KEPT = 1000
 SESSION_ELEMENTS_MAX = 500
+# The most bytes of one answer the recording keeps (its JSON): past it, its last elements go.
+SESSION_ANSWER_MAX_BYTES = 64 * 1024
 # The end reasons a session's result carries (metadata.end_reason).
 SESSION_END_REASONS = ("ended", "idle_timeout", "max_duration")
 

@@ -280,7 +280,8 @@ SCHEMAS: dict[str, Any] = {
         "observation": {"type": ["object", "null"], "properties": {
             "screen": {"type": ["string", "null"]}, "screen_url": {"type": ["string", "null"]},
             "width": {"type": ["integer", "null"]}, "height": {"type": ["integer", "null"]},
-            "elements": {"type": "array", "items": {"type": "object"}}}}}},
+            "elements": {"type": "array", "items": {"type": "object"}},
+            "elements_truncated": {"type": "boolean"}}}}},
     "Commands": {"type": "object", "properties": {
         "commands": {"type": "array", "items": {"$ref": "#/components/schemas/Command"}},
         "next_cursor": {"type": ["integer", "null"]}}},

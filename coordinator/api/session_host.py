@@ -11,6 +11,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+import wire
 from coordinator.api.bodies import CommandAnswer, CommandsPoll
 from coordinator.api.context import Context
 from coordinator.api.host import wait_seconds
@@ -22,12 +23,30 @@ from coordinator.state.store import CommandsPolled
 from wire import iso_ms
 
 
+def _bounded(body: dict[str, Any]) -> str:
+    """The answer's JSON, at most ``wire.SESSION_ANSWER_MAX_BYTES``: past it, the observation keeps
+    the elements that fit, in order, and says so (``elements_truncated``), so the recording stays
+    bounded whatever a host sends."""
+    text = canonical_json(body)
+    observation = body.get("observation")
+    if len(text.encode()) <= wire.SESSION_ANSWER_MAX_BYTES or not observation:
+        return text
+    elements, kept = observation.get("elements", []), []
+    size = len(canonical_json({**body, "observation": {**observation, "elements": [],
+                                                       "elements_truncated": True}}).encode())
+    for element in elements:
+        size += len(canonical_json(element).encode()) + 1
+        if size > wire.SESSION_ANSWER_MAX_BYTES:
+            break
+        kept.append(element)
+    return canonical_json({**body, "observation": {**observation, "elements": kept, "elements_truncated": True}})
+
+
 def _answer(answer: CommandAnswer) -> dict[str, Any]:
     """What the script records of one answer: its id and status, its screen's name (for the
-    event), and the answer itself as JSON text (stored as sent, never re-encoded by Lua)."""
-    body = answer.model_dump(exclude_none=True)
+    event), and the answer itself as JSON text (stored as sent, bounded, never re-encoded by Lua)."""
     entry: dict[str, Any] = {"command_id": answer.command_id, "status": answer.status,
-                             "answer": canonical_json(body)}
+                             "answer": _bounded(answer.model_dump(exclude_none=True))}
     if answer.observation is not None and answer.observation.screen is not None:
         entry["screen"] = answer.observation.screen
     return entry

@@ -79,6 +79,8 @@ def command_view(task_id: str, command: dict[str, Any]) -> dict[str, Any]:
             "height": observation.get("height"),
             "elements": observation.get("elements") or [],
         }
+        if observation.get("elements_truncated"):
+            view["observation"]["elements_truncated"] = True
     else:
         view["observation"] = None
     return view

@@ -20,6 +20,9 @@
   Functions:
     commandsTopic(taskId), answersTopic(taskId)   the wake-up topics
     scheduleSession(S, task)                      its next deadline in session_deadlines
+    sessionOf(task)                               what a session's assignment carries:
+                                                  {idle_timeout_s, max_duration_s}; nil for
+                                                  any other task
     requestEnd(S, task, now, reason)              end_requested with its end reason, the host woken
     sessionEnded(S, task)                         a session reached its terminal status: its
                                                   queue and deadline go, every waiter is woken
@@ -46,6 +49,13 @@ local function scheduleSession(S, task)
   local idle = (task.active_at or task.started_at) + task.idle_timeout_ms
   local most = task.started_at + task.max_duration_ms
   rcall('ZADD', S.key.session_deadlines, math.min(idle, most), task.id)
+end
+
+local function sessionOf(task)
+  if task.kind ~= 'session' then
+    return nil
+  end
+  return {idle_timeout_s = task.idle_timeout_ms / 1000, max_duration_s = task.max_duration_ms / 1000}
 end
 
 -- Ask the host to end a running session (operator `end`, idle timeout, max duration): it reports

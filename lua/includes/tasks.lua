@@ -6,12 +6,14 @@
     dropReservation(S, task, now, holds)     the task no longer holds its device
     releaseDevice(S, task, now, finished)    drop it, and let the device take other work
     finishTask(S, task, previous, now)       a terminal status: saved, deleted after retention,
-                                             and told to webhooks
+                                             and told to webhooks; a live session's relay ends
+                                             (includes/sessions.lua, sessionEnded)
     nextAttempt(task, now)                   a new attempt starts its wait
     requeueTask(S, task, now, kind, reason)  a task that held a device goes back to its queue
     unassignTask(S, task, now, reason)       an assignment its host will not claim goes back
     startTask(S, task, now)                  a new task: aged, `created`, placed and saved
-    cancelTaskNow(S, task, now)              an operator's cancel of one task
+    cancelTaskNow(S, task, now)              an operator's cancel of one task (a running
+                                             session's host poll is woken to hear of it)
 
   Invariants kept: a task leaves its device and reaches its next state (queued, or terminal with
   a retention deadline) in one step, recording its event; a requeued task is placed before its

@@ -4,6 +4,10 @@
   assignment to H pushes H onto the inbox of each such process, whose one loop blocks on it
   (the coordinator's inbox loop) and wakes its polls of H.
 
+  The same two functions serve a live session's waits, under a topic of the session in place of
+  the host id (includes/sessions.lua: `commands><task>`, `answers><task>`; '>' is no id character,
+  so a topic is never a host's id).
+
   Functions (each takes the deployment, includes/deployment.lua, first):
     registerPoll(S, hostId, processId, waitMs, now)  a poll of the host waits on the process
     wakePolls(S, hostId, now)                        an assignment wakes the host's polls

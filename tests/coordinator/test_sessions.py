@@ -8,8 +8,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+import anyio.from_thread
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import wire
 from coordinator.clock import ShiftedClock
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one, expire_lease
@@ -253,3 +258,96 @@ async def test_a_session_over_its_artifact_cap_drops_its_oldest_screens(api_fact
             headers={**api.host_headers("host-a"), "content-type": "image/png"})
         assert refused.status_code in (409, 413)
         assert len((await api.admin("GET", f"/api/v1/tasks/{task_id}/artifacts")).json()["artifacts"]) == 2
+
+
+async def test_a_cancel_wakes_the_hosts_poll_and_ends_the_session_cancelled(api: Api, twin: Api) -> None:
+    assignment = await _session(api)
+    task_id = assignment["task_id"]
+    poll = asyncio.ensure_future(_poll(twin, assignment, wait_s=10))
+    assert (await api.admin("POST", f"/api/v1/tasks/{task_id}/cancel")).status_code == 200
+    assert (await asyncio.wait_for(poll, WOKEN_WITHIN_S)).json()["cancel_requested"] is True
+    refused = await _command(api, task_id, {"action": "observe"})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "session_ended"
+    await api.result("host-a", assignment, status="cancelled")
+    assert (await api.task(task_id))["status"] == "cancelled"
+
+
+async def test_a_session_past_its_max_duration_is_asked_to_end_however_busy(api_factory: Any) -> None:
+    clock = ShiftedClock()
+    async with api_factory(clock=clock) as api:
+        assignment = await _session(api, idle_timeout_s=3600, max_duration_s=60)
+        for _ in range(3):  # busy all along, its lease renewed by its host's polls
+            clock.advance(25_000)
+            await _command(api, assignment["task_id"], {"action": "observe"})
+            polled = (await _poll(api, assignment)).json()
+            await _poll(api, assignment, [_done(c["command_id"]) for c in polled["commands"]])
+            await api.sweep()
+        session = (await api.task(assignment["task_id"]))["session"]
+        assert session["end_requested"] is True and session["end_reason"] == "max_duration"
+        assert (await _poll(api, assignment)).json()["end_requested"] is True
+
+
+STEPS = ("send", "poll", "answer", "answer_again", "answer_foreign")
+EXAMPLES = settings(max_examples=15, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+async def test_commands_reach_the_host_in_order_one_at_a_time_and_the_first_answer_stands(api: Api) -> None:
+    """Whatever the order of sends, polls and answers (repeated, late, foreign): a poll hands out
+    the oldest command not answered yet and no other; a command's answer is the first one given;
+    at most 16 commands wait."""
+    await api.heartbeat("host-a", ["a1"], agent=SESSIONS)
+
+    async def example(steps: list[str]) -> None:
+        assert (await api.create_task(kind="session", device_id="a1")).status_code == 201
+        assignment = await claim_one(api, "host-a")
+        task_id = assignment["task_id"]
+        sent: list[str] = []
+        first: dict[str, str] = {}  # command id -> the error text of its first answer
+        for number, step in enumerate(steps):
+            pending = [c for c in sent if c not in first]
+            if step == "send":
+                answer = await _command(api, task_id, {"action": "wait", "ms": number})
+                if len(pending) >= 16:
+                    assert answer.json()["error"]["code"] == "too_many_commands"
+                else:
+                    sent.append(answer.json()["command_id"])
+                continue
+            answers = []
+            if step == "answer" and pending:
+                answers = [_done(pending[0], error=f"answer {number}")]
+                first[pending[0]] = f"answer {number}"
+            elif step == "answer_again" and first:
+                answers = [_done(next(iter(first)), error=f"late {number}")]
+            elif step == "answer_foreign":
+                answers = [_done(f"c_foreign{number}")]
+            polled = (await _poll(api, assignment, answers)).json()
+            waiting = [c for c in sent if c not in first]
+            assert [c["command_id"] for c in polled["commands"]] == waiting[:1]
+        recording = (await api.admin("GET", f"/api/v1/tasks/{task_id}/commands?limit=1000")).json()["commands"]
+        assert [c["command_id"] for c in recording] == sent
+        assert {c["command_id"]: c.get("error") for c in recording if c["status"] != "pending"} == first
+        await api.admin("POST", f"/api/v1/tasks/{task_id}/end")
+        await api.result("host-a", assignment, metadata={"end_reason": "ended"})
+
+    @EXAMPLES
+    @given(steps=st.lists(st.sampled_from(STEPS), max_size=30))
+    def examples(steps: list[str]) -> None:
+        anyio.from_thread.run(example, steps)
+
+    await anyio.to_thread.run_sync(examples)
+
+
+async def test_an_answer_past_its_bound_keeps_the_elements_that_fit(api: Api) -> None:
+    assignment = await _session(api)
+    task_id = assignment["task_id"]
+    command_id = (await _command(api, task_id, {"action": "observe"})).json()["command_id"]
+    answer = _done(command_id)
+    answer["observation"]["elements"] = [{"text": "x" * 1000, "index": i} for i in range(500)]
+    assert (await _poll(api, assignment, [answer])).status_code == 200
+    body = (await api.admin("GET", f"/api/v1/tasks/{task_id}/commands/{command_id}")).json()
+    kept = body["observation"]["elements"]
+    assert body["observation"]["elements_truncated"] is True
+    assert 0 < len(kept) < 500 and [e["index"] for e in kept] == list(range(len(kept)))
+    stored = await api.ctx.store.redis.hget(api.ctx.store.keys.commands(task_id), command_id)
+    assert len(stored) <= 2 * wire.SESSION_ANSWER_MAX_BYTES  # the answer, and its command around it
