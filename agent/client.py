@@ -18,7 +18,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import SecretStr
 
-from agent.answers import Assignment, MalformedAnswer, decode_answer, no_answer
+from agent.answers import Assignment, MalformedAnswer, TransientError, decode_answer, no_answer
 from wire import ResultStatus
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0)
@@ -207,6 +207,8 @@ class HostClient:
             params={"wait_s": wait_s},
             timeout=timeout,
         )
+        if answer is None:  # 204: the coordinator process is stopping; another one answers the next
+            raise TransientError("commands poll answered 204 (the coordinator is stopping)", status=204)
         if not isinstance(answer, dict) or not isinstance(answer.get("commands", []), list):
             raise MalformedAnswer("commands answer is not an object with a list of commands")
         return answer

@@ -19,7 +19,8 @@
     polls:commands><task> (the poll's wait), polls:answers><task> (operators woken by an answer)
   Output:
     {0, lease expiry (ms), cancel requested (0|1), end requested (0|1), commands JSON [{command_id,
-     action (JSON text)}]}  (at most one command: the oldest not answered)
+     action (JSON text)}], end reason ('' unless asked to end)}  (at most one command: the oldest
+     not answered)
     {LEASE_NOT_OWNED} | {LEASE_REPLACED} | {LEASE_EXPIRED}   as a renewal's, nothing changed
     {NOT_A_SESSION}   a live lease of a task that is no session
     {REVOKED}
@@ -105,4 +106,4 @@ if not task.end_requested and not task.cancel_requested then
   end
 end
 return {0, renewed[2], renewed[3], task.end_requested and 1 or 0,
-        #commands > 0 and cjson.encode(commands) or '[]'}
+        #commands > 0 and cjson.encode(commands) or '[]', task.end_reason or ''}

@@ -271,7 +271,8 @@ SCHEMAS: dict[str, Any] = {
         "commands": {"type": "array", "maxItems": 1, "items": {"type": "object", "properties": {
             "command_id": _ID, "action": {"type": "object"}}}},
         "lease_ttl_ms": {"type": "integer"}, "lease_expires_at": {"type": "string"},
-        "cancel_requested": {"type": "boolean"}, "end_requested": {"type": "boolean"}}},
+        "cancel_requested": {"type": "boolean"}, "end_requested": {"type": "boolean"},
+        "end_reason": {"type": ["string", "null"]}}},
     "Command": {"type": "object", "required": ["command_id", "status"], "properties": {
         "command_id": _ID, "status": {"enum": ["pending", "done", "failed"]}, "action": {"type": "object"},
         "actor": {"type": ["string", "null"]}, "sent_at": {"type": ["string", "null"]},

@@ -85,4 +85,5 @@ async def poll_commands(ctx: Context, request: Request) -> Response:
         "lease_expires_at": iso_ms(polled.lease_expires_at_ms),
         "cancel_requested": polled.cancel_requested,
         "end_requested": polled.end_requested,
+        "end_reason": polled.end_reason,
     })

@@ -156,12 +156,14 @@ class Purge:
 @dataclass(frozen=True)
 class CommandsPolled:
     """A session's host poll, answered: the lease's new expiry (ms), whether the task was
-    cancelled or asked to end, and the next commands ([{command_id, action (JSON text)}])."""
+    cancelled or asked to end (and why: the host reports it as ``metadata.end_reason``), and the
+    next commands ([{command_id, action (JSON text)}])."""
 
     lease_expires_at_ms: int
     cancel_requested: bool
     end_requested: bool
     commands: list[dict[str, Any]]
+    end_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -576,7 +578,8 @@ class Store:
         """A session's host poll: answers recorded, the lease renewed, the next command."""
         reply = await self._schedule("pollCommands", [host.host_id, lease_id, task_id, attempt, host.digest,
                                                       ttl_ms, answers_json, process_id, wait_ms])
-        return CommandsPolled(int(reply[1]), reply[2] == 1, reply[3] == 1, orjson.loads(reply[4]))
+        return CommandsPolled(int(reply[1]), reply[2] == 1, reply[3] == 1, orjson.loads(reply[4]),
+                              _text(reply[5]) or None)
 
     async def end_session(self, task_id: str, *, actor: Actor, owner: str | None) -> TaskRecord:
         reply = await self._schedule("endSession", [task_id, actor.name, actor.id, owner or ""])

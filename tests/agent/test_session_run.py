@@ -141,3 +141,18 @@ async def test_a_shutdown_stops_the_loop_at_once_and_reports_the_session_failed(
         assert await running.stop() == 0
     result = results_for(coordinator, tid)[0]
     assert (result["status"], result["failure_reason"]) == ("failed", "shutdown")
+
+
+async def test_a_poll_answered_204_by_a_stopping_coordinator_is_asked_again() -> None:
+    coordinator = FakeCoordinator(lease_ttl_ms=3000)
+    agent, client = make_agent(coordinator, await _sim_executor())
+    async with Running(agent, client):
+        tid = coordinator.assign(kind="session")["task_id"]
+        await wait_until(lambda: coordinator.of("commands"), what="the first poll")
+        coordinator.fail_next("commands", (204, "stopping"))
+        look = coordinator.command(tid, {"action": "observe"})
+        await wait_until(lambda: look in coordinator.answers, what="the answer, after the 204")
+        assert results_for(coordinator, tid) == []
+        coordinator.end(tid)
+        await wait_until(lambda: results_for(coordinator, tid), what="the result")
+    assert results_for(coordinator, tid)[0]["status"] == "succeeded"

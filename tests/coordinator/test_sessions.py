@@ -202,7 +202,7 @@ async def test_end_tells_the_host_and_the_session_ends_succeeded(api: Api, twin:
     ended = await api.admin("POST", f"/api/v1/tasks/{task_id}/end")
     assert ended.status_code == 200 and ended.json()["session"]["end_requested"] is True
     polled = (await asyncio.wait_for(poll, WOKEN_WITHIN_S)).json()
-    assert polled["end_requested"] is True and polled["commands"] == []
+    assert polled["end_requested"] is True and polled["commands"] == [] and polled["end_reason"] == "ended"
     assert (await api.admin("POST", f"/api/v1/tasks/{task_id}/end")).json()["session"]["end_reason"] == "ended"
     await api.result("host-a", assignment, metadata={"end_reason": "ended"})
     task = await api.task(task_id)
@@ -224,7 +224,8 @@ async def test_an_idle_session_is_asked_to_end_and_purged_with_its_relay(api_fac
         await api.sweep()
         session = (await api.task(task_id))["session"]
         assert session["end_requested"] is True and session["end_reason"] == "idle_timeout"
-        assert (await _poll(api, assignment)).json()["end_requested"] is True
+        polled = (await _poll(api, assignment)).json()
+        assert polled["end_requested"] is True and polled["end_reason"] == "idle_timeout"
         await api.result("host-a", assignment, metadata={"end_reason": "idle_timeout"})
 
         keys, redis = api.ctx.store.keys, api.ctx.store.redis
