@@ -49,6 +49,7 @@ from bench.loadgen import (
     percentile,
 )
 from bench.longpoll import long_poll_scale
+from bench.mcp import mcp_tap
 from bench.placement_scale import placement_scale
 from bench.procs import server_pair, start_server
 from bench.renewals import batch_renewals
@@ -381,4 +382,5 @@ SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "webhooks": hanging_endpoint,
     "webhook_latency": healthy_beside_hanging,
     "scale": placement_scale,
+    "mcp": mcp_tap,
 }

@@ -32,6 +32,8 @@ from coordinator.blobs.artifacts import Artifacts, open_blob_store, run_orphan_s
 from coordinator.clock import ShiftedClock
 from coordinator.feed import EventFeed
 from coordinator.longpoll import ClaimWaiter, new_process_id
+from coordinator.mcp.server import PATH as MCP_PATH
+from coordinator.mcp.server import McpEndpoint
 from coordinator.metrics import Metrics
 from coordinator.outage import OutageLog
 from coordinator.reaper import run_reaper, upgrade_before_serving
@@ -126,6 +128,8 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
     # Requests that answer 503 and the reaper's sweeps report to one outage: its first failure is
     # a line, and the first sweep that works ends it (requests cannot tell when Redis is back).
     outage = OutageLog(logging.getLogger("coordinator.outage"), "requests and reaper")
+    # /mcp: outside the route table (the OpenAPI document leaves it out), authenticated as it is.
+    mcp = McpEndpoint(ctx)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -142,7 +146,8 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
                                      name="orphan sweep"),
                  asyncio.create_task(delivery.run(), name="webhook delivery")]
         try:
-            yield
+            async with mcp.manager.run():
+                yield
         finally:
             for task in loops:
                 task.cancel()
@@ -152,6 +157,7 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
 
     routes = [Route(e.path, _Endpoint(e, ctx), methods=[e.method], name=e.handler.__name__)
               for e in ENDPOINTS]
+    routes.append(Route(MCP_PATH, mcp, methods=["POST"], name="mcp"))
     # Every exception becomes a response in boundary.py: RequestBoundary answers what a route
     # raises, and routing's own 404 and 405 go through the same response_for.
     throttle = FailureThrottle(

@@ -24,6 +24,7 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
     "coordinator": [
         ("coordinator.__main__", "coordinator.demo", "coordinator.serve"),
         ("coordinator.app",),
+        ("coordinator.mcp",),
         ("coordinator.api",),
         ("coordinator.longpoll", "coordinator.feed", "coordinator.reaper", "coordinator.blobs",
          "coordinator.metrics", "coordinator.webhooks"),

@@ -98,6 +98,17 @@ class Access:
     owner: str | None = None
 
 
+def access_for(operator: Operator, scope: str, own_scope: str | None = None) -> Access:
+    """What ``operator`` may do on a route that needs ``scope`` (``own_scope``: the scope that
+    lets a token in limited to what it created), or ``InsufficientScope`` (403). The one scope
+    check: ``Authenticator.authorize`` makes it for every operator route, /mcp for every tool."""
+    if operator.may(scope):
+        return Access(operator)
+    if own_scope is not None and operator.may(own_scope) and operator.token_id is not None:
+        return Access(operator, owner=operator.token_id)
+    raise InsufficientScope(scope)
+
+
 # Where app.py leaves an operator route's Access in the request's ASGI scope for its handler.
 ACCESS = "tether.access"
 
@@ -170,12 +181,7 @@ class Authenticator:
         """The operator, if it may call a route that needs ``scope``: 401 for a bad credential,
         then ``InsufficientScope`` (403). A token holding only ``own_scope`` is let in limited to
         what it created (``Access.owner``), which the route's script enforces."""
-        operator = await self.operator(request)
-        if operator.may(scope):
-            return Access(operator)
-        if own_scope is not None and operator.may(own_scope) and operator.token_id is not None:
-            return Access(operator, owner=operator.token_id)
-        raise InsufficientScope(scope)
+        return access_for(await self.operator(request), scope, own_scope)
 
     async def host(self, request: Request) -> HostPrincipal:
         digest = token_digest(bearer_secret(request))

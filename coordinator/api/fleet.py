@@ -25,17 +25,24 @@ _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
 # -- devices -------------------------------------------------------------------------------
 
 
+async def device_page(ctx: Context, *, host_id: str | None, driver: str | None, status: str | None,
+                      limit: int, cursor: str | None) -> dict[str, Any]:
+    """A page of the pool as ``GET /api/v1/devices`` answers it (/mcp's ``list_devices`` too)."""
+    page = await ctx.queries.list_devices(host_id=host_id, driver=driver, status=status, limit=limit, cursor=cursor)
+    views = await ctx.names.add([device_view(d) for d in page.items])
+    return {"devices": views, "next_cursor": page.next_cursor}
+
+
 async def list_devices(ctx: Context, request: Request) -> Response:
     query = Query(request)
-    page = await ctx.queries.list_devices(
+    return json_response(await device_page(
+        ctx,
         host_id=query.id("host_id"),
         driver=query.id("driver"),
         status=query.choice("status", _DEVICE_STATUSES),
         limit=query.limit(*limits.DEVICES_LIMIT),
         cursor=query.text("cursor", max_len=limits.CURSOR_MAX_CHARS),
-    )
-    views = await ctx.names.add([device_view(d) for d in page.items])
-    return json_response({"devices": views, "next_cursor": page.next_cursor})
+    ))
 
 
 async def _device(ctx: Context, device_id: str) -> dict[str, Any]:

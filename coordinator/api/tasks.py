@@ -99,10 +99,14 @@ async def create_task(ctx: Context, request: Request) -> Response:
     return json_response(view, status)
 
 
-async def get_task(ctx: Context, request: Request) -> Response:
-    task_id = require_id(request.path_params["task_id"], "task_id")
+async def task_of(ctx: Context, task_id: str) -> dict[str, Any]:
+    """The task's view, as ``GET /api/v1/tasks/{task_id}`` answers it (MCP's ``get_task`` too)."""
     task = found(await ctx.queries.get_task(task_id), "task")
-    return json_response((await _views(ctx, [task]))[0])
+    return (await _views(ctx, [task]))[0]
+
+
+async def get_task(ctx: Context, request: Request) -> Response:
+    return json_response(await task_of(ctx, require_id(request.path_params["task_id"], "task_id")))
 
 
 async def list_tasks(ctx: Context, request: Request) -> Response:

@@ -25,8 +25,9 @@ LogFormat = Literal["text", "json"]
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-# Loggers of libraries that would write a URL, header or body of ours below WARNING.
-QUIET_LIBRARIES = ("httpx", "httpcore", "hpack", "h11", "urllib3", "botocore", "s3transfer")
+# Loggers of libraries that would write a URL, header or body of ours below WARNING (the mcp SDK:
+# a line per /mcp request, and a caller's text with its failures).
+QUIET_LIBRARIES = ("httpx", "httpcore", "hpack", "h11", "urllib3", "botocore", "s3transfer", "mcp")
 
 # What every record carries: any other attribute came from `extra=` and becomes a field.
 # `color_message` is uvicorn's coloured copy of the message.
