@@ -152,7 +152,22 @@ def cancel(client: Client, args: Namespace, out: Output) -> int:
 
 def hosts(client: Client, args: Namespace, out: Output) -> int:
     page = _collect(lambda limit, cursor: client.list_hosts(limit=limit, cursor=cursor), "hosts")
-    return out.show(page, lambda p: render.hosts_table(p["hosts"]))
+    labels = {} if out.as_json else _labels_of_devices(client)  # the JSON is the API's own
+    return out.show(page, lambda p: render.hosts_table(p["hosts"], labels))
+
+
+def _labels_of_devices(client: Client) -> dict[str, Json]:
+    """Host id -> the labels every one of its devices carries: what an agent's HOST_AGENT_LABELS
+    put on each device it reports, shown as the host's."""
+    common: dict[str, Json] = {}
+    for device in client.iter_devices():
+        labels = device.get("labels") or {}
+        host_id = str(device.get("host_id"))
+        if host_id not in common:
+            common[host_id] = dict(labels)
+        else:
+            common[host_id] = {k: v for k, v in common[host_id].items() if labels.get(k) == v}
+    return common
 
 
 def host(client: Client, args: Namespace, out: Output) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tether.tables import EMPTY, cell, clock, fields, pairs_text, short_time, table
@@ -273,11 +273,15 @@ def artifacts_table(artifacts: Iterable[Json]) -> str:
 # -- fleet -----------------------------------------------------------------------------------
 
 
-def hosts_table(hosts: Iterable[Json]) -> str:
-    """One state column (``tether host ID`` shows each flag) keeps the table narrow."""
+def hosts_table(hosts: Iterable[Json], device_labels: Mapping[str, Json] | None = None) -> str:
+    """One state column (``tether host ID`` shows each flag) keeps the table narrow. LABELS: the
+    host's own, over those every one of its devices carries (``device_labels``, by host id: what
+    ``HOST_AGENT_LABELS`` puts on each device)."""
+    shared = device_labels or {}
     return table(["HOST", "HOSTNAME", "KIND", "STATE", "DEVICES", "LAST SEEN", "LABELS"],
                  ([h["host_id"], h.get("hostname"), h.get("kind"), _host_word(h), h.get("devices"),
-                   short_time(h.get("last_seen")), h.get("labels")] for h in hosts))
+                   short_time(h.get("last_seen")), {**shared.get(h["host_id"], {}), **(h.get("labels") or {})}]
+                  for h in hosts))
 
 
 def _host_word(host: Json) -> str:

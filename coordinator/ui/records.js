@@ -71,8 +71,8 @@ export class Records {
   // -- whole lists ---------------------------------------------------------------------------
 
   showFleet({ hosts, devices }) {
+    this.deviceRecords = new Map(devices.map((d) => [d.device_id, d])); // first: a host shows its devices' labels
     this.replaceHosts(hosts);
-    this.deviceRecords = new Map(devices.map((d) => [d.device_id, d]));
     this.devices.replaceAll(devices.map((d) => this.#row(d)));
     this.totalsSoon();
   }
@@ -133,7 +133,7 @@ export class Records {
    *  draining host's devices are shown draining, with its hostname). */
   putHost(host) {
     const before = this.hosts.get(host.host_id);
-    this.hosts.put(host);
+    this.hosts.put(this.#withDeviceLabels(host, this.#labelsOfDevices().get(host.host_id)));
     if (!before || before.draining !== host.draining || before.hostname !== host.hostname ||
         before.online !== host.online || JSON.stringify(before.labels) !== JSON.stringify(host.labels)) {
       this.#putHostDevices(host.host_id);
@@ -142,7 +142,8 @@ export class Records {
   }
 
   replaceHosts(hosts) {
-    this.hosts.replaceAll(hosts);
+    const labels = this.#labelsOfDevices();
+    this.hosts.replaceAll(hosts.map((h) => this.#withDeviceLabels(h, labels.get(h.host_id))));
     for (const device of this.deviceRecords.values()) this.devices.put(this.#row(device));
     this.totalsSoon();
   }
@@ -196,6 +197,23 @@ export class Records {
       if (!this.queue.has(oldest.task_id) && !this.results.has(oldest.task_id) &&
           !ACTIVE.has(oldest.status)) this.tasks.delete(oldest.task_id);
     }
+  }
+
+  /** Host id -> the labels every one of its devices carries: an agent's HOST_AGENT_LABELS label
+   *  each device it reports, and so read as the host's own (one pass over the devices). */
+  #labelsOfDevices() {
+    const common = new Map();
+    for (const device of this.deviceRecords.values()) {
+      const labels = device.labels || {};
+      const seen = common.get(device.host_id);
+      if (seen === undefined) common.set(device.host_id, { ...labels });
+      else for (const key of Object.keys(seen)) if (labels[key] !== seen[key]) delete seen[key];
+    }
+    return common;
+  }
+
+  #withDeviceLabels(host, deviceLabels) {
+    return { ...host, shown_labels: { ...(deviceLabels || {}), ...(host.labels || {}) } };
   }
 
   #row(device) {

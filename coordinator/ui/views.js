@@ -73,7 +73,7 @@ export function hostColumns(may) {
     { title: "State", value: hostState, tone: (h) => tone(hostState(h)) },
     { title: "Kind", value: (h) => h.kind },
     { title: "Devices", value: (h) => String(h.devices ?? "") },
-    { title: "Labels", value: (h) => labelText(h.labels), wide: true },
+    { title: "Labels", value: (h) => labelText(h.shown_labels ?? h.labels), wide: true },
     { title: "Last seen", value: (h) => clock(h.last_seen) },
     { title: "Agent", value: agentText, tone: (h) => (h.conflicting_agent ? "bad" : ""), wide: true },
   ], may.drain || may.revoke, actions);

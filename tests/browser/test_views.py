@@ -46,6 +46,9 @@ def test_views_have_addresses_and_long_tables_come_in_pages(
     set_width(page, width)
     dashboard.open_signed_in()
 
+    # Labels every device of a host carries (HOST_AGENT_LABELS) are shown as the host's.
+    assert dashboard.wait_cell("hosts", "host-b", "Labels", lambda s: s == "rack=b", what="host-b's labels")
+    assert dashboard.cell("hosts", "host-a", "Labels") == ""
     # The Fleet view first: 73 devices, a page of 50 shown, the rest counted.
     page.wait_for(f"{PAGER.format('devices')} === '1\u201350 of 73 · 23 hidden'", what="the devices' pager")
     assert len(shown(dashboard, "devices")) == 50
@@ -60,9 +63,10 @@ def test_views_have_addresses_and_long_tables_come_in_pages(
     # The Queue by its tab: the newest 50 of 120, the count of the rest from the teams' counts.
     page.click("#nav a[data-view=queue]")
     page.wait_for("location.hash === '#queue'", what="the queue's address")
+    page.wait_for("!document.querySelector('section[data-view=queue]').hidden", what="the queue view")
     page.wait_for(f"{PAGER.format('queue')} === '1\u201350 of 120 · 70 hidden'", what="the queue's pager")
     newest = [*teams["alpha"], *teams["beta"]]
-    assert page.js("document.querySelector('section[data-view=fleet]').hidden") is True
+    page.wait_for("document.querySelector('section[data-view=fleet]').hidden", what="the fleet view hidden")
     first_page = shown(dashboard, "queue")
     assert len(first_page) == 50 and set(first_page) <= set(newest)
     page.click("#queue-pager button.older")

@@ -120,3 +120,13 @@ def test_history_limit_and_webhook_ids_by_prefix(coordinator: CoordinatorProcess
     assert deliveries.code == 0, deliveries
     removed = tether_here(coordinator, capsys, "webhooks", "remove", hook["id"][:10])
     assert removed.code == 0 and hook["id"] in removed.out, removed
+
+
+def test_labels_an_agent_puts_on_every_device_show_as_its_host_s(coordinator: CoordinatorProcess,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # HOST_AGENT_LABELS labels every device the agent reports: `tether hosts` shows them on the host.
+    coordinator.heartbeat("drain-1", [{"device_id": f"lab-{n}", "labels": {"site": "berlin", "slot": str(n)}}
+                                      for n in range(2)])
+    row = next(line for line in tether_here(coordinator, capsys, "hosts").out.splitlines()
+               if line.startswith("drain-1 "))
+    assert "site=berlin" in row and "slot" not in row, row
