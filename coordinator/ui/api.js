@@ -27,12 +27,17 @@ export function grants(me) {
   const submit = admin || scopes.has("submit");
   return {
     name: me.name,
+    tokenId: me.token_id ?? null,
     admin, // the webhooks, and every route of theirs, are the admin's
     read: admin || scopes.has("read"),
     drain: control,
     disable: control,
     revoke: admin,
     cancelSome: control || submit, // whether any Cancel button can ever show
+    submit, // creates tasks: a live session on a free device too
+    /** A live session is driven by the token that created it (its `created` event's actor_id)
+     *  or an admin (PROTOCOL.md, "Live sessions"); any other token watches. */
+    drive: (creatorId) => admin || (submit && me.token_id != null && creatorId === me.token_id),
     /** A task's Cancel: any task with `control`; with only `submit`, the tasks this token created. */
     cancel: (task) => control || (submit && createdBy(task) === me.name),
   };

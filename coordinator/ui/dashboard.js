@@ -113,7 +113,11 @@ export class Dashboard {
     byId("events").replaceChildren(
       el("li", { class: "empty", text: "No events yet: changes to tasks, hosts and devices show here as they happen." }));
     this.nav = new Nav({ onChange: (route, changed) => this.#route(route, changed) });
-    this.sessions = new SessionsView(byId("sessions"));
+    this.sessions = new SessionsView(api, byId("sessions"), {
+      may,
+      sessions: () => [...this.records.tasks.values()].filter((t) => t.kind === "session" && (t.status === "running" || t.status === "assigned")),
+      onError: (error) => (error.unauthorized ? this.onUnauthorized(error) : this.#banner(`Could not read: ${error.message}`)),
+    });
     this.detail = new Detail(api, {
       back: () => this.nav.href(),
       may,
@@ -142,7 +146,6 @@ export class Dashboard {
     byId("nav").hidden = false;
     this.nav.start(); // the view and filters of the address, before anything is read
     this.#scopes();
-    this.sessions.show();
     this.held = [];
     this.feed.start();
     try {
@@ -163,6 +166,7 @@ export class Dashboard {
     this.charts.start();
     this.detail.show(location.hash);
     this.started = true;
+    if (this.nav.route.view === "sessions" && !this.nav.route.filters.task) this.sessions.show(); // the list, read now
   }
 
   stop() {
@@ -174,6 +178,7 @@ export class Dashboard {
     this.rereads.stop();
     this.records.stop();
     this.detail.stop();
+    this.sessions.close();
     this.charts.stop();
   }
 
@@ -308,6 +313,8 @@ export class Dashboard {
 
   /** The address named a view and its filters (nav.js). */
   #route({ view, filters }, changed) {
+    if (view === "sessions") this.sessions.show(filters.task ?? null);
+    else this.sessions.close(); // a live view follows the feed only while it shows
     if (view === "fleet") {
       this.records.setDeviceFilters(filters);
       return;
@@ -514,7 +521,12 @@ export class Dashboard {
   }
 
   async #deviceAction(action, deviceId) {
-    if (action === "cancel") {
+    if (action === "session") {
+      // A live session on this device; its view opens at once and shows it waiting, then live.
+      const task = await this.api.post("/api/v1/tasks", { kind: "session", device_id: deviceId });
+      this.records.applyTask(task);
+      location.hash = views.sessionHref(task.task_id);
+    } else if (action === "cancel") {
       const taskId = this.records.deviceTask.get(deviceId);
       if (taskId) await this.#cancel(taskId);
     } else if (action === "disable") {

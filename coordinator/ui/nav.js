@@ -17,6 +17,7 @@ const FIELDS = {
   driver: { label: "Driver", placeholder: "sim, adb…" },
   label: { label: "Label", placeholder: "key=value" },
   run: { label: "Run", placeholder: "run id" },
+  task: { label: "Session", placeholder: "task id" },
 };
 
 export const VIEWS = [
@@ -24,7 +25,7 @@ export const VIEWS = [
   { name: "queue", title: "Queue", filters: ["team", "status", "host", "run"], states: TASK_STATES.queue },
   { name: "runs", title: "Runs", filters: ["team", "status"], states: ["running", "succeeded", "failed", "cancelled"] },
   { name: "teams", title: "Teams", filters: [] },
-  { name: "sessions", title: "Sessions", filters: [] },
+  { name: "sessions", title: "Sessions", filters: ["task"] }, // #sessions?task=<id>: that session, live
   { name: "results", title: "Results", filters: ["team", "status", "host", "run"], states: TASK_STATES.results },
   { name: "events", title: "Events", filters: [] },
 ];

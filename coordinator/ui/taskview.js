@@ -4,9 +4,12 @@
 // itself: the view follows GET /api/v1/events?task_id=<id> from its oldest kept event (0-0), so
 // the feed replays the task's past progress (the deployment's last 10,000 events are kept), then
 // keeps the view live. Transitions arriving on it re-read the task and its history; its
-// `artifact` events go to the strip of artifacts under the timeline (artifacts.js).
+// `artifact` events go to the strip of artifacts under the timeline (artifacts.js). A live
+// session's view also shows its recording (recording.js), which its command events keep current,
+// and while it runs a link to its live view (sessionview.js).
 
 import { ArtifactStrip } from "./artifacts.js";
+import { Recording } from "./recording.js";
 import { el } from "./dom.js";
 import { Feed } from "./feed.js";
 import * as story from "./story.js";
@@ -34,6 +37,7 @@ export class TaskView {
     this.timer = null;
     this.closed = false;
     this.strip = new ArtifactStrip(api, taskId, { onError });
+    this.recording = null; // a session's, once the task is known to be one
     this.feed = new Feed({
       url: `/api/v1/events?task_id=${encodeURIComponent(taskId)}`,
       headers: () => api.headers(),
@@ -46,6 +50,11 @@ export class TaskView {
     this.root.replaceChildren(el("p", { class: "muted", text: `Loading ${this.taskId}…` }));
     await this.#read();
     if (this.closed) return;
+    if (this.task?.kind === "session") {
+      this.recording = new Recording(this.api, this.taskId, { onError: this.onError });
+      this.#render();
+      this.recording.load();
+    }
     this.feed.start();
     this.strip.load();
     this.ticker = setInterval(() => this.#tick(), TICK_MS);
@@ -55,6 +64,7 @@ export class TaskView {
     this.closed = true;
     this.feed.stop();
     this.strip.close();
+    this.recording?.close();
     clearTimeout(this.timer);
     clearInterval(this.ticker);
   }
@@ -68,6 +78,10 @@ export class TaskView {
     }
     if (event.type === "artifact") {
       this.strip.add(event); // no transition: nothing to read again
+      return;
+    }
+    if (event.type === "command" || event.type === "command_answered") {
+      this.recording?.event(event); // a session's command: its recording grows, nothing else moved
       return;
     }
     clearTimeout(this.timer);
@@ -115,6 +129,8 @@ export class TaskView {
         ...fact("Target", views.target(task)),
         ...fact("Team", task.team ?? "default", "", "team"),
         ...fact("Priority", String(task.priority ?? 0), "", "priority"),
+        ...(task.kind === "session" && !["succeeded", "failed", "cancelled"].includes(task.status)
+          ? linkFact("Live", "the session's screen", views.sessionHref(task.task_id), "live") : []),
         ...(task.run_id ? linkFact("Run", task.run_id, runHref(task.run_id), "run") : []),
         ...(task.rerun_of ? linkFact("Rerun of", task.rerun_of, views.taskHref(task.rerun_of), "rerun-of") : []),
         ...(task.replaced_by ? linkFact("Replaced by", task.replaced_by, views.taskHref(task.replaced_by), "replaced-by") : []),
@@ -134,6 +150,7 @@ export class TaskView {
       this.#attempts(),
       el("h3", { text: "Timeline" }),
       this.#timeline(current),
+      ...(this.recording ? [this.recording.element] : []), // the same element each time, as the strip
       this.strip.element, // the same element each time: its thumbnails stay
 
     );

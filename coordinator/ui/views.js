@@ -50,6 +50,8 @@ export function candidates(counts) {
 
 /** Where a task's view opens (app.js follows the address's hash). */
 export const taskHref = (taskId) => (taskId ? `#task/${encodeURIComponent(taskId)}` : null);
+/** A live session's own view: its screen and, for its driver, the controls (sessionview.js). */
+export const sessionHref = (taskId) => (taskId ? `#sessions?task=${encodeURIComponent(taskId)}` : null);
 export const deviceHref = (deviceId) => (deviceId ? `#device/${encodeURIComponent(deviceId)}` : null);
 
 /** `name (id)` when the record has a name people use (a hostname, a device's local name). */
@@ -130,10 +132,12 @@ const deviceFields = [
 
 export function deviceColumns(may) {
   const actions = (r) => [
+    // A live session on a free device (PROTOCOL.md, "Live sessions"), for a token that may submit.
+    ...(may.submit && !r.task && deviceState(r) === "available" ? [{ label: "Start session", action: "session" }] : []),
     ...(r.task && !r.task.cancel_requested && may.cancel(r.task) ? [{ label: "Cancel task", action: "cancel" }] : []),
     ...(may.disable ? [r.device.disabled ? { label: "Enable", action: "enable" } : { label: "Disable", action: "disable" }] : []),
   ];
-  return withActions(deviceFields, may.disable || may.cancelSome, actions);
+  return withActions(deviceFields, may.disable || may.cancelSome || may.submit, actions);
 }
 
 /** A task's team and, when not the default 0, its priority: `alpha · p50`. */

@@ -109,7 +109,8 @@ def test_a_submit_token_is_offered_its_own_tasks_and_a_refusal_shows_the_server_
     assert dashboard.buttons("queue", mine["task_id"]) == ["Cancel"]
     assert dashboard.buttons("queue", admins["task_id"]) == []
     assert dashboard.buttons("queue", theirs["task_id"]) == ["Cancel"]  # the page goes by name
-    assert dashboard.buttons("hosts", "host-a") == [] and dashboard.buttons("devices", "phone-1") == []
+    # Of the fleet, only what submitting allows: a live session on the free phone.
+    assert dashboard.buttons("hosts", "host-a") == [] and dashboard.buttons("devices", "phone-1") == ["Start session"]
 
     dashboard.view("queue")
     page.click(dashboard.button("queue", theirs["task_id"], "Cancel"))
