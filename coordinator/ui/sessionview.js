@@ -33,7 +33,8 @@ export class SessionView {
     this.driver = false; // may this token drive it: decided from the task's history
     this.seen = new Set(); // commands whose answer is drawn or being fetched
     this.asked = 0; // answers asked for, in the order they came
-    this.drawn = 0; // the newest of those drawn
+    this.drawn = 0; // the newest of those whose answer is shown
+    this.screenOrder = 0; // the newest of those whose screen is up
     this.device = null; // {width, height}: the device's pixels, from the last answer
     this.idleDeadline = null; // ms since the epoch
     this.screenUrl = null;
@@ -164,15 +165,17 @@ export class SessionView {
     const order = ++this.asked;
     const id = encodeURIComponent(this.taskId);
     const screen = event.screen ?? known?.observation?.screen ?? null;
+    // Both read at once; the screen goes up as soon as it is here, its elements when they are.
+    const answerRead = known ? Promise.resolve(known)
+      : this.api.get(`/api/v1/tasks/${id}/commands/${encodeURIComponent(commandId)}`, { wait_s: 0 });
+    answerRead.catch(() => {}); // awaited below; a failure is handled there, not reported twice
     try {
-      const [answer, blob] = await Promise.all([
-        known ?? this.api.get(`/api/v1/tasks/${id}/commands/${encodeURIComponent(commandId)}`, { wait_s: 0 }),
-        screen ? this.api.blob(`/api/v1/tasks/${id}/artifacts/${encodeURIComponent(screen)}`,
-          { attempt: event.attempt ?? this.task?.attempt ?? 1 }, this.aborts.signal) : null,
-      ]);
-      if (this.closed || order < this.drawn) return; // a newer answer is on screen
+      const blob = screen ? await this.api.blob(`/api/v1/tasks/${id}/artifacts/${encodeURIComponent(screen)}`,
+        { attempt: event.attempt ?? this.task?.attempt ?? 1 }, this.aborts.signal) : null;
+      if (this.closed || order < this.#newest()) return; // a newer answer is on screen
       if (blob) await this.#drawScreen(blob, commandId, order);
-      if (this.closed || order < this.drawn) return;
+      const answer = await answerRead;
+      if (this.closed || order < this.#newest()) return;
       this.drawn = order;
       this.#showAnswer(answer);
     } catch (error) {
@@ -180,6 +183,10 @@ export class SessionView {
       if (error.status === 404) return; // its screen was dropped (over the task's artifact cap)
       this.onError(error);
     }
+  }
+
+  #newest() {
+    return Math.max(this.drawn, this.screenOrder);
   }
 
   async #drawScreen(blob, commandId, order) {
@@ -192,10 +199,11 @@ export class SessionView {
       URL.revokeObjectURL(url);
       return;
     }
-    if (this.closed || order < this.drawn) {
+    if (this.closed || order < this.#newest()) {
       URL.revokeObjectURL(url);
       return;
     }
+    this.screenOrder = order;
     const shown = this.screen;
     shown.src = url; // decoded already: drawn at the next frame
     if (this.screenUrl) URL.revokeObjectURL(this.screenUrl);

@@ -97,8 +97,9 @@ def test_a_session_is_driven_from_the_dashboard_watched_by_a_read_token_and_reco
         watcher.open_signed_in(wall)
         watcher_page.js(f"location.hash = {json.dumps('#sessions?task=' + task_id)}")
         watcher_page.wait_for("document.querySelector('#session')?.dataset.role === 'watcher'", what="the watcher's view")
-        watcher_page.wait_for(f"document.getElementById('session-screen').dataset.command === {json.dumps(tapped)}",
+        watcher_page.wait_for(f"document.getElementById('session-last').dataset.command === {json.dumps(tapped)}",
                               what="the watcher seeing the driver's screen")
+        assert watcher_page.js("document.getElementById('session-screen').dataset.command") == tapped
         assert watcher_page.js("!document.getElementById('session-controls') && "
                                "document.querySelectorAll('#session button, #session input').length === 0")
         assert "Wi-Fi" in elements(watcher_page)
