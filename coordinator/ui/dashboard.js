@@ -356,8 +356,10 @@ export class Dashboard {
       return;
     }
     // A stored screenshot or log changes nothing the tables show, and a run makes one a step:
-    // the task view's strip shows them (artifacts.js); the live log would only be flooded.
-    if (event.type === "artifact") return;
+    // the task view's strip shows them (artifacts.js); the live log would only be flooded. So
+    // with a live session's commands and answers (one each per command, at an agent's pace):
+    // its own view and its recording show them (sessionview.js, recording.js).
+    if (event.type === "artifact" || event.type === "command" || event.type === "command_answered") return;
     this.#log(event);
     const { records, rereads } = this;
     switch (event.type) {

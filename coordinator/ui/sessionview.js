@@ -163,6 +163,7 @@ export class SessionView {
     if (!commandId || this.seen.has(commandId)) return;
     this.seen.add(commandId);
     const order = ++this.asked;
+    const heardAt = Date.now(); // when the answer's news reached the page (its event, or the answer)
     const id = encodeURIComponent(this.taskId);
     const screen = event.screen ?? known?.observation?.screen ?? null;
     // Both read at once; the screen goes up as soon as it is here, its elements when they are.
@@ -173,7 +174,7 @@ export class SessionView {
       const blob = screen ? await this.api.blob(`/api/v1/tasks/${id}/artifacts/${encodeURIComponent(screen)}`,
         { attempt: event.attempt ?? this.task?.attempt ?? 1 }, this.aborts.signal) : null;
       if (this.closed || order < this.#newest()) return; // a newer answer is on screen
-      if (blob) await this.#drawScreen(blob, commandId, order);
+      if (blob) await this.#drawScreen(blob, commandId, order, heardAt);
       const answer = await answerRead;
       if (this.closed || order < this.#newest()) return;
       this.drawn = order;
@@ -189,7 +190,7 @@ export class SessionView {
     return Math.max(this.drawn, this.screenOrder);
   }
 
-  async #drawScreen(blob, commandId, order) {
+  async #drawScreen(blob, commandId, order, heardAt) {
     const url = URL.createObjectURL(blob);
     const img = new Image();
     img.src = url;
@@ -209,7 +210,9 @@ export class SessionView {
     if (this.screenUrl) URL.revokeObjectURL(this.screenUrl);
     this.screenUrl = url;
     shown.dataset.command = commandId;
-    shown.dataset.drawnAt = String(Date.now()); // when this screen reached the page (bench/session_screen.py)
+    // When the answer's news and its screen reached the page (tests/browser/screen_latency.py).
+    shown.dataset.heardAt = String(heardAt);
+    shown.dataset.drawnAt = String(Date.now());
     shown.hidden = false;
     this.noScreen.hidden = true;
   }

@@ -187,7 +187,9 @@ export class TaskView {
   }
 
   #timeline(current) {
-    const entries = story.timeline(this.events, this.#allSteps(), current, this.task.attempt);
+    // A session's commands are its recording's, under the timeline: here, its transitions only.
+    const events = this.events.filter((e) => e.type !== "command" && e.type !== "command_answered");
+    const entries = story.timeline(events, this.#allSteps(), current, this.task.attempt);
     return el("ol", { id: "task-timeline", class: "timeline" }, ...entries.map((entry) => {
       if (entry.kind === "step") {
         const s = entry.step;

@@ -48,11 +48,13 @@ def _watch(page: Page, url: str, token: str, task_id: str) -> None:
     page.wait_for("document.querySelector('#session')?.dataset.role === 'watcher'", 30, "the watcher's view")
     # Every screen drawn, by command: the page writes data-drawn-at as it puts a decoded screen up.
     page.js("""(() => { window.drawn = {}; const img = document.getElementById('session-screen');
-        const note = () => { if (img.dataset.command) window.drawn[img.dataset.command] = Number(img.dataset.drawnAt); };
+        const note = () => { if (img.dataset.command) window.drawn[img.dataset.command] =
+            [Number(img.dataset.heardAt), Number(img.dataset.drawnAt)]; };
         note(); new MutationObserver(note).observe(img, {attributes: true, attributeFilter: ['data-drawn-at']}); })()""")
 
 
-def measure(commands: int) -> list[float]:
+def measure(commands: int) -> list[tuple[float, float]]:
+    """Per command: (the answer to the page hearing of it, the answer to its screen drawn), ms."""
     executable = find_chromium()
     if executable is None:
         raise SystemExit("no Chromium found (chromium, chromium-browser, google-chrome or $CHROMIUM)")
@@ -77,9 +79,10 @@ def measure(commands: int) -> list[float]:
                         answer = coordinator.call("POST", f"/api/v1/tasks/{task_id}/commands?wait_s=30",
                                                   json={"action": ACTIONS[n % len(ACTIONS)]})
                         command = answer["command_id"]
-                        drawn = page.wait_for(f"window.drawn[{json.dumps(command)}]", 10, f"{command} drawn")
+                        heard, drawn = page.wait_for(f"window.drawn[{json.dumps(command)}]", 10, f"{command} drawn")
                         recorded = coordinator.call("GET", f"/api/v1/tasks/{task_id}/commands/{command}?wait_s=0")
-                        lags.append(drawn - _ms(recorded["answered_at"]))
+                        answered = _ms(recorded["answered_at"])
+                        lags.append((heard - answered, drawn - answered))
                     assert page.console_errors == [], page.console_errors
                 coordinator.call("POST", f"/api/v1/tasks/{task_id}/end")
                 return lags
@@ -91,12 +94,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--commands", type=int, default=200)
     args = parser.parse_args()
-    lags = sorted(measure(args.commands))
-    p99 = lags[min(len(lags) - 1, round(0.99 * (len(lags) - 1)))]
-    print(f"screen on a watching dashboard after the host's answer, {len(lags)} commands: "
-          f"p50 {statistics.median(lags):.1f} ms, p99 {p99:.1f} ms, worst {lags[-1]:.1f} ms "
-          f"(target: p99 <= {TARGET_P99_MS:g} ms: {'met' if p99 <= TARGET_P99_MS else 'MISSED'})")
+    lags = measure(args.commands)
+    heard = _figures(sorted(h for h, _ in lags))
+    drawn = _figures(sorted(d for _, d in lags))
+    print(f"after the host's answer, {len(lags)} commands (p50 / p99 / worst, ms): the page hears of it "
+          f"{heard[0]:.1f} / {heard[1]:.1f} / {heard[2]:.1f}; its screen drawn {drawn[0]:.1f} / {drawn[1]:.1f} / "
+          f"{drawn[2]:.1f} (target: drawn p99 <= {TARGET_P99_MS:g} ms: {'met' if drawn[1] <= TARGET_P99_MS else 'MISSED'})")
     return 0
+
+
+def _figures(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), values[min(len(values) - 1, round(0.99 * (len(values) - 1)))], values[-1]
 
 
 if __name__ == "__main__":

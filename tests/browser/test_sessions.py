@@ -152,5 +152,8 @@ def test_a_session_is_driven_from_the_dashboard_watched_by_a_read_token_and_reco
     assert {r[1] for r in rows} == {"tester"} and {r[3] for r in rows} == {"done"}, rows
     assert [r[2] for r in rows] == ["observe", "tap 280, 550", "key home", "tap 800, 550", "tap 540, 370",
                                     'type "hello"', "swipe 540, 1600 → 540, 400"], rows
+    # The timeline keeps the session's transitions; its commands are the recording's.
+    timeline = page.js("[...document.querySelectorAll('#task-timeline li.event')].map(li => li.dataset.type)")
+    assert timeline[:3] == ["created", "assigned", "claimed"] and "command" not in timeline, timeline
     page.wait_for(f"[...document.querySelectorAll('#recording img')].filter(i => i.naturalWidth > 0).length === {len(ids)}",
                   what="every command's screen drawn")
