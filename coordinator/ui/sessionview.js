@@ -166,13 +166,15 @@ export class SessionView {
     const heardAt = Date.now(); // when the answer's news reached the page (its event, or the answer)
     const id = encodeURIComponent(this.taskId);
     const screen = event.screen ?? known?.observation?.screen ?? null;
-    // Both read at once; the screen goes up as soon as it is here, its elements when they are.
+    // Both read at once, the screen first (it is what a watcher waits for): it goes up as soon as
+    // it is here, the elements when they are.
+    const screenRead = screen ? this.api.blob(`/api/v1/tasks/${id}/artifacts/${encodeURIComponent(screen)}`,
+      { attempt: event.attempt ?? this.task?.attempt ?? 1 }, this.aborts.signal) : Promise.resolve(null);
     const answerRead = known ? Promise.resolve(known)
       : this.api.get(`/api/v1/tasks/${id}/commands/${encodeURIComponent(commandId)}`, { wait_s: 0 });
     answerRead.catch(() => {}); // awaited below; a failure is handled there, not reported twice
     try {
-      const blob = screen ? await this.api.blob(`/api/v1/tasks/${id}/artifacts/${encodeURIComponent(screen)}`,
-        { attempt: event.attempt ?? this.task?.attempt ?? 1 }, this.aborts.signal) : null;
+      const blob = await screenRead;
       if (this.closed || order < this.#newest()) return; // a newer answer is on screen
       if (blob) await this.#drawScreen(blob, commandId, order, heardAt);
       const answer = await answerRead;
