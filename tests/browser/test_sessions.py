@@ -20,6 +20,7 @@ pytestmark = pytest.mark.e2e
 
 # The sim phone (agent/runtime/sim.py): 1080 x 1920, the Settings tile at (60, 400)-(500, 700).
 SETTINGS_TILE = (280, 550)
+RECORDING_PAGE = 50
 
 
 def shown(page: Page) -> str | None:
@@ -128,6 +129,12 @@ def test_a_session_is_driven_from_the_dashboard_watched_by_a_read_token_and_reco
         assert action == {"action": "swipe", "x1": 540, "y1": 1600, "x2": 540, "y2": 400, "duration_ms": 300,
                           "observe": True}, action
 
+        # More than a page of the recording (recording.js reads 50 at a time): quick commands, no
+        # screen, sent by the admin through the API.
+        for _ in range(RECORDING_PAGE - 6):
+            coordinator.call("POST", f"/api/v1/tasks/{task_id}/commands?wait_s=30",
+                             json={"action": {"action": "wait", "ms": 0, "observe": False}})
+
         # End: both views say it ended, and the controls are gone.
         page.click("#session-end")
         for tab in (page, watcher_page):
@@ -143,17 +150,26 @@ def test_a_session_is_driven_from_the_dashboard_watched_by_a_read_token_and_reco
     page.wait_for(f"document.getElementById('detail-title').textContent === 'Task {task_id}'")
     recorded = coordinator.call("GET", f"/api/v1/tasks/{task_id}/commands")["commands"]
     ids = [c["command_id"] for c in recorded]
-    assert ids == [first, tapped, home, notes, focused, typed, swiped], ids
-    page.wait_for(f"document.querySelectorAll('#recording li[data-command]').length === {len(ids)}", what="the recording")
+    assert ids[:7] == [first, tapped, home, notes, focused, typed, swiped] and len(ids) == RECORDING_PAGE + 1, ids
+    page.wait_for(f"document.querySelectorAll('#recording li[data-command]').length === {RECORDING_PAGE}",
+                  what="the recording's first page")
+    page.click("#recording-more")
+    page.wait_for(f"document.querySelectorAll('#recording li[data-command]').length === {len(ids)}", what="all of it")
+    assert page.js("document.getElementById('recording-more').hidden") is True
     rows = page.js("""[...document.querySelectorAll('#recording li')].map(li =>
         [li.dataset.command, li.querySelector('.who').textContent, li.querySelector('.what').textContent,
          li.querySelector('.answer').textContent.split(' · ')[0]])""")
     assert [r[0] for r in rows] == ids
-    assert {r[1] for r in rows} == {"tester"} and {r[3] for r in rows} == {"done"}, rows
+    # Who sent each: the tester on the page, then the admin (who may drive any session) by the API.
+    assert [r[1] for r in rows] == ["tester"] * 7 + ["admin"] * (RECORDING_PAGE - 6), rows
+    assert {r[3] for r in rows} == {"done"}, rows
     assert [r[2] for r in rows] == ["observe", "tap 280, 550", "key home", "tap 800, 550", "tap 540, 370",
-                                    'type "hello"', "swipe 540, 1600 → 540, 400"], rows
+                                    'type "hello"', "swipe 540, 1600 → 540, 400",
+                                    *["wait 0 ms"] * (RECORDING_PAGE - 6)], rows
     # The timeline keeps the session's transitions; its commands are the recording's.
     timeline = page.js("[...document.querySelectorAll('#task-timeline li.event')].map(li => li.dataset.type)")
     assert timeline[:3] == ["created", "assigned", "claimed"] and "command" not in timeline, timeline
-    page.wait_for(f"[...document.querySelectorAll('#recording img')].filter(i => i.naturalWidth > 0).length === {len(ids)}",
+    # A screen on each command that asked for one (the quick ones did not).
+    assert page.js("document.querySelectorAll('#recording .shot').length") == 7
+    page.wait_for("[...document.querySelectorAll('#recording img')].filter(i => i.naturalWidth > 0).length === 7",
                   what="every command's screen drawn")
