@@ -17,6 +17,7 @@ import wire
 from coordinator import __version__
 from coordinator.api import bodies, limits
 from coordinator.api.events import FILTERS as FEED_FILTERS
+from coordinator.api.events import TAIL_MAX
 
 
 class Endpoint(Protocol):
@@ -337,7 +338,8 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/runs/{run_id}/report"): {"format": {"enum": ["json", "junit"], "default": "json"}},
     ("get", "/api/v1/webhooks/{webhook_id}/deliveries"): {
         "limit": _limit(wire.WEBHOOK_DELIVERIES_KEPT, wire.WEBHOOK_DELIVERIES_KEPT)},
-    ("get", "/api/v1/events"): {**dict.fromkeys(FEED_FILTERS, _ID), "last_event_id": _STREAM_ID},
+    ("get", "/api/v1/events"): {**dict.fromkeys(FEED_FILTERS, _ID), "last_event_id": _STREAM_ID,
+                               "tail": _integer(0, TAIL_MAX)},
     _UPLOAD: {"task_id": _ID, "attempt": _integer(1), "step_index": _integer(0)},
     _ARTIFACT_BYTES: {"attempt": _integer(1)},
 }
