@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api import limits
+from coordinator.api import limits, shapes
 from coordinator.api.auth import Operator, access_of
 from coordinator.api.bodies import DEFAULT_GOAL_MAX_STEPS, TaskCreate
 from coordinator.api.context import Context
@@ -49,7 +49,7 @@ def parse_task(body: TaskCreate, default_queue_timeout_ms: int) -> dict[str, Any
     return {k: v for k, v in task.items() if v is not None}
 
 
-async def _views(ctx: Context, tasks: list[TaskRecord]) -> list[dict[str, Any]]:
+async def _views(ctx: Context, tasks: list[TaskRecord]) -> list[shapes.Task]:
     """Task views, with the waiting reason and candidates of the queued ones, and the names of
     their host and device."""
     candidates = await ctx.queries.candidates(tasks)
@@ -100,13 +100,13 @@ async def list_tasks(ctx: Context, request: Request) -> Response:
     cursor = query.integer("cursor", default=-1, low=0, high=limits.TASK_CURSOR_MAX)
     page = await ctx.queries.list_tasks(status=status, host_id=host_id, device_id=device_id, limit=limit,
                                         cursor=None if cursor < 0 else cursor, team=team, run_id=run_id)
-    return json_response({"tasks": await _views(ctx, page.items), "next_cursor": page.next_cursor})
+    return json_response(shapes.TaskPage(tasks=await _views(ctx, page.items), next_cursor=page.next_cursor))
 
 
 async def task_events(ctx: Context, request: Request) -> Response:
     task_id = require_id(request.path_params["task_id"], "task_id")
     events = found(await ctx.queries.task_events(task_id), "task")
-    return json_response({"events": await ctx.names.add([event_view(e) for e in events])})
+    return json_response(shapes.Events(events=await ctx.names.add([event_view(e) for e in events])))
 
 
 async def cancel_task(ctx: Context, request: Request) -> Response:
