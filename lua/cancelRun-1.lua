@@ -55,5 +55,5 @@ local function cancelEach(pick)
   end
 end
 cancelEach(function(status) return status == 'queued' end)
-cancelEach(function(status) return not RUN_TASK_ENDED[status] end)
+cancelEach(function(status) return not TERMINAL_STATUSES[status] end)
 return {0, cjson.encode(getJson(S.key.runs, runId)), runCountsReply(S, runId)}

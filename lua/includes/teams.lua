@@ -27,8 +27,6 @@
 --- @include "includes/common"
 --- @include "includes/deployment"
 
-local DEFAULT_TEAM = 'default'
-
 local function teamOf(task)
   return task.team or DEFAULT_TEAM
 end
