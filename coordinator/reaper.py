@@ -51,10 +51,9 @@ async def _drain(call: Callable[[int], Awaitable[int | Sweep]]) -> int:
 
 async def sweep(store: Store, artifacts: Artifacts) -> dict[str, int]:
     """One full sweep; how many of each kind it acted on."""
-    # First: until it has run, a host drained on an earlier layout could take work.
-    upgraded = {u.every_sweep: await _drain(functools.partial(u.call, store)) for u in UPGRADES if u.every_sweep}
     return {
-        **upgraded,
+        # First: until it has run, a host drained on an earlier layout could take work.
+        "upgraded_hosts": await _upgrade(store, "upgraded_hosts"),
         "leases": await _drain(store.expire_leases),
         "hosts": await _drain(store.expire_hosts),
         "claims": await _drain(store.expire_assignments),
@@ -63,13 +62,22 @@ async def sweep(store: Store, artifacts: Artifacts) -> dict[str, int]:
         # its quota; the rest is placed here.
         "placed_left_over": await store.place_left_over(),
         "purged": await artifacts.purge(store),
+        "upgraded": await _upgrade(store, "upgraded"),
     }
 
 
+async def _upgrade(store: Store, counted_as: str) -> int:
+    """The upgrade a pass runs and counts as ``counted_as`` (coordinator/state/upgrades.py)."""
+    [upgrade] = [u for u in UPGRADES if u.every_sweep == counted_as]
+    return await _drain(functools.partial(upgrade.call, store))
+
+
 async def upgrade_before_serving(store: Store) -> int:
-    """Every upgrade (coordinator/state/upgrades.py), finished as the process starts, before it
-    serves: how many entries they acted on."""
-    return sum([await _drain(functools.partial(upgrade.call, store)) for upgrade in UPGRADES])
+    """The upgrades that walk a collection once (coordinator/state/upgrades.py), finished as the
+    process starts, before it serves: how many entries they acted on. The others run on every
+    pass, the first as the reaper starts."""
+    return sum([await _drain(functools.partial(upgrade.call, store)) for upgrade in UPGRADES
+                if upgrade.every_sweep is None])
 
 
 async def run_reaper(store: Store, artifacts: Artifacts, interval_s: float,

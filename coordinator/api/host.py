@@ -79,9 +79,10 @@ async def heartbeat(ctx: Context, request: Request) -> Response:
     snapshot = canonical_json({"agent": agent, "devices": devices})
     draining = await ctx.auth.run_for(principal, ctx.store.heartbeat(principal, snapshot, capabilities))
     ctx.names.heard(principal.host_id, agent.get("hostname"))
-    return json_response(shapes.Heartbeated(host_id=principal.host_id, devices=len(devices),
-                                            heartbeat_interval_s=ctx.settings.heartbeat_interval_whole_s,
-                                            draining=draining))
+    answer: shapes.Heartbeated = {"host_id": principal.host_id, "devices": len(devices),
+                                  "heartbeat_interval_s": ctx.settings.heartbeat_interval_whole_s,
+                                  "draining": draining}
+    return json_response(answer)
 
 
 # -- claim ---------------------------------------------------------------------------------
@@ -164,8 +165,9 @@ async def renew(ctx: Context, request: Request) -> Response:
         ctx.metrics.renewals.labels(exc.code).inc()
         raise
     ctx.metrics.renewals.labels("ok").inc()
-    return json_response(shapes.Renewed(lease_ttl_ms=ctx.settings.lease_ttl_ms, lease_expires_at=iso_ms(expires_ms),
-                                        cancel_requested=cancel, progress=outcome))
+    answer: shapes.Renewed = {"lease_ttl_ms": ctx.settings.lease_ttl_ms, "lease_expires_at": iso_ms(expires_ms),
+                              "cancel_requested": cancel, "progress": outcome}
+    return json_response(answer)
 
 
 async def _parse_renewals(ctx: Context, request: Request) -> tuple[list[RenewalEntry], list[wire.ProgressOutcome]]:
@@ -202,7 +204,8 @@ async def renewals(ctx: Context, request: Request) -> Response:
     views = [_renewal_view(*judged, ttl_ms) for judged in zip(entries, answers, outcomes, strict=True)]
     for view in views:
         ctx.metrics.renewals.labels(view.get("code", "ok")).inc()
-    return json_response(shapes.RenewedBatch(leases=views))
+    answer: shapes.RenewedBatch = {"leases": views}
+    return json_response(answer)
 
 
 # -- results -------------------------------------------------------------------------------
@@ -229,6 +232,7 @@ async def results(ctx: Context, request: Request) -> Response:
         ctx.metrics.results.labels(exc.code).inc()
         raise
     ctx.metrics.results.labels("replayed" if recorded.replayed else "recorded").inc()
-    return json_response(shapes.Recorded(task_id=task_id, attempt=attempt, status=status,
-                                         task_status=recorded.task_status, recorded_at=iso_ms(recorded.recorded_at_ms),
-                                         replayed=recorded.replayed))
+    answer: shapes.Recorded = {"task_id": task_id, "attempt": attempt, "status": status,
+                               "task_status": recorded.task_status, "recorded_at": iso_ms(recorded.recorded_at_ms),
+                               "replayed": recorded.replayed}
+    return json_response(answer)

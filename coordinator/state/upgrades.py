@@ -2,13 +2,13 @@
 it upgrades from (that of the commits before the one named), whether it also runs on every reaper
 pass, and the test that shows it.
 
-All of them run as a process starts, before it serves (``coordinator/reaper.py``,
-``upgrade_before_serving``): a deployment upgrading in place serves its first request on the
-current layout. Those that walk a collection once mark themselves done in ``upgrades`` (a later
-start costs one read). Those marked ``every_sweep`` also run on each reaper pass, because a
-process of the earlier version still running beside this one (a rolling upgrade: each version
-calls its own library, ``coordinator/state/scripts.py``) keeps writing their earlier layout, a
-drain or a status change; a pass with none left costs one read.
+Those that walk a collection once run as a process starts, before it serves
+(``coordinator/reaper.py``, ``upgrade_before_serving``), never waiting for replicas, and mark
+themselves done in ``upgrades`` (a later start costs one read). Those marked ``every_sweep`` run
+on each reaper pass instead (the first as the process starts its reaper), because a process of
+the earlier version still running beside this one (a rolling upgrade: each version calls its own
+library, ``coordinator/state/scripts.py``) keeps writing their earlier layout, a drain or a
+status change; a pass with none left costs one read.
 
 A new upgrade: its script ``lua/upgradeX-N.lua`` (Input, Output, what it rewrites, as every
 script), one ``Store`` method, an entry here, and a test that writes the earlier layout and reads

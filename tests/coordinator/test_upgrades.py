@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from coordinator.state.scripts import lua_dir
 from coordinator.state.upgrades import UPGRADES
+from tests.conftest import Api
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,3 +20,9 @@ def test_every_upgrade_script_is_listed_once_with_its_test() -> None:
     for upgrade in UPGRADES:
         path, name = upgrade.tested_by.split("::")
         assert f"def {name}(" in (ROOT / path).read_text(), upgrade
+
+
+@pytest.mark.anyio
+async def test_a_reaper_pass_runs_the_upgrades_an_earlier_version_may_still_need(api: Api) -> None:
+    swept = await api.sweep()
+    assert {upgrade.every_sweep for upgrade in UPGRADES if upgrade.every_sweep} <= swept.keys()

@@ -16,8 +16,10 @@ A shape for a new route (a new concept gets a module of its own, star-imported b
    answer carries is plain; one only some answers carry is ``NotRequired``; one that may be null
    is ``X | None``. Vocabulary comes from ``wire`` through ``common``'s aliases (``Id``, ``Time``,
    ``TaskStatus``, ``one_of(...)``), never restated.
-2. Annotate the view that builds it (``def session_view(...) -> shapes.SessionOpened``) and build
-   it as a literal or a call (``shapes.SessionOpened(session_id=..., ...)``) so mypy checks its keys.
+2. Annotate the view that builds it (``def session_view(...) -> shapes.SessionOpened``), or the
+   variable (``answer: shapes.SessionOpened = {...}``), and build it as a literal, so mypy checks
+   its keys. A call (``shapes.SessionOpened(session_id=...)``) is checked alike but costs a
+   microsecond or two a request: fine for the operator API, not on the host API's hot calls.
 3. Name it in the route's ``Endpoint`` (``{201: "SessionOpened"}``): every ``TypedDict`` of these
    modules is in the document (``SHAPES``), and a name the table uses that no module defines
    fails ``openapi_document``.
