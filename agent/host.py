@@ -86,11 +86,6 @@ class HostAgent:
         return self._heartbeat.interval_s
 
     @property
-    def heartbeats_sent(self) -> int:
-        """Successful heartbeats."""
-        return self._heartbeat.sent
-
-    @property
     def draining(self) -> bool:
         """The coordinator's last word on whether this host is draining."""
         return self._heartbeat.draining

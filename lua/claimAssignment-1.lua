@@ -38,14 +38,15 @@
     SET lease:<task>  the lease key with its TTL, for people (DESIGN.md, "Keys are for people")
     ZADD session_deadlines   a session's idle timeout and max duration start (sessions only)
 
-  Invariants: an assignment is handed out at most once (popped from the host's `assigned` list
-  in the step that creates its lease); a poll that finds nothing is registered in that same
-  step, so an assignment made after it always wakes it; a repeated claim id returns what the first call returned and claims nothing
-  more, so a lost response orphans no work; the answer's lease_expires_at_ms is always a full TTL
-  ahead, so an agent that counts the lease from the answer it finally got is never late; an ended
-  lease is never revived. The live lease is also a key of its own, `lease:<task id>` (set with
-  its TTL here, extended by a replay), for people to read. A poll is what ends a host's stall (an assignment whose claim timed
-  out): its devices take work again in this step.
+  Invariants: an assignment is handed out at most once (popped from the host's `assigned` list in
+  the step that creates its lease); a poll that finds nothing is registered in that same step, so
+  an assignment made after it always wakes it; a repeated claim id returns what the first call
+  returned and claims nothing more, so a lost response orphans no work; the answer's
+  lease_expires_at_ms is always a full TTL ahead, so an agent that counts the lease from the
+  answer it finally got is never late; an ended lease is never revived. The live lease is also a
+  key of its own, `lease:<task id>` (set with its TTL here, extended by a replay), for people to
+  read. A poll is what ends a host's stall (an assignment whose claim timed out): its devices take
+  work again in this step.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"

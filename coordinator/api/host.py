@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
+from coordinator.api import shapes
 from coordinator.api.bodies import Agent, Claim, Heartbeat, Progress, Renew, Renewals, Result
 from coordinator.api.context import Context
 from coordinator.api.responses import assignment_view, json_response
@@ -84,12 +85,10 @@ async def heartbeat(ctx: Context, request: Request) -> Response:
     snapshot = canonical_json({"agent": agent, "devices": devices})
     draining = await ctx.auth.run_for(principal, ctx.store.heartbeat(principal, snapshot, capabilities))
     ctx.names.heard(principal.host_id, agent.get("hostname"))
-    return json_response({
-        "host_id": principal.host_id,
-        "devices": len(devices),
-        "heartbeat_interval_s": ctx.settings.heartbeat_interval_whole_s,
-        "draining": draining,
-    })
+    answer: shapes.Heartbeated = {"host_id": principal.host_id, "devices": len(devices),
+                                  "heartbeat_interval_s": ctx.settings.heartbeat_interval_whole_s,
+                                  "draining": draining}
+    return json_response(answer)
 
 
 # -- claim ---------------------------------------------------------------------------------
@@ -173,12 +172,9 @@ async def renew(ctx: Context, request: Request) -> Response:
         ctx.metrics.renewals.labels(exc.code).inc()
         raise
     ctx.metrics.renewals.labels("ok").inc()
-    return json_response({
-        "lease_ttl_ms": ctx.settings.lease_ttl_ms,
-        "lease_expires_at": iso_ms(expires_ms),
-        "cancel_requested": cancel,
-        "progress": outcome,
-    })
+    answer: shapes.Renewed = {"lease_ttl_ms": ctx.settings.lease_ttl_ms, "lease_expires_at": iso_ms(expires_ms),
+                              "cancel_requested": cancel, "progress": outcome}
+    return json_response(answer)
 
 
 async def _parse_renewals(ctx: Context, request: Request) -> tuple[list[RenewalEntry], list[wire.ProgressOutcome]]:
@@ -199,7 +195,7 @@ async def _parse_renewals(ctx: Context, request: Request) -> tuple[list[RenewalE
 
 
 def _renewal_view(entry: RenewalEntry, answer: tuple[int, bool] | ScriptError, outcome: wire.ProgressOutcome,
-                  ttl_ms: int) -> dict[str, Any]:
+                  ttl_ms: int) -> shapes.LeaseRenewed | shapes.LeaseRefused:
     if isinstance(answer, ScriptError):
         return {"lease_id": entry.lease_id, "status": 409, "code": error_for(answer).code}
     expires_ms, cancel = answer
@@ -215,7 +211,8 @@ async def renewals(ctx: Context, request: Request) -> Response:
     views = [_renewal_view(*judged, ttl_ms) for judged in zip(entries, answers, outcomes, strict=True)]
     for view in views:
         ctx.metrics.renewals.labels(view.get("code", "ok")).inc()
-    return json_response({"leases": views})
+    answer: shapes.RenewedBatch = {"leases": views}
+    return json_response(answer)
 
 
 # -- results -------------------------------------------------------------------------------
@@ -242,11 +239,7 @@ async def results(ctx: Context, request: Request) -> Response:
         ctx.metrics.results.labels(exc.code).inc()
         raise
     ctx.metrics.results.labels("replayed" if recorded.replayed else "recorded").inc()
-    return json_response({
-        "task_id": task_id,
-        "attempt": attempt,
-        "status": status,
-        "task_status": recorded.task_status,
-        "recorded_at": iso_ms(recorded.recorded_at_ms),
-        "replayed": recorded.replayed,
-    })
+    answer: shapes.Recorded = {"task_id": task_id, "attempt": attempt, "status": status,
+                               "task_status": recorded.task_status, "recorded_at": iso_ms(recorded.recorded_at_ms),
+                               "replayed": recorded.replayed}
+    return json_response(answer)

@@ -285,7 +285,7 @@ async def test_unplugged_adb_device_is_unavailable_until_plugged_back(tmp_path: 
     adb = FakeAdb(tmp_path)
     adb.set(devices=_adb_listing())  # HOST_AGENT_DEVICES=adb:emulator-5554, phone not attached
     manager = await DeviceManager.discover(parse_device_specs("adb:emulator-5554"), adb_path=adb.path)
-    manager.bind_identity()
+    manager.bind({d.local_id: d.local_id for d in manager.local_devices()})  # each its own cloud id
     executor = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), None)
     coordinator = FakeCoordinator()
     agent, client = make_agent(coordinator, executor, device_refresh_s=0.02, heartbeat_interval_s=30)
