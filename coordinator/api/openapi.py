@@ -131,7 +131,8 @@ SCHEMAS: dict[str, Any] = {
     "Recorded": {"type": "object", "properties": {
         "task_id": _ID, "attempt": {"type": "integer"}, "status": {"type": "string"},
         "task_status": {"enum": ["succeeded", "failed", "cancelled", "queued"]},
-        "recorded_at": {"type": "string"}, "replayed": {"type": "boolean"}}},
+        "recorded_at": {"type": "string"}, "replayed": {"type": "boolean"},
+        "next_assignment": {"oneOf": [{"$ref": "#/components/schemas/Assignment"}, {"type": "null"}]}}},
     "Heartbeated": {"type": "object", "properties": {
         "host_id": _ID, "devices": {"type": "integer"}, "heartbeat_interval_s": {"type": "integer"},
         "draining": {"type": "boolean"}}},
