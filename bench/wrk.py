@@ -339,7 +339,7 @@ function done(summary, latency, requests)
     total = total + thread:get("lifecycles")
     failed = failed + thread:get("failures")
   end
-  io.write(string.format('{"lifecycles": %%d, "failures": %%d, "requests": %%d, "duration_us": %%d}\n',
+  io.write(string.format('{"lifecycles": %%d, "failures": %%d, "requests": %%d, "duration_us": %%d}\\n',
     total, failed, summary.requests, summary.duration))
 end
 """
