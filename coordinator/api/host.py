@@ -8,6 +8,7 @@ a credential revoked meanwhile (through any process) still gets the credential's
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from pydantic import ValidationError
@@ -218,23 +219,33 @@ async def renewals(ctx: Context, request: Request) -> Response:
 # -- results -------------------------------------------------------------------------------
 
 
-async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, str, str]:
-    """Task id, lease id, attempt, status and the canonical report JSON (``retryable`` only in a
-    failed report that asks for a retry, so the same report always has the same bytes)."""
+def _new_lease_id() -> str:
+    """A lease id for a result's eager dispatch, minted as a claim's is (coordinator/longpoll.py)."""
+    return "l_" + secrets.token_hex(16)
+
+
+async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, str, str, bool]:
+    """Task id, lease id, attempt, status, the canonical report JSON (``retryable`` only in a
+    failed report that asks for a retry, so the same report always has the same bytes), and
+    whether eager dispatch is asked (``next``: not part of the report, so a replay is judged by
+    the report alone)."""
     body = await read(request, Result, ctx.settings.max_body_bytes)
     status = body.status.value
     report: dict[str, object] = {"status": status, "failure_reason": body.failure_reason,
                                  "metadata": body.metadata or {}}
     if body.retryable and status == wire.ResultStatus.FAILED:
         report["retryable"] = True
-    return body.task_id, body.lease_id, body.attempt, status, canonical_json(report)
+    return body.task_id, body.lease_id, body.attempt, status, canonical_json(report), body.next is True
 
 
 async def results(ctx: Context, request: Request) -> Response:
     principal = await _authorize(ctx, request)
-    task_id, lease_id, attempt, status, report = await ctx.auth.parse_for(principal, _parse_result(ctx, request))
+    task_id, lease_id, attempt, status, report, eager = await ctx.auth.parse_for(
+        principal, _parse_result(ctx, request))
     try:
-        recorded = await ctx.store.record_result(principal, task_id, attempt, lease_id, report)
+        recorded = await ctx.store.record_result(principal, task_id, attempt, lease_id, report,
+                                                 next_lease_id=_new_lease_id() if eager else "",
+                                                 ttl_ms=ctx.settings.lease_ttl_ms)
     except ApiError as exc:
         ctx.metrics.results.labels(exc.code).inc()
         raise
@@ -242,4 +253,8 @@ async def results(ctx: Context, request: Request) -> Response:
     answer: shapes.Recorded = {"task_id": task_id, "attempt": attempt, "status": status,
                                "task_status": recorded.task_status, "recorded_at": iso_ms(recorded.recorded_at_ms),
                                "replayed": recorded.replayed}
+    if eager:
+        answer["next_assignment"] = None if recorded.next is None else assignment_view(recorded.next.assignment)
+        if recorded.next is not None and recorded.next.waited_ms is not None:
+            ctx.metrics.schedule_to_start.observe(recorded.next.waited_ms / 1000)
     return json_response(answer)

@@ -73,6 +73,9 @@ class Recorded(TypedDict):
     task_status: Annotated[str, one_of("succeeded", "failed", "cancelled", "queued")]  # queued: retried
     recorded_at: Time
     replayed: bool
+    # Only when the result asked for it (`next: true`): the freed device's next assignment, under
+    # a fresh lease, or null (PROTOCOL.md, results, "eager dispatch").
+    next_assignment: NotRequired[Assignment | None]
 
 
 class ArtifactStored(TypedDict):
