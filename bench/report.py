@@ -220,8 +220,9 @@ beside the spread.
 {METHOD}"""
 
 
-# Sections written by hand below the method (notes on a run, the peers' table) survive a rewrite.
-KEPT_FROM = "\n## Notes"
+# Sections written by hand below the method (what the targets mean, row 14, the peers' table)
+# survive a rewrite.
+KEPT_FROM = "\n## What the targets mean"
 
 
 def write_doc(rows: list[Row], info: dict[str, str], preset: str, seconds: float) -> None:
