@@ -4,12 +4,15 @@ session holds.
 Round trip: the operator's ``POST /api/v1/tasks/{id}/commands`` is sent to coordinator process A;
 the session's host long-polls ``POST .../leases/{lease}/commands`` on process B, and answers each
 command at once in its next poll (``duration_ms`` 0: a host loop of the bench's lean client, so
-the driver's own time is none); the clock stops when A's answer is complete. Idle: one session,
-each probe ``PROBE_SPACING_S`` after the last, as the dispatch rows are probed. Loaded: ``LOADED``
-sessions driven at once, each sending a command every ``PACE_S`` (open loop, each session at its
-own phase), every round trip timed. Each in turns with its floor (bench/floor_app.py, the relay
-floor: the same four HTTP messages between the same two kinds of process, a script at each step
-and both cross-process wake-ups through each process's inbox, and none of Tether's work).
+the driver's own time is none); the clock stops when A's answer is complete. Idle: one session at
+a time, each probe ``PROBE_SPACING_S`` after the last, as the dispatch rows are probed: the first
+``FRESH`` commands of fresh sessions (16a), then sessions sent ``AGED`` commands first (16e), since
+a task keeps its last 200 events in its record, two a command, and every script of a command reads
+that record. Loaded (16b): ``LOADED`` aged sessions driven at once, each sending a command every
+``PACE_S`` (open loop, each session at its own phase), every round trip timed. Each in turns with
+its floor (bench/floor_app.py, the relay floor: the same four HTTP messages between the same two
+kinds of process, a script at each step and both cross-process wake-ups through each process's
+inbox, and none of Tether's work).
 
 Memory: ``IDLE`` sessions running on one process, each with its host's commands poll parked there
 (one connection each); the process's resident memory over what it held before the sessions were
@@ -51,6 +54,9 @@ HOST_WAIT_S = 20
 TAP = {"action": {"action": "tap", "x": 1, "y": 1, "observe": False}}
 ROUNDS = 4  # idle probes and loaded windows, each in turns with its floor
 WARMUP = 3
+FRESH = 20  # a fresh session: the round trips of its first FRESH commands (one session a round)
+AGED = 110  # commands every session is sent before the aged rows: its record keeps its last 200 events
+AGED_PROBES = 50
 
 
 @dataclass(frozen=True)
@@ -154,13 +160,13 @@ async def _round_trip(conn: Connection, raw: bytes) -> float:
     return conn.answered_at - t0
 
 
-async def _idle(relay: Relay, count: int) -> list[float]:
+async def _idle(relay: Relay, count: int, session: int = 0) -> list[float]:
     conn = await connect(relay.port_a)
     out = []
     try:
         for n in range(count + WARMUP):
             await asyncio.sleep(PROBE_SPACING_S)
-            lat = await _round_trip(conn, relay.sends[0])
+            lat = await _round_trip(conn, relay.sends[session])
             if n >= WARMUP:
                 out.append(lat)
     finally:
@@ -205,6 +211,22 @@ async def _loaded(relay: Relay, window_s: float, watch: dict[str, int]) -> Loade
     return Loaded(latencies, len(latencies), seconds, cpu)
 
 
+async def _age(relay: Relay, commands: int) -> None:
+    """``commands`` commands sent to every session, all sessions at once: a session's task keeps
+    its last TASK_EVENTS_KEPT events (two a command), in its record, which its scripts read."""
+    conns = await connect_many(relay.port_a, len(relay.sends))
+
+    async def operator(conn: Connection, raw: bytes) -> None:
+        for _ in range(commands):
+            await _round_trip(conn, raw)
+
+    try:
+        await asyncio.gather(*(operator(c, raw) for c, raw in zip(conns, relay.sends, strict=True)))
+    finally:
+        for c in conns:
+            c.close()
+
+
 def _stop(relay: Relay) -> None:
     for t in relay.hosts:
         t.cancel()
@@ -228,6 +250,7 @@ async def round_trips(b: Bench) -> list[Row]:
     hosts = fleet(LOADED // DEVICES_PER_HOST or 1, "sess")
     prefix, floor_prefix = b.prefix("sessions"), b.prefix("sessions-floor")
     idle: dict[str, list[float]] = defaultdict(list)
+    aged: dict[str, list[float]] = defaultdict(list)
     loaded: dict[str, list[Loaded]] = defaultdict(list)
     try:
         async with server_pair("coordinator", b.env(prefix), hosts, b.build) as (a, c2), \
@@ -240,12 +263,18 @@ async def round_trips(b: Bench) -> list[Row]:
                           {"floor A": fa.pid, "floor B": fb.pid, "redis": b.redis_pid}),
             }
             try:
-                per_round = max(b.preset.dispatch_probes // ROUNDS, 20)
-                window_s = b.preset.lifecycle_s / 2
+                # Idle, a fresh session (its first FRESH commands) and an aged one (its record
+                # holding the most events it keeps), each in turns with the floor.
                 for r in range(ROUNDS):
                     order = list(systems.items()) if r % 2 == 0 else list(systems.items())[::-1]
                     for name, (relay, _) in order:
-                        idle[name] += await _idle(relay, per_round)
+                        idle[name] += await _idle(relay, FRESH - WARMUP, r)
+                await _age(systems["tether"][0], AGED)
+                for r in range(ROUNDS):
+                    order = list(systems.items()) if r % 2 == 0 else list(systems.items())[::-1]
+                    for name, (relay, _) in order:
+                        aged[name] += await _idle(relay, AGED_PROBES, ROUNDS + r)
+                window_s = b.preset.lifecycle_s / 2
                 for r in range(2):
                     order = list(systems.items()) if r % 2 == 0 else list(systems.items())[::-1]
                     for name, (relay, watch) in order:
@@ -268,16 +297,22 @@ async def round_trips(b: Bench) -> list[Row]:
     f50 = percentile(idle["floor"], 50)
     target = f"p50 <= {P50_MS:g} ms, p99 <= {P99_MS:g} ms"
     load = f"{LOADED} sessions driven at once, a command each every {PACE_S:g} s"
+    fresh = f"the first {FRESH} commands of {ROUNDS} fresh sessions"
+    old = f"sessions sent {AGED} commands first (a task's record keeps its last 200 events, two a command)"
     return [
         Row("16a", "a session command's round trip, idle: operator POST .../commands on A -> the host's poll on B "
-            "-> its answer (at once) -> A answers; in turns with 16f", _spread(idle["tether"]),
+            f"-> its answer (at once) -> A answers; {fresh}; in turns with 16f", _spread(idle["tether"]),
             f"{percentile(idle['tether'], 50) / f50:.2f} x 16f's p50", target,
             _verdict(idle["tether"], idle["floor"]), ""),
+        Row("16e", f"the same, idle, {old}; in turns with 16f", _spread(aged["tether"]),
+            f"{percentile(aged['tether'], 50) / percentile(aged['floor'], 50):.2f} x 16f's p50 (in turns)", target,
+            _verdict(aged["tether"], aged["floor"]), ""),
         Row("16f", "relay floor, idle: the same four HTTP messages and two cross-process inbox wake-ups between two "
-            "bare processes, one script a step (bench/floor_app.py)", _spread(idle["floor"]), "1.00", "—", "", ""),
-        Row("16b", f"the same round trip, {load} ({t_rate:,.0f} commands/s); in turns with 16g", _spread(t_lat),
-            f"{percentile(t_lat, 50) / percentile(f_lat, 50):.2f} x 16g's p50", target, _verdict(t_lat, f_lat),
-            cpu_note(t_cpu, 0)),
+            "bare processes, one script a step (bench/floor_app.py)", _spread(idle["floor"] + aged["floor"]), "1.00",
+            "—", "", ""),
+        Row("16b", f"the same round trip, {load} ({t_rate:,.0f} commands/s), {old}; in turns with 16g",
+            _spread(t_lat), f"{percentile(t_lat, 50) / percentile(f_lat, 50):.2f} x 16g's p50", target,
+            _verdict(t_lat, f_lat), cpu_note(t_cpu, 0)),
         Row("16g", f"relay floor, {load} ({f_rate:,.0f} commands/s)", _spread(f_lat), "1.00", "—", "",
             cpu_note(f_cpu, 0)),
     ]
