@@ -6,13 +6,13 @@ the session's host long-polls ``POST .../leases/{lease}/commands`` on process B,
 command at once in its next poll (``duration_ms`` 0: a host loop of the bench's lean client, so
 the driver's own time is none); the clock stops when A's answer is complete. Idle: one session at
 a time, each probe ``PROBE_SPACING_S`` after the last, as the dispatch rows are probed: the first
-``FRESH`` commands of fresh sessions (16a), then sessions sent ``AGED`` commands first (16e), since
-a task keeps its last 200 events in its record, two a command, and every script of a command reads
-that record. Loaded (16b): ``LOADED`` aged sessions driven at once, each sending a command every
-``PACE_S`` (open loop, each session at its own phase), every round trip timed. Each in turns with
-its floor (bench/floor_app.py, the relay floor: the same four HTTP messages between the same two
-kinds of process, a script at each step and both cross-process wake-ups through each process's
-inbox, and none of Tether's work).
+``FRESH`` commands of fresh sessions (16a), then sessions sent ``AGED`` commands first (16e): a
+session's history holds its last 200 events, two a command, and what a command's scripts read must
+not grow with them (it did, when the history was in the task's record). Loaded (16b): ``LOADED``
+aged sessions driven at once, each sending a command every ``PACE_S`` (open loop, each session at
+its own phase), every round trip timed. Each in turns with its floor (bench/floor_app.py, the
+relay floor: the same four HTTP messages between the same two kinds of process, a script at each
+step and both cross-process wake-ups through each process's inbox, and none of Tether's work).
 
 Memory: ``IDLE`` sessions running on one process, each with its host's commands poll parked there
 (one connection each); the process's resident memory over what it held before the sessions were
@@ -55,7 +55,7 @@ TAP = {"action": {"action": "tap", "x": 1, "y": 1, "observe": False}}
 ROUNDS = 4  # idle probes and loaded windows, each in turns with its floor
 WARMUP = 3
 FRESH = 20  # a fresh session: the round trips of its first FRESH commands (one session a round)
-AGED = 110  # commands every session is sent before the aged rows: its record keeps its last 200 events
+AGED = 110  # commands every session is sent before the aged rows: its history holds its last 200 events
 AGED_PROBES = 50
 
 
@@ -212,8 +212,8 @@ async def _loaded(relay: Relay, window_s: float, watch: dict[str, int]) -> Loade
 
 
 async def _age(relay: Relay, commands: int) -> None:
-    """``commands`` commands sent to every session, all sessions at once: a session's task keeps
-    its last TASK_EVENTS_KEPT events (two a command), in its record, which its scripts read."""
+    """``commands`` commands sent to every session, all sessions at once: its history then holds
+    the most events it keeps (TASK_EVENTS_KEPT, two a command)."""
     conns = await connect_many(relay.port_a, len(relay.sends))
 
     async def operator(conn: Connection, raw: bytes) -> None:
@@ -298,7 +298,7 @@ async def round_trips(b: Bench) -> list[Row]:
     target = f"p50 <= {P50_MS:g} ms, p99 <= {P99_MS:g} ms"
     load = f"{LOADED} sessions driven at once, a command each every {PACE_S:g} s"
     fresh = f"the first {FRESH} commands of {ROUNDS} fresh sessions"
-    old = f"sessions sent {AGED} commands first (a task's record keeps its last 200 events, two a command)"
+    old = f"sessions sent {AGED} commands first (a session's history holds its last 200 events, two a command)"
     return [
         Row("16a", "a session command's round trip, idle: operator POST .../commands on A -> the host's poll on B "
             f"-> its answer (at once) -> A answers; {fresh}; in turns with 16f", _spread(idle["tether"]),
