@@ -223,12 +223,15 @@ class HostClient:
         failure_reason: str | None,
         metadata: dict[str, Any],
         retryable: bool = False,
+        next_wanted: bool = False,
     ) -> dict[str, Any]:
         """``POST .../results``: idempotent, so the identical report may be sent again.
 
         ``retryable`` (a ``failed`` run that was not the task's fault) is sent only when true:
         the coordinator then requeues the task as ``attempt + 1`` while attempts remain. The
-        answer's ``task_status`` says what the task became."""
+        answer's ``task_status`` says what the task became. ``next_wanted`` sends ``"next":
+        true`` (eager dispatch): the answer's ``next_assignment`` is then the device's next
+        assignment, already under its lease, or ``None``."""
         body: dict[str, Any] = {
             "task_id": task_id,
             "attempt": attempt,
@@ -239,6 +242,8 @@ class HostClient:
         }
         if retryable:
             body["retryable"] = True
+        if next_wanted:
+            body["next"] = True
         answer: dict[str, Any] = await self._client.request("POST", f"{self._prefix}/results", self._token, json=body)
         return answer
 

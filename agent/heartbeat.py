@@ -95,7 +95,6 @@ class Heartbeat:
         self._pause = pause
         self._dirty = asyncio.Event()  # send a heartbeat soon
         self.interval_s = config.heartbeat_interval_s  # the one in force
-        self.sent = 0  # successful heartbeats
         self.draining = False  # the coordinator's last word
 
     def soon(self) -> None:
@@ -137,7 +136,6 @@ class Heartbeat:
                 log.error("heartbeat rejected: %s", exc)
                 delay = self.interval_s
             else:
-                self.sent += 1
                 self._on_answer()
                 self._follow_draining(answer)
                 delay = self._follow_interval(answer)

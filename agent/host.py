@@ -10,6 +10,10 @@
   lost is handed back instead of orphaned; a new ``claim_id`` is used only once an answer came.
 - each claimed assignment holds its device from claim until it is reported, and runs as one
   ``LeasedRun`` (``agent/lease_run.py``: device wait, execution, renewal, result).
+- eager dispatch: a run's result asks for its device's next assignment (``"next": true``) until
+  shutdown; one in the answer starts at once, as a claimed one would, holding the device before
+  the run that reported lets it go, so the claim loop never polls for it meanwhile and keeps
+  serving the other devices.
 
 Every "same request again" goes through ``agent/retry.py`` under the one ``RetryPolicy``.
 Settings come in one ``HostConfig`` (``agent/host_config.py``).
@@ -86,11 +90,6 @@ class HostAgent:
         return self._heartbeat.interval_s
 
     @property
-    def heartbeats_sent(self) -> int:
-        """Successful heartbeats."""
-        return self._heartbeat.sent
-
-    @property
     def draining(self) -> bool:
         """The coordinator's last word on whether this host is draining."""
         return self._heartbeat.draining
@@ -123,6 +122,14 @@ class HostAgent:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        # A run a result's answer started as the agent began to stop starts stopped (_start_next):
+        # its report, for another attempt, is waited for like the others'.
+        late = set(self._runs)
+        if late:
+            _, late = await asyncio.wait(late, timeout=max(self._config.shutdown_grace_s, 1.0))
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         heartbeat.cancel()
         devices.cancel()
         await asyncio.gather(heartbeat, devices, return_exceptions=True)
@@ -266,9 +273,22 @@ class HostAgent:
                 # An empty answer that came back at once (wait_s=0, or a busy server): don't spin.
                 await asyncio.sleep(self._config.min_poll_interval_s * self._retry.rng())
 
-    def _start(self, assignment: Assignment, *, received_at: float) -> None:
+    def _next_wanted(self) -> bool:
+        """Whether a result should ask for its device's next assignment: not once shutting down."""
+        return self._shutdown is None or not self._shutdown.is_set()
+
+    def _start_next(self, assignment: Assignment, received_at: float) -> None:
+        """A result's answer carried the device's next assignment (eager dispatch): run it as a
+        claimed one. Arrived as the agent began to stop, it is stopped before it starts and so
+        reported as the shutdown's (retryable) for another attempt."""
+        run = self._start(assignment, received_at=received_at, how="took from its result's answer")
+        if not self._next_wanted():
+            run.control.stop(SHUTDOWN)
+
+    def _start(self, assignment: Assignment, *, received_at: float, how: str = "claimed") -> LeasedRun:
         log.info(
-            "claimed task %s attempt %d on device %s (lease %s, %d ms)",
+            "%s task %s attempt %d on device %s (lease %s, %d ms)",
+            how,
             assignment.task_id,
             assignment.attempt,
             assignment.device_id,
@@ -294,12 +314,15 @@ class HostAgent:
             artifacts=self._config.artifacts,
             artifact_drain_s=self._config.artifact_drain_s,
             renewals=self._renewals,
+            next_wanted=self._next_wanted,
+            on_next=self._start_next,
         )
         task = asyncio.create_task(
             self._guard(f"run of {assignment.task_id}", self._run, run, device_lock is not None, fatal=False)
         )
         self._runs[task] = run
         task.add_done_callback(self._runs.pop)
+        return run
 
     async def _run(self, run: LeasedRun, holds_device: bool) -> None:
         """One assignment's run; the device it held is free again once it is reported (or given up)."""

@@ -12,6 +12,11 @@
   without a renewal, stops the run and nothing is reported: the lease is no longer ours.
   ``cancel_requested`` stops the run and it reports ``cancelled``.
 
+Eager dispatch: the report asks for the device's next assignment (``"next": true``) when
+``next_wanted()`` says the agent can run one (not shutting down) and the run was not a retryable
+failure, and its retries keep asking; one that comes in the answer is handed to ``on_next``,
+which starts it without a claim.
+
 A ``401`` on renewal or report means the host credential is gone: the run tells the agent
 (``on_unauthorized``), which shuts down.
 
@@ -30,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.answers import Assignment, Conflict, ProtocolError, Unauthorized
+from agent.answers import Assignment, Conflict, MalformedAnswer, ProtocolError, Unauthorized
 from agent.artifacts import DRAIN_S, ArtifactMode, RunArtifacts
 from agent.client import HostClient
 from agent.renewals import HostRenewals
@@ -98,8 +103,12 @@ class LeasedRun:
         artifacts: ArtifactMode = ArtifactMode.OFF,
         artifact_drain_s: float = DRAIN_S,
         renewals: HostRenewals | None = None,
+        next_wanted: Callable[[], bool] = lambda: False,
+        on_next: Callable[[Assignment, float], None] | None = None,
     ) -> None:
         self.assignment = assignment
+        self._next_wanted = next_wanted
+        self._on_next = on_next
         self._clock = clock
         # The run's screens and log (``agent/artifacts.py``): public, so a test can see what
         # became of each upload.
@@ -379,7 +388,15 @@ class LeasedRun:
         """Send the terminal result until the coordinator answers it (200, or 409: give up)."""
         assignment = self.assignment
 
+        # Eager dispatch, asked unless the agent is stopping: decided at the first try that asks,
+        # and asked again by every retry after it, so a next assignment dispatched for an answer
+        # that was lost comes back with the replay (and is stopped at once if the agent is
+        # stopping by then) rather than waiting out its lease.
+        asked = False
+
         async def send() -> Any:
+            nonlocal asked
+            asked = asked or (self._on_next is not None and not outcome.retryable and self._next_wanted())
             # The identical report every time: the coordinator treats a repeat as a replay.
             return await self._client.report_result(
                 task_id=assignment.task_id,
@@ -389,6 +406,7 @@ class LeasedRun:
                 failure_reason=outcome.failure_reason,
                 metadata=dict(outcome.metadata),
                 retryable=outcome.retryable,
+                next_wanted=asked,
             )
 
         try:
@@ -415,6 +433,15 @@ class LeasedRun:
             # What the task became: "queued" means the coordinator will run it again.
             f"; task is now {task_status}" if isinstance(task_status, str) else "",
         )
+        following = answer.get("next_assignment") if isinstance(answer, dict) else None
+        if following is not None and self._on_next is not None:
+            try:
+                after = Assignment.from_wire(following)
+            except MalformedAnswer as exc:
+                # Its lease lapses and the coordinator requeues it: nothing here may run it.
+                log.error("result for task %s: next assignment malformed (%s)", assignment.task_id, exc)
+                return
+            self._on_next(after, self._clock())
 
 
 def _step_of(progress: Progress | None) -> tuple[int, str] | None:

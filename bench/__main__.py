@@ -1,9 +1,7 @@
-"""python -m bench [--preset small|full] [--only SCENARIOS] [--no-docs] [--strict]
-python -m bench ab REF [--only ROWS] [--turns N]
-
-Runs every scenario against real Redis, prints one table and writes it to docs/benchmarks.md, and
-exits 0 unless it could not measure (``--strict``: also 1 when a target is missed);
-``ab`` measures another commit against this checkout in turns (bench/ab.py).
+"""Runs every scenario against real Redis and prints one table; with --write-docs (and every
+scenario) it also rewrites docs/benchmarks.md, so a run leaves the checkout clean unless asked.
+Exits 0 unless it could not measure (--strict: also 1 when a target is missed). `ab` measures
+another commit against this checkout in turns (bench/ab.py).
 """
 
 from __future__ import annotations
@@ -22,6 +20,11 @@ from bench.procs import redis_info
 from bench.report import Row, machine, table, write_doc
 from bench.scenarios import SCENARIOS
 from bench.system import raise_nofile
+
+# One usage a line: the two ways to run it.
+USAGE = """
+  python -m bench [--preset small|full] [--only SCENARIOS] [--write-docs] [--strict]
+  python -m bench ab REF [--only ROWS] [--turns N]"""
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -52,8 +55,9 @@ async def run(args: argparse.Namespace) -> int:
     info = machine(version)
     print(" | ".join(f"{k}: {v}" for k, v in info.items()) + f" | preset: {args.preset}")
     print(table(rows))
-    if not args.no_docs and not args.only:
+    if args.write_docs and not args.only:
         write_doc(rows, info, args.preset, time.monotonic() - started)
+        print("bench: wrote docs/benchmarks.md", file=sys.stderr)
     # A missed target is a verdict in the table, not a failure to measure: --strict makes it one.
     missed = [r for r in rows if "MISSED" in r.verdict]
     return 1 if args.strict and missed else 0
@@ -63,10 +67,13 @@ def main() -> int:
     if sys.argv[1:2] == ["ab"]:
         raise_nofile()
         return uvloop.run(run(ab.parse(sys.argv[2:])))
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage=USAGE)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
     parser.add_argument("--only", help=f"comma-separated subset of: {', '.join(SCENARIOS)}")
-    parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="rewrite docs/benchmarks.md with the table (every scenario only)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when any target is missed")
     args = parser.parse_args()
     if args.only and set(args.only.split(",")) - set(SCENARIOS):

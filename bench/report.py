@@ -189,11 +189,11 @@ default `redis://127.0.0.1:6379/0`):
 <!-- doc-test: check (minutes of benchmarks) -->
 ```sh
 .venv/bin/python -m bench --preset small   # about 4 minutes
-.venv/bin/python -m bench --preset full    # the issue's sizes: 10,000 polls, 10,000 hosts, 100,000 tasks
+.venv/bin/python -m bench --preset full --write-docs   # the issue's sizes; rewrites this file
 ```
 
-It prints the table below and rewrites this file (`--no-docs` to leave it alone,
-`--only calls,lifecycle,...` to run some scenarios, which also leaves it alone). A missed target is
+It prints the table below; `--write-docs` also rewrites this file (`--only calls,lifecycle,...`
+runs some scenarios, and never rewrites it). A missed target is
 a verdict in the table; the command exits 0 unless it could not measure (`--strict` also exits 1
 on a missed target).
 
@@ -220,8 +220,9 @@ beside the spread.
 {METHOD}"""
 
 
-# Sections written by hand below the method (notes on a run, the peers' table) survive a rewrite.
-KEPT_FROM = "\n## Notes"
+# Sections written by hand below the method (what the targets mean, row 14, the peers' table)
+# survive a rewrite.
+KEPT_FROM = "\n## What the targets mean"
 
 
 def write_doc(rows: list[Row], info: dict[str, str], preset: str, seconds: float) -> None:

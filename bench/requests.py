@@ -38,12 +38,16 @@ def renew_req(host: str, token: str, assignment: dict[str, Any], step: int = 1) 
                  renew_body(assignment, step))
 
 
-def result_req(host: str, token: str, assignment: dict[str, Any]) -> bytes:
-    return build("POST", f"/internal/v1/hosts/{host}/results", token, {
+def result_req(host: str, token: str, assignment: dict[str, Any], *, eager: bool = False) -> bytes:
+    """A succeeded result; ``eager`` asks for the device's next assignment (``"next": true``)."""
+    body: dict[str, Any] = {
         "task_id": assignment["task_id"], "attempt": assignment["attempt"],
         "lease_id": assignment["lease_id"], "status": "succeeded", "failure_reason": None,
         "metadata": {"steps": 3},
-    })
+    }
+    if eager:
+        body["next"] = True
+    return build("POST", f"/internal/v1/hosts/{host}/results", token, body)
 
 
 def create_body(device_id: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@ on this machine): a matrix of one work item over 1,000 pooled devices (4 static 
 each task pinned to its device, so lua/createRun stores, indexes and places (assigns) all 1,000 in
 one script. Then the same run's report read back as JUnit (its 1,000 tasks in pages, and their
 artifact names). One coordinator process; each sample in a fresh deployment, so every create
-finds all the devices free. ``python -m bench --only runs --no-docs`` measures it alone."""
+finds all the devices free. ``python -m bench --only runs`` measures it alone."""
 
 from __future__ import annotations
 

@@ -84,6 +84,7 @@ class LifecycleTurns:
     tether: LoadResult
     floor: LoadResult
     http_floor: LoadResult
+    steady: LoadResult  # row 3s: a busy device's jobs, each create + renew + result carrying the next
 
 
 def _lifecycle_row(b: Bench, life: LoadResult, turns: LifecycleTurns) -> Row:
@@ -110,8 +111,24 @@ def _lifecycle_row(b: Bench, life: LoadResult, turns: LifecycleTurns) -> Row:
                verdict, cpu)
 
 
+def _steady_row(b: Bench, turns: LifecycleTurns) -> Row:
+    """Row 3s, beside 3w: the steady state of a busy fleet, where each host keeps one task queued
+    ahead and a result's answer carries the next assignment (eager dispatch), against the HTTP
+    floor measured in turns with it."""
+    steady, floor_rate = turns.steady, turns.http_floor.rate
+    share = steady.rate / floor_rate
+    measure = (f"steady-state lifecycles (create, renew, result carrying the next: eager dispatch), 2 processes, "
+               f"{b.preset.lifecycle_hosts} hosts, wrk")
+    result = f"{steady.rate:,.0f} lifecycles/s ({3 * steady.rate:,.0f} req/s)"
+    ratio = (f"{share:.2f} x floor ({floor_rate:,.0f} req/s, 1w in turns with it); "
+             f"{steady.rate / turns.tether.rate:.2f} x 3w")
+    return Row("3s", measure, result, ratio, f">= {LIFECYCLE_FLOOR_SHARE} x floor",
+               "met" if share >= LIFECYCLE_FLOOR_SHARE else "MISSED", cpu_note(steady.cpu, steady.errors))
+
+
 async def _lifecycles_in_turns(b: Bench, ports: tuple[int, int], tether_watch: dict[str, int],
-                               rounds_hosts: list[list[tuple[str, str]]]) -> LifecycleTurns:
+                               rounds_hosts: list[list[tuple[str, str]]],
+                               steady_hosts: list[list[tuple[str, str]]]) -> LifecycleTurns:
     """Row 3w's wrk lifecycles on Tether's processes (at ``ports``), the same on two floor
     processes (bench/floor_app.py, each call one script of the lifecycle floor, 8f: row 3f), and
     the HTTP floor of row 1w, in windows alternating round by round: the rows are judged by their
@@ -121,7 +138,7 @@ async def _lifecycles_in_turns(b: Bench, ports: tuple[int, int], tether_watch: d
     p = b.preset
     window_s = p.lifecycle_s / len(rounds_hosts)
     prefix, http_prefix = b.prefix("life-floor"), b.prefix("life-http-floor")
-    runs: dict[str, list[LoadResult]] = {"tether": [], "floor": [], "http_floor": []}
+    runs: dict[str, list[LoadResult]] = {"tether": [], "floor": [], "http_floor": [], "steady": []}
     try:
         async with server_pair("floor", b.env(prefix)) as (fa, fb):
             await LifecycleFloor(b.redis, prefix).add_free([f"{h}-d0" for hosts in rounds_hosts for h, _ in hosts])
@@ -135,6 +152,8 @@ async def _lifecycles_in_turns(b: Bench, ports: tuple[int, int], tether_watch: d
                 for r, hosts in enumerate(rounds_hosts):
                     windows: list[tuple[str, Callable[[], Awaitable[LoadResult]]]] = [
                         ("tether", partial(wrk_lifecycles, ports, hosts, b.admin, GOAL, window_s, tether_watch)),
+                        ("steady", partial(wrk_lifecycles, ports, steady_hosts[r], b.admin, GOAL, window_s,
+                                           tether_watch, steady=True)),
                         ("floor", partial(wrk_lifecycles, (fa.port, fb.port), hosts, b.admin, GOAL, window_s,
                                           floor_watch)),
                         ("http_floor", partial(wrk_load, http_floor.port, floor_raws, window_s, p.concurrency,
@@ -148,7 +167,8 @@ async def _lifecycles_in_turns(b: Bench, ports: tuple[int, int], tether_watch: d
     finally:
         await b.cleanup(prefix)
         await b.cleanup(http_prefix)
-    return LifecycleTurns(merge(runs["tether"]), merge(runs["floor"]), merge(runs["http_floor"]))
+    return LifecycleTurns(merge(runs["tether"]), merge(runs["floor"]), merge(runs["http_floor"]),
+                          merge(runs["steady"]))
 
 
 def _floor_lifecycle_row(turns: LifecycleTurns) -> Row:
@@ -165,13 +185,15 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
     (open loop at a given rate), which wrk cannot do, and the probes must time one poll's answer."""
     p = b.preset
     n = p.lifecycle_hosts
-    hosts = fleet((p.rounds + 1) * n + 1, "life")
+    hosts = fleet((2 * p.rounds + 1) * n + 1, "life")
     probe_host, probe_token = hosts.popitem()
     # wrk stops mid-lifecycle, leaving tasks on its hosts' devices until their leases lapse: each
     # round of rows 3w and 3f, and the load under the dispatch probe, runs on hosts of its own.
     fleet_list = list(hosts.items())
     probed = fleet_list[:n]
     rounds_hosts = [fleet_list[(1 + r) * n:(2 + r) * n] for r in range(p.rounds)]
+    # row 3s's rounds, each on hosts of its own too (a lease and a task queued ahead are left)
+    steady_hosts = [fleet_list[(1 + p.rounds + r) * n:(2 + p.rounds + r) * n] for r in range(p.rounds)]
     prefix = b.prefix("life")
     env = b.env(prefix)
     all_hosts = {**hosts, probe_host: probe_token}
@@ -183,7 +205,7 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
             watch = {"coordinator A": a.pid, "coordinator B": c2.pid, "redis": b.redis_pid}
             # Lifecycles from wrk (one host per wrk thread, half the hosts on each process), in turns
             # with the floors they are judged against.
-            turns = await _lifecycles_in_turns(b, ports, watch, rounds_hosts)
+            turns = await _lifecycles_in_turns(b, ports, watch, rounds_hosts, steady_hosts)
             life = turns.tether
             # Dispatch under load: half the throughput of 3w, so the probe sees a busy
             # coordinator rather than the queue of a saturated closed loop.
@@ -204,6 +226,7 @@ async def lifecycle_and_dispatch(b: Bench) -> list[Row]:
     under = [lat for t0, lat in loaded if lo <= t0 and t0 + lat <= hi]
     return [
         _lifecycle_row(b, life, turns),
+        _steady_row(b, turns),
         _floor_lifecycle_row(turns),
         *_idle_dispatch_rows(idle),
         Row("4b", f"dispatch latency under load: {busy.rate:,.0f} lifecycles/s (half of (3w))",

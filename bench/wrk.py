@@ -257,11 +257,102 @@ end
 """
 
 
+_STEADY_SCRIPT = """
+-- One simulated host per thread, on one connection, its device busy in a steady state (eager
+-- dispatch, PROTOCOL.md results): it keeps one task queued ahead of the one it runs, so each job
+-- is create (queued behind the running one) -> renew -> result with "next": true, whose answer
+-- carries the next assignment. The first job (and any after a failure) is claimed.
+local hosts = {%(hosts)s}
+local admin = %(admin)s
+local goal = %(goal)s
+local threads = {}
+local counter = 0
+
+function setup(thread)
+  counter = counter + 1
+  thread:set("index", counter)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  local h = hosts[index]
+  host, token = h[1], h[2]
+  step, held, lifecycles, failures = "create", false, 0, 0
+  task, lease, attempt = nil, nil, nil
+end
+
+local function post(path, bearer, body)
+  return wrk.format("POST", path, {["Authorization"] = "Bearer " .. bearer,
+                                   ["Content-Type"] = "application/json"}, body)
+end
+
+local function take(text)
+  task = text:match('"task_id":"([^"]+)"')
+  lease = text:match('"lease_id":"([^"]+)"')
+  attempt = text:match('"attempt":(%%d+)')
+end
+
+function request()
+  if step == "create" then
+    return post("/api/v1/tasks", admin,
+      '{"kind":"goal","goal":"' .. goal .. '","device_id":"' .. host .. '-d0"}')
+  elseif step == "claim" then
+    return post("/internal/v1/hosts/" .. host .. "/claim?wait_s=5", token, "{}")
+  elseif step == "renew" then
+    return post("/internal/v1/hosts/" .. host .. "/leases/" .. lease .. "/renew", token,
+      '{"task_id":"' .. task .. '","attempt":' .. attempt ..
+      ',"progress":{"step_index":1,"status":"running","summary":"Opened Settings"}}')
+  end
+  return post("/internal/v1/hosts/" .. host .. "/results", token,
+    '{"task_id":"' .. task .. '","attempt":' .. attempt .. ',"lease_id":"' .. lease ..
+    '","status":"succeeded","failure_reason":null,"metadata":{"steps":3},"next":true}')
+end
+
+function response(status, headers, body)
+  if status >= 300 or (step == "claim" and status ~= 200) then
+    failures = failures + 1
+    step, held = "claim", false  -- claim whatever is assigned (a 204 waits for it, up to wait_s)
+    return
+  end
+  if step == "create" then
+    step = held and "renew" or "claim"
+  elseif step == "claim" then
+    take(body)
+    step, held = "create", true  -- one task queued ahead of the one now running
+  elseif step == "renew" then
+    step = "result"
+  else
+    lifecycles = lifecycles + 1
+    local following = body:match('"next_assignment":(%%b{})')
+    if following then
+      take(following)
+      step = "create"
+    else
+      step, held = "create", false
+    end
+  end
+end
+
+function done(summary, latency, requests)
+  local total, failed = 0, 0
+  for _, thread in ipairs(threads) do
+    total = total + thread:get("lifecycles")
+    failed = failed + thread:get("failures")
+  end
+  io.write(string.format('{"lifecycles": %%d, "failures": %%d, "requests": %%d, "duration_us": %%d}\\n',
+    total, failed, summary.requests, summary.duration))
+end
+"""
+
+
 async def wrk_lifecycles(ports: tuple[int, ...], hosts: list[tuple[str, str]], admin: str, goal: str,
-                         duration_s: float, watch: dict[str, int], upload_bytes: int = 0) -> LoadResult:
+                         duration_s: float, watch: dict[str, int], upload_bytes: int = 0,
+                         steady: bool = False) -> LoadResult:
     """Closed-loop lifecycles from wrk, one host per wrk thread and connection; the hosts are
     split between the coordinator processes at ``ports``, one wrk process each. With
-    ``upload_bytes``, each lifecycle also uploads a screenshot of that size after its renewal."""
+    ``upload_bytes``, each lifecycle also uploads a screenshot of that size after its renewal.
+    ``steady``: each host keeps one task queued ahead, so a lifecycle is create + renew + a
+    result carrying the next assignment (eager dispatch)."""
     if not wrk_available():
         raise RuntimeError(INSTALL_HINT)
     shares = [hosts[i::len(ports)] for i in range(len(ports))]
@@ -269,7 +360,7 @@ async def wrk_lifecycles(ports: tuple[int, ...], hosts: list[tuple[str, str]], a
         scripts = []
         for i, share in enumerate(shares):
             path = Path(folder) / f"lifecycle-{i}.lua"
-            path.write_text(_LIFECYCLE_SCRIPT % {
+            path.write_text((_STEADY_SCRIPT if steady else _LIFECYCLE_SCRIPT) % {
                 "hosts": ", ".join(f"{{{_lua_string(h.encode())}, {_lua_string(t.encode())}}}" for h, t in share),
                 "admin": _lua_string(admin.encode()), "goal": _lua_string(goal.encode()),
                 "upload_bytes": upload_bytes,

@@ -47,31 +47,6 @@ STATIC_HOST = "lab-static"
 TIMEOUT_S = 60.0
 TERMINAL = ("succeeded", "failed", "cancelled")
 
-WORKFLOWS = [
-    # A walkthrough with pauses, so progress can be watched step by step.
-    {"name": "settings-tour", "steps": [
-        {"action": "key", "key": "home"},
-        {"action": "launch", "app": "settings"},
-        {"action": "wait", "ms": 700},
-        {"action": "tap", "text": "Bluetooth"},
-        {"action": "assert_text", "text": "Bluetooth\nOn", "timeout_ms": 2000},
-        {"action": "wait", "ms": 700},
-        {"action": "tap", "text": "Bluetooth"},
-        {"action": "wait", "ms": 700},
-        {"action": "key", "key": "home"},
-    ]},
-    {"name": "note-smoke", "steps": [
-        {"action": "key", "key": "home"},
-        {"action": "launch", "app": "notes"},
-        {"action": "tap", "id": "notes:id/editor"},
-        {"action": "type", "text": "${text}"},
-        {"action": "tap", "text": "Save"},
-        {"action": "assert_text", "text": "${text}", "timeout_ms": 2000},
-        {"action": "key", "key": "home"},
-    ]},
-]
-
-
 class DemoError(Exception):
     """Something the demo cannot go on without; the message says what, in one line."""
 
@@ -248,7 +223,7 @@ def _plan(devices: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
     managed = sorted(d["device_id"] for d in devices if d["host_id"] != STATIC_HOST)
     return [
         ({"kind": "goal", "goal": "Turn on airplane mode", "device_id": "phone-1"}, "succeeded"),
-        ({"kind": "workflow", "workflow": {"name": "settings-tour", "params": {}}, "device_id": "phone-2"},
+        ({"kind": "workflow", "workflow": {"name": "settings-smoke", "params": {}}, "device_id": "phone-2"},
          "succeeded"),
         ({"kind": "goal", "goal": "Write a note saying hello world", "device_id": managed[0]}, "succeeded"),
         ({"kind": "workflow", "workflow": {"name": "note-smoke", "params": {"text": "Tether says hi"}},
@@ -302,10 +277,6 @@ def keep_up(processes: list[Process], url: str, token_file: Path, stop: StopRequ
 def _run(workdir: Path, processes: list[Process], stop: StopRequest, keep: bool = False) -> bool:
     admin = "demo-admin-" + secrets.token_hex(16)
     static_token = "demo-host-" + secrets.token_hex(16)
-    workflows = workdir / "workflows"
-    workflows.mkdir()
-    for workflow in WORKFLOWS:
-        (workflows / f"{workflow['name']}.json").write_text(json.dumps(workflow))
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -344,7 +315,7 @@ def _run(workdir: Path, processes: list[Process], stop: StopRequest, keep: bool 
         token = api.post("/api/v1/enrollment-tokens",
                          json={"ttl_s": 600, "max_uses": 1, "labels": {"site": "demo-lab"}}).raise_for_status().json()
         _out(f"  enrollment token {token['id']} (one use, labels site=demo-lab) for the managed host")
-        agent = {"HOST_AGENT_URL": url, "HOST_AGENT_WORKFLOWS_DIR": str(workflows), "HOST_AGENT_POLL_WAIT_S": "5",
+        agent = {"HOST_AGENT_URL": url, "HOST_AGENT_POLL_WAIT_S": "5",
                  "HOST_AGENT_HEARTBEAT_INTERVAL_S": "1", "HOST_AGENT_PLANNER": "scripted",
                  "HOST_AGENT_SHUTDOWN_GRACE_S": "5", "HOST_AGENT_BACKOFF_CAP_S": "1"}
         processes.append(Process("lab-static", "agent", [], child_env(

@@ -150,6 +150,12 @@ class EventFeed:
         self.closed = True
         self._notify()
 
+    async def tail_id(self, count: int) -> str:
+        """Where to follow from to get the last ``count`` events kept first (``0-0`` when fewer
+        are kept): one ``XREVRANGE`` of ``count + 1`` entries."""
+        entries = _range(await self._redis.xrevrange(self._stream, "+", "-", count=count + 1))
+        return _text(entries[-1][0]) if len(entries) > count else str(ZERO)
+
     async def latest_id(self) -> str:
         """The id of the newest event kept (``0-0`` when none): following from it yields only
         events from now."""

@@ -63,10 +63,6 @@ class OutageLog:
         self._since: float | None = None  # when the ongoing outage began, on ``clock``
         self._failures = 0  # calls failed since
 
-    @property
-    def ongoing(self) -> bool:
-        return self._since is not None
-
     def failed(self, exc: BaseException) -> None:
         """Redis unavailable: the first failure of an outage is logged, the rest are not.
         Anything else is unexpected, logged with its traceback each time; it neither begins nor

@@ -9,8 +9,9 @@
   whose placement stopped at its slice, placed on a slice a call;
 - terminal tasks past their retention: deleted, with everything hanging off them (their
   artifacts' blobs deleted from the blob store after the script: coordinator/blobs/artifacts.py);
-- entries of an earlier Redis layout: rewritten in the current one (a pass with none left costs
-  one read).
+- entries of an earlier Redis layout that a process of the earlier version may still write:
+  rewritten in the current one (coordinator/state/upgrades.py; a pass with none left costs one
+  read).
 
 It runs in every coordinator process. Each sweep is one script that finds due work through a
 deadline index (no KEYS or SCAN) and takes at most a batch per call, removing each deadline in
@@ -22,6 +23,7 @@ the first sweep after a restart acts on everything that fell due meanwhile.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -30,6 +32,7 @@ from coordinator.blobs.artifacts import Artifacts
 from coordinator.cancellation import cancelling
 from coordinator.outage import OutageLog
 from coordinator.state.store import Store, Sweep
+from coordinator.state.upgrades import UPGRADES
 
 log = logging.getLogger("coordinator.reaper")
 
@@ -50,8 +53,8 @@ async def _drain(call: Callable[[int], Awaitable[int | Sweep]]) -> int:
 async def sweep(store: Store, artifacts: Artifacts) -> dict[str, int]:
     """One full sweep; how many of each kind it acted on."""
     return {
-        # First: until it has run, a host drained before the upgrade could take work.
-        "upgraded_hosts": await _drain(store.upgrade_host_state),
+        # First: until it has run, a host drained on an earlier layout could take work.
+        "upgraded_hosts": await _upgrade(store, "upgraded_hosts"),
         "leases": await _drain(store.expire_leases),
         "hosts": await _drain(store.expire_hosts),
         "claims": await _drain(store.expire_assignments),
@@ -61,16 +64,22 @@ async def sweep(store: Store, artifacts: Artifacts) -> dict[str, int]:
         # its quota; the rest is placed here.
         "placed_left_over": await store.place_left_over(),
         "purged": await artifacts.purge(store),
-        "upgraded": await _drain(store.upgrade_status_index),
+        "upgraded": await _upgrade(store, "upgraded"),
     }
 
 
+async def _upgrade(store: Store, counted_as: str) -> int:
+    """The upgrade a pass runs and counts as ``counted_as`` (coordinator/state/upgrades.py)."""
+    [upgrade] = [u for u in UPGRADES if u.every_sweep == counted_as]
+    return await _drain(functools.partial(upgrade.call, store))
+
+
 async def upgrade_before_serving(store: Store) -> int:
-    """The upgrades a process finishes as it starts, before it serves: how many entries they
-    walked. Each marks itself done in Redis (a later start costs one read), at start and not in a
-    pass that races requests."""
-    return (await _drain(store.upgrade_device_runs) + await _drain(store.upgrade_team_names)
-            + await _drain(store.upgrade_placement))
+    """The upgrades that walk a collection once (coordinator/state/upgrades.py), finished as the
+    process starts, before it serves: how many entries they acted on. The others run on every
+    pass, the first as the reaper starts."""
+    return sum([await _drain(functools.partial(upgrade.call, store)) for upgrade in UPGRADES
+                if upgrade.every_sweep is None])
 
 
 async def run_reaper(store: Store, artifacts: Artifacts, interval_s: float,

@@ -15,8 +15,8 @@
     {NOT_FOUND}
     {NOT_OWNER}  an owner was given and the run was not created by it; nothing changed
 
-  Invariant: an ended run is left as it is; afterwards no task of the run is queued or assigned, each running one has its
-  cancel requested, and the run ends `cancelled` (unless every task succeeded) when its last
+  Invariant: an ended run is left as it is; afterwards no task of the run is queued or assigned,
+  each running one has its cancel requested, and the run ends `cancelled` (unless every task succeeded) when its last
   task ends, in that task's step.
 ]]
 --- @include "includes/common"
@@ -55,5 +55,5 @@ local function cancelEach(pick)
   end
 end
 cancelEach(function(status) return status == 'queued' end)
-cancelEach(function(status) return not RUN_TASK_ENDED[status] end)
+cancelEach(function(status) return not TERMINAL_STATUSES[status] end)
 return {0, cjson.encode(getJson(S.key.runs, runId)), runCountsReply(S, runId)}

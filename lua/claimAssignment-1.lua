@@ -38,22 +38,23 @@
     SET lease:<task>  the lease key with its TTL, for people (DESIGN.md, "Keys are for people")
     ZADD session_deadlines   a session's idle timeout and max duration start (sessions only)
 
-  Invariants: an assignment is handed out at most once (popped from the host's `assigned` list
-  in the step that creates its lease); a poll that finds nothing is registered in that same
-  step, so an assignment made after it always wakes it; a repeated claim id returns what the first call returned and claims nothing
-  more, so a lost response orphans no work; the answer's lease_expires_at_ms is always a full TTL
-  ahead, so an agent that counts the lease from the answer it finally got is never late; an ended
-  lease is never revived. The live lease is also a key of its own, `lease:<task id>` (set with
-  its TTL here, extended by a replay), for people to read. A poll is what ends a host's stall (an assignment whose claim timed
-  out): its devices take work again in this step.
+  Invariants: an assignment is handed out at most once (popped from the host's `assigned` list in
+  the step that creates its lease); a poll that finds nothing is registered in that same step, so
+  an assignment made after it always wakes it; a repeated claim id returns what the first call
+  returned and claims nothing more, so a lost response orphans no work; the answer's
+  lease_expires_at_ms is always a full TTL ahead, so an agent that counts the lease from the
+  answer it finally got is never late; an ended lease is never revived. The live lease is also a
+  key of its own, `lease:<task id>` (set with its TTL here, extended by a replay), for people to
+  read. A poll is what ends a host's stall (an assignment whose claim timed out): its devices take
+  work again in this step.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
 --- @include "includes/events"
 --- @include "includes/placement"
+--- @include "includes/dispatch"
 --- @include "includes/wakeups"
 --- @include "includes/hosts"
---- @include "includes/sessions"
 local S = deployment(KEYS, ARGV)
 local hostId, claimId, leaseId, ttl = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
 local credential, processId, waitMs = ARGV[10], ARGV[11], tonumber(ARGV[12])
@@ -64,23 +65,11 @@ end
 
 local claimField = indexMember(hostId, claimId)
 if claimId ~= '' then
-  local earlier = rcall('HGET', S.key.claims, claimField)
-  if earlier then
-    local assignment = cjson.decode(earlier)
-    local leased = getJson(S.key.tasks, assignment.task_id)
-    local now = nowMs()
-    if not (leased and leased.status == 'running' and leased.lease_id == assignment.lease_id
-            and extendLease(S.key.lease_deadlines, derived(S, 'lease', assignment.task_id), assignment.task_id,
-                            {lease_id = assignment.lease_id, host_id = hostId, attempt = leased.attempt}, nil,
-                            ttl, now)) then
-      return {0, false}
-    end
-    rcall('ZADD', S.key.lease_deadlines, now + ttl, assignment.task_id)
-    assignment.lease_ttl_ms = ttl
-    assignment.lease_expires_at_ms = now + ttl
-    local encoded = cjson.encode(assignment)
-    rcall('HSET', S.key.claims, claimField, encoded)
-    return {0, encoded, -1}
+  local earlier = replayAssignment(S, claimField, hostId, ttl, nowMs())
+  if earlier == false then
+    return {0, false}
+  elseif earlier then
+    return {0, earlier, -1}
   end
 end
 
@@ -99,44 +88,5 @@ end
 
 local task = getJson(S.key.tasks, taskId)
 rcall('ZREM', S.key.claim_deadlines, task.id)
-local previous = task.status
-task.status = 'running'
-task.lease_id = leaseId
-task.started_at = now
-task.updated_at = now
--- Every lease of the task, so a late call with an earlier one gets its exact answer; and every
--- claim record, so that retention can delete them.
-task.leases = task.leases or {}
-task.leases[#task.leases + 1] = {id = leaseId, host_id = hostId, attempt = task.attempt}
-if claimId ~= '' then
-  task.claims = task.claims or {}
-  task.claims[#task.claims + 1] = claimField
-end
-taskEvent(S, task, 'claimed', now)
-saveTask(S, task, previous)
-
-rcall('ZADD', S.key.lease_deadlines, now + ttl, task.id)
-if task.kind == 'session' then  -- its idle timeout and max duration run from now
-  scheduleSession(S, task)
-end
-rcall('SET', derived(S, 'lease', task.id),
-      cjson.encode({lease_id = leaseId, host_id = hostId, attempt = task.attempt}), 'PX', ttl)
-
-local assignment = {
-  task_id = task.id,
-  attempt = task.attempt,
-  lease_id = leaseId,
-  lease_ttl_ms = ttl,
-  lease_expires_at_ms = now + ttl,
-  device_id = task.device_id,
-  kind = task.kind,
-  goal = task.goal,
-  workflow = task.workflow,
-  max_steps = task.max_steps,
-  session = sessionOf(task),
-}
-local encoded = cjson.encode(assignment)
-if claimId ~= '' then
-  rcall('HSET', S.key.claims, claimField, encoded)
-end
+local encoded = dispatchTask(S, task, task.status, hostId, leaseId, ttl, claimId ~= '' and claimField or nil, now)
 return {0, encoded, now - (task.queued_at or task.created_at)}

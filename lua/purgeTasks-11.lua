@@ -57,8 +57,6 @@ local artifactBudget = tonumber(ARGV[2])
 -- What the runs include reads of a deployment: its key base and fixed keys.
 local S = {base = ARGV[3], key = fixedKeys(ARGV[3])}
 
-local TERMINAL = {succeeded = true, failed = true, cancelled = true}
-
 -- The task's artifact descriptions deleted; the blob keys they freed appended to `freed`.
 -- Returns how many descriptions and how many bytes of blobs went.
 local function dropArtifacts(taskId, freed)
@@ -95,10 +93,10 @@ for _, taskId in ipairs(due) do
   taken = taken + 1
   rcall('ZREM', retentionKey, taskId)
   local task = getJson(tasksKey, taskId)
-  local keepUntil = task and TERMINAL[task.status] and runKeepsUntil(S, task, now, retentionMs)
+  local keepUntil = task and TERMINAL_STATUSES[task.status] and runKeepsUntil(S, task, now, retentionMs)
   if keepUntil then
     rcall('ZADD', retentionKey, keepUntil, taskId)
-  elseif task and TERMINAL[task.status] then
+  elseif task and TERMINAL_STATUSES[task.status] then
     rcall('HDEL', tasksKey, taskId)
     rcall('ZREM', byStatusKey, taskId)
     rcall('HDEL', progressKey, taskId)

@@ -29,11 +29,11 @@ local left = rcall('PTTL', throttledKey)
 if left > 0 then
   return {0, left, 0}
 end
-local count = rcall('INCR', failuresKey)
-if count == 1 or rcall('PTTL', failuresKey) < 0 then
+local failures = rcall('INCR', failuresKey)
+if failures == 1 or rcall('PTTL', failuresKey) < 0 then
   rcall('PEXPIRE', failuresKey, windowMs)
 end
-if count <= allowed then
+if failures <= allowed then
   return {0, 0, 0}
 end
 rcall('SET', throttledKey, '1', 'PX', throttleMs)

@@ -30,6 +30,7 @@ from coordinator.transport.base import (
 from coordinator.transport.cluster import ClusterTransport
 from coordinator.transport.open import open_cluster
 from tests.cluster import LocalCluster, cluster_available, free_port_block
+from tests.coordinator.response_shapes import check_response
 from tests.support import (
     ADMIN,
     HOSTS,
@@ -245,7 +246,9 @@ def api_factory(request: pytest.FixtureRequest, redis_client: aioredis.Redis) ->
         app = create_app(make_settings(prefix, **overrides), redis=transport_for(kind, client), clock=clock)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://coordinator") as client:
+            # Every JSON answer is checked against its route's shape (tests/coordinator/response_shapes.py).
+            async with httpx.AsyncClient(transport=transport, base_url="http://coordinator",
+                                         event_hooks={"response": [check_response]}) as client:
                 yield Api(client, app)
         await delete_prefix_async(redis_client, prefix)
 

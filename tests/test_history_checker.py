@@ -115,6 +115,22 @@ def test_a_device_handed_to_a_second_lease_while_one_is_live_is_flagged(ops: lis
 
 
 @PROFILE
+@given(histories(min_steps=20), st.data())
+def test_a_replayed_result_handing_out_a_second_lease_is_flagged(ops: list[Op], data: st.DataObject) -> None:
+    """Eager dispatch: the identical report again answers the same next assignment, or null."""
+    eager = [op for op in ops if op.path.endswith("/results") and op.status == 200
+             and isinstance((op.body or {}).get("next_assignment"), dict)]
+    assume(eager)
+    first = data.draw(st.sampled_from(eager))
+    ghost = {**first.body["next_assignment"], "lease_id": "L-ghost"}
+    if data.draw(st.booleans()):
+        ghost["task_id"] = "t-ghost"
+    ops = appended(ops, first.side, "POST", first.path, first.request, 200,
+                   {**first.body, "replayed": True, "next_assignment": ghost}, end_of(ops))
+    assert "replay_mismatch" in check(ops).kinds()
+
+
+@PROFILE
 @given(histories(), st.data())
 def test_a_replay_answered_differently_is_flagged(ops: list[Op], data: st.DataObject) -> None:
     at = end_of(ops)

@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         client = Client(url, token)
     except ValueError as exc:
-        parser.error(str(exc))
+        parser.error(str(exc))  # a URL without its scheme, a token with a space: usage, exit 2
     out = commands.Output(as_json=getattr(args, "json", False))
     try:
         with client:
@@ -52,6 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except commands.CannotWrite as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 1
+    except commands.UsageError as exc:  # as argparse's own: the command's usage line, then why
+        command = getattr(args, "parser", parser)
+        if exc.usage:
+            command.print_usage(sys.stderr)
+        print(f"{command.prog}: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `tether tasks | head`: the reader has what it wanted
@@ -83,9 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tether {_version()}")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
-    def command(name: str, run: commands.Command, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=help, description=help)
-        p.set_defaults(run=run)
+    def command(name: str, run: commands.Command, help: str, *, add_help: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help, description=help, add_help=add_help)
+        p.set_defaults(run=run, parser=p)  # a command's UsageError prints this parser's usage
         return p
 
     p = command("submit", commands.submit, "create a task and print its id")
@@ -108,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status", choices=_TASK_STATUSES)
     p.add_argument("--host", metavar="H")
     p.add_argument("--device", metavar="D")
+    p.add_argument("--team", metavar="T", help="only this team's tasks")
+    p.add_argument("--run", metavar="R", dest="run_id",
+                   help="only this run's tasks (a run id, or a unique prefix of one)")
+    p.add_argument("--priority-min", metavar="N", type=int, help="only tasks of priority N or higher")
     p.add_argument("--limit", metavar="N", type=positive_int, default=50, help="at most N tasks (default 50)")
     for name, run, what in (("task", commands.task, "show a task, with why it waits"),
                             ("events", commands.events, "a task's history"),
@@ -125,7 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", metavar="H", help="a host id, or a hostname")
     p.add_argument("--driver", metavar="D")
     p.add_argument("--status", choices=_DEVICE_STATUSES)
-    command("history", commands.history, "who ran what on a device").add_argument("id", metavar="DEVICE")
+    p = command("history", commands.history, "who ran what on a device, newest first")
+    p.add_argument("id", metavar="DEVICE")
+    p.add_argument("--limit", metavar="N", type=positive_int, help="at most N runs (default 100; 1,000 are kept)")
     p = command("disable", commands.disable, "give a device no new work")
     p.add_argument("id", metavar="DEVICE")
     p.add_argument("--reason", metavar="TEXT", required=True)
@@ -167,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs_cmd.add_runs_arguments(command("runs", runs_cmd.runs, "list runs, newest first"))
     runs_cmd.add_run_arguments(command(
         "run", runs_cmd.run, "a run: submit FILE [--wait], show ID, cancel ID, rerun-failed ID, "
-                             "report ID [--junit FILE]"))
+                             "report ID [--junit FILE]", add_help=False))  # its -h knows each action
     webhooks_cmd.add_arguments(command("webhooks", webhooks_cmd.webhooks,
                                        "list webhooks (admin only); add or remove one, or see its deliveries"),
                                common)

@@ -46,6 +46,11 @@ class Client(SessionMethods):
         if not token or not token.isascii() or not token.isprintable() or " " in token:
             # httpx would put an illegal header value, token included, into its exception text.
             raise ValueError("the token must be printable ASCII without spaces")
+        scheme = url.partition("://")[0].lower() if "://" in url else ""
+        if scheme not in ("http", "https"):
+            # httpx would take "coordinator:8000" as a scheme of its own, or send nothing at all.
+            raise ValueError(f"the coordinator URL needs its scheme: http://{url} or https://{url}"
+                             if not scheme else f"the coordinator URL must be http:// or https://, not {scheme}://")
         self.url = url.rstrip("/")
         self._feed_read_timeout_s = feed_read_timeout_s
         self._http = httpx.Client(
@@ -169,16 +174,23 @@ class Client(SessionMethods):
 
     def list_tasks(self, *, status: str | None = None, host_id: str | None = None,
                    device_id: str | None = None, limit: int | None = None, cursor: str | None = None,
-                   run_id: str | None = None) -> Json:
-        """One page, newest first: ``{"tasks": [...], "next_cursor": ...}``."""
+                   run_id: str | None = None, team: str | None = None) -> Json:
+        """One page, newest first: ``{"tasks": [...], "next_cursor": ...}``, filtered as the API
+        filters (status, host, device, team, run)."""
         return self._call("GET", "/api/v1/tasks", params={
             "status": status, "host_id": host_id, "device_id": device_id, "limit": limit, "cursor": cursor,
-            "run_id": run_id})
+            "run_id": run_id, "team": team})
 
     def iter_tasks(self, *, status: str | None = None, host_id: str | None = None,
-                   device_id: str | None = None, page_size: int | None = None) -> Iterator[Json]:
+                   device_id: str | None = None, page_size: int | None = None,
+                   run_id: str | None = None, team: str | None = None) -> Iterator[Json]:
         return self._items(self.list_tasks, "tasks", status=status, host_id=host_id, device_id=device_id,
-                           limit=page_size)
+                           limit=page_size, run_id=run_id, team=team)
+
+    def team_exists(self, team: str) -> bool:
+        """Whether the coordinator knows ``team`` (work in the retention window, a setting or a
+        token): a create naming a new team makes it, so ``submit`` warns before a typo does."""
+        return any(t.get("team") == team for t in self.iter_teams())
 
     def task_events(self, task_id: str) -> Json:
         """The task's history, oldest first: ``{"events": [...]}``."""
@@ -352,6 +364,19 @@ class Client(SessionMethods):
         if team is not None:
             body["team"] = team
         return self._call("POST", "/api/v1/webhooks", json=body)
+
+    def resolve_webhook_id(self, prefix: str) -> str:
+        """The id of the one webhook whose id is ``prefix`` or starts with it, as
+        ``resolve_task_id`` (the listing is short: every webhook in one page)."""
+        ids = [str(w["id"]) for w in self.list_webhooks()["webhooks"]]
+        if prefix in ids:
+            return prefix
+        matches = _matches(prefix, ids)
+        if not matches:
+            raise TetherError("not_found", f"no webhook {prefix!r}")
+        if len(matches) > 1:
+            raise TetherError.ambiguous("webhook", prefix, matches, more=len(matches) > AMBIGUOUS_MATCHES_SHOWN)
+        return matches[0]
 
     def delete_webhook(self, webhook_id: str) -> Json:
         return self._call("DELETE", f"/api/v1/webhooks/{_id(webhook_id, 'webhook id')}")

@@ -21,6 +21,17 @@ Json = dict[str, Any]
 Command = Callable[[Client, Namespace, "Output"], int]
 
 
+class UsageError(Exception):
+    """A command's words do not go together (``--wait`` without ``submit``): the operator's to
+    fix, so the command's usage line, one line of why, and exit 2 (``cli.main``), as argparse's
+    own usage errors. ``usage=False`` for a file the command was given that is no good (a run
+    file that is not YAML): the one line of why (where in it, what) alone, exit 2."""
+
+    def __init__(self, message: str, *, usage: bool = True) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
 class CannotWrite(Exception):
     """A file the command was told to write could not be written (no such folder, a folder, no
     permission, a full disk): the operator's to fix, so one line and exit 1 (``cli.main``)."""
@@ -62,10 +73,14 @@ class Output:
 
 
 def submit(client: Client, args: Namespace, out: Output) -> int:
+    new_team = args.team is not None and not _team_known(client, args.team)
     selector = {"driver": args.driver, "labels": dict(args.label or [])} if args.driver else None
     task = client.create_task(goal=args.goal, workflow=args.workflow, params=dict(args.param or []),
                               device_id=args.device, selector=selector, max_attempts=args.max_attempts,
                               queue_timeout_s=args.queue_timeout, priority=args.priority, team=args.team)
+    if new_team:  # a typo in --team would otherwise make a team without a word
+        out.warn(f"team {args.team!r} is new: no task, token or setting named it before "
+                 "(`tether teams` lists the teams)")
     warning = client.wait_warning(task)
     if warning is not None:  # a typo would otherwise wait a day (the queue timeout) without a word
         out.warn(warning)
@@ -76,10 +91,31 @@ def submit(client: Client, args: Namespace, out: Output) -> int:
     return _watch(client, task["task_id"], out)
 
 
+def _team_known(client: Client, team: str) -> bool:
+    try:
+        return client.team_exists(team)
+    except TetherError as exc:
+        if exc.code == "insufficient_scope":
+            return True  # a token that may not read teams cannot tell: no warning
+        raise
+
+
 def tasks(client: Client, args: Namespace, out: Output) -> int:
-    page = _collect(lambda limit, cursor: client.list_tasks(status=args.status, host_id=args.host,
-                                                            device_id=args.device, limit=limit, cursor=cursor),
-                    "tasks", args.limit)
+    run_id = client.resolve_run_id(args.run_id) if args.run_id else None
+    if args.priority_min is None:
+        page = _collect(lambda limit, cursor: client.list_tasks(status=args.status, host_id=args.host,
+                                                                device_id=args.device, team=args.team, run_id=run_id,
+                                                                limit=limit, cursor=cursor),
+                        "tasks", args.limit)
+    else:  # the API has no priority filter: the pages are read until enough tasks pass
+        chosen: list[Json] = []
+        for item in client.iter_tasks(status=args.status, host_id=args.host, device_id=args.device, team=args.team,
+                                      run_id=run_id, page_size=min(500, max(args.limit, 50))):
+            if (item.get("priority") or 0) >= args.priority_min:
+                chosen.append(item)
+                if len(chosen) >= args.limit:
+                    break
+        page = {"tasks": chosen, "next_cursor": None}
     # At least TASKS_TABLE_WIDTH columns; a wider terminal shows more of the work and the device.
     width = max(render.TASKS_TABLE_WIDTH, shutil.get_terminal_size((render.TASKS_TABLE_WIDTH, 24)).columns)
     return out.show(page, lambda p: render.tasks_table(p["tasks"], width))
@@ -116,7 +152,22 @@ def cancel(client: Client, args: Namespace, out: Output) -> int:
 
 def hosts(client: Client, args: Namespace, out: Output) -> int:
     page = _collect(lambda limit, cursor: client.list_hosts(limit=limit, cursor=cursor), "hosts")
-    return out.show(page, lambda p: render.hosts_table(p["hosts"]))
+    labels = {} if out.as_json else _labels_of_devices(client)  # the JSON is the API's own
+    return out.show(page, lambda p: render.hosts_table(p["hosts"], labels))
+
+
+def _labels_of_devices(client: Client) -> dict[str, Json]:
+    """Host id -> the labels every one of its devices carries: what an agent's HOST_AGENT_LABELS
+    put on each device it reports, shown as the host's."""
+    common: dict[str, Json] = {}
+    for device in client.iter_devices():
+        labels = device.get("labels") or {}
+        host_id = str(device.get("host_id"))
+        if host_id not in common:
+            common[host_id] = dict(labels)
+        else:
+            common[host_id] = {k: v for k, v in common[host_id].items() if labels.get(k) == v}
+    return common
 
 
 def host(client: Client, args: Namespace, out: Output) -> int:
@@ -169,7 +220,7 @@ def workflows(client: Client, args: Namespace, out: Output) -> int:
 
 
 def history(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.device_history(args.id), lambda h: render.runs_table(h["runs"]))
+    return out.show(client.device_history(args.id, limit=args.limit), lambda h: render.runs_table(h["runs"]))
 
 
 def disable(client: Client, args: Namespace, out: Output) -> int:

@@ -38,8 +38,7 @@ class TetherError(Exception):
 
     @classmethod
     def unreachable(cls, url: str, exc: httpx.TransportError) -> TetherError:
-        reason = str(exc) or type(exc).__name__
-        return cls("unavailable", f"cannot reach the coordinator at {url}: {reason}")
+        return cls("unavailable", f"cannot reach the coordinator at {url}: {meaning(exc)}")
 
     @classmethod
     def ambiguous(cls, what: str, prefix: str, matches: list[str], *, more: bool) -> TetherError:
@@ -64,6 +63,44 @@ class TetherError(Exception):
             code = _CODES_BY_STATUS.get(response.status_code, "http_error")
             return cls(code, f"HTTP {response.status_code} {response.reason_phrase}".strip() + wait,
                        status=response.status_code, retry_after_s=retry_after)
+
+
+# What a transport failure means to a person, in the order to test them (subclasses first).
+_MEANINGS: tuple[tuple[type[httpx.TransportError], str], ...] = (
+    (httpx.ConnectTimeout, "timed out connecting"),
+    (httpx.ReadTimeout, "no answer within the timeout"),
+    (httpx.WriteTimeout, "timed out sending the request"),
+    (httpx.PoolTimeout, "timed out waiting for a free connection"),
+    (httpx.RemoteProtocolError, "the connection closed before a whole answer came"),
+    (httpx.ReadError, "the connection broke while the answer was read"),
+    (httpx.WriteError, "the connection broke while the request was sent"),
+    (httpx.UnsupportedProtocol, "not an http:// or https:// URL"),
+    (httpx.ProxyError, "the proxy refused the connection"),
+)
+# The operating system's words for why a connection failed, and ours.
+_CONNECT_REASONS = (
+    ("refused", "connection refused (is the coordinator running, on that port?)"),
+    ("name or service not known", "unknown host name"),
+    ("nodename nor servname", "unknown host name"),
+    ("name resolution", "unknown host name"),
+    ("getaddrinfo failed", "unknown host name"),
+    ("no route to host", "no route to host"),
+    ("network is unreachable", "network unreachable"),
+    ("certificate", "its TLS certificate was not accepted"),
+    ("ssl", "the TLS handshake failed"),
+)
+
+
+def meaning(exc: httpx.TransportError) -> str:
+    """What the failure means (``connection refused``), never only the exception's class name."""
+    text = str(exc)
+    if isinstance(exc, httpx.ConnectError):
+        lowered = text.lower()
+        return next((ours for words, ours in _CONNECT_REASONS if words in lowered), "cannot connect")
+    for kind, words in _MEANINGS:
+        if isinstance(exc, kind):
+            return words
+    return text or "the connection failed"
 
 
 def _seconds(value: str | None) -> int | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tether.tables import EMPTY, cell, clock, fields, pairs_text, short_time, table
@@ -69,7 +69,8 @@ def result(task: Json) -> str | None:
 
 
 # ``tether tasks`` fits a terminal of this many columns, whatever the work's text or the ids.
-TASKS_TABLE_WIDTH = 100
+TASKS_TABLE_WIDTH = 120  # 100 until TEAM and PRIORITY joined the table (issue 58)
+_TEAM_SHOWN = 12  # a team's name in the table, clipped past this (whole in `tether task`)
 _CLIPPED_MIN = 10  # the narrowest a clipped column gets
 
 
@@ -118,19 +119,22 @@ def clip(text: str, width: int) -> str:
 
 
 def tasks_table(tasks: Iterable[Json], width: int = TASKS_TABLE_WIDTH) -> str:
-    """One line per task within ``width`` columns: the id, status, attempts and reason whole
-    (people copy and grep them), the work and where it runs clipped to share what is left. The
-    host and the times are in ``tether task ID`` (and every field in ``--json``)."""
-    rows = [[cell(t["task_id"]), cell(t["status"]), attempts(t), cell(work(t)), cell(where(t)), cell(why(t))]
+    """One line per task within ``width`` columns: the id, status, attempts, priority and reason
+    whole (people copy and grep them), the team clipped past a dozen characters, the work and
+    where it runs clipped to share what is left. The host and the times are in ``tether task
+    ID`` (and every field in ``--json``)."""
+    rows = [[cell(t["task_id"]), cell(t["status"]), attempts(t), clip(cell(t.get("team")), _TEAM_SHOWN),
+             str(t.get("priority") or 0),
+             cell(work(t)), cell(where(t)), cell(why(t))]
             for t in tasks]
-    headers = ["TASK", "STATUS", "ATTEMPT", "WORK", "ON", "WHY"]
+    headers = ["TASK", "STATUS", "ATTEMPT", "TEAM", "PRIORITY", "WORK", "ON", "WHY"]
     natural = [max(len(line[i]) for line in [headers, *rows]) for i in range(len(headers))]
-    room = width - 2 * (len(headers) - 1) - natural[0] - natural[1] - natural[2] - natural[5]
+    room = width - 2 * (len(headers) - 1) - sum(natural[:5]) - natural[7]
     # Half each; what one does not need, the other may use.
-    on_width = min(natural[4], max(_CLIPPED_MIN, room // 2, room - natural[3]))
-    work_width = min(natural[3], max(_CLIPPED_MIN, room - on_width))
+    on_width = min(natural[6], max(_CLIPPED_MIN, room // 2, room - natural[5]))
+    work_width = min(natural[5], max(_CLIPPED_MIN, room - on_width))
     for row in rows:
-        row[3], row[4] = clip(row[3], work_width), clip(row[4], on_width)
+        row[5], row[6] = clip(row[5], work_width), clip(row[6], on_width)
     return table(headers, rows)
 
 
@@ -140,6 +144,17 @@ def task_fields(task: Json) -> str:
         ("status", task["status"] + (" (cancel requested)" if task.get("cancel_requested") else "")),
         ("work", work(task)),
         ("target", target(task)),
+        ("team", task.get("team")),
+        ("priority", task.get("priority")),
+    ]
+    # Where the task belongs and what it replaced or was replaced by: ids the other commands take.
+    if task.get("run_id"):
+        pairs.append(("run", f"{task['run_id']}  (tether run {task['run_id']})"))
+    if task.get("rerun_of"):
+        pairs.append(("rerun of", f"{task['rerun_of']}  (tether task {task['rerun_of']})"))
+    if task.get("replaced_by"):
+        pairs.append(("rerun as", f"{task['replaced_by']}  (tether task {task['replaced_by']})"))
+    pairs += [
         ("attempt", attempts(task)),
         ("host", host_of(task)),
         ("device", device_of(task)),
@@ -258,11 +273,15 @@ def artifacts_table(artifacts: Iterable[Json]) -> str:
 # -- fleet -----------------------------------------------------------------------------------
 
 
-def hosts_table(hosts: Iterable[Json]) -> str:
-    """One state column (``tether host ID`` shows each flag) keeps the table narrow."""
+def hosts_table(hosts: Iterable[Json], device_labels: Mapping[str, Json] | None = None) -> str:
+    """One state column (``tether host ID`` shows each flag) keeps the table narrow. LABELS: the
+    host's own, over those every one of its devices carries (``device_labels``, by host id: what
+    ``HOST_AGENT_LABELS`` puts on each device)."""
+    shared = device_labels or {}
     return table(["HOST", "HOSTNAME", "KIND", "STATE", "DEVICES", "LAST SEEN", "LABELS"],
                  ([h["host_id"], h.get("hostname"), h.get("kind"), _host_word(h), h.get("devices"),
-                   short_time(h.get("last_seen")), h.get("labels")] for h in hosts))
+                   short_time(h.get("last_seen")), {**shared.get(h["host_id"], {}), **(h.get("labels") or {})}]
+                  for h in hosts))
 
 
 def _host_word(host: Json) -> str:

@@ -94,6 +94,12 @@ def parse_run_file(text: str, *, as_yaml: bool) -> Any:
                     else json.loads(text, parse_constant=_refuse_constant))
     except RunFileError:
         raise
+    except json.JSONDecodeError as exc:
+        raise RunFileError(f"line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except yaml.MarkedYAMLError as exc:  # where it went wrong, in one line (PyYAML's own text has three)
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise RunFileError(_one_line(where + (exc.problem or exc.context or "not YAML"))) from None
     except (ValueError, yaml.YAMLError) as exc:
         raise RunFileError(_one_line(str(exc))) from None
     except RecursionError:

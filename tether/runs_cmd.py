@@ -25,7 +25,7 @@ from typing import Any
 import wire
 from tether.arg_types import positive_int
 from tether.client import Client
-from tether.commands import Output, save
+from tether.commands import Output, UsageError, save
 from tether.errors import TetherError
 from tether.run_files import RunFileError, parse_run_file
 from tether.tables import fields, short_time, table
@@ -35,12 +35,52 @@ ACTIONS = ("submit", "cancel", "rerun-failed", "report")
 _RUN_STATUSES = wire.values(wire.RunStatus)
 
 
+# Each action's own help (`tether run submit --help`): its operand and what it does.
+_ACTIONS_HELP = {
+    "submit": ("FILE", ("create a run from FILE, the body of POST /api/v1/runs as JSON (YAML when its name "
+                        "ends .yaml or .yml; '-' reads JSON from stdin), and print its id"), ["--wait"]),
+    "cancel": ("ID", "cancel every task of the run not yet ended", []),
+    "rerun-failed": ("ID", "one new task in the run for each task that failed", ["--wait"]),
+    "report": ("ID", "the run's report: a table, the API's JSON with --json, or JUnit XML with --junit", ["--junit"]),
+}
+_OPTIONS_HELP = {
+    "--wait": "follow the run's counts until it ends; exit 0 if it succeeded",
+    "--junit": "write the JUnit XML to FILE ('-': stdout) and say what was written",
+}
+
+
+def action_help(action: str) -> str:
+    """The help of ``tether run ACTION``."""
+    operand, what, options = _ACTIONS_HELP[action]
+    usage = " ".join([f"usage: tether run {action} {operand}", *(f"[{o}{' FILE' if o == '--junit' else ''}]"
+                                                               for o in options)])
+    lines = [usage, "", what[0].upper() + what[1:] + ".", ""]
+    lines += ["options:", *(f"  {o:<10} {_OPTIONS_HELP[o]}" for o in options)] if options else []
+    lines += ["  --url, --token, --json  as for every command"]
+    return "\n".join(lines) + "\n"
+
+
+class _Help(argparse.Action):
+    """``-h``: an action's own help when one is named before it (`run submit --help`), else run's."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show this help and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        words = getattr(namespace, "words", None) or []
+        sys.stdout.write(action_help(words[0]) if words and words[0] in _ACTIONS_HELP else parser.format_help())
+        parser.exit()
+
+
 def add_run_arguments(command: argparse.ArgumentParser) -> None:
-    """``run``'s words and options, on its parser (made in cli.py like every other command's)."""
+    """``run``'s words and options, on its parser (made in cli.py like every other command's,
+    without argparse's -h: its own names each action's help)."""
+    command.add_argument("-h", "--help", action=_Help)
     command.add_argument("words", metavar="ACTION|ID", nargs="+",
                          help="submit FILE | cancel ID | rerun-failed ID | report ID | ID (show the run)")
     command.add_argument("--wait", action="store_true",
-                         help="submit: follow the run's counts until it ends; exit 0 if it succeeded")
+                         help="submit, rerun-failed: follow the run's counts until it ends; exit 0 if it succeeded")
     command.add_argument("--junit", metavar="FILE", help="report: write the JUnit XML to FILE ('-': stdout)")
 
 
@@ -95,14 +135,11 @@ def run(client: Client, args: Namespace, out: Output) -> int:
     action = words[0] if words[0] in ACTIONS else None
     operands = words[1:] if action else words
     if len(operands) != 1:
-        out.warn(f"usage: tether run {action or 'ID'} {'FILE' if action == 'submit' else 'ID'}")
-        return 2
-    if args.wait and action != "submit":
-        out.warn("--wait goes with `run submit`")
-        return 2
+        raise UsageError(f"`run {action or 'ID'}` takes one {'FILE' if action == 'submit' else 'ID'}")
+    if args.wait and action not in ("submit", "rerun-failed"):
+        raise UsageError("--wait goes with `run submit` and `run rerun-failed`")
     if args.junit is not None and action != "report":
-        out.warn("--junit goes with `run report`")
-        return 2
+        raise UsageError("--junit goes with `run report`")
     operand = operands[0]
     if action == "submit":
         return _submit(client, operand, args.wait, out)
@@ -110,7 +147,12 @@ def run(client: Client, args: Namespace, out: Output) -> int:
     if action == "cancel":
         return out.show(client.cancel_run(operand), run_line)
     if action == "rerun-failed":
-        return out.show(client.rerun_failed(operand), lambda r: f"{r['created']} rerun: {run_line(r['run'])}")
+        rerun = client.rerun_failed(operand)
+        status = out.show(rerun, lambda r: f"{r['created']} rerun: {run_line(r['run'])}")
+        if not args.wait:
+            return status
+        final = follow_run(client, operand, out.line, as_json=out.as_json)
+        return 0 if final["status"] == wire.RunStatus.SUCCEEDED.value else 1
     if action == "report":
         if args.junit is None:
             return out.show(client.run_report(operand), report_text)
@@ -124,6 +166,9 @@ def run(client: Client, args: Namespace, out: Output) -> int:
     return out.show(client.get_run(operand), run_text)
 
 
+_WHAT_A_RUN_FILE_IS = "a run file is the body of POST /api/v1/runs"
+
+
 def _submit(client: Client, path: str, wait: bool, out: Output) -> int:
     as_yaml = path.endswith((".yaml", ".yml"))
     kind = "YAML" if as_yaml else "JSON"
@@ -131,17 +176,13 @@ def _submit(client: Client, path: str, wait: bool, out: Output) -> int:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
         body = parse_run_file(text, as_yaml=as_yaml)
     except OSError as exc:
-        out.warn(f"cannot read {path}: {exc.strerror}")
-        return 2
+        raise UsageError(f"cannot read {path}: {exc.strerror}", usage=False) from None
     except UnicodeDecodeError:
-        out.warn(f"{path} is not {kind}: not UTF-8 text; a run file is the body of POST /api/v1/runs")
-        return 2
+        raise UsageError(f"{path} is not {kind}: not UTF-8 text; {_WHAT_A_RUN_FILE_IS}", usage=False) from None
     except RunFileError as exc:
-        out.warn(f"{path} is not {kind}: {exc}; a run file is the body of POST /api/v1/runs")
-        return 2
+        raise UsageError(f"{path} is not {kind}: {exc}; {_WHAT_A_RUN_FILE_IS}", usage=False) from None
     if not isinstance(body, dict):
-        out.warn(f"{path} holds no {kind} object; a run file is the body of POST /api/v1/runs")
-        return 2
+        raise UsageError(f"{path} holds no {kind} object; {_WHAT_A_RUN_FILE_IS}", usage=False)
     created = client.create_run(body)
     if not wait:
         return out.show(created, lambda r: r["run_id"])

@@ -9,7 +9,7 @@ from argparse import Namespace
 
 from tether.arg_types import positive_int
 from tether.client import Client, Json
-from tether.commands import Output
+from tether.commands import Output, UsageError
 from tether.tables import table
 
 
@@ -41,10 +41,8 @@ def teams(client: Client, args: Namespace, out: Output) -> int:
 
 def team_set(client: Client, args: Namespace, out: Output) -> int:
     if args.weight is None and args.max_devices is None and not args.no_max:
-        out.warn("nothing to set: give --weight, --max-devices or --no-max")
-        return 2
+        raise UsageError("nothing to set: give --weight, --max-devices or --no-max")
     if args.max_devices is not None and args.max_devices < 0:
-        out.warn("--max-devices is a count of devices, 0 or more")
-        return 2
+        raise UsageError("--max-devices is a count of devices, 0 or more")
     changed = client.set_team(args.team, weight=args.weight, max_devices=args.max_devices, no_max=args.no_max)
     return out.show(changed, lambda t: teams_table({"teams": [t]}))

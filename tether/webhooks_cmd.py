@@ -28,10 +28,10 @@ def add_arguments(webhooks: argparse.ArgumentParser, common: argparse.ArgumentPa
     add.add_argument("--team", metavar="T", help="only this team's task and run events")
     remove = sub.add_parser("remove", parents=[common], help="remove a webhook")
     remove.set_defaults(run=webhooks_remove)
-    remove.add_argument("id", metavar="ID")
+    remove.add_argument("id", metavar="ID", help="a webhook id, or a unique prefix of one")
     shown = sub.add_parser("deliveries", parents=[common], help="a webhook's latest deliveries, newest first")
     shown.set_defaults(run=webhooks_deliveries)
-    shown.add_argument("id", metavar="ID")
+    shown.add_argument("id", metavar="ID", help="a webhook id, or a unique prefix of one")
 
 
 def webhooks_table(document: Json) -> str:
@@ -66,8 +66,9 @@ def webhooks_add(client: Client, args: Namespace, out: Output) -> int:
 
 
 def webhooks_remove(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.delete_webhook(args.id), lambda w: f"webhook {w['id']} ({w['url']}) removed")
+    removed = client.delete_webhook(client.resolve_webhook_id(args.id))
+    return out.show(removed, lambda w: f"webhook {w['id']} ({w['url']}) removed")
 
 
 def webhooks_deliveries(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.webhook_deliveries(args.id), deliveries_table)
+    return out.show(client.webhook_deliveries(client.resolve_webhook_id(args.id)), deliveries_table)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import time
 from enum import Enum
-from typing import TypeGuard
+from typing import TypeGuard, overload
 
 
 class TaskStatus(str, Enum):
@@ -270,6 +270,12 @@ class ErrorCode(str, Enum):
     TOO_MANY_COMMANDS = "too_many_commands"
 
 
+@overload
+def iso_ms(ms: int) -> str: ...
+@overload
+def iso_ms(ms: None) -> None: ...
+@overload
+def iso_ms(ms: int | None) -> str | None: ...
 def iso_ms(ms: int | None) -> str | None:
     """A time in milliseconds since the epoch as the contract writes it: RFC 3339 UTC with
     milliseconds, e.g. ``2026-12-02T08:00:00.123Z``; ``None`` stays ``None``."""

@@ -195,9 +195,6 @@ class DeviceManager:
         by_local = {local_id: device_id for device_id, local_id in (self._by_cloud or {}).items()}
         return [_record(driver, by_local.get(driver.local_id)) for driver in self._drivers.values()]
 
-    def local_driver(self, local_id: str) -> Driver:
-        return self._drivers[local_id]
-
     def bind(self, id_map: Mapping[str, str]) -> None:
         """Map local id -> cloud device id (managed hosts, from enrollment).
 
@@ -258,13 +255,6 @@ class DeviceManager:
         self._by_cloud = {changed.get(local_id, device_id): local_id for device_id, local_id in by_cloud.items()}
         return changed
 
-    def bind_identity(self) -> None:
-        """Legacy hosts: the cloud id of every device is its local id."""
-        self.bind({local_id: local_id for local_id in self._drivers})
-
-    def device_ids(self) -> list[str]:
-        return list(self._bound())
-
     def bound_devices(self) -> list[DeviceRecord]:
         """The device snapshot a heartbeat reports, in binding order."""
         return [_record(self._drivers[local_id], device_id) for device_id, local_id in self._bound().items()]
@@ -280,7 +270,7 @@ class DeviceManager:
     def _bound(self) -> dict[str, str]:
         if self._by_cloud is None:
             # Serving local ids as cloud ids by accident would misroute work on a managed host.
-            raise RuntimeError("DeviceManager is not bound: call bind() or bind_identity() first")
+            raise RuntimeError("DeviceManager is not bound: call bind() first")
         return self._by_cloud
 
 

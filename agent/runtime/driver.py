@@ -124,9 +124,6 @@ class Observation:
     def nodes(self) -> Iterator[UINode]:
         return iter_nodes(self.tree)
 
-    def clickables(self) -> list[UINode]:
-        return [node for node in iter_nodes(self.tree) if node["clickable"] and _has_area(node)]
-
     def __repr__(self) -> str:
         # Keep logs small: never the tree or the screenshot bytes.
         shot = f"{len(self.screenshot)} bytes" if self.screenshot is not None else "none"

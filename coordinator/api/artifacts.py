@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 import wire
+from coordinator.api import shapes
 from coordinator.api.context import Context
 from coordinator.api.responses import json_response
 from coordinator.api.validation import require_id
@@ -94,7 +95,7 @@ async def _parse_upload(ctx: Context, request: Request) -> Upload:
     return Upload(lease_id, task_id, attempt, name, content_type, step_index)
 
 
-def artifact_view(description: dict[str, Any]) -> dict[str, Any]:
+def artifact_view(description: dict[str, Any]) -> shapes.Artifact:
     """What the contract shows of a description (never its blob key)."""
     return {
         "name": description["name"],
@@ -183,9 +184,9 @@ async def upload(ctx: Context, request: Request) -> Response:
         ctx.metrics.artifact_uploads.labels("disconnected").inc()
         raise
     ctx.metrics.artifact_uploads.labels("replayed" if replayed else "stored").inc()
-    view = artifact_view(description)
-    del view["attempt"], view["created_at"]  # the contract's answer: name, size, sha256, type, step
-    return json_response(view, 200 if replayed else 201)
+    stored = shapes.ArtifactStored(name=description["name"], size=description["size"], sha256=description["sha256"],
+                                   content_type=description["content_type"], step_index=description.get("step_index"))
+    return json_response(stored, 200 if replayed else 201)
 
 
 # -- operators' reads ----------------------------------------------------------------------
@@ -194,7 +195,7 @@ async def upload(ctx: Context, request: Request) -> Response:
 async def list_artifacts(ctx: Context, request: Request) -> Response:
     task_id = require_id(request.path_params["task_id"], "task_id")
     artifacts = found(await ctx.queries.task_artifacts(task_id), "task")
-    return json_response({"artifacts": [artifact_view(a) for a in artifacts]})
+    return json_response(shapes.Artifacts(artifacts=[artifact_view(a) for a in artifacts]))
 
 
 # Served bytes are the hosts' and never trusted: no sniffing, no script, no plugin, and a

@@ -310,6 +310,8 @@ class Result(HostBody):
     failure_reason: Annotated[Text, Field(max_length=wire.FAILURE_REASON_MAX_CHARS), Cleaned] | None = None
     metadata: FreeObject | None = None
     retryable: bool | None = Field(default=None, description="a failed report asking for another attempt")
+    next: bool | None = Field(default=None, description="eager dispatch: the agent can run another assignment on "
+                              "this device at once; the answer's next_assignment carries it, or null")
 
 
 # -- operator API ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api import tokens
+from coordinator.api import shapes, tokens
 from coordinator.api.auth import access_of, bearer_secret, token_digest
 from coordinator.api.bodies import DeviceEnroll, Enroll, TokenCreate
 from coordinator.api.context import Context
@@ -71,7 +71,7 @@ async def enroll(ctx: Context, request: Request) -> Response:
         token_hash, enrollment_id, token_digest(host_token), "h_" + secrets.token_hex(8), hostname,
         labels_json,
     )
-    return json_response({"host_id": host_id, "created": created}, 201 if created else 200)
+    return json_response(shapes.Enrolled(host_id=host_id, created=created), 201 if created else 200)
 
 
 async def _parse_devices(ctx: Context, request: Request) -> list[dict[str, str]]:

@@ -9,6 +9,8 @@ event's JSON>``, and a comment (``: keepalive``) after every ``feed_keepalive_s`
 silence, so proxies keep the connection. A client resumes with ``Last-Event-ID`` (or
 ``?last_event_id=`` for one that cannot set headers); without either it gets events from now on.
 ``?task_id=``, ``?host_id=`` and ``?run_id=`` keep only the events that name that task, host or run.
+``?tail=N`` (0..100), without a resume id, starts with the deployment's last ``N`` events (before
+any filter), so a fresh view opens with what just happened (the dashboard's log).
 
 A ``HEAD`` answers the stream's headers and ends (parameters checked as for ``GET``), with no
 watcher. Everything that can fail with a status (credential, parameters, Redis for the starting position)
@@ -35,16 +37,20 @@ log = logging.getLogger("coordinator.feed")
 
 RETRY_MS = 2000
 FILTERS = ("task_id", "host_id", "run_id")
+TAIL_MAX = 100
 _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 async def events(ctx: Context, request: Request) -> Response:
     last_id = _last_event_id(request)
     match = _filters(request)
+    tail = _tail(request)
     if request.method == "HEAD":
         # The stream's head alone: a stream that is never sent would never end, keeping the
         # connection (and its pipelined requests) and a watcher counted until the client left.
         return Response(media_type="text/event-stream", headers=_HEADERS)
+    if last_id is None and tail:
+        last_id = await ctx.feed.tail_id(tail)
     if last_id is None:
         last_id = await ctx.feed.latest_id()  # "now" is when the request came, not when it streams
     return EventStream(_stream(ctx.feed, last_id, match, ctx.settings.feed_keepalive_s))
@@ -59,6 +65,15 @@ def _last_event_id(request: Request) -> str | None:
         return str(StreamId.parse(value))
     except ValueError:
         raise InvalidRequest("Last-Event-ID must be a stream id, <ms>-<seq>") from None
+
+
+def _tail(request: Request) -> int:
+    text = request.query_params.get("tail")
+    if text is None:
+        return 0
+    if not text.isdigit() or int(text) > TAIL_MAX:
+        raise InvalidRequest(f"tail must be an integer 0..{TAIL_MAX}")
+    return int(text)
 
 
 def _filters(request: Request) -> dict[str, str]:

@@ -4,13 +4,11 @@ Bearer = an operator credential; its scope was checked before any handler here r
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api import limits
+from coordinator.api import limits, shapes
 from coordinator.api.auth import access_of
 from coordinator.api.bodies import DeviceDisable
 from coordinator.api.context import Context
@@ -26,11 +24,11 @@ _DEVICE_STATUSES = wire.values(wire.DeviceStatus)
 
 
 async def device_page(ctx: Context, *, host_id: str | None, driver: str | None, status: str | None,
-                      limit: int, cursor: str | None) -> dict[str, Any]:
+                      limit: int, cursor: str | None) -> shapes.Devices:
     """A page of the pool as ``GET /api/v1/devices`` answers it (/mcp's ``list_devices`` too)."""
     page = await ctx.queries.list_devices(host_id=host_id, driver=driver, status=status, limit=limit, cursor=cursor)
     views = await ctx.names.add([device_view(d) for d in page.items])
-    return {"devices": views, "next_cursor": page.next_cursor}
+    return shapes.Devices(devices=views, next_cursor=page.next_cursor)
 
 
 async def list_devices(ctx: Context, request: Request) -> Response:
@@ -45,7 +43,7 @@ async def list_devices(ctx: Context, request: Request) -> Response:
     ))
 
 
-async def _device(ctx: Context, device_id: str) -> dict[str, Any]:
+async def _device(ctx: Context, device_id: str) -> shapes.Device:
     found = await ctx.queries.devices([device_id])
     if not found:
         raise NotFound("no such device in the pool")
@@ -63,7 +61,8 @@ async def device_history(ctx: Context, request: Request) -> Response:
     runs = await ctx.queries.device_runs(device_id, limit)
     if not runs and not await ctx.queries.device_known(device_id):
         raise NotFound("no such device")
-    return json_response({"device_id": device_id, "runs": await ctx.names.add([run_view(r) for r in runs])})
+    views = await ctx.names.add([run_view(r) for r in runs])
+    return json_response(shapes.DeviceHistory(device_id=device_id, runs=views))
 
 
 async def disable_device(ctx: Context, request: Request) -> Response:
@@ -82,13 +81,13 @@ async def enable_device(ctx: Context, request: Request) -> Response:
 async def forget_device(ctx: Context, request: Request) -> Response:
     device_id = require_id(request.path_params["device_id"], "device_id")
     await ctx.store.forget_device(device_id, actor=access_of(request).operator.actor)
-    return json_response({"device_id": device_id, "forgotten": True})
+    return json_response(shapes.DeviceForgotten(device_id=device_id, forgotten=True))
 
 
 # -- hosts ---------------------------------------------------------------------------------
 
 
-def _host_view(ctx: Context, entry: HostEntry) -> dict[str, Any]:
+def _host_view(ctx: Context, entry: HostEntry) -> shapes.Host:
     host = entry.host
     static = ctx.auth.static_digest(host.host_id) is not None
     # Revocation is bound to the credential: a static host is revoked while its configured token
@@ -111,12 +110,12 @@ async def _require_host(ctx: Context, host_id: str) -> None:
         raise NotFound("no such host")
 
 
-async def _read_host(ctx: Context, host_id: str) -> dict[str, Any]:
+async def _read_host(ctx: Context, host_id: str) -> shapes.Host:
     [entry] = await ctx.queries.hosts([host_id], _static_digests(ctx, [host_id]))
     return _host_view(ctx, entry)
 
 
-async def host_view_for(ctx: Context, host_id: str) -> dict[str, Any]:
+async def host_view_for(ctx: Context, host_id: str) -> shapes.Host:
     await _require_host(ctx, host_id)
     return await _read_host(ctx, host_id)
 
@@ -126,7 +125,7 @@ async def list_hosts(ctx: Context, request: Request) -> Response:
     page = await ctx.queries.host_ids_page(ctx.auth.static_host_ids, query.limit(*limits.HOSTS_LIMIT),
                                            query.id("cursor"))
     entries = await ctx.queries.hosts(page.items, _static_digests(ctx, page.items))
-    return json_response({"hosts": [_host_view(ctx, e) for e in entries], "next_cursor": page.next_cursor})
+    return json_response(shapes.Hosts(hosts=[_host_view(ctx, e) for e in entries], next_cursor=page.next_cursor))
 
 
 async def get_host(ctx: Context, request: Request) -> Response:

@@ -8,6 +8,7 @@ a credential revoked meanwhile (through any process) still gets the credential's
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from pydantic import ValidationError
@@ -15,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
+from coordinator.api import shapes
 from coordinator.api.bodies import Agent, Claim, Heartbeat, Progress, Renew, Renewals, Result
 from coordinator.api.context import Context
 from coordinator.api.responses import assignment_view, json_response
@@ -84,12 +86,10 @@ async def heartbeat(ctx: Context, request: Request) -> Response:
     snapshot = canonical_json({"agent": agent, "devices": devices})
     draining = await ctx.auth.run_for(principal, ctx.store.heartbeat(principal, snapshot, capabilities))
     ctx.names.heard(principal.host_id, agent.get("hostname"))
-    return json_response({
-        "host_id": principal.host_id,
-        "devices": len(devices),
-        "heartbeat_interval_s": ctx.settings.heartbeat_interval_whole_s,
-        "draining": draining,
-    })
+    answer: shapes.Heartbeated = {"host_id": principal.host_id, "devices": len(devices),
+                                  "heartbeat_interval_s": ctx.settings.heartbeat_interval_whole_s,
+                                  "draining": draining}
+    return json_response(answer)
 
 
 # -- claim ---------------------------------------------------------------------------------
@@ -173,12 +173,9 @@ async def renew(ctx: Context, request: Request) -> Response:
         ctx.metrics.renewals.labels(exc.code).inc()
         raise
     ctx.metrics.renewals.labels("ok").inc()
-    return json_response({
-        "lease_ttl_ms": ctx.settings.lease_ttl_ms,
-        "lease_expires_at": iso_ms(expires_ms),
-        "cancel_requested": cancel,
-        "progress": outcome,
-    })
+    answer: shapes.Renewed = {"lease_ttl_ms": ctx.settings.lease_ttl_ms, "lease_expires_at": iso_ms(expires_ms),
+                              "cancel_requested": cancel, "progress": outcome}
+    return json_response(answer)
 
 
 async def _parse_renewals(ctx: Context, request: Request) -> tuple[list[RenewalEntry], list[wire.ProgressOutcome]]:
@@ -199,7 +196,7 @@ async def _parse_renewals(ctx: Context, request: Request) -> tuple[list[RenewalE
 
 
 def _renewal_view(entry: RenewalEntry, answer: tuple[int, bool] | ScriptError, outcome: wire.ProgressOutcome,
-                  ttl_ms: int) -> dict[str, Any]:
+                  ttl_ms: int) -> shapes.LeaseRenewed | shapes.LeaseRefused:
     if isinstance(answer, ScriptError):
         return {"lease_id": entry.lease_id, "status": 409, "code": error_for(answer).code}
     expires_ms, cancel = answer
@@ -215,38 +212,49 @@ async def renewals(ctx: Context, request: Request) -> Response:
     views = [_renewal_view(*judged, ttl_ms) for judged in zip(entries, answers, outcomes, strict=True)]
     for view in views:
         ctx.metrics.renewals.labels(view.get("code", "ok")).inc()
-    return json_response({"leases": views})
+    answer: shapes.RenewedBatch = {"leases": views}
+    return json_response(answer)
 
 
 # -- results -------------------------------------------------------------------------------
 
 
-async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, str, str]:
-    """Task id, lease id, attempt, status and the canonical report JSON (``retryable`` only in a
-    failed report that asks for a retry, so the same report always has the same bytes)."""
+def _new_lease_id() -> str:
+    """A lease id for a result's eager dispatch, minted as a claim's is (coordinator/longpoll.py)."""
+    return "l_" + secrets.token_hex(16)
+
+
+async def _parse_result(ctx: Context, request: Request) -> tuple[str, str, int, str, str, bool]:
+    """Task id, lease id, attempt, status, the canonical report JSON (``retryable`` only in a
+    failed report that asks for a retry, so the same report always has the same bytes), and
+    whether eager dispatch is asked (``next``: not part of the report, so a replay is judged by
+    the report alone)."""
     body = await read(request, Result, ctx.settings.max_body_bytes)
     status = body.status.value
     report: dict[str, object] = {"status": status, "failure_reason": body.failure_reason,
                                  "metadata": body.metadata or {}}
     if body.retryable and status == wire.ResultStatus.FAILED:
         report["retryable"] = True
-    return body.task_id, body.lease_id, body.attempt, status, canonical_json(report)
+    return body.task_id, body.lease_id, body.attempt, status, canonical_json(report), body.next is True
 
 
 async def results(ctx: Context, request: Request) -> Response:
     principal = await _authorize(ctx, request)
-    task_id, lease_id, attempt, status, report = await ctx.auth.parse_for(principal, _parse_result(ctx, request))
+    task_id, lease_id, attempt, status, report, eager = await ctx.auth.parse_for(
+        principal, _parse_result(ctx, request))
     try:
-        recorded = await ctx.store.record_result(principal, task_id, attempt, lease_id, report)
+        recorded = await ctx.store.record_result(principal, task_id, attempt, lease_id, report,
+                                                 next_lease_id=_new_lease_id() if eager else "",
+                                                 ttl_ms=ctx.settings.lease_ttl_ms)
     except ApiError as exc:
         ctx.metrics.results.labels(exc.code).inc()
         raise
     ctx.metrics.results.labels("replayed" if recorded.replayed else "recorded").inc()
-    return json_response({
-        "task_id": task_id,
-        "attempt": attempt,
-        "status": status,
-        "task_status": recorded.task_status,
-        "recorded_at": iso_ms(recorded.recorded_at_ms),
-        "replayed": recorded.replayed,
-    })
+    answer: shapes.Recorded = {"task_id": task_id, "attempt": attempt, "status": status,
+                               "task_status": recorded.task_status, "recorded_at": iso_ms(recorded.recorded_at_ms),
+                               "replayed": recorded.replayed}
+    if eager:
+        answer["next_assignment"] = None if recorded.next is None else assignment_view(recorded.next.assignment)
+        if recorded.next is not None and recorded.next.waited_ms is not None:
+            ctx.metrics.schedule_to_start.observe(recorded.next.waited_ms / 1000)
+    return json_response(answer)

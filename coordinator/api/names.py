@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar, cast
 
 V = TypeVar("V")
+View = TypeVar("View", bound=Mapping[str, Any])
 
 
 class NameReads(Protocol):
@@ -65,13 +66,14 @@ class Names:
             self._keep(self._devices, device_id, known[device_id])
         return known
 
-    async def add(self, views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def add(self, views: list[View]) -> list[View]:
         """``views`` (tasks, events, runs, devices; the feed's events), in place: where one has
         a ``host_id``, ``host_name`` beside it, and where it has a ``device_id``,
         ``device_name`` (null where the id is)."""
         hosts = await self.hosts(v.get("host_id") for v in views)
         devices = await self.devices(v.get("device_id") for v in views)
-        for view in views:
+        for shown in views:
+            view = cast("dict[str, Any]", shown)  # a shape that names host_name and device_name beside the ids
             if "host_id" in view:
                 host_id = view["host_id"]
                 view["host_name"] = hosts.get(host_id) if host_id else None

@@ -10,13 +10,12 @@ the new one under the old one's name): ``actor_id`` tells their events apart.
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api import tokens
+from coordinator.api import shapes, tokens
 from coordinator.api.auth import Operator, access_of, token_digest
 from coordinator.api.bodies import OperatorTokenCreate
 from coordinator.api.context import Context
@@ -46,7 +45,7 @@ async def revoke_token(ctx: Context, request: Request) -> Response:
     return await tokens.revoke(ctx, request, ctx.store.revoke_operator_token, operator_token_view)
 
 
-def me_view(operator: Operator) -> dict[str, Any]:
+def me_view(operator: Operator) -> shapes.Me:
     return {
         "name": operator.name,
         "scopes": [s for s in _SCOPES if s in operator.scopes],

@@ -5,13 +5,14 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from coordinator.api import shapes
 from coordinator.api.context import Context
 from coordinator.api.responses import json_response
 from coordinator.metrics import read_deployment
 
 
 async def healthz(ctx: Context, request: Request) -> Response:
-    return json_response({"status": "ok"})
+    return json_response(shapes.Health(status="ok"))
 
 
 async def readyz(ctx: Context, request: Request) -> Response:
@@ -23,10 +24,10 @@ async def readyz(ctx: Context, request: Request) -> Response:
             await ctx.store.load_scripts()
             loaded = await ctx.store.scripts_loaded()
     except Exception:  # noqa: BLE001 - any Redis failure means not ready
-        return json_response({"status": "unavailable", "redis": False}, 503)
+        return json_response(shapes.Ready(status="unavailable", redis=False), 503)
     if not loaded:
-        return json_response({"status": "unavailable", "redis": True, "scripts": False}, 503)
-    return json_response({"status": "ok", "redis": True, "scripts": True})
+        return json_response(shapes.Ready(status="unavailable", redis=True, scripts=False), 503)
+    return json_response(shapes.Ready(status="ok", redis=True, scripts=True))
 
 
 async def metrics(ctx: Context, request: Request) -> Response:

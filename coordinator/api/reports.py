@@ -16,12 +16,13 @@ loses it here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from xml.etree import ElementTree
 
 import wire
+from coordinator.api import shapes
 from coordinator.api.bodies import clean_text
 from coordinator.api.responses import run_state_view, task_result
 from coordinator.state.records import RunCounts, RunRecord, TaskRecord
@@ -60,7 +61,7 @@ class Case:
         """A failed task's JUnit ``failure``: its message (the reason, and the error the host
         gave), and its text (the step that failed, then the last steps the host reported)."""
         reason = self.task.failure_reason or "failed"
-        result = task_result(self.task) or {}
+        result: Mapping[str, Any] = task_result(self.task) or {}
         metadata = result.get("metadata")
         metadata = metadata if isinstance(metadata, dict) else {}
         error = metadata.get("error")
@@ -110,7 +111,7 @@ def suites(tasks: Iterable[TaskRecord], artifacts: dict[str, list[str]]) -> list
     return [Suite(work, cases) for work, cases in grouped.items()]
 
 
-def _case_json(case: Case) -> dict[str, Any]:
+def _case_json(case: Case) -> shapes.ReportCase:
     task = case.task
     return {
         "task_id": task.id,
@@ -125,7 +126,7 @@ def _case_json(case: Case) -> dict[str, Any]:
     }
 
 
-def report_json(run: RunRecord, counts: RunCounts, run_suites: list[Suite]) -> dict[str, Any]:
+def report_json(run: RunRecord, counts: RunCounts, run_suites: list[Suite]) -> shapes.RunReport:
     return {
         "run": run_state_view(run, counts),
         "suites": [{

@@ -1,14 +1,15 @@
-"""How stored records look on the wire: every response shape of the API lives here."""
+"""How stored records look on the wire: the views, each built as its shape in ``shapes/`` says."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from starlette.responses import Response
 
 import wire
+from coordinator.api import shapes
 from coordinator.state.records import (
     DeviceState,
     EnrollmentToken,
@@ -42,12 +43,17 @@ def _json_field(raw: str | None) -> Any:
     return None if raw is None else orjson.loads(raw)
 
 
-def task_result(task: TaskRecord) -> dict[str, Any] | None:
+def task_result(task: TaskRecord) -> shapes.TaskResult | None:
     if task.status not in wire.TERMINAL_STATUSES:
         return None
     if task.result_report and task.result and task.result["attempt"] == task.attempt:
         report = orjson.loads(task.result_report)
-        return {**report, "attempt": task.result["attempt"], "recorded_at": iso_ms(task.result["recorded_at"])}
+        result = shapes.TaskResult(status=report["status"], failure_reason=report["failure_reason"],
+                                   metadata=report["metadata"], attempt=task.result["attempt"],
+                                   recorded_at=iso_ms(task.result["recorded_at"]))
+        if "retryable" in report:
+            result["retryable"] = report["retryable"]
+        return result
     # Ended by the coordinator itself (cancel, or the lease expired for the last time).
     return {
         "status": task.status,
@@ -58,7 +64,7 @@ def task_result(task: TaskRecord) -> dict[str, Any] | None:
     }
 
 
-def session_view(task: TaskRecord) -> dict[str, Any]:
+def session_view(task: TaskRecord) -> shapes.SessionState:
     """A live session's settings and state: its timeouts, when it ends if idle (while running),
     and whether (and why) it was asked to end."""
     idle_ms, most_ms = task.idle_timeout_ms or 0, task.max_duration_ms or 0
@@ -73,9 +79,9 @@ def session_view(task: TaskRecord) -> dict[str, Any]:
     }
 
 
-def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dict[str, Any]:
+def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> shapes.Task:
     """``candidates`` of a queued task (``queries.candidates``) give its waiting reason."""
-    view: dict[str, Any] = {
+    view: shapes.Task = {
         "task_id": task.id,
         "kind": task.kind,
         "status": task.status,
@@ -92,7 +98,8 @@ def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dic
         "progress": task.progress if task.status == wire.TaskStatus.RUNNING else None,
         "result": task_result(task),
         "waiting_reason": waiting_reason(candidates) if candidates is not None else None,
-        "candidates": candidates,
+        # As wait_reasons.candidates_from_reply built them, in the shape's fields.
+        "candidates": cast("shapes.Candidates | None", candidates),
         "queue_timeout_s": None if task.queue_timeout_ms is None else task.queue_timeout_ms // 1000,
         "queue_deadline": iso_ms(task.queue_deadline) if task.status == wire.TaskStatus.QUEUED else None,
         "created_at": iso_ms(task.created_at),
@@ -107,7 +114,7 @@ def task_view(task: TaskRecord, candidates: dict[str, Any] | None = None) -> dic
         "replaced_by": task.replaced_by,
     }
     if task.kind == wire.TaskKind.GOAL:
-        view["goal"] = task.goal
+        view["goal"] = task.goal or ""
     elif task.kind == wire.TaskKind.SESSION:
         view["session"] = session_view(task)
     else:
@@ -122,7 +129,7 @@ def _status_counts(counts: dict[str, int]) -> dict[str, int]:
     return {status: counts.get(status, 0) for status in wire.values(wire.TaskStatus)}
 
 
-def run_state_view(run: RunRecord, counts: RunCounts) -> dict[str, Any]:
+def run_state_view(run: RunRecord, counts: RunCounts) -> shapes.Run:
     """A run's summary (PROTOCOL.md, "Runs"), as listings, creates, cancels and reruns answer it: its
     status and counts by task status, never its breakdown (run_detail_view), so a listing's size
     is bounded by its limit whatever its runs' work items."""
@@ -142,7 +149,7 @@ def run_state_view(run: RunRecord, counts: RunCounts) -> dict[str, Any]:
     }
 
 
-def run_detail_view(run: RunRecord, counts: RunCounts) -> dict[str, Any]:
+def run_detail_view(run: RunRecord, counts: RunCounts) -> shapes.RunDetail:
     """One run (GET /api/v1/runs/{id}): its summary and the breakdown by device (null: a
     selector's task not placed yet) and by work item (named by a bounded label:
     wire.RUN_WORK_LABEL_MAX_BYTES), each in name order."""
@@ -156,7 +163,7 @@ def run_detail_view(run: RunRecord, counts: RunCounts) -> dict[str, Any]:
     }
 
 
-def device_view(state: DeviceState) -> dict[str, Any]:
+def device_view(state: DeviceState) -> shapes.Device:
     device = state.device
     return {
         "device_id": device.device_id,
@@ -175,7 +182,7 @@ def device_view(state: DeviceState) -> dict[str, Any]:
     }
 
 
-def host_view(host: HostRecord, *, kind: str, online: bool, revoked: bool, draining: bool) -> dict[str, Any]:
+def host_view(host: HostRecord, *, kind: str, online: bool, revoked: bool, draining: bool) -> shapes.Host:
     agent = host.snapshot.get("agent") or {}
     return {
         "host_id": host.host_id,
@@ -198,7 +205,7 @@ def host_view(host: HostRecord, *, kind: str, online: bool, revoked: bool, drain
     }
 
 
-def token_view(token: EnrollmentToken, now_ms: int) -> dict[str, Any]:
+def token_view(token: EnrollmentToken, now_ms: int) -> shapes.EnrollmentToken:
     return {
         "id": token.id,
         "created_at": iso_ms(token.created_at),
@@ -212,7 +219,7 @@ def token_view(token: EnrollmentToken, now_ms: int) -> dict[str, Any]:
     }
 
 
-def operator_token_view(token: OperatorToken, now_ms: int) -> dict[str, Any]:
+def operator_token_view(token: OperatorToken, now_ms: int) -> shapes.OperatorToken:
     """An operator token, never its secret nor its digest."""
     return {
         "id": token.id,
@@ -228,9 +235,9 @@ def operator_token_view(token: OperatorToken, now_ms: int) -> dict[str, Any]:
     }
 
 
-def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
+def assignment_view(assignment: dict[str, Any]) -> shapes.Assignment:
     """A claimed assignment, as the claim script stored and returned it."""
-    view = {
+    view: shapes.Assignment = {
         "task_id": assignment["task_id"],
         "attempt": assignment["attempt"],
         "lease_id": assignment["lease_id"],
@@ -243,29 +250,28 @@ def assignment_view(assignment: dict[str, Any]) -> dict[str, Any]:
     if assignment["kind"] == wire.TaskKind.GOAL:
         view["goal"] = assignment["goal"]
     elif assignment["kind"] == wire.TaskKind.SESSION:
-        view["session"] = {name: int(assignment["session"][name]) for name in ("idle_timeout_s", "max_duration_s")}
+        bounds = assignment["session"]
+        view["session"] = {"idle_timeout_s": int(bounds["idle_timeout_s"]),
+                           "max_duration_s": int(bounds["max_duration_s"])}
     else:
         view["workflow"] = orjson.loads(assignment["workflow"])
     return view
 
 
-# `actor`: the operator whose request caused the event (a token's name, or "admin"), and
-# `actor_id` its token's id (or "admin"), as names may repeat; both null for what hosts and
-# deadlines caused (and actor_id for events written before it was).
-_EVENT_FIELDS = ("task_id", "attempt", "host_id", "device_id", "reason", "status", "actor", "actor_id")
-# A session's command events name these too (lua/sendCommand, lua/pollCommands).
-_COMMAND_EVENT_FIELDS = ("command_id", "action", "screen")
-
-
-def event_view(event: dict[str, Any]) -> dict[str, Any]:
+def event_view(event: dict[str, Any]) -> shapes.Event:
     """A task event as the scripts wrote it (lua/includes/events.lua ``taskEvent``)."""
-    view = {"at": iso_ms(event.get("at")), "type": event.get("type"), **{f: event.get(f) for f in _EVENT_FIELDS}}
-    if "command_id" in event:
-        view.update({f: event.get(f) for f in _COMMAND_EVENT_FIELDS})
+    view = shapes.Event(at=iso_ms(event.get("at")), type=event["type"], task_id=event["task_id"],
+                        attempt=event.get("attempt"), host_id=event.get("host_id"), device_id=event.get("device_id"),
+                        reason=event.get("reason"), status=event.get("status"), actor=event.get("actor"),
+                        actor_id=event.get("actor_id"))
+    if "command_id" in event:  # a session's command events (lua/sendCommand, lua/pollCommands)
+        view["command_id"] = event.get("command_id")
+        view["action"] = event.get("action")
+        view["screen"] = event.get("screen")
     return view
 
 
-def run_view(run: dict[str, Any]) -> dict[str, Any]:
+def run_view(run: dict[str, Any]) -> shapes.DeviceRun:
     """One run of a device (``startRun``/``endRun``); ``outcome`` is null while it runs."""
     return {
         "task_id": run.get("task_id"),
@@ -277,7 +283,7 @@ def run_view(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def webhook_view(webhook: Webhook) -> dict[str, Any]:
+def webhook_view(webhook: Webhook) -> shapes.Webhook:
     """A webhook as listed: never its secret (only the create's answer adds it)."""
     return {
         "id": webhook.id,
@@ -289,7 +295,7 @@ def webhook_view(webhook: Webhook) -> dict[str, Any]:
     }
 
 
-def delivery_view(delivery: Delivery) -> dict[str, Any]:
+def delivery_view(delivery: Delivery) -> shapes.Delivery:
     return {
         "id": delivery.id,
         "event": delivery.event,

@@ -133,9 +133,9 @@ ENDPOINTS: list[Endpoint] = [
              None, {200: "Device", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("DELETE", "/api/v1/devices/{device_id}", fleet.forget_device,
              "Un-enroll a managed host's device", "operator", None,
-             {200: None, 404: "Error", 409: "Error", **_ADMIN_ERRORS}, scope=CONTROL),
+             {200: "DeviceForgotten", 404: "Error", 409: "Error", **_ADMIN_ERRORS}, scope=CONTROL),
     Endpoint("GET", "/api/v1/devices/{device_id}/history", fleet.device_history,
-             "A device's runs, newest first", "operator", None, {200: "Runs", 404: "Error", **_ADMIN_ERRORS},
+             "A device's runs, newest first", "operator", None, {200: "DeviceHistory", 404: "Error", **_ADMIN_ERRORS},
              scope=READ),
     Endpoint("POST", "/api/v1/devices/{device_id}/disable", fleet.disable_device, "Disable a device",
              "operator", "DeviceDisable", {200: "Device", 400: "Error", 404: "Error", **_ADMIN_ERRORS}, scope=CONTROL),
@@ -160,7 +160,8 @@ ENDPOINTS: list[Endpoint] = [
              "List enrollment tokens (never the secret)", "operator", None, {200: "Tokens", **_ADMIN_ERRORS},
              scope=ADMIN),  # "admin": enrollment tokens, as the contract's scope table says
     Endpoint("DELETE", "/api/v1/enrollment-tokens/{token_id}", enrollment.revoke_token,
-             "Revoke an enrollment token", "operator", None, {200: None, 404: "Error", **_ADMIN_ERRORS}, scope=ADMIN),
+             "Revoke an enrollment token", "operator", None, {200: "EnrollmentToken", 404: "Error", **_ADMIN_ERRORS},
+             scope=ADMIN),
     Endpoint("POST", "/api/v1/operator-tokens", operators.create_token,
              "Create an operator token (secret shown once)", "operator", "OperatorTokenCreate",
              {201: "OperatorTokenCreated", 400: "Error", 409: "Error", 413: "Error", **_ADMIN_ERRORS},
@@ -177,7 +178,7 @@ ENDPOINTS: list[Endpoint] = [
              "TeamSettings", {200: "Team", 400: "Error", **_ADMIN_ERRORS}, scope=ADMIN),
     # Runs (PROTOCOL.md, "Runs"): many tasks as one.
     Endpoint("POST", "/api/v1/runs", runs.create_run, "Create a run: a list of tasks or a matrix, all or nothing",
-             "operator", "RunCreate", {200: "Run", 201: "Run", 400: "Error", 409: "Error", 413: "Error",
+             "operator", "RunCreate", {200: "RunCreated", 201: "RunCreated", 400: "Error", 409: "Error", 413: "Error",
                                        **_ADMIN_ERRORS}, scope=SUBMIT),
     Endpoint("GET", "/api/v1/runs", runs.list_runs, "List runs, newest first", "operator", None,
              {200: "RunPage", 400: "Error", **_ADMIN_ERRORS}, scope=READ),
@@ -185,7 +186,7 @@ ENDPOINTS: list[Endpoint] = [
              {200: "RunDetail", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("GET", "/api/v1/runs/{run_id}/report", runs.run_report,
              "A run's report: JSON, or JUnit XML (?format=junit)", "operator", None,
-             {200: None, 400: "Error", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
+             {200: "RunReport", 400: "Error", 404: "Error", **_ADMIN_ERRORS}, scope=READ),
     Endpoint("POST", "/api/v1/runs/{run_id}/cancel", runs.cancel_run, "Cancel every task of a run not yet ended",
              "operator", None, {200: "Run", 404: "Error", **_ADMIN_ERRORS}, scope=CONTROL, own_scope=SUBMIT),
     Endpoint("POST", "/api/v1/runs/{run_id}/rerun-failed", runs.rerun_failed,
@@ -215,11 +216,11 @@ ENDPOINTS: list[Endpoint] = [
     *(Endpoint("GET", ui.PREFIX + name, ui.asset, "A file of the dashboard", None, None,
                {200: None, 304: None})
       for name in ui.ASSETS),
-    Endpoint("GET", "/healthz", ops.healthz, "Process is up", None, None, {200: None}),
+    Endpoint("GET", "/healthz", ops.healthz, "Process is up", None, None, {200: "Health"}),
     Endpoint("GET", "/readyz", ops.readyz, "Redis reachable and scripts loaded", None, None,
-             {200: None, 503: None}),
+             {200: "Ready", 503: "Ready"}),
     Endpoint("GET", "/metrics", ops.metrics, "Prometheus metrics", None, None, {200: None}),
-    Endpoint("GET", "/openapi.json", _openapi, "This document", None, None, {200: None}),
+    Endpoint("GET", "/openapi.json", _openapi, "This document", None, None, {200: "OpenApiDocument"}),
 ]
 
 

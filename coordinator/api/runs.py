@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api import limits
+from coordinator.api import limits, shapes
 from coordinator.api.auth import access_of
 from coordinator.api.bodies import DEFAULT_GOAL_MAX_STEPS, RunCreate
 from coordinator.api.context import Context
@@ -21,6 +21,7 @@ from coordinator.api.responses import json_response, run_detail_view, run_state_
 from coordinator.api.tasks import parse_task, team_for
 from coordinator.api.validation import Query, canonical_json, read, require_id
 from coordinator.errors import InsufficientScope, found
+from coordinator.state.store import LeftOut
 
 _RUN_STATUSES = wire.values(wire.RunStatus)
 # What a run's task spec leaves to the run (lua/createRun sets them from the run).
@@ -47,6 +48,13 @@ def _matrix_spec(body: RunCreate, default_queue_timeout_ms: int) -> dict[str, An
     return {"work": work, "driver": matrix.devices.driver, "labels": canonical_json(matrix.devices.labels)}
 
 
+def _excluded(left: LeftOut) -> shapes.Excluded:
+    excluded = shapes.Excluded(device_id=left.device_id, reason=left.reason)
+    if left.work is not None:
+        excluded["work"] = left.work
+    return excluded
+
+
 async def create_run(ctx: Context, request: Request) -> Response:
     # A run carries up to wire.MAX_RUN_TASKS task bodies: its body may be that much larger.
     body = await read(request, RunCreate, ctx.settings.max_body_bytes * limits.RUN_BODY_FACTOR)
@@ -68,12 +76,11 @@ async def create_run(ctx: Context, request: Request) -> Response:
     matrix = _matrix_spec(body, ctx.settings.queue_timeout_ms) if body.matrix is not None else None
     answer = await ctx.store.create_run({k: v for k, v in run.items() if v is not None}, tasks, matrix,
                                         wire.MAX_RUN_TASKS, actor=operator.actor)
-    view = run_state_view(answer.run, answer.counts)
+    view = cast("shapes.RunCreated", run_state_view(answer.run, answer.counts))  # its fields beyond are optional
     if matrix is not None:
         # The devices the matrix's selector matched that could not run its work now (PROTOCOL.md,
         # "Runs"), so a person sees why the run has fewer tasks than the pool has phones.
-        view["excluded"] = [{"device_id": left.device_id, "reason": left.reason,
-                             **({"work": left.work} if left.work is not None else {})} for left in answer.excluded]
+        view["excluded"] = [_excluded(left) for left in answer.excluded]
         view["excluded_count"] = answer.excluded_count
     return json_response(view, 201 if answer.created else 200)
 
@@ -91,8 +98,8 @@ async def list_runs(ctx: Context, request: Request) -> Response:
     limit = query.limit(*limits.RUNS_LIMIT)
     cursor = query.integer("cursor", default=-1, low=0, high=limits.TASK_CURSOR_MAX)
     page = await ctx.queries.list_runs(status=status, team=team, limit=limit, cursor=None if cursor < 0 else cursor)
-    return json_response({"runs": [run_state_view(run.record, run.counts) for run in page.items],
-                          "next_cursor": page.next_cursor})
+    return json_response(shapes.RunPage(runs=[run_state_view(run.record, run.counts) for run in page.items],
+                                        next_cursor=page.next_cursor))
 
 
 async def cancel_run(ctx: Context, request: Request) -> Response:
@@ -111,7 +118,8 @@ async def rerun_failed(ctx: Context, request: Request) -> Response:
     except InsufficientScope:  # a submit-only token, and a run it did not create
         raise InsufficientScope("admin", "without the 'admin' scope, a token may rerun only the runs it "
                                          "created") from None
-    return json_response({"run_id": run_id, "created": created, "run": run_state_view(state.run, state.counts)}, 201)
+    return json_response(shapes.RunRerun(run_id=run_id, created=created, run=run_state_view(state.run, state.counts)),
+                         201)
 
 
 async def run_report(ctx: Context, request: Request) -> Response:

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
+from coordinator.api import shapes
 from coordinator.api.bodies import CommandAnswer, CommandsPoll
 from coordinator.api.context import Context
 from coordinator.api.host import wait_seconds
@@ -79,11 +80,12 @@ async def poll_commands(ctx: Context, request: Request) -> Response:
         if not latest:  # the client hung up (or the process stops) before the first attempt
             return Response(status_code=204)
         polled = latest[-1]
-    return json_response({
+    answer: shapes.CommandsPolled = {
         "commands": [{"command_id": c["command_id"], "action": orjson.loads(c["action"])} for c in polled.commands],
         "lease_ttl_ms": ttl_ms,
         "lease_expires_at": iso_ms(polled.lease_expires_at_ms),
         "cancel_requested": polled.cancel_requested,
         "end_requested": polled.end_requested,
         "end_reason": polled.end_reason,
-    })
+    }
+    return json_response(answer)

@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api import limits
+from coordinator.api import limits, shapes
 from coordinator.api.auth import Operator, access_of
 from coordinator.api.bodies import CommandCreate
 from coordinator.api.context import Context
@@ -55,10 +55,10 @@ def _session_ended() -> Conflict:
     return Conflict("the session has ended", code=ErrorCode.SESSION_ENDED.value)
 
 
-def command_view(task_id: str, command: dict[str, Any]) -> dict[str, Any]:
+def command_view(task_id: str, command: dict[str, Any]) -> shapes.Command:
     """A command as the recording and the answers show it: who sent what when, and its answer
     (with the screen's operator URL) once the host gave one."""
-    view: dict[str, Any] = {
+    view: shapes.Command = {
         "command_id": command["command_id"],
         "status": command.get("status", "pending"),
         "action": orjson.loads(command["action"]),
@@ -75,7 +75,7 @@ def command_view(task_id: str, command: dict[str, Any]) -> dict[str, Any]:
     observation = answer.get("observation")
     if observation is not None:
         screen = observation.get("screen")
-        view["observation"] = {
+        seen: shapes.CommandObservation = {
             "screen": screen,
             "screen_url": (f"/api/v1/tasks/{quote(task_id, safe='')}/artifacts/{quote(screen, safe='')}"
                            if screen else None),
@@ -84,14 +84,15 @@ def command_view(task_id: str, command: dict[str, Any]) -> dict[str, Any]:
             "elements": observation.get("elements") or [],
         }
         if observation.get("elements_truncated"):
-            view["observation"]["elements_truncated"] = True
+            seen["elements_truncated"] = True
+        view["observation"] = seen
     else:
         view["observation"] = None
     return view
 
 
 async def _await_answer(ctx: Context, task_id: str, command_id: str, wait_s: float, request: Request | None,
-                        send: Callable[[int], Awaitable[object]] | None = None) -> tuple[int, dict[str, Any]]:
+                        send: Callable[[int], Awaitable[object]] | None = None) -> tuple[int, shapes.Command]:
     """The command once answered (200), or pending after ``wait_s`` (202); ``409 session_ended``
     as soon as its session ends unanswered. ``send``: the command is queued first, by the call
     ``send(wait_ms)`` that also registers the wait (so the first look at it is the wake-up)."""
@@ -122,7 +123,7 @@ async def _await_answer(ctx: Context, task_id: str, command_id: str, wait_s: flo
 
 
 async def send_command(ctx: Context, operator: Operator, task_id: str, action: dict[str, Any],
-                       wait_s: float, request: Request | None = None) -> tuple[int, dict[str, Any]]:
+                       wait_s: float, request: Request | None = None) -> tuple[int, shapes.Command]:
     """Queue ``action`` for the session ``task_id`` and wait up to ``wait_s`` for its answer:
     ``(200, answer)`` once the host answered, else ``(202, {"command_id", "status": "pending"})``.
     ``request``: the HTTP request it serves, whose hang-up ends the wait (None: no client to watch)."""
@@ -143,14 +144,14 @@ async def send_command(ctx: Context, operator: Operator, task_id: str, action: d
 
 
 async def get_command(ctx: Context, operator: Operator, task_id: str, command_id: str,
-                      wait_s: float, request: Request | None = None) -> tuple[int, dict[str, Any]]:
+                      wait_s: float, request: Request | None = None) -> tuple[int, shapes.Command]:
     """One command of the session and its answer, waiting up to ``wait_s`` for it like
     ``send_command``. Any operator who may read calls it (a watcher)."""
     task_id, command_id = require_id(task_id, "task_id"), require_id(command_id, "command_id")
     return await _await_answer(ctx, task_id, command_id, _wait(wait_s), request)
 
 
-async def end_session(ctx: Context, operator: Operator, task_id: str) -> dict[str, Any]:
+async def end_session(ctx: Context, operator: Operator, task_id: str) -> shapes.Task:
     """End the session (idempotent): the host is told (``end_requested``); the task's view."""
     task = await ctx.store.end_session(require_id(task_id, "task_id"), actor=operator.actor, owner=_owner(operator))
     [view] = await ctx.names.add([task_view(task)])
@@ -158,7 +159,7 @@ async def end_session(ctx: Context, operator: Operator, task_id: str) -> dict[st
 
 
 async def session_log(ctx: Context, operator: Operator, task_id: str, limit: int,
-                      cursor: int | None) -> dict[str, Any]:
+                      cursor: int | None) -> shapes.Commands:
     """The session's recording, oldest first: ``{"commands": [...], "next_cursor"}`` (a cursor is
     the last command's seq of the page before)."""
     task_id = require_id(task_id, "task_id")

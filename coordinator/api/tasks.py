@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api import limits
+from coordinator.api import limits, shapes
 from coordinator.api.auth import Operator, access_of
 from coordinator.api.bodies import DEFAULT_GOAL_MAX_STEPS, TaskCreate
 from coordinator.api.context import Context
@@ -53,7 +53,7 @@ def parse_task(body: TaskCreate, default_queue_timeout_ms: int) -> dict[str, Any
     return {k: v for k, v in task.items() if v is not None}
 
 
-async def _views(ctx: Context, tasks: list[TaskRecord]) -> list[dict[str, Any]]:
+async def _views(ctx: Context, tasks: list[TaskRecord]) -> list[shapes.Task]:
     """Task views, with the waiting reason and candidates of the queued ones, and the names of
     their host and device."""
     candidates = await ctx.queries.candidates(tasks)
@@ -70,7 +70,7 @@ def team_for(operator: Operator, named: str | None) -> str:
     return named or wire.DEFAULT_TEAM
 
 
-async def submit_task(ctx: Context, operator: Operator, body: bytes | dict[str, Any]) -> tuple[int, dict[str, Any]]:
+async def submit_task(ctx: Context, operator: Operator, body: bytes | dict[str, Any]) -> tuple[int, shapes.Task]:
     """Create a task for ``operator`` from a request body (raw bytes, or a JSON object already
     read): the status (201 created, 200 an earlier task of the same idempotency key) and the
     task's view. The route below and MCP's ``submit_task`` both call this."""
@@ -99,7 +99,7 @@ async def create_task(ctx: Context, request: Request) -> Response:
     return json_response(view, status)
 
 
-async def task_of(ctx: Context, task_id: str) -> dict[str, Any]:
+async def task_of(ctx: Context, task_id: str) -> shapes.Task:
     """The task's view, as ``GET /api/v1/tasks/{task_id}`` answers it (MCP's ``get_task`` too)."""
     task = found(await ctx.queries.get_task(task_id), "task")
     return (await _views(ctx, [task]))[0]
@@ -118,13 +118,13 @@ async def list_tasks(ctx: Context, request: Request) -> Response:
     cursor = query.integer("cursor", default=-1, low=0, high=limits.TASK_CURSOR_MAX)
     page = await ctx.queries.list_tasks(status=status, host_id=host_id, device_id=device_id, limit=limit,
                                         cursor=None if cursor < 0 else cursor, team=team, run_id=run_id)
-    return json_response({"tasks": await _views(ctx, page.items), "next_cursor": page.next_cursor})
+    return json_response(shapes.TaskPage(tasks=await _views(ctx, page.items), next_cursor=page.next_cursor))
 
 
 async def task_events(ctx: Context, request: Request) -> Response:
     task_id = require_id(request.path_params["task_id"], "task_id")
     events = found(await ctx.queries.task_events(task_id), "task")
-    return json_response({"events": await ctx.names.add([event_view(e) for e in events])})
+    return json_response(shapes.Events(events=await ctx.names.add([event_view(e) for e in events])))
 
 
 async def cancel_task(ctx: Context, request: Request) -> Response:

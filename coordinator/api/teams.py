@@ -4,12 +4,10 @@ Bearer = an operator credential; its scope was checked before any handler here r
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 
-from coordinator.api import limits
+from coordinator.api import limits, shapes
 from coordinator.api.bodies import TeamSettings
 from coordinator.api.context import Context
 from coordinator.api.responses import json_response
@@ -17,7 +15,7 @@ from coordinator.api.validation import Query, read, require_id
 from coordinator.state.records import TeamShare
 
 
-def team_view(share: TeamShare) -> dict[str, Any]:
+def team_view(share: TeamShare) -> shapes.Team:
     return {
         "team": share.team,
         "weight": share.weight,
@@ -33,7 +31,7 @@ async def list_teams(ctx: Context, request: Request) -> Response:
     limit = query.limit(*limits.TEAMS_LIMIT)
     cursor = query.id("cursor")
     page = await ctx.queries.teams_page(limit=limit, cursor=cursor)
-    return json_response({"teams": [team_view(share) for share in page.items], "next_cursor": page.next_cursor})
+    return json_response(shapes.Teams(teams=[team_view(share) for share in page.items], next_cursor=page.next_cursor))
 
 
 async def set_team(ctx: Context, request: Request) -> Response:

@@ -4,7 +4,7 @@ revoked token. Each kind passes its own store call and its own view."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from starlette.requests import Request
@@ -16,10 +16,10 @@ from coordinator.api.responses import json_response, offset_page
 from coordinator.api.validation import Query, require_id
 
 T = TypeVar("T")
-View = Callable[[T, int], dict[str, Any]]
+View = Callable[[T, int], Mapping[str, Any]]  # a shape of coordinator/api/shapes/
 
 
-def created(view: dict[str, Any], secret: str) -> Response:
+def created(view: Mapping[str, Any], secret: str) -> Response:
     """201 with the new token, its secret included: the one answer that ever shows it."""
     return json_response({**view, "token": secret}, 201)
 

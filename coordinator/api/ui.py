@@ -23,31 +23,14 @@ from coordinator.api.context import Context
 from coordinator.errors import NotFound
 
 PAGE = "index.html"
-# Every file under /ui/ and its media type. A module script needs a JavaScript type (nosniff).
+_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+# Every file under /ui/ and its media type: the package's scripts and style sheets, found once at
+# import (a new view is one module dropped in; each name gets its own route, so no path from a
+# client ever reaches the file system). A module script needs a JavaScript type (nosniff).
 ASSETS: dict[str, str] = {
-    "style.css": "text/css; charset=utf-8",
-    "app.js": "text/javascript; charset=utf-8",
-    "api.js": "text/javascript; charset=utf-8",
-    "feed.js": "text/javascript; charset=utf-8",
-    "dashboard.js": "text/javascript; charset=utf-8",
-    "records.js": "text/javascript; charset=utf-8",
-    "rereads.js": "text/javascript; charset=utf-8",
-    "views.js": "text/javascript; charset=utf-8",
-    "table.js": "text/javascript; charset=utf-8",
-    "dom.js": "text/javascript; charset=utf-8",
-    "time.js": "text/javascript; charset=utf-8",
-    "story.js": "text/javascript; charset=utf-8",
-    "taskview.js": "text/javascript; charset=utf-8",
-    "devicehistory.js": "text/javascript; charset=utf-8",
-    "detail.js": "text/javascript; charset=utf-8",
-    "activity.js": "text/javascript; charset=utf-8",
-    "charts.js": "text/javascript; charset=utf-8",
-    "teams.js": "text/javascript; charset=utf-8",
-    "runs.js": "text/javascript; charset=utf-8",
-    "runview.js": "text/javascript; charset=utf-8",
-    "webhooks.js": "text/javascript; charset=utf-8",
-    "artifacts.js": "text/javascript; charset=utf-8",
-    "artifactviewer.js": "text/javascript; charset=utf-8",
+    entry.name: _TYPES[suffix]
+    for entry in sorted(resources.files("coordinator.ui").iterdir(), key=lambda e: e.name)
+    if (suffix := "." + entry.name.rpartition(".")[2]) in _TYPES
 }
 PREFIX = "/ui/"
 

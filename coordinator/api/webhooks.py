@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import wire
-from coordinator.api import fleet
+from coordinator.api import fleet, shapes
 from coordinator.api.auth import access_of
 from coordinator.api.bodies import WebhookCreate
 from coordinator.api.context import Context
@@ -41,11 +41,11 @@ async def create_webhook(ctx: Context, request: Request) -> Response:
     secret = wire.WEBHOOK_SECRET_PREFIX + secrets.token_urlsafe(32)
     webhook = await ctx.webhooks.create("wh_" + secrets.token_hex(8), body.url, events, body.team, secret,
                                         actor=access_of(request).operator.name)
-    return json_response({**webhook_view(webhook), "secret": secret}, 201)
+    return json_response(shapes.WebhookCreated(**webhook_view(webhook), secret=secret), 201)
 
 
 async def list_webhooks(ctx: Context, request: Request) -> Response:
-    return json_response({"webhooks": [webhook_view(w) for w in await ctx.webhooks.all()]})
+    return json_response(shapes.Webhooks(webhooks=[webhook_view(w) for w in await ctx.webhooks.all()]))
 
 
 async def delete_webhook(ctx: Context, request: Request) -> Response:
@@ -58,7 +58,7 @@ async def list_deliveries(ctx: Context, request: Request) -> Response:
     limit = Query(request).limit(wire.WEBHOOK_DELIVERIES_KEPT, wire.WEBHOOK_DELIVERIES_KEPT)
     found(await ctx.webhooks.get(webhook_id), "webhook")
     deliveries = await ctx.webhooks.deliveries(webhook_id, limit)
-    return json_response({"deliveries": [delivery_view(d) for d in deliveries]})
+    return json_response(shapes.Deliveries(deliveries=[delivery_view(d) for d in deliveries]))
 
 
 async def subject_view(ctx: Context, kind: str, subject: str) -> dict[str, Any]:
@@ -70,17 +70,17 @@ async def subject_view(ctx: Context, kind: str, subject: str) -> dict[str, Any]:
         if task is None:
             return {"task_id": subject}
         [view] = await ctx.names.add([task_view(task)])  # with its host's and device's names, as GET
-        return view
+        return dict(view)
     if kind == wire.WebhookEvent.HOST_OFFLINE.value:
         try:
-            return await fleet.host_view_for(ctx, subject)
+            return dict(await fleet.host_view_for(ctx, subject))
         except NotFound:
             return {"host_id": subject}
     if kind == wire.WebhookEvent.DEVICE_DISABLED.value:
         devices = await ctx.queries.devices([subject])
         if not devices:
             return {"device_id": subject}
-        [view] = await ctx.names.add([device_view(devices[0])])
-        return view
+        [device] = await ctx.names.add([device_view(devices[0])])
+        return dict(device)
     run = await ctx.queries.get_run(subject)  # run.ended
-    return run_detail_view(run.record, run.counts) if run is not None else {"run_id": subject}
+    return dict(run_detail_view(run.record, run.counts)) if run is not None else {"run_id": subject}

@@ -26,7 +26,7 @@ from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent
 from pydantic import Field, StringConstraints
 
 import wire
-from coordinator.api import fleet, sessions, tasks
+from coordinator.api import fleet, sessions, shapes, tasks
 from coordinator.api.auth import Operator
 from coordinator.api.bodies import Id, Labels, OperatorBody, TaskCreate
 from coordinator.api.context import Context
@@ -132,12 +132,12 @@ def text(value: str) -> TextContent:
     return TextContent(type="text", text=value)
 
 
-def answer(content: Content, structured: dict[str, Any] | None = None) -> CallToolResult:
+def answer(content: Content, structured: Mapping[str, Any] | None = None) -> CallToolResult:
     """A tool's answer: ``content`` for the model, and the same as JSON (``structured``) for a
     program, which the text then also carries, as the protocol asks of structured answers."""
-    if structured is not None:
-        content = [*content, text(_json(structured))]
-    return CallToolResult(content=content, structured_content=structured)
+    if structured is None:
+        return CallToolResult(content=content)
+    return CallToolResult(content=[*content, text(_json(structured))], structured_content=dict(structured))
 
 
 def _json(value: Any) -> str:
@@ -245,7 +245,7 @@ async def start_session(call: Call, args: StartSession) -> CallToolResult:
     return answer([text(_session_line(task))], task)
 
 
-async def _until_started(ctx: Context, task_id: str, since: str, wait_s: float) -> dict[str, Any]:
+async def _until_started(ctx: Context, task_id: str, since: str, wait_s: float) -> shapes.Task:
     """The task once it runs or ended, or as it is after ``wait_s``: woken by its events on the
     process's feed (one reader per process, whichever process placed it), not by polling Redis."""
     with contextlib.suppress(TimeoutError):

@@ -145,7 +145,8 @@ def _function(name: str, flags: list[str], body: str) -> str:
 def lua_constants() -> str:
     """The vocabulary the scripts share with Python, as Lua, generated from Python's own
     definitions: the failure codes (``E``), what is kept, the status index's scores, the bits of
-    a host's flags, the highest priority (a queue's scores count down from it), and the names of a
+    a host's flags, the highest priority (a queue's scores count down from it), the terminal
+    statuses (a set: ``TERMINAL_STATUSES[status]``), the default team, and the names of a
     waiting task's counts (``HOST_FLAGS``, ``CANDIDATE_COUNTS``:
     coordinator/state/wait_reasons.py), and the names of the keys (``KEY_NAMES``, ``KEY_KINDS``:
     coordinator/state/keys.py). The library defines it above every include."""
@@ -153,6 +154,7 @@ def lua_constants() -> str:
     statuses = ", ".join(f"{status} = {code}" for status, code in STATUS_CODES.items())
     flags = ", ".join(f"{flag.name} = {flag.value}" for flag in HostFlag)
     counts = ", ".join(f"'{name}'" for name in CANDIDATE_COUNTS)
+    terminal = ", ".join(f"{status} = true" for status in sorted(wire.TERMINAL_STATUSES))
     return (f"local E = {{\n{failures}}}\n"
             f"local HOST_FLAGS = {{{flags}}}\n"
             f"local CANDIDATE_COUNTS = {{{counts}}}\n"
@@ -163,6 +165,8 @@ def lua_constants() -> str:
             f"local DEVICE_RUNS_SLACK = {DEVICE_RUNS_SLACK}\n"
             f"local FEED_EVENTS_KEPT = {wire.FEED_EVENTS_KEPT}\n"
             f"local PRIORITY_MAX = {wire.PRIORITY_MAX}\n"
+            f"local TERMINAL_STATUSES = {{{terminal}}}\n"
+            f"local DEFAULT_TEAM = '{wire.DEFAULT_TEAM}'\n"
             f"local RUN_WORK_LABEL_MAX_BYTES = {wire.RUN_WORK_LABEL_MAX_BYTES}\n"
             f"local STATUS_CODES = {{{statuses}}}\n"
             f"local STATUS_SPAN = {STATUS_SPAN}\n"

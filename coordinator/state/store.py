@@ -106,11 +106,13 @@ class RenewalEntry:
 @dataclass(frozen=True)
 class Recorded:
     """A result's answer: when it was recorded (ms), whether this was a replay, and what the
-    task became (``queued`` when a retryable failure requeued it)."""
+    task became (``queued`` when a retryable failure requeued it); with eager dispatch asked
+    (``next``), the next assignment it dispatched on the freed device, or ``None``."""
 
     recorded_at_ms: int
     replayed: bool
     task_status: str
+    next: Claimed | None = None
 
 
 @dataclass(frozen=True)
@@ -269,10 +271,18 @@ class Store:
                 for answer in reply[1]]
 
     async def record_result(self, host: HostPrincipal, task_id: str, attempt: int, lease_id: str,
-                            result_json: str) -> Recorded:
-        reply = await self._schedule("recordResult",
-                                     [host.host_id, task_id, attempt, lease_id, result_json, host.digest])
-        return Recorded(int(reply[1]), reply[2] == 1, _text(reply[3]))
+                            result_json: str, *, next_lease_id: str = "", ttl_ms: int = 0) -> Recorded:
+        """Record a result. Given ``next_lease_id`` (eager dispatch, PROTOCOL.md results: the
+        result's ``next``), the device it frees is dispatched the task the order gives it, in
+        the same step, under that lease for ``ttl_ms``: ``Recorded.next``."""
+        eager = next_lease_id != ""
+        reply = await self._schedule("recordResult", [host.host_id, task_id, attempt, lease_id, result_json,
+                                                      host.digest, 1 if eager else 0, next_lease_id, ttl_ms])
+        dispatched = None
+        if eager and reply[4]:
+            waited = int(reply[5])
+            dispatched = Claimed(orjson.loads(reply[4]), waited if waited >= 0 else None)
+        return Recorded(int(reply[1]), reply[2] == 1, _text(reply[3]), dispatched)
 
     # -- operators -------------------------------------------------------------------------
 

@@ -68,7 +68,8 @@ function signOut(message = null) {
   for (const id of ["hosts", "devices", "teams", "runs", "queue", "results", "webhooks", "events"]) byId(id).replaceChildren();
   byId("webhooks-section").hidden = true;
   for (const id of ["hosts-count", "devices-count", "teams-count", "runs-count", "queue-count", "results-count",
-    "webhooks-count", "totals"]) {
+    "webhooks-count", "totals", "hosts-pager", "devices-pager", "queue-pager", "results-pager", "runs-pager",
+    "teams-pager", "sessions"]) {
     byId(id).textContent = "";
   }
   const pill = byId("feed-state");

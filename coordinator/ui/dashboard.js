@@ -6,24 +6,72 @@
 // screen at once (the agent released it before reporting). While a list is being read, events
 // wait and are applied after it, in order. What is shown lives in records.js; the task view and a
 // device's history in detail.js; the charts in charts.js; the operator's buttons act here.
+// The views and their filters follow the address (nav.js): the queue, the results and the runs
+// are read a page at a time with those filters, by the API's cursors (pager.js says what is
+// hidden); the fleet and the teams are read whole (every device counts in the totals) and paged
+// on the page. The feed starts with the last few events of the deployment, so the log is never
+// empty after a quiet spell.
 
 import { Charts } from "./charts.js";
 import { Detail } from "./detail.js";
 import { byId, el } from "./dom.js";
 import { Feed } from "./feed.js";
-import { Records, RESULTS_SHOWN } from "./records.js";
+import { Nav } from "./nav.js";
+import { Pager } from "./pager.js";
+import { QUEUE_SHOWN, Records, RESULTS_SHOWN } from "./records.js";
 import { Rereads } from "./rereads.js";
 import { RUNS_SHOWN, RunsPanel } from "./runs.js";
+import { SessionsView } from "./sessions.js";
 import { TeamsPanel } from "./teams.js";
 import { WebhooksPanel } from "./webhooks.js";
 import * as views from "./views.js";
 
 const RESYNC_EVERY_MS = 15_000;
 const BATCH = 20; // more changed records of a kind than this in one round: read the list instead
-const QUEUE_SHOWN = 500; // the newest queued tasks (one page)
 const TEAMS_PAGE = 500; // teams by name, at most TEAMS_PAGES pages of them
 const TEAMS_PAGES = 2;
 const EVENTS_SHOWN = 100;
+const EVENTS_AT_START = 20; // the log opens with the deployment's last few events
+const ENDED = ["succeeded", "failed", "cancelled"];
+
+/** A server listing read a page at a time: the cursors of the pages seen, and where we are. */
+class Paging {
+  constructor() {
+    this.reset();
+  }
+
+  reset() {
+    this.cursors = [null];
+    this.index = 0;
+    this.next = null;
+  }
+
+  get cursor() {
+    return this.cursors[this.index];
+  }
+
+  get first() {
+    return this.index === 0;
+  }
+
+  older() {
+    if (this.next === null) return false;
+    this.cursors[this.index + 1] = this.next;
+    this.index += 1;
+    return true;
+  }
+
+  newer() {
+    if (this.index === 0) return false;
+    this.index -= 1;
+    return true;
+  }
+}
+
+/** The API's query parameters for a view's filters (nav.js). */
+function taskQuery({ team, host, run }) {
+  return { team, host_id: host, run_id: run };
+}
 
 export class Dashboard {
   /**
@@ -33,9 +81,16 @@ export class Dashboard {
    * @param onUnauthorized (error) => void: the token stopped working
    */
   constructor(api, { may, ask, onUnauthorized }) {
-    Object.assign(this, { api, ask, onUnauthorized });
+    Object.assign(this, { api, ask, onUnauthorized, may });
     this.held = null; // events arriving while a list is read, or null
     this.stopped = false;
+    this.started = false;
+    this.filters = { queue: {}, results: {}, runs: {} };
+    this.paging = { queue: new Paging(), results: new Paging(), runs: new Paging() };
+    this.queuePager = this.#serverPager("queue");
+    this.resultsPager = this.#serverPager("results");
+    this.runsPager = this.#serverPager("runs");
+    this.lastTeams = [];
 
     this.records = new Records({
       may,
@@ -57,17 +112,22 @@ export class Dashboard {
     });
     byId("events").replaceChildren(
       el("li", { class: "empty", text: "No events yet: changes to tasks, hosts and devices show here as they happen." }));
+    this.nav = new Nav({ onChange: (route, changed) => this.#route(route, changed) });
+    this.sessions = new SessionsView(byId("sessions"));
     this.detail = new Detail(api, {
+      back: () => this.nav.href(),
+      may,
       hostName: (hostId) => this.records.hosts.get(hostId)?.hostname ?? null,
       deviceName: (deviceId) => this.records.deviceRecords.get(deviceId)?.name ?? null,
       onError: (error) => (error.unauthorized ? this.onUnauthorized(error) : this.#banner(`Could not read: ${error.message}`)),
     });
     this.charts = new Charts(api, { waiting: () => this.records.queue.size });
-    this.teams = new TeamsPanel(byId("teams"), byId("teams-count"));
+    this.teams = new TeamsPanel(byId("teams"), byId("teams-count"), byId("teams-pager"));
     this.runs = new RunsPanel(byId("runs"), byId("runs-count"));
     this.webhooks = may.admin ? new WebhooksPanel(api, byId("webhooks-section"), byId("webhooks"), byId("webhooks-count")) : null;
 
     this.feed = new Feed({
+      url: `/api/v1/events?tail=${EVENTS_AT_START}`, // on a reconnect, Last-Event-ID wins
       headers: () => api.headers(),
       onEvent: (event) => this.#onEvent(event),
       onOpen: (resumed) => resumed && this.rereads.mark("everything"),
@@ -79,6 +139,10 @@ export class Dashboard {
    *  everything, show it, then apply what the feed brought meanwhile. */
   async start() {
     performance.mark("tether:load-start");
+    byId("nav").hidden = false;
+    this.nav.start(); // the view and filters of the address, before anything is read
+    this.#scopes();
+    this.sessions.show();
     this.held = [];
     this.feed.start();
     try {
@@ -88,7 +152,7 @@ export class Dashboard {
       this.records.showFleet(fleet);
       this.records.showTasks(tasks);
       this.#showTeams(teams);
-      this.runs.show(runs.runs, runs.next_cursor !== null);
+      this.#showRuns(runs);
       performance.mark("tether:ready");
       performance.measure("tether:render", "tether:render-start", "tether:ready");
       performance.measure("tether:load", "tether:load-start", "tether:ready");
@@ -98,10 +162,13 @@ export class Dashboard {
     this.resync = setInterval(() => this.rereads.mark("everything"), RESYNC_EVERY_MS);
     this.charts.start();
     this.detail.show(location.hash);
+    this.started = true;
   }
 
   stop() {
     this.stopped = true;
+    this.nav.stop();
+    byId("nav").hidden = true;
     this.feed.stop();
     clearInterval(this.resync);
     this.rereads.stop();
@@ -121,18 +188,38 @@ export class Dashboard {
   }
 
   async #readTasks() {
-    const list = (status, limit) => this.api.get("/api/v1/tasks", { status, limit });
     const every = (status) => this.api.all("/api/v1/tasks", "tasks", { status, limit: 500 }, 20);
-    const [running, assigned, queued, ...ended] = await Promise.all([
-      every("running"), every("assigned"), list("queued", QUEUE_SHOWN),
-      ...["succeeded", "failed", "cancelled"].map((status) => list(status, RESULTS_SHOWN)),
+    const queue = this.filters.queue;
+    const queuePaging = this.paging.queue;
+    const queueStatus = queue.status || "queued";
+    const [running, assigned, queued, ended] = await Promise.all([
+      every("running"), every("assigned"),
+      this.api.get("/api/v1/tasks", { status: queueStatus, ...taskQuery(queue), limit: QUEUE_SHOWN, cursor: queuePaging.cursor ?? undefined }),
+      this.#readEnded(),
     ]);
+    queuePaging.next = queued.next_cursor ?? null;
     return {
       active: [...running.items, ...assigned.items],
-      queued: queued.tasks,
+      queued: queueStatus === "assigned" ? queued.tasks.filter((t) => t.status === "assigned") : queued.tasks,
       queueMore: queued.next_cursor !== null,
-      ended: ended.flatMap((page) => page.tasks).sort(views.finishedNewestFirst).slice(0, RESULTS_SHOWN),
+      ended,
     };
+  }
+
+  /** The Results view's page: of one outcome, paged by the cursor; of any, the newest of each. */
+  async #readEnded() {
+    const results = this.filters.results;
+    const paging = this.paging.results;
+    const query = { ...taskQuery(results), limit: RESULTS_SHOWN };
+    if (results.status) {
+      const page = await this.api.get("/api/v1/tasks", { ...query, status: results.status, cursor: paging.cursor ?? undefined });
+      paging.next = page.next_cursor ?? null;
+      return page.tasks;
+    }
+    const pages = await Promise.all(ENDED.map((status) => this.api.get("/api/v1/tasks", { ...query, status })));
+    paging.next = null;
+    this.resultsMore = pages.some((page) => page.next_cursor !== null);
+    return pages.flatMap((page) => page.tasks).sort(views.finishedNewestFirst).slice(0, RESULTS_SHOWN);
   }
 
   async #readTeams() {
@@ -141,11 +228,95 @@ export class Dashboard {
   }
 
   #readRuns() {
-    return this.api.get("/api/v1/runs", { limit: RUNS_SHOWN });
+    const { team, status } = this.filters.runs;
+    return this.api.get("/api/v1/runs", { team, status, limit: RUNS_SHOWN, cursor: this.paging.runs.cursor ?? undefined });
+  }
+
+  #showRuns(page) {
+    this.paging.runs.next = page.next_cursor ?? null;
+    this.runs.show(page.runs, page.next_cursor !== null);
+    const paging = this.paging.runs;
+    const first = paging.index * RUNS_SHOWN;
+    this.runsPager.show({ first: page.runs.length ? first + 1 : 0, last: first + page.runs.length,
+      matching: page.runs.length, total: null, more: paging.next !== null }, { hasNewer: !paging.first, hasOlder: paging.next !== null });
   }
 
   #showTeams(teams) {
+    this.lastTeams = teams;
     this.teams.show(teams, this.records.usableDevices());
+    this.#queueTotals();
+  }
+
+  /** The queue's size, from the teams' counts (exact when it is filtered by team or not at all),
+   *  and the pagers of the Queue and Results views. */
+  #queueTotals() {
+    const queue = this.filters.queue;
+    const byTeam = !queue.host && !queue.run && !queue.status;
+    const counted = this.lastTeams.filter((t) => !queue.team || t.team === queue.team);
+    const total = byTeam ? counted.reduce((sum, t) => sum + (t.queued ?? 0), 0) : null;
+    this.records.queueTotal = total;
+    const paging = this.paging.queue;
+    const shown = this.records.queue.size;
+    const first = paging.index * QUEUE_SHOWN;
+    const matching = total === null ? shown : Math.max(total, first + shown);
+    this.queuePager.show({ first: shown ? first + 1 : 0, last: first + shown, matching, total: total === null ? null : matching,
+      more: paging.next !== null }, { hasNewer: !paging.first, hasOlder: paging.next !== null });
+    const results = this.paging.results;
+    const ended = this.records.results.size;
+    const from = results.index * RESULTS_SHOWN;
+    this.resultsPager.show({ first: ended ? from + 1 : 0, last: from + ended, matching: ended, total: null,
+      more: results.next !== null || (!this.filters.results.status && this.resultsMore) },
+    { hasNewer: !results.first, hasOlder: results.next !== null });
+    byId("results-count").textContent = this.filters.results.status ? ""
+      : (this.resultsMore ? "the newest of each outcome: choose one to page through older results" : "");
+    this.records.totalsSoon();
+  }
+
+  /** A pager of a server listing: its buttons move the listing's cursor and read it again. */
+  #serverPager(name) {
+    const move = (step) => {
+      if (!this.paging[name][step]()) return;
+      this.#readListing(name);
+    };
+    return new Pager(byId(`${name}-pager`), { newer: () => move("newer"), older: () => move("older") });
+  }
+
+  /** Read a paged view again (its filters or page changed). */
+  #readListing(name) {
+    if (!this.started || this.stopped) return;
+    const failed = (error) => (error.unauthorized ? this.onUnauthorized(error) : this.#banner(`Could not read: ${error.message}`));
+    if (name === "runs") {
+      this.#readRuns().then((page) => this.#showRuns(page)).catch(failed);
+      return;
+    }
+    this.#scopes();
+    this.#reading(async () => {
+      this.records.showTasks(await this.#readTasks());
+      this.#queueTotals();
+    }).catch(failed);
+  }
+
+  /** Which tasks the feed may add to the Queue and Results tables: those their filters pass,
+   *  on their first page. */
+  #scopes() {
+    const passes = ({ team, host, run, status }) => (task) =>
+      (!team || task.team === team) && (!host || task.host_id === host) && (!run || task.run_id === run) &&
+      (!status || task.status === status);
+    this.records.queueScope = { accepts: passes(this.filters.queue), first: this.paging.queue.first };
+    this.records.resultsScope = { accepts: passes(this.filters.results), first: this.paging.results.first };
+  }
+
+  /** The address named a view and its filters (nav.js). */
+  #route({ view, filters }, changed) {
+    if (view === "fleet") {
+      this.records.setDeviceFilters(filters);
+      return;
+    }
+    if (!changed || !(view in this.filters) || JSON.stringify(this.filters[view]) === JSON.stringify(filters)) return;
+    this.filters[view] = filters;
+    this.paging[view].reset();
+    this.#scopes();
+    this.#readListing(view);
   }
 
   /** Read lists with events held back, so an event is never applied before older list data. */
@@ -268,12 +439,17 @@ export class Dashboard {
         records.showFleet(fleet);
         records.showTasks(lists);
         this.#showTeams(teams);
-        this.runs.show(runPage.runs, runPage.next_cursor !== null);
+        this.#showRuns(runPage);
       });
       return;
     }
     const work = [];
-    if (tasks.size > BATCH) work.push(this.#reading(async () => records.showTasks(await this.#readTasks())));
+    if (tasks.size > BATCH) {
+      work.push(this.#reading(async () => {
+        records.showTasks(await this.#readTasks());
+        this.#queueTotals();
+      }));
+    }
     else for (const id of tasks) work.push(this.#rereadTask(id));
     if (hosts.size > BATCH) work.push(this.api.all("/api/v1/hosts", "hosts", { limit: 1000 }).then((p) => records.replaceHosts(p.items)));
     else for (const id of hosts) work.push(this.#one(`/api/v1/hosts/${enc(id)}`, (h) => records.putHost(h), () => records.removeHost(id)));
@@ -284,7 +460,7 @@ export class Dashboard {
     // A task's change may move its team's running or queued count: one read of the teams per round.
     if (tasks.size > 0) work.push(this.#readTeams().then((teams) => this.#showTeams(teams)));
     // A run's task moved, or a run began or ended: one read of the runs per round.
-    if (runs.size > 0) work.push(this.#readRuns().then((page) => this.runs.show(page.runs, page.next_cursor !== null)));
+    if (runs.size > 0) work.push(this.#readRuns().then((page) => this.#showRuns(page)));
     await Promise.all(work);
     records.totalsSoon();
   }

@@ -10,15 +10,15 @@ import { TaskView } from "./taskview.js";
 const TITLES = { task: "Task", device: "Device", run: "Run" };
 
 export class Detail {
-  constructor(api, { hostName, deviceName, onError }) {
-    Object.assign(this, { api, hostName, deviceName, onError });
+  /** @param back () => the address of the view under the panel: where Close goes */
+  constructor(api, { back, hostName, deviceName, onError, may }) {
+    Object.assign(this, { api, back, hostName, deviceName, onError, may });
     this.view = null;
     this.onHash = () => this.show(location.hash);
     window.addEventListener("hashchange", this.onHash);
     byId("detail-close").onclick = (event) => {
       event.preventDefault();
-      history.pushState(null, "", location.pathname + location.search); // no hashchange: close here
-      this.show("");
+      location.hash = this.back(); // the view again; its hashchange closes the panel
     };
   }
 
@@ -38,9 +38,9 @@ export class Detail {
     panel.dataset.kind = kind;
     panel.dataset.id = id;
     panel.hidden = false;
-    const { api, hostName, deviceName, onError } = this;
+    const { api, hostName, deviceName, onError, may } = this;
     if (kind === "task") this.view = new TaskView(api, body, id, { hostName, deviceName, onError });
-    else if (kind === "run") this.view = new RunView(api, body, id, { deviceName, onError });
+    else if (kind === "run") this.view = new RunView(api, body, id, { deviceName, onError, may });
     else this.view = new DeviceHistory(api, body, id, { hostName, onError });
     this.view.open();
   }

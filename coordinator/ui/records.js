@@ -3,10 +3,14 @@
 // Dashboard (dashboard.js), which reads the coordinator and follows its feed.
 
 import { byId } from "./dom.js";
+import { tablePager } from "./pager.js";
 import { KeyedTable } from "./table.js";
 import * as views from "./views.js";
 
-export const RESULTS_SHOWN = 50;
+export const RESULTS_SHOWN = 50; // a page of results
+export const QUEUE_SHOWN = 50; // a page of the queue
+const HOSTS_PAGE = 20;
+const DEVICES_PAGE = 50;
 
 const ACTIVE = new Set(["assigned", "running"]);
 // The order of the device counts: what can take work first, then what cannot.
@@ -28,14 +32,23 @@ export class Records {
     this.queueMore = false;
     this.totalsTimer = null;
 
+    // What the Queue and Results views show (dashboard.js sets it from their filters and page):
+    // a task the feed brings joins a table only if it passes the filters, on the first page.
+    this.queueScope = { accepts: () => true, first: true };
+    this.resultsScope = { accepts: () => true, first: true };
+    this.queueTotal = null; // how many tasks wait in all (the teams' counts), when known
+    this.deviceFilters = {};
+
+    const hostsPager = tablePager(byId("hosts-pager"), () => this.hosts);
     this.hosts = new KeyedTable(byId("hosts"), {
       key: (h) => h.host_id, columns: views.hostColumns(may), compare: views.byHostId, empty: "No hosts yet.",
-      onAction: onHostAction,
+      onAction: onHostAction, pageSize: HOSTS_PAGE, onLayout: hostsPager,
     });
+    const devicesPager = tablePager(byId("devices-pager"), () => this.devices);
     this.devices = new KeyedTable(byId("devices"), {
       key: (r) => r.device.device_id, columns: views.deviceColumns(may), compare: views.byHostThenDevice,
       empty: "No devices in the pool.",
-      onAction: onDeviceAction,
+      onAction: onDeviceAction, pageSize: DEVICES_PAGE, onLayout: devicesPager,
     });
     this.queue = new KeyedTable(byId("queue"), {
       key: (t) => t.task_id, columns: views.queueColumns(may), compare: views.newestFirst, empty: "Nothing waiting.",
@@ -58,8 +71,8 @@ export class Records {
   // -- whole lists ---------------------------------------------------------------------------
 
   showFleet({ hosts, devices }) {
+    this.deviceRecords = new Map(devices.map((d) => [d.device_id, d])); // first: a host shows its devices' labels
     this.replaceHosts(hosts);
-    this.deviceRecords = new Map(devices.map((d) => [d.device_id, d]));
     this.devices.replaceAll(devices.map((d) => this.#row(d)));
     this.totalsSoon();
   }
@@ -68,13 +81,16 @@ export class Records {
     this.tasks = new Map([...active, ...queued, ...ended].map((t) => [t.task_id, t]));
     const before = this.deviceTask;
     this.deviceTask = new Map(active.filter((t) => t.device_id).map((t) => [t.device_id, t.task_id]));
+    const listed = new Set(queued.map((t) => t.task_id));
+    const assigned = this.queueScope.first
+      ? active.filter((t) => t.status === "assigned" && !listed.has(t.task_id) && this.queueScope.accepts(t)) : [];
     for (const deviceId of new Set([...before.keys(), ...this.deviceTask.keys()])) {
       if (before.get(deviceId) !== this.deviceTask.get(deviceId) || this.deviceTask.has(deviceId)) {
         this.#putDevice(deviceId);
       }
     }
     this.queueMore = queueMore;
-    this.queue.replaceAll([...queued, ...active.filter((t) => t.status === "assigned")]);
+    this.queue.replaceAll([...queued, ...assigned]);
     this.results.replaceAll(ended);
     this.totalsSoon();
   }
@@ -85,10 +101,13 @@ export class Records {
     const old = this.tasks.get(task.task_id);
     const active = ACTIVE.has(task.status);
     this.tasks.set(task.task_id, task);
-    if (WAITING.has(task.status)) this.queue.put(task);
-    else this.queue.remove(task.task_id);
-    if (views.isTerminal(task)) this.#addResult(task);
-    else this.results.remove(task.task_id);
+    if (WAITING.has(task.status) && (this.queue.has(task.task_id) || (this.queueScope.first && this.queueScope.accepts(task)))) {
+      this.queue.put(task);
+      this.#trim(this.queue, QUEUE_SHOWN);
+    } else this.queue.remove(task.task_id);
+    if (views.isTerminal(task) && (this.results.has(task.task_id) || (this.resultsScope.first && this.resultsScope.accepts(task)))) {
+      this.#addResult(task);
+    } else this.results.remove(task.task_id);
     for (const deviceId of new Set([old?.device_id, task.device_id])) {
       if (!deviceId) continue;
       if (active && deviceId === task.device_id) this.deviceTask.set(deviceId, task.task_id);
@@ -114,7 +133,7 @@ export class Records {
    *  draining host's devices are shown draining, with its hostname). */
   putHost(host) {
     const before = this.hosts.get(host.host_id);
-    this.hosts.put(host);
+    this.hosts.put(this.#withDeviceLabels(host, this.#labelsOfDevices().get(host.host_id)));
     if (!before || before.draining !== host.draining || before.hostname !== host.hostname ||
         before.online !== host.online || JSON.stringify(before.labels) !== JSON.stringify(host.labels)) {
       this.#putHostDevices(host.host_id);
@@ -123,7 +142,8 @@ export class Records {
   }
 
   replaceHosts(hosts) {
-    this.hosts.replaceAll(hosts);
+    const labels = this.#labelsOfDevices();
+    this.hosts.replaceAll(hosts.map((h) => this.#withDeviceLabels(h, labels.get(h.host_id))));
     for (const device of this.deviceRecords.values()) this.devices.put(this.#row(device));
     this.totalsSoon();
   }
@@ -166,11 +186,34 @@ export class Records {
 
   #addResult(task) {
     this.results.put(task);
-    while (this.results.size > RESULTS_SHOWN) {
-      const oldest = this.results.items().at(-1);
-      this.results.remove(oldest.task_id);
-      if (!this.queue.has(oldest.task_id)) this.tasks.delete(oldest.task_id);
+    this.#trim(this.results, RESULTS_SHOWN);
+  }
+
+  /** A page of `table` at most: the oldest rows past it leave (the next read pages anew). */
+  #trim(table, size) {
+    while (table.size > size) {
+      const oldest = table.items().at(-1);
+      table.remove(oldest.task_id);
+      if (!this.queue.has(oldest.task_id) && !this.results.has(oldest.task_id) &&
+          !ACTIVE.has(oldest.status)) this.tasks.delete(oldest.task_id);
     }
+  }
+
+  /** Host id -> the labels every one of its devices carries: an agent's HOST_AGENT_LABELS label
+   *  each device it reports, and so read as the host's own (one pass over the devices). */
+  #labelsOfDevices() {
+    const common = new Map();
+    for (const device of this.deviceRecords.values()) {
+      const labels = device.labels || {};
+      const seen = common.get(device.host_id);
+      if (seen === undefined) common.set(device.host_id, { ...labels });
+      else for (const key of Object.keys(seen)) if (labels[key] !== seen[key]) delete seen[key];
+    }
+    return common;
+  }
+
+  #withDeviceLabels(host, deviceLabels) {
+    return { ...host, shown_labels: { ...(deviceLabels || {}), ...(host.labels || {}) } };
   }
 
   #row(device) {
@@ -200,9 +243,18 @@ export class Records {
 
   // -- the device filter and the totals ---------------------------------------------------------
 
+  /** The Fleet view's filters (nav.js): host, driver, status, label, team. */
+  setDeviceFilters(filters) {
+    this.deviceFilters = filters;
+    this.#filter();
+  }
+
   #filter() {
     const needle = this.filterInput.value.trim().toLowerCase();
-    this.devices.filter(needle ? (row) => views.deviceSearchText(row).toLowerCase().includes(needle) : null);
+    const filters = this.deviceFilters;
+    const any = needle || Object.keys(filters).length > 0;
+    this.devices.filter(any ? (row) => views.deviceMatches(row, filters) &&
+      (!needle || views.deviceSearchText(row).toLowerCase().includes(needle)) : null);
   }
 
   /** The totals cost a pass over every device: computed at most ten times a second. */
@@ -229,8 +281,8 @@ export class Records {
       `${this.deviceRecords.size}`,
       ...[...states].sort(([a], [b]) => order(a) - order(b) || (a < b ? -1 : 1)).map(([state, n]) => `${n} ${state}`),
     ].join(" · ");
-    byId("queue-count").textContent = `${this.queue.size}${this.queueMore ? "+" : ""} waiting`;
-    byId("results-count").textContent = `newest ${this.results.size}`;
-    byId("totals").textContent = `${this.deviceRecords.size} devices · ${running} running · ${this.queue.size} waiting`;
+    const waiting = this.queueTotal ?? this.queue.size;
+    byId("queue-count").textContent = `${waiting.toLocaleString("en")}${this.queueTotal === null && this.queueMore ? "+" : ""} waiting`;
+    byId("totals").textContent = `${this.deviceRecords.size} devices · ${running} running · ${waiting.toLocaleString("en")} waiting`;
   }
 }

@@ -5,6 +5,9 @@
 // feed's events of the run (`?run_id=`): a task's event recolours its cell at once, and the run's
 // counts are read again once the events pause. A cell's thumbnail is read only when the cell
 // comes into view, a few at a time, so a run of a thousand tasks costs what is looked at.
+// The view takes the whole window (13 devices across fit at 1,600 px), with a legend of the
+// colours, a mark on each rerun's cell, and the run's buttons: Cancel and Rerun failed for a
+// token that may (control, or submit for its own runs), and the JUnit report for anyone.
 
 import { el } from "./dom.js";
 import { Feed } from "./feed.js";
@@ -12,6 +15,7 @@ import { countsText } from "./runs.js";
 import { formatTime } from "./time.js";
 import * as views from "./views.js";
 
+const STATUSES = ["succeeded", "failed", "cancelled", "running", "assigned", "queued"];
 const REREAD_AFTER_MS = 300; // a run's events come in bursts (a cancel ends them all): one read after
 const THUMBNAILS_AT_ONCE = 4;
 const IMAGE = /\.(png|jpe?g|webp|gif)$/i;
@@ -43,8 +47,9 @@ export class RunView {
    * @param deviceName (device id) => the device's local name (its serial), or null
    * @param onError    (error) => void: a read failed
    */
-  constructor(api, root, runId, { deviceName = () => null, onError = () => {} } = {}) {
-    Object.assign(this, { api, root, runId, deviceName, onError });
+  constructor(api, root, runId, { deviceName = () => null, onError = () => {}, may = null } = {}) {
+    Object.assign(this, { api, root, runId, deviceName, onError, may });
+    this.run = null;
     this.closed = false;
     this.timer = null;
     this.cellOf = new Map(); // task id -> its cell
@@ -112,9 +117,69 @@ export class RunView {
   }
 
   #facts(run) {
+    this.run = run;
     const facts = this.root.querySelector(".facts");
     if (!facts) return;
     facts.replaceWith(this.#factList(run));
+    this.#showButtons();
+  }
+
+  /** Cancel and Rerun failed where the token may and the run allows; the report always. */
+  #buttons() {
+    this.bar = el("div", { class: "run-actions", id: "run-actions" });
+    this.cancelButton = el("button", { type: "button", text: "Cancel run", dataset: { action: "cancel" } });
+    this.rerunButton = el("button", { type: "button", text: "Rerun failed", dataset: { action: "rerun-failed" } });
+    this.junitButton = el("button", { type: "button", text: "JUnit report", dataset: { action: "junit" } });
+    this.saved = el("a", { class: "saved", hidden: "" });
+    this.cancelButton.onclick = () => this.#act(this.cancelButton, "cancel");
+    this.rerunButton.onclick = () => this.#act(this.rerunButton, "rerun-failed");
+    this.junitButton.onclick = () => this.#junit();
+    this.actionError = el("span", { class: "error", role: "alert" });
+    this.bar.append(this.cancelButton, this.rerunButton, this.junitButton, this.saved, this.actionError);
+    this.#showButtons();
+    return this.bar;
+  }
+
+  #showButtons() {
+    if (!this.bar || !this.run) return;
+    const mine = this.may ? this.may.cancel({ created_by: this.run.created_by ?? null }) : false;
+    this.cancelButton.hidden = !mine || this.run.status !== "running";
+    this.rerunButton.hidden = !mine || !(this.run.counts?.failed > 0);
+  }
+
+  async #act(button, action) {
+    button.disabled = true;
+    this.actionError.textContent = "";
+    try {
+      await this.api.post(`/api/v1/runs/${encodeURIComponent(this.runId)}/${action}`);
+      this.#read(true);
+    } catch (error) {
+      if (error.unauthorized) this.onError(error);
+      else this.actionError.textContent = `That did not work: ${error.message}`;
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  /** The run as JUnit XML, saved as a file through an object URL (the request carries the token). */
+  async #junit() {
+    this.actionError.textContent = "";
+    try {
+      const blob = await this.api.blob(`/api/v1/runs/${encodeURIComponent(this.runId)}/report`, { format: "junit" });
+      const url = URL.createObjectURL(blob);
+      this.urls.push(url);
+      Object.assign(this.saved, { href: url, download: `${this.runId}.xml`, textContent: `${this.runId}.xml`, hidden: false });
+      this.saved.click();
+    } catch (error) {
+      if (error.unauthorized) this.onError(error);
+      else this.actionError.textContent = `No report: ${error.message}`;
+    }
+  }
+
+  #legend() {
+    return el("ul", { class: "run-legend", id: "run-legend" },
+      ...STATUSES.map((status) => el("li", {}, el("span", { class: "swatch", dataset: { status } }), status)),
+      el("li", {}, el("span", { class: "swatch rerun" }), "rerun (replaces a failed task)"));
   }
 
   #factList(run) {
@@ -151,7 +216,7 @@ export class RunView {
     const { work, devices, cells } = gridOf(report);
     const grid = el("div", { id: "run-grid", class: "run-grid", role: "grid" });
     // Through the CSSOM: the page's Content-Security-Policy allows no inline style attribute.
-    grid.style.gridTemplateColumns = `minmax(8rem, max-content) repeat(${devices.length}, 4.5rem)`;
+    grid.style.gridTemplateColumns = `minmax(8rem, 16rem) repeat(${devices.length}, 4.5rem)`;
     grid.append(el("div", { class: "corner" }),
       ...devices.map((d) => el("div", { class: "device", title: d, text: views.named(this.deviceName(d), d) })));
     for (const item of work) {
@@ -162,10 +227,11 @@ export class RunView {
           grid.append(el("div", { class: "cell none" }));
           continue;
         }
+        const rerun = found.rerun_of ? ` · rerun of ${found.rerun_of}` : "";
         const cell = el("a", {
-          class: "cell", href: views.taskHref(found.task_id),
-          title: `${item} · ${device}: ${found.status}${found.failure_reason ? ` (${found.failure_reason})` : ""}`,
-          dataset: { task: found.task_id, work: item, device },
+          class: found.rerun_of ? "cell rerun" : "cell", href: views.taskHref(found.task_id),
+          title: `${item} · ${device}: ${found.status}${found.failure_reason ? ` (${found.failure_reason})` : ""}${rerun}`,
+          dataset: { task: found.task_id, work: item, device, ...(found.rerun_of ? { rerunOf: found.rerun_of } : {}) },
         });
         this.#paint(cell, found.status);
         this.cellOf.set(found.task_id, cell);
@@ -173,8 +239,9 @@ export class RunView {
         grid.append(cell);
       }
     }
-    this.root.replaceChildren(this.#factList(run),
-      el("h3", { text: `Matrix: ${work.length} × ${devices.length}` }),
+    this.run = run;
+    this.root.replaceChildren(this.#factList(run), this.#buttons(),
+      el("h3", { text: `Matrix: ${work.length} × ${devices.length}` }), this.#legend(),
       el("div", { class: "run-grid-scroll" }, grid));
     performance.mark("tether:run-grid-ready");
     performance.measure("tether:run-grid", "tether:run-grid-start", "tether:run-grid-ready");

@@ -1,6 +1,8 @@
 // A table whose rows are built once per key and then updated cell by cell: putting an item
 // again writes only the cells whose text, tone or buttons changed, so a live update touches a
-// few text nodes, not the table.
+// few text nodes, not the table. A filter and a page (`pageSize` rows from `page * pageSize` of
+// the rows that match) decide which rows show; `onLayout({first, last, matching, total})` hears
+// what they are after each change, for the view's pager (pager.js) to say what is hidden.
 //
 // A column is one of
 //   {title, value: item => string, tone?: item => class name, wide?: bool, id?: bool,
@@ -15,8 +17,14 @@ export class KeyedTable {
    * @param options {key: item => string, columns, compare?: (a, b) => number,
    *                 empty: text shown without rows, onAction?: (action, key, button) => void}
    */
-  constructor(table, { key, columns, compare = null, empty = "Nothing here.", onAction = () => {} }) {
+  constructor(table, { key, columns, compare = null, empty = "Nothing here.", onAction = () => {},
+    pageSize = Infinity, onLayout = () => {} }) {
     this.key = key;
+    this.pageSize = pageSize;
+    this.page = 0;
+    this.onLayout = onLayout;
+    this.layoutSoon = false;
+    this.matching = 0;
     this.columns = columns;
     this.compare = compare;
     this.rows = new Map(); // key -> {tr, cells, shown: [{text, tone}], item}
@@ -56,8 +64,11 @@ export class KeyedTable {
     const key = this.key(item);
     const row = this.rows.get(key);
     if (row) {
+      const matched = this.#matches(row.item);
       this.#update(row, item);
       if (this.compare && !this.#inOrder(key)) this.#move(key, row);
+      else if (matched === this.#matches(item)) return; // the same rows show: no layout
+      this.#relayout();
       return;
     }
     const fresh = this.#build(key, item);
@@ -66,6 +77,7 @@ export class KeyedTable {
     const next = this.order[index + 1];
     this.body.insertBefore(fresh.tr, next === undefined ? null : this.rows.get(next).tr);
     this.emptyRow.remove();
+    this.#relayout();
   }
 
   remove(key) {
@@ -75,6 +87,7 @@ export class KeyedTable {
     this.rows.delete(key);
     this.order.splice(this.order.indexOf(key), 1);
     if (this.rows.size === 0) this.body.append(this.emptyRow);
+    this.#relayout();
   }
 
   /** Make the table show exactly `items` (already in display order when there is no `compare`):
@@ -99,12 +112,59 @@ export class KeyedTable {
     }
     if (this.rows.size === 0) this.body.append(this.emptyRow);
     else this.emptyRow.remove();
+    this.layout();
   }
 
-  /** Show only the rows whose item `matches` (null: every row), now and as rows change. */
+  /** Show only the rows whose item `matches` (null: every row), now and as rows change; back
+   *  to the first page. */
   filter(matches) {
     this.matches = matches;
-    for (const row of this.rows.values()) row.tr.hidden = matches !== null && !matches(row.item);
+    this.page = 0;
+    this.layout();
+  }
+
+  /** Show page `page` (from 0) of the matching rows. */
+  showPage(page) {
+    this.page = Math.max(0, page);
+    this.layout();
+  }
+
+  /** Hide every row but the matching ones of the page, and tell `onLayout` what shows. */
+  layout() {
+    this.layoutSoon = false;
+    const pages = Math.max(1, Math.ceil(this.#countMatching() / this.pageSize));
+    if (this.page >= pages) this.page = pages - 1;
+    const first = this.page * this.pageSize;
+    const last = first + this.pageSize;
+    let n = 0;
+    for (const key of this.order) {
+      const row = this.rows.get(key);
+      const match = this.#matches(row.item);
+      const hidden = !match || n < first || n >= last;
+      if (match) n += 1;
+      if (row.tr.hidden !== hidden) row.tr.hidden = hidden;
+    }
+    this.matching = n;
+    this.onLayout({ first: n ? first + 1 : 0, last: Math.min(last, n), matching: n, total: this.rows.size,
+      page: this.page, pages });
+  }
+
+  #countMatching() {
+    if (this.matches === null) return this.rows.size;
+    let n = 0;
+    for (const row of this.rows.values()) if (this.matches(row.item)) n += 1;
+    return n;
+  }
+
+  #matches(item) {
+    return this.matches === null || this.matches(item);
+  }
+
+  /** A layout after this turn's changes: a burst of puts costs one pass over the rows. */
+  #relayout() {
+    if (this.layoutSoon) return;
+    this.layoutSoon = true;
+    queueMicrotask(() => this.layoutSoon && this.layout());
   }
 
   #build(key, item) {
@@ -118,8 +178,6 @@ export class KeyedTable {
 
   #update(row, item) {
     row.item = item;
-    const hidden = this.matches !== null && !this.matches(item);
-    if (row.tr.hidden !== hidden) row.tr.hidden = hidden;
     this.columns.forEach((column, i) => {
       const shown = row.shown[i];
       const cell = row.cells[i];
@@ -145,6 +203,10 @@ export class KeyedTable {
         if (href) cell.replaceChildren(el("a", { href }, ...content));
         else cell.replaceChildren(...content);
         if (column.id) cell.title = text;
+      }
+      if (column.hint) {
+        const hint = column.hint(item);
+        if (cell.title !== hint) cell.title = hint;
       }
       const tone = column.tone ? column.tone(item) || "" : "";
       if (tone !== shown.tone) {

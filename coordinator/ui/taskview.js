@@ -11,6 +11,7 @@ import { el } from "./dom.js";
 import { Feed } from "./feed.js";
 import * as story from "./story.js";
 import { formatDuration, formatTime } from "./time.js";
+import { runHref } from "./runs.js";
 import * as views from "./views.js";
 
 const REREAD_AFTER_MS = 150; // transitions of one step come together: one read for all of them
@@ -112,6 +113,11 @@ export class TaskView {
         ...fact("Status", task.cancel_requested ? `${task.status} (cancelling)` : task.status, views.toneOf(task.status)),
         ...fact("Work", views.work(task)),
         ...fact("Target", views.target(task)),
+        ...fact("Team", task.team ?? "default", "", "team"),
+        ...fact("Priority", String(task.priority ?? 0), "", "priority"),
+        ...(task.run_id ? linkFact("Run", task.run_id, runHref(task.run_id), "run") : []),
+        ...(task.rerun_of ? linkFact("Rerun of", task.rerun_of, views.taskHref(task.rerun_of), "rerun-of") : []),
+        ...(task.replaced_by ? linkFact("Replaced by", task.replaced_by, views.taskHref(task.replaced_by), "replaced-by") : []),
         ...fact("Attempt", `${task.attempt}/${task.max_attempts}`),
         ...fact("Created", `${formatTime(task.created_at)}${task.created_by ? ` by ${task.created_by}` : ""}`),
         ...(task.finished_at ? fact("Finished", formatTime(task.finished_at)) : []),
@@ -148,13 +154,28 @@ export class TaskView {
       ))));
   }
 
+  /** The steps the feed kept, and those a failed result names (`metadata.last_steps`) that it
+   *  no longer keeps (the feed holds the deployment's last 10,000 events): every step of the
+   *  failure shows, just before the result. */
+  #allSteps() {
+    const { task } = this;
+    const named = task.result?.metadata?.last_steps;
+    if (!Array.isArray(named) || !task.finished_at) return this.steps;
+    const attempt = task.attempt;
+    const seen = new Set(this.steps.filter((s) => s.attempt === attempt).map((s) => s.step_index));
+    const at = new Date(Date.parse(task.finished_at) - 1).toISOString();
+    const more = named.filter((s) => s && Number.isInteger(s.step_index) && !seen.has(s.step_index))
+      .map((s) => ({ step_index: s.step_index, status: s.status, summary: s.summary, at, attempt, withResult: true }));
+    return [...this.steps, ...more];
+  }
+
   #timeline(current) {
-    const entries = story.timeline(this.events, this.steps, current, this.task.attempt);
+    const entries = story.timeline(this.events, this.#allSteps(), current, this.task.attempt);
     return el("ol", { id: "task-timeline", class: "timeline" }, ...entries.map((entry) => {
       if (entry.kind === "step") {
         const s = entry.step;
         return el("li", { class: "step", dataset: { step: String(s.step_index), status: s.status ?? "" } },
-          el("time", { text: s.current ? "now" : formatTime(s.at) }),
+          el("time", { text: s.current ? "now" : s.withResult ? "with result" : formatTime(s.at) }),
           el("span", { class: `what ${views.toneOf(s.status)}`, text: `step ${s.step_index} ${s.status ?? ""}` }),
           el("span", { class: "detail", text: `${s.summary ?? ""}${s.attempt ? ` · attempt ${s.attempt}` : ""}` }));
       }
@@ -188,6 +209,10 @@ function failureFacts(task) {
     ...(task.failure_reason ? fact("Failure", task.failure_reason, "bad") : []),
     ...(error ? fact("Error", `${at}${error}`, "bad") : []),
   ];
+}
+
+function linkFact(name, id, href, key) {
+  return [el("dt", { text: name }), el("dd", { class: "id", dataset: { key } }, el("a", { href, text: id }))];
 }
 
 function fact(name, value, tone = "", key = null) {

@@ -5,7 +5,10 @@
 // wants, and the rest is split among the others by weight. Placement shares each pool (a driver,
 // a device) on its own; this one figure over the whole fleet is the person's first look.
 
+import { tablePager } from "./pager.js";
 import { KeyedTable } from "./table.js";
+
+const PAGE = 50;
 
 const want = (team) => Math.min(team.running + team.queued, team.max_devices ?? Infinity);
 
@@ -36,7 +39,10 @@ const atQuota = (t) => t.max_devices !== null && t.running >= t.max_devices;
 
 const columns = [
   { title: "Team", value: (t) => t.team, id: true },
-  { title: "Held", value: (t) => `${t.running} of ${amount(t.share)}`, tone: (t) => (t.running > t.share + 1 ? "warn" : "") },
+  // "2 of 1.7": the devices the team's tasks hold now, of its fair share now (the page says so
+  // above the table; the cell's tooltip too).
+  { title: "Held", value: (t) => `${t.running} of ${amount(t.share)}`, tone: (t) => (t.running > t.share + 1 ? "warn" : ""),
+    hint: (t) => `${t.running} devices held now, of a fair share now of ${amount(t.share)}` },
   { title: "Weight", value: (t) => String(t.weight) },
   { title: "Queued", value: (t) => String(t.queued), tone: (t) => (t.queued && atQuota(t) ? "warn" : "") },
   { title: "Quota", value: (t) => (t.max_devices === null ? "none" : `${t.max_devices}${atQuota(t) ? " (at quota)" : ""}`) },
@@ -44,11 +50,11 @@ const columns = [
 ];
 
 export class TeamsPanel {
-  constructor(table, count) {
+  constructor(table, count, pager) {
     this.count = count;
     this.table = new KeyedTable(table, {
       key: (t) => t.team, columns, compare: (a, b) => (a.team < b.team ? -1 : a.team > b.team ? 1 : 0),
-      empty: "No teams yet.",
+      empty: "No teams yet.", pageSize: PAGE, onLayout: tablePager(pager, () => this.table),
     });
   }
 

@@ -73,7 +73,7 @@ export function hostColumns(may) {
     { title: "State", value: hostState, tone: (h) => tone(hostState(h)) },
     { title: "Kind", value: (h) => h.kind },
     { title: "Devices", value: (h) => String(h.devices ?? "") },
-    { title: "Labels", value: (h) => labelText(h.labels), wide: true },
+    { title: "Labels", value: (h) => labelText(h.shown_labels ?? h.labels), wide: true },
     { title: "Last seen", value: (h) => clock(h.last_seen) },
     { title: "Agent", value: agentText, tone: (h) => (h.conflicting_agent ? "bad" : ""), wide: true },
   ], may.drain || may.revoke, actions);
@@ -113,6 +113,7 @@ const deviceFields = [
   { title: "State", value: deviceState, tone: (r) => tone(deviceState(r)) },
   { title: "Disabled because", value: (r) => r.device.disabled_reason ?? "", wide: true },
   { title: "Task", value: (r) => (r.task ? r.task.task_id : ""), id: true, short: true, href: (r) => taskHref(r.task?.task_id) },
+  { title: "Team", value: (r) => (r.task ? teamText(r.task) : "") },
   {
     title: "Task status",
     value: (r) => (r.task ? (r.task.cancel_requested ? `${r.task.status} (cancelling)` : r.task.status) : ""),
@@ -133,6 +134,26 @@ export function deviceColumns(may) {
     ...(may.disable ? [r.device.disabled ? { label: "Enable", action: "enable" } : { label: "Disable", action: "disable" }] : []),
   ];
   return withActions(deviceFields, may.disable || may.cancelSome, actions);
+}
+
+/** A task's team and, when not the default 0, its priority: `alpha · p50`. */
+export const teamText = (task) => [task.team ?? "", task.priority ? `p${task.priority}` : ""].filter(Boolean).join(" · ");
+
+/** Whether a device's row passes the Fleet view's filters (nav.js): host (its id or name),
+ *  driver, status (its state as shown), label (`key=value` of the device's or its host's labels,
+ *  or a key alone), team (of the task it runs). */
+export function deviceMatches(row, { host, driver, status, label, team }) {
+  const { device } = row;
+  if (host && device.host_id !== host && row.host?.hostname !== host) return false;
+  if (driver && device.driver !== driver) return false;
+  if (status && deviceState(row) !== status) return false;
+  if (team && row.task?.team !== team) return false;
+  if (label) {
+    const [key, value] = label.split("=", 2);
+    const labels = { ...(row.host?.labels || {}), ...(device.labels || {}) };
+    if (!(key in labels) || (value !== undefined && labels[key] !== value)) return false;
+  }
+  return true;
 }
 
 export const byHostThenDevice = (a, b) =>
@@ -185,6 +206,8 @@ export const resultColumns = (hostName, deviceName) => [
   { title: "Task", value: (t) => t.task_id, id: true, short: true, href: (t) => taskHref(t.task_id) },
   { title: "Work", value: work, wide: true },
   { title: "Outcome", value: (t) => t.status, tone: (t) => tone(t.status) },
+  { title: "Team", value: (t) => t.team ?? "" },
+  { title: "Priority", value: (t) => String(t.priority ?? 0) },
   { title: "Failure reason", value: (t) => t.failure_reason ?? (t.result && t.result.failure_reason) ?? "", wide: true },
   { title: "Device", value: (t) => (t.device_id ? named(deviceName(t.device_id), t.device_id) : ""), id: true,
     href: (t) => deviceHref(t.device_id) },

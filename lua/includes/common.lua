@@ -16,6 +16,8 @@
     wakeups     waiting polls registered, and woken through their process's inbox
     placement   which device runs which task: queues by target, the free index, reservations,
                 assignment
+    dispatch    an assigned task handed to its host under a fresh lease (a claim, a result's
+                eager dispatch), and the answer a repeated request gets
     tasks       a task leaving its device: finished, requeued, unassigned
     hosts       a host paused (drained, stalled), resumed, or detached (offline, revoked)
     candidates  why a queued task waits

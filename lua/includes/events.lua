@@ -74,7 +74,7 @@ end
 -- A task reached its terminal status (the caller saves it in the same step): `task.ended` to the
 -- webhooks that want it.
 local function taskEnded(S, task)
-  notifyWebhooks(S, 'task.ended', task.id, task.team or 'default', task.finished_at)
+  notifyWebhooks(S, 'task.ended', task.id, task.team or DEFAULT_TEAM, task.finished_at)
 end
 
 -- A task's event: appended to its history, which its record carries (the last

@@ -32,6 +32,8 @@
     enqueueTask(S, task)                     put a queued task in its queue, with its deadline
     assignTask(S, task, deviceId, device, now)  reserve the device, queue the assignment for its
                                              host, give it a claim deadline, wake the host's polls
+                                             (or keep it for the step's eager dispatch)
+    saveAssigned(S, task)                    save a task just assigned from its queue
     findDeviceFor(S, task, now)              a free device the task may run on, taken from the
                                              free index
     placeTask(S, task, now)                  assign a queued task now, or let it wait
@@ -180,7 +182,10 @@ local function enqueueTask(S, task)
 end
 
 -- Give a task a device that is not in the free index (taken from it, or just released); the caller
--- saves the task.
+-- saves the task (saveAssigned). The device a result's eager dispatch asked for (`S.eagerDevice`,
+-- still of the reporting host `S.eagerHost`; recordResult-1.lua) is not queued for a claim: its
+-- task is kept as `S.eagerTask`, for that script to dispatch in this same step
+-- (includes/dispatch.lua), and saved there.
 local function assignTask(S, task, deviceId, device, now)
   rcall('HSET', S.key.reservations, deviceId, task.id)
   countHeld(S, teamOf(task), 1)
@@ -188,10 +193,22 @@ local function assignTask(S, task, deviceId, device, now)
   task.device_id = deviceId
   task.host_id = device.host_id
   task.updated_at = now
+  taskEvent(S, task, 'assigned', now)
+  if S.eagerDevice == deviceId and S.eagerHost == device.host_id then
+    S.eagerTask = task
+    return
+  end
   rcall('RPUSH', derived(S, 'assigned', device.host_id), task.id)
   rcall('ZADD', S.key.claim_deadlines, now + S.claimTimeoutMs, task.id)
-  taskEvent(S, task, 'assigned', now)
   wakePolls(S, device.host_id, now)
+end
+
+-- Save a task placement just assigned from its queue, unless a result's eager dispatch takes it
+-- in this step: that saves it once, running.
+local function saveAssigned(S, task)
+  if S.eagerTask ~= task then
+    saveTask(S, task, 'queued')
+  end
 end
 
 -- A free device the task may run on, taken out of the free index, or nil: of those its target
@@ -410,7 +427,7 @@ local function feedDevice(S, deviceId, device, now, workflows)
   end
   unqueueTask(S, task)
   assignTask(S, task, deviceId, device, now)
-  saveTask(S, task, 'queued')
+  saveAssigned(S, task)
   return true
 end
 
@@ -453,7 +470,7 @@ local function placeTeamWork(S, team, now, offset)
       -- the target's next task moves up (its score only grows: the targets before stay put)
       unqueueTask(S, task)
       assignTask(S, task, deviceId, device, now)
-      saveTask(S, task, 'queued')
+      saveAssigned(S, task)
       standing.running = standing.running + 1
       placed = placed + 1
     else

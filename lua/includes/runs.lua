@@ -41,8 +41,6 @@
 --- @include "includes/events"
 --- @include "includes/idempotency"
 
-local RUN_TASK_ENDED = {succeeded = true, failed = true, cancelled = true}
-
 local function ownedRun(S, runId, owner)
   local run = getJson(S.key.runs, runId)
   if not run then
@@ -183,8 +181,8 @@ local function moveRunCounts(S, task, from, to)
     rcall('HINCRBY', countsKey, indexMember('d', task.run_device, to), 1)
     rcall('HINCRBY', countsKey, indexMember('w', label, to), 1)
   end
-  local wasOpen = from ~= nil and not RUN_TASK_ENDED[from]
-  local isOpen = to ~= nil and not RUN_TASK_ENDED[to]
+  local wasOpen = from ~= nil and not TERMINAL_STATUSES[from]
+  local isOpen = to ~= nil and not TERMINAL_STATUSES[to]
   if wasOpen ~= isOpen then
     local open = rcall('HINCRBY', countsKey, 'open', isOpen and 1 or -1)
     if open == 0 then

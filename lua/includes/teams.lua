@@ -18,6 +18,7 @@
                                      the team's count after it
     countQueued(S, team, by)         a task of the team queued (+1) or taken off its queue (-1)
     recordUsage(S, team, startedAt, now)  a run held a device from startedAt until now
+    usageOf(S, team, now)            the device time its runs used within the last hour (ms)
 
   Invariants kept: "<team>|running" is the number of devices the team's tasks hold and
   "<team>|queued" the number of its queued tasks, changed in the same step as the reservation or
@@ -26,8 +27,6 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
-
-local DEFAULT_TEAM = 'default'
 
 local function teamOf(task)
   return task.team or DEFAULT_TEAM
@@ -65,6 +64,15 @@ local function countQueued(S, team, by)
   rcall('HINCRBY', S.key.teams, team .. '|queued', by)
 end
 
+-- One field of `team_usage:<team>`: its minute and its ms, whichever version wrote it.
+local function usageEntry(field, value)
+  local minute, ms = string.match(value, '^(%d+):(%d+)$') -- an earlier version's minute % 60 field
+  if minute then
+    return tonumber(minute), tonumber(ms)
+  end
+  return tonumber(field), tonumber(value)
+end
+
 local function recordUsage(S, team, startedAt, now)
   local minute = math.floor(now / 60000)
   local usageKey = derived(S, 'team_usage', team)
@@ -76,9 +84,7 @@ local function recordUsage(S, team, startedAt, now)
     local old = {}
     local fields = rcall('HGETALL', usageKey)
     for i = 1, #fields, 2 do
-      -- an earlier version's field is minute % 60 -> "<minute>:<ms>"
-      local at = tonumber(string.match(fields[i + 1], '^(%d+):') or fields[i])
-      if at <= minute - 60 then
+      if usageEntry(fields[i], fields[i + 1]) <= minute - 60 then
         old[#old + 1] = fields[i]
       end
     end
@@ -86,6 +92,20 @@ local function recordUsage(S, team, startedAt, now)
       rcall('HDEL', usageKey, unpack(old))
     end
   end
+end
+
+-- An hour of fields at most (recordUsage drops the older ones as a minute begins).
+local function usageOf(S, team, now)
+  local minute = math.floor(now / 60000)
+  local fields = rcall('HGETALL', derived(S, 'team_usage', team))
+  local used = 0
+  for i = 1, #fields, 2 do
+    local at, ms = usageEntry(fields[i], fields[i + 1])
+    if at > minute - 60 then
+      used = used + ms
+    end
+  end
+  return used
 end
 
 --[[

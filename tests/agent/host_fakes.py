@@ -76,6 +76,12 @@ class FakeCoordinator:
         self.answers: dict[str, dict[str, Any]] = {}
         self.end_requested: dict[str, str | None] = {}  # task id -> end_reason sent (None: none)
         self._commands_came = asyncio.Event()
+        # Eager dispatch: a result with "next" takes the first pending assignment for its device
+        # as its next_assignment (the real coordinator's placement decides; this one only
+        # answers), and a replay answers the same one.
+        self.eager = False
+        self.dispatched: dict[tuple[str, int], dict[str, Any] | None] = {}
+        self.made: dict[str, dict[str, Any]] = {}  # task id -> every assignment `assign` made
         self._work = asyncio.Event()
         self._never = asyncio.Event()
 
@@ -111,6 +117,7 @@ class FakeCoordinator:
         if kind == "goal":
             assignment.update(goal="Turn on airplane mode", max_steps=10)
         assignment.update(extra)
+        self.made[task_id] = assignment
         self.pending.append(assignment)
         self._work.set()
         return assignment
@@ -299,13 +306,27 @@ class FakeCoordinator:
 
     async def _results(self, call: Call) -> httpx.Response:
         key = (call.body["task_id"], call.body["attempt"])
+        report = {k: v for k, v in call.body.items() if k != "next"}  # `next` is no part of the report
         recorded = self.results.get(key)
         if recorded is not None:
-            if recorded != call.body:
+            if recorded != report:
                 return _error(409, "result_conflict")
-            return httpx.Response(200, json={**_result_answer(recorded), "replayed": True})
-        self.results[key] = call.body
-        return httpx.Response(200, json={**_result_answer(call.body), "replayed": False})
+            return httpx.Response(200, json={**_result_answer(recorded), "replayed": True,
+                                             **self._next_answer(call.body, key)})
+        self.results[key] = report
+        if self.eager and call.body.get("next") is True and not call.body.get("retryable"):
+            device = self.made[call.body["task_id"]]["device_id"] if call.body["task_id"] in self.made else None
+            following = next((a for a in self.pending if a["device_id"] == device), None)
+            if following is not None:
+                self.pending.remove(following)
+            self.dispatched[key] = following
+        return httpx.Response(200, json={**_result_answer(call.body), "replayed": False,
+                                         **self._next_answer(call.body, key)})
+
+    def _next_answer(self, body: dict[str, Any], key: tuple[str, int]) -> dict[str, Any]:
+        if body.get("next") is not True:
+            return {}
+        return {"next_assignment": self.dispatched.get(key)}
 
 
 def _endpoint(path: str) -> str:

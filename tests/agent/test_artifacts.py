@@ -85,7 +85,7 @@ class Gate:
 async def running_agent(api: Api, gate: Gate, workflows: Path, mode: ArtifactMode, drain_s: float = 5.0,
                         shutdown: asyncio.Event | None = None) -> AsyncIterator[HostAgent]:
     manager = await DeviceManager.discover(parse_device_specs(f"sim:{DEVICE}"))
-    manager.bind_identity()
+    manager.bind({d.local_id: d.local_id for d in manager.local_devices()})  # each its own cloud id
     executor = RuntimeExecutor(manager, TaskRunner(make_planner("scripted", None, None, None)),
                                WorkflowRunner(workflows))
     config = HostConfig(hostname="lab", version="test", poll_wait_s=1, heartbeat_interval_s=0.2,

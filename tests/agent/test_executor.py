@@ -161,4 +161,4 @@ async def test_reenroll_binds_the_cloud_ids_the_coordinator_answers_now() -> Non
         manager.driver_for("d_1")
     # An id already bound to another device, or a device this host does not hold, changes nothing.
     assert manager.rebind({"phone-1": "d_2", "phone-9": "d_9"}) == {}
-    assert manager.device_ids() == ["d_1_new", "d_2"]
+    assert [d.device_id for d in manager.bound_devices()] == ["d_1_new", "d_2"]

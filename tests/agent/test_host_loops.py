@@ -7,6 +7,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agent.answers import Assignment
@@ -47,7 +48,7 @@ async def test_goal_run_reports_the_runner_outcome_and_metadata() -> None:
     # The task's own failure: no "retryable" in the body at all (it is only ever sent as true).
     assert results_for(coordinator, task["task_id"]) == [
         {"task_id": task["task_id"], "attempt": 1, "lease_id": task["lease_id"], "status": "failed",
-         "failure_reason": "max_steps_exceeded", "metadata": {"steps": 10}}
+         "failure_reason": "max_steps_exceeded", "metadata": {"steps": 10}, "next": True}
     ]
 
 
@@ -276,16 +277,82 @@ async def test_a_run_that_finishes_during_shutdown_reports_what_it_did() -> None
         task = coordinator.assign()
         await wait_until(lambda: task["task_id"] in executor.started, what="run start")
         assert await runner.stop() == EXIT_OK
-    # The run ended on its own terms (its task failed): not turned into a retryable shutdown.
+    # The run ended on its own terms (its task failed): not turned into a retryable shutdown; and
+    # a stopping agent asks for no next assignment.
     [result] = results_for(coordinator, task["task_id"])
     assert (result["status"], result["failure_reason"], "retryable" in result) == ("failed", "assertion_failed", False)
+    assert "next" not in result
+
+
+async def test_a_result_answer_carrying_the_next_assignment_runs_it_without_a_claim() -> None:
+    """Eager dispatch: a busy device's jobs follow each other with no claim between them, while
+    the claim loop keeps serving the other device."""
+    coordinator = FakeCoordinator()
+    coordinator.eager = True
+    executor = FakeExecutor(("phone-1", "phone-2"))
+    agent, client = make_agent(coordinator, executor)
+    async with Running(agent, client):
+        first, other = coordinator.assign("phone-1"), coordinator.assign("phone-2")
+        await wait_until(lambda: {first["task_id"], other["task_id"]} <= set(executor.started), what="claimed runs")
+        chain = [coordinator.assign("phone-1") for _ in range(2)]  # no poll is open: both devices busy
+        for done, following in zip([first, *chain], chain, strict=False):
+            executor.finish(done["task_id"])
+            await wait_until(lambda f=following: f["task_id"] in executor.started, what="next run")
+        executor.finish(chain[-1]["task_id"])
+        await wait_until(lambda: results_for(coordinator, chain[-1]["task_id"]), what="last result")
+        # no claim took the chain: each came in the answer to the result before it
+        assert [c["task_id"] for c in coordinator.claimed.values()] == [first["task_id"], other["task_id"]]
+        # and phone-1, free again with nothing waiting, is served by the claim loop
+        again = coordinator.assign("phone-1")
+        await wait_until(lambda: again["task_id"] in executor.started, what="claimed again")
+        executor.finish(again["task_id"])
+        executor.finish(other["task_id"])
+        await wait_until(lambda: results_for(coordinator, other["task_id"]), what="other result")
+    assert executor.max_running_per_device == 1
+    for task in (first, *chain, other):
+        [result] = results_for(coordinator, task["task_id"])
+        assert result["status"] == "succeeded" and result["next"] is True
+
+
+class _StopsAtFirstResult(FakeCoordinator):
+    """The agent is told to stop while its first result is on the way, whose answer is lost."""
+
+    stop: asyncio.Event | None = None
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if self.stop is not None and not self.stop.is_set() and request.url.path.endswith("/results"):
+            self.stop.set()
+            self.fail_next("results", "drop_after")
+        return await super().handle(request)
+
+
+async def test_a_stopping_agent_asks_for_no_next_and_stops_one_that_came() -> None:
+    coordinator = _StopsAtFirstResult()
+    coordinator.eager = True
+    executor = FakeExecutor()
+    agent, client = make_agent(coordinator, executor, shutdown_grace_s=0.5)
+    runner = Running(agent, client)
+    async with runner:
+        first = coordinator.assign()
+        await wait_until(lambda: first["task_id"] in executor.started, what="first run")
+        following = coordinator.assign()
+        coordinator.stop = runner.shutdown
+        executor.finish(first["task_id"])
+        assert await asyncio.wait_for(runner.task, 5) == EXIT_OK
+    sent = results_for(coordinator, first["task_id"])
+    # asked before the stop, and the retry in the stop asks again, so it is answered the next
+    # assignment the first try dispatched: stopped before it starts, reported for another attempt
+    assert len(sent) == 2 and all(body["next"] is True for body in sent)
+    assert following["task_id"] not in executor.started
+    [result] = results_for(coordinator, following["task_id"])
+    assert (result["status"], result["failure_reason"], result.get("retryable")) == ("failed", "shutdown", True)
 
 
 async def test_unplugged_adb_device_is_unavailable_until_plugged_back(tmp_path: Path) -> None:
     adb = FakeAdb(tmp_path)
     adb.set(devices=_adb_listing())  # HOST_AGENT_DEVICES=adb:emulator-5554, phone not attached
     manager = await DeviceManager.discover(parse_device_specs("adb:emulator-5554"), adb_path=adb.path)
-    manager.bind_identity()
+    manager.bind({d.local_id: d.local_id for d in manager.local_devices()})  # each its own cloud id
     executor = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), None)
     coordinator = FakeCoordinator()
     agent, client = make_agent(coordinator, executor, device_refresh_s=0.02, heartbeat_interval_s=30)

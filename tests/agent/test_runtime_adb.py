@@ -253,7 +253,7 @@ GALAXY = "0123456789ABCDEF device usb:1-2 product:beyond1 model:SM_G973F device:
 async def test_refresh_follows_the_cable_of_an_explicit_device(adb: FakeAdb) -> None:
     adb.set(devices=listing())  # configured, but unplugged at start-up
     manager = await DeviceManager.discover(parse_device_specs("adb:emulator-5554"), adb_path=adb.path)
-    manager.bind_identity()
+    manager.bind({d.local_id: d.local_id for d in manager.local_devices()})  # each its own cloud id
     [device] = manager.bound_devices()
     assert (device.device_id, device.online, device.attributes) == ("emulator-5554", False, {"serial": SERIAL})
 
@@ -276,14 +276,14 @@ async def test_refresh_follows_the_cable_of_an_explicit_device(adb: FakeAdb) -> 
 async def test_refresh_adopts_and_drops_adb_star_devices_with_one_listing(adb: FakeAdb) -> None:
     adb.set(devices=listing(PIXEL))
     manager = await DeviceManager.discover(parse_device_specs("sim:s1,adb:*"), adb_path=adb.path)
-    manager.bind_identity()
+    manager.bind({d.local_id: d.local_id for d in manager.local_devices()})  # each its own cloud id
     calls_before = len(adb.calls())
 
     adb.set(devices=listing(PIXEL, GALAXY, "R58M123ABC unauthorized usb:1-1"))
     await manager.refresh()
     # The new ready phone is found but has no cloud id yet: not served until bound.
     assert [d.local_id for d in manager.unbound_devices()] == ["0123456789ABCDEF"]
-    assert manager.device_ids() == ["s1", SERIAL]
+    assert [d.device_id for d in manager.bound_devices()] == ["s1", SERIAL]
     manager.bind_new({"0123456789ABCDEF": "dev-galaxy"})
     assert manager.driver_for("dev-galaxy").local_id == "0123456789ABCDEF"
     # One listing, plus one getprop for the newly adopted phone: never a call per known device.
@@ -304,7 +304,7 @@ async def test_refresh_adopts_and_drops_adb_star_devices_with_one_listing(adb: F
 async def test_refresh_when_adb_fails_marks_adb_devices_offline_and_drops_nothing(adb: FakeAdb) -> None:
     adb.set(devices=listing(PIXEL))
     manager = await DeviceManager.discover(parse_device_specs("adb:*"), adb_path=adb.path)
-    manager.bind_identity()
+    manager.bind({d.local_id: d.local_id for d in manager.local_devices()})  # each its own cloud id
     Path(adb.path).unlink()  # noqa: ASYNC240 - a local file, gone at once: adb itself is gone
     await manager.refresh()
     assert [(d.device_id, d.online) for d in manager.bound_devices()] == [(SERIAL, False)]

@@ -53,10 +53,10 @@ async def test_discover_sim_devices_without_running_adb() -> None:
 async def test_bind_serves_drivers_by_cloud_id() -> None:
     manager = await DeviceManager.discover(parse_device_specs("sim:a,sim:b,sim:c"))
     with pytest.raises(RuntimeError, match="not bound"):
-        manager.device_ids()
+        manager.bound_devices()
 
     manager.bind({"a": "dev_1", "b": "dev_2", "gone": "dev_9"})  # "gone" is no longer attached
-    assert manager.device_ids() == ["dev_1", "dev_2"]
+    assert [d.device_id for d in manager.bound_devices()] == ["dev_1", "dev_2"]
     assert manager.driver_for("dev_2").local_id == "b"
     with pytest.raises(KeyError):
         manager.driver_for("b")  # local ids are not cloud ids on a managed host
@@ -67,9 +67,9 @@ async def test_bind_serves_drivers_by_cloud_id() -> None:
         ("dev_2", "b", "sim"),
     ]
 
-    manager.bind_identity()
-    assert manager.device_ids() == ["a", "b", "c"]
-    assert manager.driver_for("c") is manager.local_driver("c")
+    manager.bind({d.local_id: d.local_id for d in manager.local_devices()})  # each its own cloud id
+    assert [d.device_id for d in manager.bound_devices()] == ["a", "b", "c"]
+    assert manager.driver_for("c").local_id == "c"
 
 
 def test_bind_rejects_one_cloud_id_for_two_devices() -> None:

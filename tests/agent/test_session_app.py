@@ -32,7 +32,7 @@ DEVICE = "live-1"
 @asynccontextmanager
 async def running_agent(api: Api) -> AsyncIterator[HostAgent]:
     manager = await DeviceManager.discover(parse_device_specs(f"sim:{DEVICE}"))
-    manager.bind_identity()
+    manager.bind({d.local_id: d.local_id for d in manager.local_devices()})  # each its own cloud id
     executor = RuntimeExecutor(manager, TaskRunner(ScriptedPlanner()), None)
     config = HostConfig(hostname="lab", version="test", poll_wait_s=1, heartbeat_interval_s=0.2,
                         shutdown_grace_s=0.2, retry_policy=RetryPolicy(base_s=0.01, cap_s=0.05),

@@ -51,3 +51,18 @@ def test_ab_refuses_an_unknown_scenario_and_zero_turns() -> None:
     with pytest.raises(SystemExit):
         ab.parse(["HEAD", "--turns", "0"])
     assert ab.parse(["HEAD~1"]).only == "calls,lifecycle"
+
+
+def test_help_lists_each_usage_on_its_own_line_and_the_docs_are_written_only_when_asked() -> None:
+    # Issue 58: `bench --preset small` rewrote docs/benchmarks.md, leaving a fresh clone dirty,
+    # and its --help ran both usages into one paragraph.
+    import subprocess
+    import sys
+
+    shown = subprocess.run([sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, check=True,
+                           timeout=60).stdout
+    lines = [line.strip() for line in shown.splitlines()]
+    assert lines[0] == "usage:"
+    assert lines[1].startswith("python -m bench [--preset small|full]") and "[--write-docs]" in lines[1]
+    assert lines[2].startswith("python -m bench ab REF")
+    assert "--no-docs" not in shown and "rewrite docs/benchmarks.md" in shown

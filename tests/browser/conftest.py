@@ -102,6 +102,11 @@ class Dashboard:
         self.page.wait_for("document.getElementById('feed-state').dataset.state === 'live'", what="the feed live")
         self.page.wait_for("!!document.querySelector('#hosts tbody tr[data-key]')", what="hosts shown")
 
+    def view(self, name: str, query: str = "") -> None:
+        """Show the view ``name`` (Fleet, Queue, …) by its address, as a click on its tab does."""
+        self.page.js(f"location.hash = {json.dumps('#' + name + (('?' + query) if query else ''))}")
+        self.page.wait_for(f"!document.querySelector('section[data-view={name}]').hidden", what=f"the {name} view")
+
     def cell(self, table: str, key: str, column: str) -> str | None:
         """The text of one cell: the row of ``key`` (a task, host or device id), the column titled ``column``."""
         return self.page.js(f"""(() => {{

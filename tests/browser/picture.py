@@ -62,9 +62,10 @@ class Fleet:
                 "progress": {"step_index": step, "status": "running", "summary": STEPS[step % len(STEPS)]}}
         self.host_call(host, f"/internal/v1/hosts/{host}/leases/{lease['lease_id']}/renew", json=body)
 
-    def finish(self, host: str, lease: dict[str, Any], status: str, reason: str | None) -> None:
+    def finish(self, host: str, lease: dict[str, Any], status: str, reason: str | None,
+               metadata: dict[str, Any] | None = None) -> None:
         body = {"task_id": lease["task_id"], "attempt": lease["attempt"], "lease_id": lease["lease_id"],
-                "status": status, "failure_reason": reason, "metadata": {"steps": 6}}
+                "status": status, "failure_reason": reason, "metadata": {"steps": 6, **(metadata or {})}}
         self.host_call(host, f"/internal/v1/hosts/{host}/results", json=body)
 
 

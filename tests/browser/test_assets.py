@@ -19,44 +19,44 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
+async def asgi_client() -> AsyncIterator[httpx.AsyncClient]:
     # No lifespan: serving files touches no Redis.
     app = create_app(make_settings(unique_prefix()), redis=PlainTransport(fakeredis.FakeAsyncRedis()))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://coordinator") as client:
-        yield client
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://coordinator") as asgi_client:
+        yield asgi_client
 
 
-async def test_the_page_and_its_files_are_served_with_strict_headers(client: httpx.AsyncClient) -> None:
+async def test_the_page_and_its_files_are_served_with_strict_headers(asgi_client: httpx.AsyncClient) -> None:
     for path in ["/ui", *(ui_api.PREFIX + name for name in ui_api.ASSETS)]:
-        response = await client.get(path)
+        response = await asgi_client.get(path)
         assert response.status_code == 200, path
         assert response.headers["content-security-policy"].startswith("default-src 'self'")
         assert response.headers["x-content-type-options"] == "nosniff"
         assert response.headers["cache-control"] == "no-cache"
         assert response.content, path
-    assert (await client.get("/ui")).headers["content-type"].startswith("text/html")
-    assert (await client.get("/ui/app.js")).headers["content-type"].startswith("text/javascript")
-    assert (await client.get("/ui/style.css")).headers["content-type"].startswith("text/css")
+    assert (await asgi_client.get("/ui")).headers["content-type"].startswith("text/html")
+    assert (await asgi_client.get("/ui/app.js")).headers["content-type"].startswith("text/javascript")
+    assert (await asgi_client.get("/ui/style.css")).headers["content-type"].startswith("text/css")
 
 
-async def test_every_file_the_page_loads_is_served(client: httpx.AsyncClient) -> None:
+async def test_every_file_the_page_loads_is_served(asgi_client: httpx.AsyncClient) -> None:
     import re
 
-    page = (await client.get("/ui")).text
-    scripts = "".join([(await client.get(ui_api.PREFIX + n)).text for n in ui_api.ASSETS if n.endswith(".js")])
+    page = (await asgi_client.get("/ui")).text
+    scripts = "".join([(await asgi_client.get(ui_api.PREFIX + n)).text for n in ui_api.ASSETS if n.endswith(".js")])
     referenced = set(re.findall(r'"/ui/([\w.]+)"', page)) | set(re.findall(r'from "\./([\w.]+)"', scripts))
     assert referenced <= set(ui_api.ASSETS)
     assert {n for n in ui_api.ASSETS if n.endswith(".js")} - {"app.js"} <= referenced
 
 
-async def test_only_known_files_are_served(client: httpx.AsyncClient) -> None:
+async def test_only_known_files_are_served(asgi_client: httpx.AsyncClient) -> None:
     for path in ["/ui/__init__.py", "/ui/../ui_api.py", "/ui/%2e%2e/settings.py", "/ui/nothing.js", "/ui/index.html/"]:
-        response = await client.get(path)
+        response = await asgi_client.get(path)
         assert response.status_code == 404, path
         assert response.json()["error"]["code"] == "not_found"
 
 
-async def test_an_unchanged_file_is_not_sent_again(client: httpx.AsyncClient) -> None:
-    first = await client.get("/ui/app.js")
-    again = await client.get("/ui/app.js", headers={"if-none-match": first.headers["etag"]})
+async def test_an_unchanged_file_is_not_sent_again(asgi_client: httpx.AsyncClient) -> None:
+    first = await asgi_client.get("/ui/app.js")
+    again = await asgi_client.get("/ui/app.js", headers={"if-none-match": first.headers["etag"]})
     assert again.status_code == 304 and again.content == b""

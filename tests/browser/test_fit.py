@@ -1,6 +1,8 @@
-"""The dashboard fits the window (issue 42): at 1,024 and 1,600 px no table scrolls sideways inside
-its panel, the task view and a device's history fit theirs, the charts' labels keep their shape
-as the window widens, a device running a task reads busy, the event log says it is waiting, and a
+"""The dashboard fits the window (issue 42): at 1,024 and 1,600 px no table of any view scrolls
+sideways inside its panel, the task view (with a failure's error text, issue 58) and a device's
+history fit theirs, the charts' labels keep their shape
+as the window widens, a device running a task reads busy, the event log opens with the last few
+events (issue 58: not "No events yet" after a quiet spell), and a
 run whose quick steps were never reported says which ran between two reports. Real headless
 Chromium against a real coordinator process on real Redis."""
 
@@ -18,11 +20,16 @@ from tests.support import CoordinatorProcess
 pytestmark = pytest.mark.e2e
 
 WIDTHS = (1024, 1600)
+VIEWS = ("fleet", "queue", "runs", "teams", "sessions", "results", "events")
 
 # Every box that could hide content sideways, with how far its content runs past it.
 OVERFLOWING = """[...document.querySelectorAll('main .scroll, main section, #detail, #detail table')]
   .filter(el => el.offsetParent !== null && el.scrollWidth > el.clientWidth + 1)
   .map(el => `${el.tagName.toLowerCase()}#${el.id || el.closest('[id]')?.id}: ${el.scrollWidth} > ${el.clientWidth}`)"""
+
+
+FACTS = """Object.fromEntries([...document.querySelectorAll('#detail dl.facts:first-of-type dt')]
+    .map(dt => [dt.textContent, dt.nextElementSibling.textContent]))"""
 
 
 def set_width(page: Page, width: int) -> None:
@@ -39,10 +46,10 @@ def tick_shape(page: Page) -> float:
     })()"""))
 
 
-def populate(coordinator: CoordinatorProcess) -> dict[str, Any]:
+def populate(coordinator: CoordinatorProcess) -> list[dict[str, Any]]:
     """Two hosts of six phones with long names, four running tasks with progress, four results
-    (one failed), one task queued behind a busy phone; a running phone's agent still says
-    "available". The first result's task."""
+    (the second failed), one task queued behind a busy phone; a running phone's agent still says
+    "available". The results' leases."""
     fleet = Fleet(coordinator)
     pool = {host: [f"{host}-phone-{n:03d}" for n in range(6)] for host in ("host-a", "host-b")}
     for host, ids in pool.items():
@@ -52,7 +59,8 @@ def populate(coordinator: CoordinatorProcess) -> dict[str, Any]:
     for n in range(4):
         host = ("host-a", "host-b")[n % 2]
         lease = fleet.start(host, pool[host][5 - n // 2], login)
-        fleet.finish(host, lease, "failed" if n == 1 else "succeeded", "assertion_failed" if n == 1 else None)
+        fleet.finish(host, lease, "failed" if n == 1 else "succeeded", "assertion_failed" if n == 1 else None,
+                     {"error": ERROR, "failed_step": 3} if n == 1 else None)
         finished.append(lease)
     busy = set()
     for n in range(4):
@@ -65,19 +73,24 @@ def populate(coordinator: CoordinatorProcess) -> dict[str, Any]:
     for host, ids in pool.items():
         fleet.heartbeat(host, ids, busy)
     coordinator.create_task(goal="Next on a busy phone, with a goal long enough to wrap", device_id="host-a-phone-000")
-    return finished[0]
+    return finished
+
+
+ERROR = "text not on screen: 'Welcome back, a rather long greeting that has to wrap in the panel'"
 
 
 def test_every_panel_fits_at_1024_and_1600_px_and_a_running_device_reads_busy(
     coordinator: CoordinatorProcess, dashboard: Dashboard
 ) -> None:
-    first = populate(coordinator)
+    first, failed = populate(coordinator)[:2]
     page = dashboard.page
     set_width(page, WIDTHS[0])
     dashboard.open_signed_in()
     page.wait_for("document.querySelectorAll('#devices tbody tr[data-key]').length === 12", what="the devices")
     page.wait_for("document.querySelectorAll('#results tbody tr[data-key]').length === 4", what="the results")
-    assert page.js("document.querySelector('#events li.empty')?.textContent ?? ''").startswith("No events yet")
+    # What happened before the page opened: the last results are in the log at once.
+    page.wait_for("document.querySelectorAll('#events li[data-type=result]').length >= 1", what="the recent events")
+    assert page.js("document.querySelectorAll('#events li.empty').length") == 0
     assert dashboard.cell("devices", "host-a-phone-000", "State") == "busy"
     page.wait_for("document.getElementById('devices-count').textContent.includes('4 busy')", what="4 busy counted")
     page.wait_for("!!document.querySelector('#chart-waiting text')", what="the charts drawn")
@@ -89,7 +102,13 @@ def test_every_panel_fits_at_1024_and_1600_px_and_a_running_device_reads_busy(
         page.wait_for(f"document.querySelector('#chart-waiting svg').viewBox.baseVal.width > {width // 3}",
                       what="the charts drawn at the new width")
         shapes.append(tick_shape(page))
-        assert page.js(OVERFLOWING) == [], f"at {width} px"
+        for view in VIEWS:
+            dashboard.view(view)
+            assert page.js(OVERFLOWING) == [], f"the {view} view at {width} px"
+        page.js(f"location.hash = '#task/{failed['task_id']}'")
+        page.wait_for(f"({FACTS})['Failure'] === 'assertion_failed'", what="the failed task's view")
+        assert page.js(FACTS)["Error"] == f"step 3: {ERROR}"
+        assert page.js(OVERFLOWING) == [], f"the failed task's view at {width} px"
         page.js(f"location.hash = '#task/{first['task_id']}'")
         page.wait_for("!!document.querySelector('#detail:not([hidden]) #task-timeline li.event[data-type=result]')",
                       what="the task view")

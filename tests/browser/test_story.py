@@ -37,6 +37,7 @@ def test_a_click_on_a_task_id_opens_its_story(
     task_id = task["task_id"]
     dashboard.wait_cell("results", task_id, "Outcome", lambda s: s == "succeeded", what="the result")
 
+    dashboard.view("results")
     page.click(f'#results tbody tr[data-key="{task_id}"] a')
     page.wait_for("!document.getElementById('detail').hidden", what="the task view")
     assert page.js("location.hash") == f"#task/{task_id}"
@@ -268,7 +269,10 @@ def test_at_1024_px_every_button_is_in_reach(coordinator: CoordinatorProcess, da
 
     assert page.js("innerWidth") == 1024
     assert page.js("document.documentElement.scrollWidth") <= 1024  # the page itself never scrolls sideways
-    out_of_reach = page.js("""(() => {
+    out_of_reach = []
+    for view in ("fleet", "queue", "results", "runs", "teams", "events"):
+        dashboard.view(view)
+        out_of_reach += page.js("""(() => {
         const bad = [];
         for (const button of document.querySelectorAll('#dashboard button, header button')) {
             if (button.offsetParent === null) continue;  // not shown
@@ -285,6 +289,7 @@ def test_at_1024_px_every_button_is_in_reach(coordinator: CoordinatorProcess, da
     assert out_of_reach == []
 
     task_id = dashboard.rows("queue")[0]
+    dashboard.view("queue")
     page.js("window.scrollTo(0, 0)")
     page.click(f'#queue tbody tr[data-key="{task_id}"] a')
     page.wait_for("!document.getElementById('detail').hidden")

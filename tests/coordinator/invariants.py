@@ -12,9 +12,9 @@ one before it:
   (``check_waiting_explained``, given those answers), and so does the pool as the reads answer
   it (``check_devices_read``);
 - an assignment waiting for its claim is one its host may run;
-- the order across targets: a task assigned in this step left queued no task that could have run
-  on its device of higher priority (its team not at quota), nor an older one of its team and
-  priority;
+- the order across targets: a task assigned (or eagerly dispatched, PROTOCOL.md results) in this
+  step left queued no task that could have run on its device of higher priority (its team not at
+  quota), nor an older one of its team and priority;
 - a new task placed on a free device took, of those it could run on, the one idle longest;
 - a device holds at most one task, a task at most one live lease;
 - every acknowledged create is stored, or was terminal and purged after its retention, and then
@@ -494,18 +494,30 @@ def check_assignments_runnable(s: Stored) -> None:
             assert host_runs(s, task["host_id"], task), f"{task_id} is assigned to a host that does not list it"
 
 
+def placed_now(task: dict[str, Any], was: dict[str, Any] | None) -> bool:
+    """Whether the step placed the task on a device: it is assigned now and was not; or it went
+    from queued to running in the one step, dispatched by a result's eager dispatch (PROTOCOL.md,
+    results), which obeys every rule an assignment does."""
+    if task["status"] == "assigned":
+        return was is None or was["status"] != "assigned"
+    return task["status"] == "running" and was is not None and was["status"] == "queued"
+
+
 def check_order(s: Stored, before: Stored | None) -> None:
-    """PROTOCOL.md's order rules, for each task assigned in this step, against every task still
-    queued after it that could have taken its device, whatever its target (its device or a
-    selector it matches now, on a host that runs it): none of higher priority, unless its team
-    is at its quota (priority never inverted); none of its own team and priority that is older
-    (FIFO within a team)."""
+    """PROTOCOL.md's order rules, for each task placed in this step (assigned, or eagerly
+    dispatched), against every task still queued after it that could have taken its device,
+    whatever its target (its device or a selector it matches now, on a host that runs it): none
+    of higher priority, unless its team is at its quota (priority never inverted); none of its
+    own team and priority that is older (FIFO within a team). An eagerly dispatched task, as an
+    assignment, is one its host may run."""
     if before is None:
         return
     for task_id, task in s.tasks.items():
         was = before.tasks.get(task_id)
-        if task["status"] != "assigned" or (was is not None and was["status"] == "assigned"):
+        if not placed_now(task, was):
             continue
+        if task["status"] == "running":
+            assert host_runs(s, task["host_id"], task), f"{task_id} was dispatched to a host that does not list it"
         device_id = task["device_id"]
         device = s.devices.get(device_id)
         if device is None:
@@ -559,7 +571,7 @@ def check_fair_share(s: Stored, before: Stored | None) -> None:
     weight than the chosen team did when the device was handed over (ties: the older task)."""
     if before is None:
         return
-    newly = [(i, t) for i, t in s.tasks.items() if t["status"] == "assigned"
+    newly = [(i, t) for i, t in s.tasks.items() if t["status"] in ("assigned", "running")
              and i in before.tasks and before.tasks[i]["status"] == "queued"]
     if len(newly) != 1:
         return

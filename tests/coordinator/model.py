@@ -117,7 +117,7 @@ MANAGED_TOKEN = "tht_" + "m" * 40
 
 @dataclass(frozen=True)
 class Handed:
-    """An assignment a claim handed out."""
+    """An assignment a claim (or a result's eager dispatch) handed out."""
 
     host_id: str
     task_id: str
@@ -135,6 +135,7 @@ class Told:
     handed: list[Handed] = field(default_factory=list)
     newest_attempt: dict[str, int] = field(default_factory=dict)  # task id -> newest attempt handed out
     claims: dict[tuple[str, str], Handed] = field(default_factory=dict)  # (host, claim id) -> first answer
+    eager: dict[tuple[str, str], Handed] = field(default_factory=dict)  # (task, lease) -> what its result dispatched
     results: dict[tuple[str, str], tuple[str, Any]] = field(default_factory=dict)  # (task, lease) -> (report, answer)
     revoked: set[str] = field(default_factory=set)
     runs: list[str] = field(default_factory=list)  # the runs created, in order
@@ -508,13 +509,36 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert task["status"] == "running" and task["lease_id"] == handed.lease_id
 
     @precondition(lambda self: bool(self.told.handed))
-    @rule(data=st.data(), outcome=st.sampled_from(["succeeded", "failed", "retryable", "replay", "conflict"]))
-    def result(self, data: st.DataObject, outcome: str) -> None:
+    @rule(data=st.data(), outcome=st.sampled_from(["succeeded", "failed", "retryable", "replay", "conflict"]),
+          eager=st.booleans())
+    def result(self, data: st.DataObject, outcome: str, eager: bool) -> None:
+        """A result, asking for the device's next assignment (eager dispatch) or not."""
         reported = [h for h in self.told.handed if (h.task_id, h.lease_id) in self.told.results]
         if outcome in ("replay", "conflict") and reported:  # again, for a lease that reported
             handed = data.draw(st.sampled_from(reported), label="lease")
         else:
             handed = data.draw(st.sampled_from(self.told.handed), label="lease")
+        self._result(handed, outcome, eager)
+
+    @precondition(lambda self: bool(self.told.handed))
+    @rule(data=st.data(), team=st.sampled_from(TEAMS), priority=st.sampled_from(PRIORITIES),
+          replay=st.booleans())
+    def busy_device(self, data: st.DataObject, team: str, priority: int, replay: bool) -> None:
+        """A busy device: work queues for a device while it runs a task, whose result then asks
+        for the next (eager dispatch), and may be sent again (a lost answer)."""
+        stored = self.stored().tasks
+        running = [h for h in self.told.handed if stored.get(h.task_id, {}).get("lease_id") == h.lease_id
+                   and stored[h.task_id]["status"] == "running"]
+        if not running:
+            return
+        handed = data.draw(st.sampled_from(running), label="lease")
+        self.create({"device_id": handed.device_id}, None, None, 1, KINDS[0], team, priority)
+        self.created_waiting = None  # its answer was given before the result freed the device
+        self._result(handed, "succeeded", True)
+        if replay:
+            self._result(handed, "replay", True)
+
+    def _result(self, handed: Handed, outcome: str, eager: bool) -> None:
         recorded = self.told.results.get((handed.task_id, handed.lease_id))
         if outcome in ("replay", "conflict") and recorded is None:
             outcome = "succeeded"
@@ -529,8 +553,9 @@ class ProtocolMachine(RuleBasedStateMachine):
             if outcome == "retryable":
                 value["retryable"] = True
             report = canonical_json(value)
-        answer = self.attempt(self.store.record_result(self.principal(handed.host_id), handed.task_id, handed.attempt,
-                                                       handed.lease_id, report))
+        answer = self.attempt(self.store.record_result(
+            self.principal(handed.host_id), handed.task_id, handed.attempt, handed.lease_id, report,
+            next_lease_id=self.fresh("lease") if eager else "", ttl_ms=LEASE_TTL_MS))
         if handed.host_id in self.told.revoked:  # a revoked credential is refused before anything else
             assert isinstance(answer, ApiError) and answer.status_code == 401, answer
             return
@@ -540,6 +565,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 if not isinstance(answer, ApiError):  # (unless retention deleted the task)
                     assert answer.replayed and (answer.recorded_at_ms, answer.task_status) == recorded[1], \
                         "an identical replay gets the recorded answer"
+                    self._replayed_next(handed, answer.next if eager else None)
             else:
                 assert isinstance(answer, ApiError) and answer.code in ("result_conflict", "lease_not_owned"), answer
             return
@@ -549,6 +575,30 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert handed.attempt == self.told.newest_attempt[handed.task_id], \
             "no result is accepted for an attempt after a newer one was handed out"
         self.told.results[(handed.task_id, handed.lease_id)] = (report, (answer.recorded_at_ms, answer.task_status))
+        if answer.next is None:
+            return
+        assert eager and answer.task_status != "queued", "only a result asking for it, not a retry, dispatches"
+        got = answer.next.assignment
+        following = Handed(handed.host_id, got["task_id"], got["attempt"], got["lease_id"], got["device_id"])
+        assert following.device_id == handed.device_id, "eager dispatch hands over the freed device"
+        assert got["attempt"] >= self.told.newest_attempt.get(got["task_id"], 0) + 1, "attempts only grow"
+        task = self.stored().tasks[got["task_id"]]
+        assert (task["status"], task["lease_id"], task["device_id"]) == ("running", got["lease_id"], handed.device_id)
+        self.told.newest_attempt[got["task_id"]] = got["attempt"]
+        self.told.handed.append(following)
+        self.told.eager[(handed.task_id, handed.lease_id)] = following
+
+    def _replayed_next(self, handed: Handed, dispatched: Any) -> None:
+        """A replayed result never hands out a second lease: the next assignment its first
+        recording dispatched, while that lease is live, else none."""
+        first = self.told.eager.get((handed.task_id, handed.lease_id))
+        if dispatched is None:
+            return  # its lease ended (or none was dispatched, or `next` was not asked)
+        got = dispatched.assignment
+        assert first == Handed(handed.host_id, got["task_id"], got["attempt"], got["lease_id"], got["device_id"]), \
+            "a replayed result answers the next assignment its first recording dispatched"
+        task = self.stored().tasks[got["task_id"]]
+        assert task["status"] == "running" and task["lease_id"] == got["lease_id"], "and only while it lives"
 
     # -- time and the reaper ------------------------------------------------------------
 

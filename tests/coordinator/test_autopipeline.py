@@ -23,16 +23,16 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[aioredis.Redis]:
+async def real_redis() -> AsyncIterator[aioredis.Redis]:
     redis = aioredis.Redis.from_url(REAL_REDIS_URL)
     yield redis
     await redis.aclose()
 
 
 async def test_calls_of_one_turn_are_answered_each_its_own_reply_in_the_order_issued(
-        client: aioredis.Redis) -> None:
+        real_redis: aioredis.Redis) -> None:
     key = unique_prefix() + ":n"
-    pipeline = AutoPipeline(client)
+    pipeline = AutoPipeline(real_redis)
     try:
         replies = await asyncio.gather(*(pipeline.execute("INCRBY", key, i) for i in range(1, 11)))
         # applied in the order issued: the running totals 1, 3, 6, ...
@@ -44,13 +44,13 @@ async def test_calls_of_one_turn_are_answered_each_its_own_reply_in_the_order_is
             assert replies == list(range(total + 1, total + 1 + MAX_BATCH + 5))
             total += MAX_BATCH + 5
     finally:
-        await client.delete(key)
+        await real_redis.delete(key)
 
 
 async def test_calls_issued_while_one_is_in_flight_are_answered_after_it_in_order(
-        client: aioredis.Redis) -> None:
+        real_redis: aioredis.Redis) -> None:
     key = unique_prefix() + ":n"
-    pipeline = AutoPipeline(client)
+    pipeline = AutoPipeline(real_redis)
     try:
         assert await pipeline.execute("PING") in (b"PONG", True)  # an idle pipeline, as between requests
         first = pipeline.execute("INCR", key)  # a lone call
@@ -59,11 +59,11 @@ async def test_calls_issued_while_one_is_in_flight_are_answered_after_it_in_orde
         next_turn = [pipeline.execute("INCR", key) for _ in range(3)]
         assert await asyncio.gather(first, *same_turn, *next_turn) == list(range(1, 8))
     finally:
-        await client.delete(key)
+        await real_redis.delete(key)
 
 
-async def test_a_kept_connection_the_server_closed_is_opened_again(client: aioredis.Redis) -> None:
-    pipeline = AutoPipeline(client)
+async def test_a_kept_connection_the_server_closed_is_opened_again(real_redis: aioredis.Redis) -> None:
+    pipeline = AutoPipeline(real_redis)
     killer = aioredis.Redis.from_url(REAL_REDIS_URL)
     name = "kept-" + unique_prefix()[:20]
     try:
@@ -84,12 +84,12 @@ async def test_a_kept_connection_the_server_closed_is_opened_again(client: aiore
 
 
 async def test_reads_on_a_connection_closed_before_they_were_answered_are_sent_again_on_a_new_one(
-        client: aioredis.Redis) -> None:
+        real_redis: aioredis.Redis) -> None:
     key = unique_prefix() + ":k"
-    transport = AutoPipelinedTransport(client)
+    transport = AutoPipelinedTransport(real_redis)
     name = "reused-" + unique_prefix()[:20]
     try:
-        await client.set(key, "v")
+        await real_redis.set(key, "v")
         async with transport.pipeline() as pipe:
             pipe.execute_command("CLIENT", "SETNAME", name)  # on the connection kept for the next turn
             await pipe.execute()
@@ -100,15 +100,15 @@ async def test_reads_on_a_connection_closed_before_they_were_answered_are_sent_a
             pipe.execute_command("CLIENT", "GETNAME")
             assert await pipe.execute() == [b"v", 1, None]  # answered, on a new connection
     finally:
-        await client.delete(key)
+        await real_redis.delete(key)
 
 
 async def test_a_write_on_a_connection_closed_before_it_was_answered_is_not_sent_again(
-        client: aioredis.Redis) -> None:
+        real_redis: aioredis.Redis) -> None:
     """Its caller cannot tell a connection closed before the write from a Redis that ran it and
     died before answering: it fails, and the next call works."""
     key = unique_prefix() + ":n"
-    pipeline = AutoPipeline(client)
+    pipeline = AutoPipeline(real_redis)
     name = "reused-" + unique_prefix()[:20]
     try:
         await pipeline.execute("CLIENT", "SETNAME", name)
@@ -120,12 +120,12 @@ async def test_a_write_on_a_connection_closed_before_it_was_answered_is_not_sent
         assert await read is None  # the read of the same write went again
         assert await pipeline.execute("INCR", key) == 1  # the first INCR never reached Redis
     finally:
-        await client.delete(key)
+        await real_redis.delete(key)
 
 
-async def test_one_command_s_error_is_its_own(client: aioredis.Redis) -> None:
+async def test_one_command_s_error_is_its_own(real_redis: aioredis.Redis) -> None:
     key = unique_prefix() + ":n"
-    pipeline = AutoPipeline(client)
+    pipeline = AutoPipeline(real_redis)
     try:
         results = await asyncio.gather(
             pipeline.execute("INCR", key),
@@ -137,12 +137,12 @@ async def test_one_command_s_error_is_its_own(client: aioredis.Redis) -> None:
         assert isinstance(results[1], NoScriptError)
         assert await pipeline.execute("GET", key) == b"2"  # the connection is still in step
     finally:
-        await client.delete(key)
+        await real_redis.delete(key)
 
 
-async def test_a_cancelled_caller_leaves_the_others_their_replies(client: aioredis.Redis) -> None:
+async def test_a_cancelled_caller_leaves_the_others_their_replies(real_redis: aioredis.Redis) -> None:
     key = unique_prefix() + ":n"
-    pipeline = AutoPipeline(client)
+    pipeline = AutoPipeline(real_redis)
     try:
         first = pipeline.execute("INCR", key)
         gone = pipeline.execute("INCR", key)
@@ -151,7 +151,7 @@ async def test_a_cancelled_caller_leaves_the_others_their_replies(client: aiored
         assert await first == 1 and await last == 3  # the cancelled call still ran: Redis has it
         assert gone.cancelled()
     finally:
-        await client.delete(key)
+        await real_redis.delete(key)
 
 
 async def test_an_unreachable_redis_fails_every_waiting_caller_then_recovers() -> None:
@@ -163,8 +163,8 @@ async def test_an_unreachable_redis_fails_every_waiting_caller_then_recovers() -
 
 
 async def test_a_connection_lost_mid_batch_fails_the_waiting_callers_and_the_next_turn_works(
-        client: aioredis.Redis) -> None:
-    pipeline = AutoPipeline(client)
+        real_redis: aioredis.Redis) -> None:
+    pipeline = AutoPipeline(real_redis)
     killer = aioredis.Redis.from_url(REAL_REDIS_URL)
     name = "autopipeline-" + unique_prefix()[:20]
     try:

@@ -157,6 +157,21 @@ async def test_resume_with_last_event_id_gets_exactly_the_missed_then_live_ones(
         assert await source.events(2) == [live[1], last]
 
 
+async def test_tail_starts_with_the_last_few_events_and_a_resume_id_wins(served: Served) -> None:
+    # Issue 58: the dashboard's log opens with what just happened, not "No events yet".
+    ids = [await served.xadd(task_id=f"t{i}") for i in range(5)]
+    async with watching(served.client, "?tail=2") as source:
+        assert source.opening["id"] == ids[2]
+        assert await source.events(2) == ids[3:]
+    async with watching(served.client, "?tail=9") as source:  # more than are kept: all of them
+        assert await source.events(5) == ids
+    async with watching(served.client, "?tail=2", **{"last-event-id": ids[0]}) as source:
+        assert await source.events(4) == ids[1:]
+    for bad in ("-1", "101", "x"):
+        response = await served.client.get(f"/api/v1/events?tail={bad}", headers=ADMIN_HEADERS)
+        assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request", bad
+
+
 async def test_resume_from_an_id_older_than_the_oldest_kept_starts_at_the_oldest(served: Served) -> None:
     ids = [await xadd(served.redis, served.stream, maxlen="5", task_id=f"t{i}") for i in range(10)]
     async with watching(served.client, **{"last-event-id": ids[0]}) as source:

@@ -59,14 +59,16 @@ async def test_history_keeps_the_last_200_events(api: Api) -> None:
     task = (await api.create_task(device_id="a1")).json()
     redis, tasks_key = api.ctx.store.redis, api.ctx.store.keys.tasks
     record = orjson.loads(await redis.hget(tasks_key, task["task_id"]))
-    record["events"] = [{"type": "old", "n": n} for n in range(wire.TASK_EVENTS_KEPT)]
+    # a full history of earlier events, each marked by its time
+    record["events"] = [{"type": "progress", "task_id": task["task_id"], "attempt": 1, "at": n}
+                        for n in range(wire.TASK_EVENTS_KEPT)]
     await redis.hset(tasks_key, task["task_id"], orjson.dumps(record))
     await claim_one(api, "host-a")
     events = await api.events(task["task_id"])
     assert len(events) == wire.TASK_EVENTS_KEPT
-    assert events[-1]["type"] == "claimed" and events[0]["type"] == "old"
+    assert events[-1]["type"] == "claimed" and events[0]["type"] == "progress"
     stored = orjson.loads(await redis.hget(tasks_key, task["task_id"]))["events"]
-    assert len(stored) == wire.TASK_EVENTS_KEPT and stored[0] == {"type": "old", "n": 1}
+    assert len(stored) == wire.TASK_EVENTS_KEPT and stored[0]["at"] == 1  # the oldest dropped
 
 
 async def test_events_of_an_unknown_task_are_404(api: Api) -> None:

@@ -38,7 +38,9 @@ def contract_scope(method: str, path: str) -> str | None:
         return "admin"
     if method == "GET":
         return "read"
-    if (method, path) in {("POST", "/api/v1/tasks"), ("POST", "/api/v1/runs")}:
+    if (method, path) in {("POST", "/api/v1/tasks"), ("POST", "/api/v1/runs"),
+                          # a live session's driving: its creator's (or the admin's), "Live sessions"
+                          ("POST", "/api/v1/tasks/{task_id}/commands"), ("POST", "/api/v1/tasks/{task_id}/end")}:
         return "submit"
     if (method, path) in {
         ("POST", "/api/v1/tasks/{task_id}/cancel"),
@@ -97,7 +99,7 @@ async def test_every_scope_against_the_route(api: Api, endpoint: Any) -> None:
                                                                        "device_id": "a1"}]})).json()
         path = endpoint.path.format(task_id=task["task_id"], host_id="host-a", device_id="a1",
                                     token_id="ot_none", name="a.png", team="qa", run_id=run["run_id"],
-                                    webhook_id="wh_none")
+                                    webhook_id="wh_none", command_id="c_none")
         kwargs: dict[str, Any] = {}
         if endpoint.path == "/api/v1/events":
             kwargs["headers"] = {"last-event-id": "not-an-id"}  # past the scope: 400, not a stream

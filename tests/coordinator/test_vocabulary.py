@@ -52,17 +52,20 @@ def test_every_event_the_scripts_write_is_a_wire_event_type() -> None:
     assert written <= set(wire.values(wire.EventType)), written - set(wire.values(wire.EventType))
 
 
-_GENERATED = re.compile(r"^local (E|STATUS_CODES|STATUS_SPAN|\w+_KEPT|HOST_FLAGS|CANDIDATE_COUNTS)\b", re.MULTILINE)
+_LOCAL = re.compile(r"^local (\w+)\b", re.MULTILINE)
 
 
 def test_no_script_defines_what_is_generated_from_python() -> None:
-    """The failure codes, what is kept, the status index's scores, a host's flag bits and the names
-    of a waiting task's counts reach the scripts from Python as the library loads
-    (``lua_constants``); a script defining its own would shadow them."""
-    assert _GENERATED.findall(_lua_sources()) == []
-    assert set(_GENERATED.findall(lua_constants())) == {
-        "E", "TASK_EVENTS_KEPT", "DEVICE_RUNS_KEPT", "FEED_EVENTS_KEPT", "STATUS_CODES", "STATUS_SPAN", "HOST_FLAGS",
-        "CANDIDATE_COUNTS", "SESSION_COMMANDS_KEPT"}
+    """The failure codes, what is kept, the status index's scores, a host's flag bits, the names
+    of a waiting task's counts, the terminal statuses and the default team reach the scripts from
+    Python as the library loads (``lua_constants``); a script defining its own would shadow them."""
+    generated = set(_LOCAL.findall(lua_constants()))
+    assert {"E", "TASK_EVENTS_KEPT", "DEVICE_RUNS_KEPT", "FEED_EVENTS_KEPT", "STATUS_CODES", "STATUS_SPAN",
+            "HOST_FLAGS", "CANDIDATE_COUNTS", "PRIORITY_MAX", "TERMINAL_STATUSES", "DEFAULT_TEAM",
+            "SESSION_COMMANDS_KEPT"} <= generated
+    assert generated.isdisjoint(_LOCAL.findall(_lua_sources()))
+    assert f"local DEFAULT_TEAM = '{wire.DEFAULT_TEAM}'" in lua_constants()
+    assert "local TERMINAL_STATUSES = {cancelled = true, failed = true, succeeded = true}" in lua_constants()
 
 
 @pytest.mark.anyio

@@ -360,3 +360,26 @@ def test_a_drained_host_finishes_its_run_keeps_heartbeating_and_takes_work_once_
     coordinator.api.post("/api/v1/hosts/host-a/undrain")
     assert coordinator.wait_task(later["task_id"])["status"] == "succeeded", agent.log()
     verify_history(coordinator, history, at_least=20)
+
+
+def test_a_busy_device_runs_its_queued_jobs_without_claims_between_them(
+    coordinator: CoordinatorProcess, start_agent: Callable[..., Process], workflows: Path,
+    history: History
+) -> None:
+    """Eager dispatch (PROTOCOL.md, results): each result asks for the device's next assignment,
+    and the answer carries it, so work queued behind a running task needs no claim."""
+    agent = start_agent(**legacy(WORKFLOWS_DIR=str(workflows)))
+    wait_pooled(coordinator)
+    first = coordinator.create_task(kind="workflow", workflow={"name": "slow", "params": {"ms": 1000}},
+                                    device_id="phone-1")
+    wait_claimed(agent, first["task_id"])
+    queued = [coordinator.create_task(kind="workflow", workflow={"name": "quick", "params": {}}, device_id="phone-1")
+              for _ in range(3)]
+    for task in (first, *queued):
+        assert coordinator.wait_task(task["task_id"])["status"] == "succeeded", agent.log()
+    log = agent.log()
+    assert all(f"took from its result's answer task {t['task_id']} " in log for t in queued), log
+    assert log.count("claimed task ") == 1, log
+    agent.signal(signal.SIGTERM)
+    assert agent.wait() == 0
+    verify_history(coordinator, history, at_least=12)

@@ -33,7 +33,7 @@ def _chunks(data: bytes, size: int = 64 * 1024) -> Iterator[bytes]:
 
 
 @pytest.fixture(params=["local", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[dict[str, str], Callable[[], list[str]]]]:
+def blob_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[dict[str, str], Callable[[], list[str]]]]:
     """The coordinator's settings for a blob store, and a function listing the blob names it holds."""
     if request.param == "local":
         def local_names() -> list[str]:
@@ -52,8 +52,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[dict
 
 
 def test_an_upload_streams_to_the_store_and_leaves_with_its_task(
-        tmp_path: Path, store: tuple[dict[str, str], Callable[[], list[str]]]) -> None:
-    settings, blob_names = store
+        tmp_path: Path, blob_store: tuple[dict[str, str], Callable[[], list[str]]]) -> None:
+    settings, blob_names = blob_store
     with fresh_prefix() as prefix, coordinator_process(
             coordinator_env(prefix, COORDINATOR_TASK_RETENTION_S="0.5", **settings), workdir=tmp_path) as coordinator:
         url, api = coordinator.url, coordinator.api

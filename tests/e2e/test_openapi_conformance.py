@@ -93,7 +93,7 @@ class EnrollmentCredential:
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[CoordinatorProcess]:
+def coordinator() -> Iterator[CoordinatorProcess]:
     # The failed-credential throttle off: schemathesis's ignored_auth check sends bad credentials
     # on purpose, and each must be the 401 the document promises, not a 429 after twenty. Every
     # network allowed to webhooks: whether a URL's host is refused depends on what it resolves to,
@@ -110,21 +110,21 @@ def served() -> Iterator[CoordinatorProcess]:
 
 
 @operator_api.parametrize()
-def test_operator_api_does_what_its_document_says(case: schemathesis.Case, served: CoordinatorProcess) -> None:
-    case.call_and_validate(base_url=served.url)
+def test_operator_api_does_what_its_document_says(case: schemathesis.Case, coordinator: CoordinatorProcess) -> None:
+    case.call_and_validate(base_url=coordinator.url)
 
 
 @host_api.parametrize()
-def test_host_api_does_what_its_document_says(case: schemathesis.Case, served: CoordinatorProcess) -> None:
+def test_host_api_does_what_its_document_says(case: schemathesis.Case, coordinator: CoordinatorProcess) -> None:
     if case.headers and case.headers.get("Authorization") == ENROLLMENT_STAND_IN:
         case.headers["Authorization"] = f"Bearer {_enrollment_token[0]}"
-    case.call_and_validate(base_url=served.url)
+    case.call_and_validate(base_url=coordinator.url)
 
 
-def test_the_document_tested_is_the_one_served_and_lists_every_route(served: CoordinatorProcess) -> None:
+def test_the_document_tested_is_the_one_served_and_lists_every_route(coordinator: CoordinatorProcess) -> None:
     """The tests above cover what the document lists: it is the one the server serves, and it
     lists every route the app has."""
-    served = httpx.get(f"{served.url}/openapi.json").json()
+    served = httpx.get(f"{coordinator.url}/openapi.json").json()
     assert served == json.loads(json.dumps(DOCUMENT))
     listed = {(method.upper(), path) for path, ops in served["paths"].items() for method in ops}
     assert {(e.method, e.path) for e in ENDPOINTS} == listed

@@ -9,6 +9,9 @@ What the checker verifies, and how each is decided:
 (b) ``two_results``: results recorded (``200`` with ``replayed: false``) of one task are for
     distinct attempts, and every one but the latest attempt's requeued the task (``task_status:
     queued``, a retryable failure); a terminal one agrees with the task's final read.
+An assignment a result's answer carries (``next_assignment``, eager dispatch) is handed out as a
+claim's is, and is checked as one in (c), (d) and (e).
+
 (c) ``stale_accepted``: no renewal, result (first recording) or claim replay of attempt ``a`` is
     accepted when it was invoked after an answer handing out a newer attempt of the task had
     left the coordinator. Overlapping operations are undecided and not flagged. An attempt is
@@ -25,7 +28,9 @@ What the checker verifies, and how each is decided:
     accepted operation after its last renewal, so its interval ends there and never reaches a
     later lease's claim; nothing legitimate is flagged.
 (e) ``replay_mismatch``: the answers to one ``claim_id`` that hand out an assignment hand out the
-    same one (task, attempt, lease, device); the answers to an identical result report, and to
+    same one (task, attempt, lease, device), and so do the answers to one identical result report
+    asking for its device's next (eager dispatch: ``next_assignment``, or null once that lease
+    ended; a replayed result never hands out a second lease); the answers to an identical result report, and to
     creates with one idempotency key, equal the first answer that left the coordinator before
     they were sent (status code, and the fields that must not change: ids, attempt, status,
     ``recorded_at``, error code).
@@ -146,21 +151,29 @@ def check(ops: Iterable[Op]) -> Report:
     results = [op for op in ops if _host_call(op, "results")]
     reads = [op for op in ops if _read_task_id(op) is not None and op.status == 200]
 
-    # -- (e) replays, gathered first: the claims that hand out assignments feed (c) and (d) ----
-    handed = [op for op in claims if op.status == 200 and isinstance(op.body, dict) and "lease_id" in op.body]
-    by_claim_id: dict[tuple[str, Any], list[Op]] = defaultdict(list)
-    for op in handed:
-        by_claim_id[(op.side, _field(op.request, "claim_id"))].append(op)
-    for (side, claim_id), answers in by_claim_id.items():
-        if claim_id is None:
+    # -- (e) replays, gathered first: the answers that hand out assignments feed (c) and (d) ----
+    # Each with the assignment it hands out and what a replay of it repeats: its claim id, or its
+    # result report (eager dispatch).
+    handed: list[tuple[Op, dict[str, Any], tuple[Any, ...]]] = [
+        (op, op.body, ("claim", op.side, _field(op.request, "claim_id"))) for op in claims
+        if op.status == 200 and isinstance(op.body, dict) and "lease_id" in op.body]
+    handed += [(op, op.body["next_assignment"], ("result", op.side, json.dumps(op.request, sort_keys=True)))
+               for op in results if op.status == 200 and isinstance(_field(op.body, "next_assignment"), dict)]
+    report.counts["eager"] = sum(1 for _, _, source in handed if source[0] == "result")
+    by_source: dict[tuple[Any, ...], list[tuple[Op, dict[str, Any]]]] = defaultdict(list)
+    for op, assignment, source in handed:
+        by_source[source].append((op, assignment))
+    for source, answers in by_source.items():
+        if source[2] is None:
             continue
-        first = min(answers, key=lambda op: op.responded_at or 0)
-        for op in answers:
-            if _assignment(op.body) != _assignment(first.body):
-                violations.append(Violation("replay_mismatch", f"claim_id {claim_id} of {side} handed out "
-                                            f"{_assignment(op.body)} after {_assignment(first.body)}",
+        first, first_assignment = min(answers, key=lambda pair: pair[0].responded_at or 0)
+        for op, assignment in answers:
+            if _assignment(assignment) != _assignment(first_assignment):
+                what = f"claim_id {source[2]}" if source[0] == "claim" else "an identical result report"
+                violations.append(Violation("replay_mismatch", f"{what} of {source[1]} handed out "
+                                            f"{_assignment(assignment)} after {_assignment(first_assignment)}",
                                             (first.index, op.index)))
-    report.counts["claim_replays"] = sum(len(a) - 1 for k, a in by_claim_id.items() if k[1] is not None)
+    report.counts["claim_replays"] = sum(len(a) - 1 for k, a in by_source.items() if k[0] == "claim" and k[2] is not None)
 
     by_report: dict[tuple[str, str], list[Op]] = defaultdict(list)
     for op in results:
@@ -182,24 +195,24 @@ def check(ops: Iterable[Op]) -> Report:
 
     # -- leases: one per handed-out attempt ----------------------------------------------------
     leases: dict[str, _Lease] = {}
+    sources: dict[str, tuple[Any, ...]] = {}  # lease id -> what handed it out first
     attempts: dict[tuple[str, int], str] = {}
-    for op in sorted(handed, key=lambda op: op.responded_at or 0):
-        body = op.body
+    for op, body, source in sorted(handed, key=lambda item: item[0].responded_at or 0):
         lease = leases.get(body["lease_id"])
         if lease is None:
             lease = leases[body["lease_id"]] = _Lease(body["lease_id"], body["task_id"], body["attempt"],
                                                      body.get("device_id"), op.responded_at or 0,
                                                      op.responded_at or 0, [op.index], op.invoked_at)
+            sources[lease.lease_id] = source
             other = attempts.setdefault((lease.task_id, lease.attempt), lease.lease_id)
             if other != lease.lease_id:
                 violations.append(Violation("attempt_reissued", f"task {lease.task_id} attempt {lease.attempt} "
                                             f"handed out under leases {other} and {lease.lease_id}",
                                             (leases[other].ops[0], op.index)))
-        else:  # a claim_id replay: the lease was live when it was served
-            first = by_index[lease.ops[0]]
-            if (first.side, _field(first.request, "claim_id")) != (op.side, _field(op.request, "claim_id")):
-                violations.append(Violation("attempt_reissued", f"lease {lease.lease_id} handed out to two claims",
-                                            (first.index, op.index)))
+        else:  # a replay (claim id, or result report): the lease was live when it was served
+            if sources[lease.lease_id] != source or source[2] is None:
+                violations.append(Violation("attempt_reissued", f"lease {lease.lease_id} handed out twice",
+                                            (lease.ops[0], op.index)))
             lease.live_until = max(lease.live_until, op.invoked_at)
             lease.ops.append(op.index)
     report.counts["leases"] = len(leases)
@@ -228,8 +241,8 @@ def check(ops: Iterable[Op]) -> Report:
     newer: dict[str, list[_Lease]] = defaultdict(list)
     for lease in leases.values():
         newer[lease.task_id].append(lease)
-    replays = [(op, op.body["lease_id"], op.body["task_id"], op.body["attempt"]) for op in handed
-               if leases[op.body["lease_id"]].ops[0] != op.index]
+    replays = [(op, body["lease_id"], body["task_id"], body["attempt"]) for op, body, _ in handed
+               if leases[body["lease_id"]].ops[0] != op.index]
     for op, lease_id, task_id, attempt in accepted + replays:
         if not isinstance(attempt, int):
             continue

@@ -52,6 +52,7 @@ class Task:
     device: str | None = None
     result: dict[str, Any] | None = None  # what the final read shows
     recorded: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # lease -> (report, answer)
+    dispatched: dict[str, str] = field(default_factory=dict)  # lease -> the next lease its result dispatched
 
 
 @dataclass
@@ -197,8 +198,13 @@ class Model:
     def result(self) -> None:
         if self.sent and self.draw(st.booleans()):  # an identical report again
             host, report = self.draw(st.sampled_from(self.sent))
-            _, answer = self.tasks[report["task_id"]].recorded[report["lease_id"]]
-            self.add(host, "POST", f"/internal/v1/hosts/{host}/results", report, 200, {**answer, "replayed": True})
+            task = self.tasks[report["task_id"]]
+            _, answer = task.recorded[report["lease_id"]]
+            answer = {**answer, "replayed": True}
+            if report.get("next"):  # the same next assignment while its lease lives, else null
+                following = self.leases.get(task.dispatched.get(report["lease_id"], ""))
+                answer["next_assignment"] = self.assignment(following) if following and following.live else None
+            self.add(host, "POST", f"/internal/v1/hosts/{host}/results", report, 200, answer)
             return
         if not self.leases:
             return
@@ -207,6 +213,9 @@ class Model:
         status = self.draw(st.sampled_from(["succeeded", "failed", "retry"]))
         report = {"task_id": lease.task_id, "attempt": lease.attempt, "lease_id": lease.lease_id,
                   "status": "failed" if status == "retry" else status, "retryable": status == "retry"}
+        eager = self.draw(st.sampled_from([True, True, True, False]))
+        if eager:
+            report["next"] = True
         path = f"/internal/v1/hosts/{lease.host}/results"
         if not lease.live:
             if lease.lease_id not in task.recorded:
@@ -223,6 +232,17 @@ class Model:
                   "recorded_at": f"r{self.b.now}", "task_status": task_status, "replayed": False}
         task.recorded[lease.lease_id] = (json.dumps(report), answer)
         self.sent.append((lease.host, report))
+        following = None
+        queued = [t for t in self.tasks.values() if t.status == "queued"]
+        if eager and status != "retry" and queued:
+            # eager dispatch: the freed device's next task, under a fresh lease, in the same step
+            after = queued[0]
+            following = Lease(f"L{len(self.leases)}", after.task_id, after.attempt, lease.device, lease.host, "")
+            self.leases[following.lease_id] = self.busy[lease.device] = following
+            after.status, after.lease, after.device = "running", following.lease_id, lease.device
+            task.dispatched[lease.lease_id] = following.lease_id
+        if eager:
+            answer = {**answer, "next_assignment": None if following is None else self.assignment(following)}
         self.add(lease.host, "POST", path, report, 200, answer)
 
     def run(self, steps: int) -> list[Op]:

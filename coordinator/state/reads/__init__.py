@@ -51,6 +51,7 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads, RunRe
         self._read_waiting = scripts["readWaiting"]
         self._read_clock = scripts["readClock"]
         self._read_host_flags = scripts["readHostFlags"]
+        self._read_teams = scripts["readTeams"]
         self._candidates_scanned = candidates_scanned
 
     def _pipeline(self) -> Any:

@@ -16,7 +16,9 @@ from redis.asyncio import Redis
 from coordinator.clock import ShiftedClock
 from coordinator.state.keys import Keys
 from coordinator.state.records import TaskRecord
+from coordinator.state.scripts import Script
 from coordinator.state.wait_reasons import HostFlag
+from coordinator.transport.base import RedisTransport
 
 # A filter that has no index of its own examines at most this many records per page.
 SCAN_BOUND = 5000
@@ -37,7 +39,9 @@ class Reader:
     """What the readers use of the `Queries` they are mixed into."""
 
     redis: Redis
+    transport: RedisTransport
     keys: Keys
+    _read_teams: Script  # lua/readTeams (see `Queries`)
     clock: ShiftedClock  # moved by tests only (coordinator/clock.py)
 
     def _pipeline(self) -> Any:

@@ -4,7 +4,8 @@ Nothing here changes state (``store.py`` does, through scripts)."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+import asyncio
+from typing import cast
 
 import orjson
 
@@ -13,22 +14,10 @@ from coordinator.state.reads.common import Page, Reader, text
 from coordinator.state.records import TeamShare
 
 HOUR_MS = 3_600_000
-# The fields of a team that its share reads (lua/includes/teams.lua): settings, devices held, queued.
-_FIELDS = ("", "|running", "|queued")
 # Teams read at a time when every one is read (/metrics).
 TEAMS_READ = 500
-
-
-def _usage_ms(raw: dict[Any, Any], now_ms: int) -> int:
-    """The ms of a team's ended runs within the last hour, from its fields minute -> ms (or, as
-    earlier versions wrote them until they age out, minute % 60 -> "<minute>:<ms>")."""
-    this_minute = now_ms // 60_000
-    used = 0
-    for field, value in raw.items():
-        minute, _, ms = text(value).rpartition(":")
-        if int(minute or text(field)) > this_minute - 60:
-            used += int(ms)
-    return used
+# What readTeams answers of each team: weight, max_devices (-1: none), held, queued, ms used.
+_PER_TEAM = 5
 
 
 class TeamReads(Reader):
@@ -56,31 +45,22 @@ class TeamReads(Reader):
         return Page(await self.team_shares(names), names[-1] if more else None)
 
     async def team_shares(self, names: list[str]) -> list[TeamShare]:
-        """These teams' settings and counts (a team never named: the defaults and none), in order."""
+        """These teams' settings and counts (a team never named: the defaults and none), in order,
+        as the scheduler reads them (lua/readTeams), with the device time their running tasks used."""
         if not names:
             return []
         k = self.keys
         high, low = k.status_scores(wire.TaskStatus.RUNNING.value)
-        async with self._pipeline() as pipe:
-            pipe.hmget(k.teams, [f"{team}{suffix}" for team in names for suffix in _FIELDS])
-            for team in names:
-                pipe.hgetall(k.team_usage(team))
-            pipe.zrangebyscore(k.tasks_by_status, low, high)
-            replies, now = await self._with_clock(pipe)
-        fields, usages, running_ids = replies[0], replies[1:-1], cast("list[bytes]", replies[-1])
-        running = await self._running_ms(running_ids, now)
+        reply, running_ids = await asyncio.gather(
+            self._read_teams(self.transport, [k.tasks], [k.base, *names], clock_offset_ms=self.clock.offset_ms),
+            self.redis.zrangebyscore(k.tasks_by_status, low, high))
+        now = int(reply[1])
+        running = await self._running_ms(cast("list[bytes]", running_ids), now)
         shares: list[TeamShare] = []
         for i, team in enumerate(names):
-            raw_settings, held, queued = fields[i * len(_FIELDS): (i + 1) * len(_FIELDS)]
-            settings = orjson.loads(raw_settings) if raw_settings is not None else {}
-            shares.append(TeamShare(
-                team,
-                int(settings.get("weight") or 1),
-                settings.get("max_devices"),
-                int(held or 0),
-                int(queued or 0),
-                (_usage_ms(usages[i], now) + running.get(team, 0)) / 1000,
-            ))
+            weight, cap, held, queued, used_ms = (int(n) for n in reply[2 + i * _PER_TEAM: 2 + (i + 1) * _PER_TEAM])
+            shares.append(TeamShare(team, weight, None if cap < 0 else cap, held, queued,
+                                    (used_ms + running.get(team, 0)) / 1000))
         return shares
 
     async def _running_ms(self, task_ids: list[bytes], now_ms: int) -> dict[str, int]:
