@@ -19,7 +19,7 @@ Memory: ``IDLE`` sessions running on one process, each with its host's commands 
 created, per session; and Redis's bytes (``MEMORY USAGE`` of every key of the deployment, summed
 by kind) per session beyond what as many running goal tasks on the same devices hold.
 
-``python -m bench --only sessions --no-docs`` measures it alone.
+``python -m bench --only sessions`` measures it alone.
 """
 
 from __future__ import annotations
