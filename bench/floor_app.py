@@ -23,6 +23,16 @@ to a temporary file, hashing it, renames the file to its SHA-256 in the folder o
 ``PUT /held/{name}`` is its control for memory: it reads the body whole before writing it, as a
 server that does not stream would.
 
+The relay floor is the least a live session's command round trip costs: ``POST
+/relay/{sid}/send`` (the operator's, on one process) runs one script that queues the command,
+wakes the process where the host's poll waits and registers its own wait, then waits for its
+wake-up and runs one script that takes the answer; ``POST /relay/{sid}/poll`` (the host's, on the
+other process; ``?answered=1`` delivers the answer of the last command first, waking the
+operator's process) runs one script that takes the next command or registers the wait, and when
+woken runs it again. Each process wakes its waits from one inbox read by one blocking pop, as
+Tether's does: every hop of Tether's round trip (two cross-process wake-ups, a script at each
+step, four HTTP messages) and none of its work.
+
 The parking floor is the least a waiting long-poll holds: ``POST /park`` waits on one future
 and one timer, with nothing else, until its ``wait_s`` is up (``GET /parked`` counts them).
 """
@@ -34,7 +44,7 @@ import contextlib
 import hashlib
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
 import uvicorn
@@ -50,6 +60,25 @@ from coordinator.transport.open import open_redis
 TRIVIAL_SCRIPT = "return 1"
 PUSH_SCRIPT = "return redis.call('LPUSH', KEYS[1], ARGV[1])"
 POP_WAIT_S = 10
+# The relay floor's scripts (see the docstring). KEYS: the command list, the host's registration,
+# the answer list, the operator's registration; ARGV: the session's topic, this process's inbox.
+RELAY_SEND = """
+redis.call('RPUSH', KEYS[1], 'c')
+local waiter = redis.call('GET', KEYS[2])
+if waiter then redis.call('DEL', KEYS[2]); redis.call('RPUSH', waiter, ARGV[1]) end
+redis.call('SET', KEYS[4], ARGV[2], 'PX', 60000)
+return 1"""
+# ARGV[3]: '1' when the poll delivers the last command's answer.
+RELAY_POLL = """
+if ARGV[3] == '1' then
+  redis.call('RPUSH', KEYS[3], 'a')
+  local waiter = redis.call('GET', KEYS[4])
+  if waiter then redis.call('DEL', KEYS[4]); redis.call('RPUSH', waiter, ARGV[1]) end
+end
+if redis.call('LPOP', KEYS[1]) then return 1 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', 60000)
+return 0"""
+RELAY_TAKE = "return redis.call('LPOP', KEYS[1])"
 
 
 def create_floor_app(settings: Settings) -> Starlette:
@@ -64,9 +93,12 @@ def create_floor_app(settings: Settings) -> Starlette:
         sha.append(await redis.script_load(TRIVIAL_SCRIPT))
         sha.append(await redis.script_load(PUSH_SCRIPT))
         await lifecycle.load_scripts()
+        relay_sha.extend([await redis.script_load(script) for script in (RELAY_SEND, RELAY_POLL, RELAY_TAKE)])
         try:
             yield
         finally:
+            for task in relay_reader:  # started by the first relay request
+                task.cancel()
             await transport.aclose()
 
     async def floor(request: Request) -> Response:
@@ -149,6 +181,71 @@ def create_floor_app(settings: Settings) -> Starlette:
         Route("/internal/v1/hosts/{host}/results", result, methods=["POST"]),
     ]
 
+    relay_sha: list[str] = []
+    relay_inbox = settings.key_prefix + ":relay-inbox:" + secrets.token_hex(8)
+    relay_waits: dict[str, list[asyncio.Event]] = {}
+    relay_reader: list[asyncio.Task[None]] = []
+
+    async def read_relay_inbox() -> None:
+        while True:
+            for topic in await transport.blocking_pop(relay_inbox, 1, 100):
+                for event in relay_waits.get(topic.decode(), ()):
+                    event.set()
+
+    def relay_keys(sid: str) -> list[str]:
+        base = f"{settings.key_prefix}:relay:{sid}"
+        return [base + ":cmd", base + ":cmd-waiter", base + ":ans", base + ":ans-waiter"]
+
+    async def relay_wait(topic: str, event: asyncio.Event, step: Callable[[], Awaitable[bool]],
+                         wait_s: float) -> bool:
+        """``step()`` until it says done, again at each wake-up of ``topic``, for ``wait_s``."""
+        if not relay_reader:
+            relay_reader.append(asyncio.ensure_future(read_relay_inbox()))
+        relay_waits.setdefault(topic, []).append(event)
+        try:
+            async with asyncio.timeout(wait_s):
+                while not await step():
+                    await event.wait()
+                    event.clear()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            relay_waits[topic].remove(event)
+            if not relay_waits[topic]:
+                del relay_waits[topic]
+
+    async def relay_send(request: Request) -> Response:
+        await request.body()
+        sid = request.path_params["sid"]
+        keys, topic, event = relay_keys(sid), "a>" + sid, asyncio.Event()
+        sent: list[bool] = []
+
+        async def step() -> bool:
+            if not sent:
+                sent.append(await redis.evalsha(relay_sha[0], 4, *keys, "c>" + sid, relay_inbox))
+                return False
+            return await redis.evalsha(relay_sha[2], 1, keys[2]) is not None
+
+        done = await relay_wait(topic, event, step, POP_WAIT_S)
+        return json(b'{"status":"done"}') if done else Response(status_code=202)
+
+    async def relay_poll(request: Request) -> Response:
+        await request.body()
+        sid = request.path_params["sid"]
+        keys, topic, event = relay_keys(sid), "c>" + sid, asyncio.Event()
+        answered = [request.query_params.get("answered", "0")]
+
+        async def step() -> bool:
+            flag = answered.pop() if answered else "0"
+            return bool(await redis.evalsha(relay_sha[1], 4, *keys, "a>" + sid, relay_inbox, flag))
+
+        done = await relay_wait(topic, event, step, float(request.query_params.get("wait_s", "25")))
+        return json(b'{"commands":[{"command_id":"c"}]}') if done else Response(status_code=204)
+
+    relay_routes = [Route("/relay/{sid}/send", relay_send, methods=["POST"]),
+                    Route("/relay/{sid}/poll", relay_poll, methods=["POST"])]
+
     parked = [0]
 
     async def park(request: Request) -> Response:
@@ -180,6 +277,7 @@ def create_floor_app(settings: Settings) -> Starlette:
         Route("/held/{name}", blob, methods=["PUT"]),
         *lifecycle_routes,
         *parking_routes,
+        *relay_routes,
         Route("/healthz", healthz, methods=["GET"]),
     ], lifespan=lifespan)
 

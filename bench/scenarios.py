@@ -64,6 +64,7 @@ from bench.requests import (
     result_req,
 )
 from bench.runs import matrix_create
+from bench.sessions import sessions
 from bench.teams import sharing_cost
 from bench.webhooks import hanging_endpoint, healthy_beside_hanging
 from bench.wrk import wrk_lifecycles, wrk_load
@@ -406,4 +407,5 @@ SCENARIOS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "webhook_latency": healthy_beside_hanging,
     "scale": placement_scale,
     "mcp": mcp_tap,
+    "sessions": sessions,
 }

@@ -15,7 +15,8 @@
     ARGV[14]    how long the poll will wait if it finds nothing (ms)
   Keys it touches besides those of its includes:
     lease_deadlines, lease:<task>, progress, feed (the renewal: includes/renewal.lua)
-    commands:<task>, command_queue:<task>, session_deadlines (includes/sessions.lua)
+    commands:<task>, command_queue:<task>, command_events:<task>, session_deadlines
+                (includes/sessions.lua)
     polls:commands><task> (the poll's wait), polls:answers><task> (operators woken by an answer)
   Output:
     {0, lease expiry (ms), cancel requested (0|1), end requested (0|1), commands JSON [{command_id,
@@ -75,8 +76,8 @@ for _, answer in ipairs(cjson.decode(answersJson)) do
     rcall('HSET', commandsKey, command.command_id, cjson.encode(command))
     rcall('LREM', queueKey, 1, command.command_id)
     S.actor, S.actor_id = command.actor, command.actor_id  -- the event names who sent it
-    taskEvent(S, task, 'command_answered', now, nil, nil,
-              {command_id = command.command_id, action = command.kind, screen = answer.screen})
+    commandEvent(S, task, 'command_answered', now,
+                 {command_id = command.command_id, action = command.kind, screen = answer.screen})
     answered = true
   end
 end

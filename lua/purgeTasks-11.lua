@@ -2,7 +2,7 @@
   Reaper: delete terminal tasks whose retention has passed, with everything hanging off them:
   the record (which carries its history and its leases), its index entries, its idempotency key,
   its progress, its claim records, its artifacts' descriptions and a session's commands
-  (commands:<task>, command_log:<task>, command_queue:<task>, session_deadlines); a run goes with the last of
+  (commands, command_log, command_queue, command_events:<task>, session_deadlines); a run goes with the last of
   its tasks (includes/runs.lua, forgetRunTask). A task of a run is kept until a retention after
   its run ended (includes/runs.lua, runKeepsUntil): its deadline is moved there instead. The
   artifacts' bytes live outside Redis: the blob keys no description names any more are answered,
@@ -108,7 +108,7 @@ for _, taskId in ipairs(due) do
     end
     if task.kind == 'session' then  -- its relay (includes/sessions.lua)
       rcall('DEL', derived(S, 'commands', taskId), derived(S, 'command_log', taskId),
-            derived(S, 'command_queue', taskId))
+            derived(S, 'command_queue', taskId), derived(S, 'command_events', taskId))
       rcall('ZREM', S.key.session_deadlines, taskId)
     end
     forgetRunTask(S, task)

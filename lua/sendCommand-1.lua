@@ -13,7 +13,7 @@
     ARGV[13]    id of the process whose request waits for the answer, or "" when it will not wait
     ARGV[14]    how long that request waits (ms)
   Keys it touches besides those of its includes:
-    commands:<task>, command_log:<task>, command_queue:<task>, session_deadlines
+    commands:<task>, command_log:<task>, command_queue:<task>, command_events:<task>, session_deadlines
                 (includes/sessions.lua); polls:answers><task> (the request's wait, registered)
   Output:
     {0, command JSON}
@@ -80,7 +80,7 @@ rcall('RPUSH', queueKey, commandId)
 task.active_at = now
 task.updated_at = now
 scheduleSession(S, task)
-taskEvent(S, task, 'command', now, nil, nil, {command_id = commandId, action = actionKind})
+commandEvent(S, task, 'command', now, {command_id = commandId, action = actionKind})
 saveTask(S, task, task.status)
 wakePolls(S, commandsTopic(taskId), now)
 if processId ~= '' and waitMs > 0 then

@@ -33,7 +33,8 @@ def hash_tag(key: str) -> str | None:
 PER_ID_KINDS = ("device_runs", "assigned", "waiting", "target_teams", "team_targets", "device_targets",
                 "driver_targets", "label_targets", "free_devices", "free_label", "pooled_label", "team_usage",
                 "host_state", "host_devices", "lease", "polls", "inbox", "auth_failures", "auth_throttled",
-                "run_counts", "run_tasks", "webhook_recent", "commands", "command_log", "command_queue")
+                "run_counts", "run_tasks", "webhook_recent", "commands", "command_log", "command_queue",
+                "command_events")
 
 
 def commands_topic(task_id: str) -> str:
@@ -275,6 +276,12 @@ class Keys:
         """A session's commands not answered yet: a list of command ids, in order (at most
         ``wire.SESSION_COMMANDS_WAITING_MAX``)."""
         return self._of("command_queue", task_id)
+
+    def command_events(self, task_id: str) -> str:
+        """A session's command events (``command``, ``command_answered``), oldest first, the last
+        ``wire.TASK_EVENTS_KEPT``: kept here, not in the task's record, which every script of a
+        command reads (lua/includes/sessions.lua, ``commandEvent``); its history merges both."""
+        return self._of("command_events", task_id)
 
     # Index members, as the scripts build them (lua/includes/common.lua ``indexMember``): fields
     # joined by NUL.

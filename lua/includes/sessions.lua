@@ -10,6 +10,10 @@
                                 SESSION_COMMANDS_KEPT; older ones are dropped with their record)
     command_queue:<task>  list  the ids of the commands not answered yet, in order (at most
                                 SESSION_COMMANDS_WAITING_MAX)
+    command_events:<task> list  its `command` and `command_answered` events, oldest first (the last
+                                TASK_EVENTS_KEPT): its history holds them here, not in the task's
+                                record, so no command's script decodes a record that grows with
+                                the session (GET .../events merges the two)
     session_deadlines     zset  running session -> its next deadline (ms): the earlier of its idle
                                 timeout (from its last command or answer) and its max duration
   The long-poll's wake-ups (includes/wakeups.lua) are registered under two topics per session,
@@ -24,6 +28,8 @@
                                                   {idle_timeout_s, max_duration_s}; nil for
                                                   any other task
     requestEnd(S, task, now, reason)              end_requested with its end reason, the host woken
+    commandEvent(S, task, kind, now, fields)      a command's event: on the feed, as taskEvent's,
+                                                  and in command_events (not the task's record)
     sessionEnded(S, task)                         a session reached its terminal status: its
                                                   queue and deadline go, every waiter is woken
 
@@ -43,6 +49,24 @@ end
 
 local function answersTopic(taskId)
   return 'answers>' .. taskId
+end
+
+-- As taskEvent (includes/events.lua), with the history's copy in the session's own capped list:
+-- a session adds two events a command, and a record that carried them would grow to
+-- TASK_EVENTS_KEPT events that each of a command's four scripts decodes (docs/benchmarks.md, 16e).
+local function commandEvent(S, task, kind, now, fields)
+  local event = {at = now, type = kind, attempt = task.attempt, host_id = task.host_id,
+                 device_id = task.device_id or task.target_device, status = task.status,
+                 actor = S.actor, actor_id = S.actor_id}
+  for name, value in pairs(fields) do
+    event[name] = value
+  end
+  local key = derived(S, 'command_events', task.id)
+  if rcall('RPUSH', key, cjson.encode(event)) > TASK_EVENTS_KEPT then
+    rcall('LPOP', key)
+  end
+  event.task_id, event.team, event.run_id = task.id, task.team, task.run_id
+  rcall('XADD', S.key.feed, 'MAXLEN', '~', FEED_EVENTS_KEPT, '*', 'e', cjson.encode(event))
 end
 
 local function scheduleSession(S, task)

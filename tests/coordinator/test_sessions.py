@@ -210,6 +210,22 @@ async def test_end_tells_the_host_and_the_session_ends_succeeded(api: Api, twin:
     assert "end_requested" in [e["type"] for e in await api.events(task_id)]
 
 
+async def test_a_long_sessions_history_is_its_last_200_events_in_order(api: Api) -> None:
+    # Its command events are kept beside its record (the record stays small however long it
+    # runs), and the history merges them: the last wire.TASK_EVENTS_KEPT, oldest first.
+    assignment = await _session(api)
+    task_id = assignment["task_id"]
+    sent = []
+    for _ in range(wire.TASK_EVENTS_KEPT // 2 + 1):
+        sent.append((await _command(api, task_id, {"action": "observe"})).json()["command_id"])
+        assert (await _poll(api, assignment, [_done(sent[-1])])).status_code == 200
+    events = await api.events(task_id)
+    assert len(events) == wire.TASK_EVENTS_KEPT
+    expected = [(kind, c) for c in sent for kind in ("command", "command_answered")][-wire.TASK_EVENTS_KEPT:]
+    assert [(e["type"], e["command_id"]) for e in events] == expected
+    assert all(e["task_id"] == task_id and e["actor"] == "admin" for e in events)
+
+
 async def test_an_idle_session_is_asked_to_end_and_purged_with_its_relay(api_factory: Any) -> None:
     clock = ShiftedClock()
     async with api_factory(clock=clock, task_retention_s=1) as api:
@@ -229,8 +245,9 @@ async def test_an_idle_session_is_asked_to_end_and_purged_with_its_relay(api_fac
         await api.result("host-a", assignment, metadata={"end_reason": "idle_timeout"})
 
         keys, redis = api.ctx.store.keys, api.ctx.store.redis
-        relay = [keys.commands(task_id), keys.command_log(task_id), keys.command_queue(task_id)]
-        assert await redis.exists(*relay) > 0
+        relay = [keys.commands(task_id), keys.command_log(task_id), keys.command_queue(task_id),
+                 keys.command_events(task_id)]
+        assert await redis.exists(keys.command_events(task_id)) == 1
         clock.advance(2_000)
         await api.sweep()
         assert await redis.exists(*relay) == 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import heapq
 from typing import Any, cast
 
 import orjson
@@ -79,12 +80,21 @@ class TaskReads(Reader):
         return Page(found, None if last is None else str(last))
 
     async def task_events(self, task_id: str) -> list[dict[str, Any]] | None:
-        """The task's history, oldest first (its record carries it); None when there is no such
-        task."""
-        raw = await self.redis.hget(self.keys.tasks, task_id)
+        """The task's history, oldest first, the last ``wire.TASK_EVENTS_KEPT``: its record carries
+        it, but for a live session's command events, kept in a list of their own
+        (lua/includes/sessions.lua, ``commandEvent``) and merged in by time, the record's first on
+        a tie. None when there is no such task."""
+        async with self._pipeline() as pipe:
+            pipe.hget(self.keys.tasks, task_id)
+            pipe.lrange(self.keys.command_events(task_id), 0, -1)
+            raw, raw_commands = await pipe.execute()
         if raw is None:
             return None
-        return [{**event, "task_id": task_id} for event in orjson.loads(raw).get("events", [])]
+        recorded = orjson.loads(raw).get("events", [])
+        commands = [orjson.loads(event) for event in raw_commands]
+        if commands:
+            recorded = list(heapq.merge(recorded, commands, key=lambda event: event["at"]))[-wire.TASK_EVENTS_KEPT:]
+        return [{**event, "task_id": task_id} for event in recorded]
 
     # -- counters for /metrics -------------------------------------------------------------
 
