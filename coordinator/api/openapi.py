@@ -17,6 +17,7 @@ import wire
 from coordinator import __version__
 from coordinator.api import bodies, limits, shapes
 from coordinator.api.events import FILTERS as FEED_FILTERS
+from coordinator.api.events import TAIL_MAX
 
 
 class Endpoint(Protocol):
@@ -112,6 +113,7 @@ _UPLOAD = ("put", "/internal/v1/hosts/{host_id}/leases/{lease_id}/artifacts/{nam
 _ARTIFACT_BYTES = ("get", "/api/v1/tasks/{task_id}/artifacts/{name}")
 _REQUIRED_QUERY: dict[tuple[str, str], frozenset[str]] = {_UPLOAD: frozenset({"task_id", "attempt"})}
 _ARTIFACT_NAME = {"type": "string", "pattern": f"^{wire.ARTIFACT_NAME_PATTERN}$"}
+_SESSION_WAIT = {"type": "number", "minimum": 0, "maximum": wire.SESSION_COMMAND_WAIT_MAX_S}
 # The query parameters of each operation that takes some, as the handlers read them.
 _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     # Any finite number of seconds; more than COORDINATOR_CLAIM_WAIT_MAX_S waits that long.
@@ -135,14 +137,22 @@ _QUERY: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/runs/{run_id}/report"): {"format": {"enum": ["json", "junit"], "default": "json"}},
     ("get", "/api/v1/webhooks/{webhook_id}/deliveries"): {
         "limit": _limit(wire.WEBHOOK_DELIVERIES_KEPT, wire.WEBHOOK_DELIVERIES_KEPT)},
-    ("get", "/api/v1/events"): {**dict.fromkeys(FEED_FILTERS, _ID), "last_event_id": _STREAM_ID},
+    ("get", "/api/v1/events"): {**dict.fromkeys(FEED_FILTERS, _ID), "last_event_id": _STREAM_ID,
+                               "tail": _integer(0, TAIL_MAX)},
+    ("post", "/internal/v1/hosts/{host_id}/leases/{lease_id}/commands"): {
+        "wait_s": {"type": "number", "minimum": 0, "maximum": sys.float_info.max}},
+    ("post", "/api/v1/tasks/{task_id}/commands"): {"wait_s": _SESSION_WAIT},
+    ("get", "/api/v1/tasks/{task_id}/commands/{command_id}"): {"wait_s": _SESSION_WAIT},
+    ("get", "/api/v1/tasks/{task_id}/commands"): {"limit": _limit(*limits.COMMANDS_LIMIT),
+                                                  "cursor": _integer(0, limits.COMMAND_CURSOR_MAX)},
     _UPLOAD: {"task_id": _ID, "attempt": _integer(1), "step_index": _integer(0)},
     _ARTIFACT_BYTES: {"attempt": _integer(1)},
 }
 _HEADERS: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/v1/events"): {"Last-Event-ID": _STREAM_ID},
 }
-_PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id", "team", "run_id", "webhook_id")
+_PATH_PARAMETERS = ("host_id", "lease_id", "task_id", "token_id", "device_id", "team", "run_id", "webhook_id",
+                    "command_id")
 # Bodies a client may leave out (read as {}).
 _OPTIONAL_BODIES = frozenset(model.__name__ for model in bodies.REQUESTS if model.body_optional)
 # Content of the successful answers that are not JSON.

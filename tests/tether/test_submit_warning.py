@@ -19,7 +19,7 @@ WORKFLOWS = ["home-smoke", "note-smoke"]
 
 
 @pytest.fixture
-def fleet(coordinator: CoordinatorProcess) -> None:
+def pooled_fleet(coordinator: CoordinatorProcess) -> None:
     """A pooled sim device of a host that runs anything (it lists no capabilities), and one
     labelled ``pool=wf`` of a host that runs ``WORKFLOWS`` only; heartbeats are sent afresh for
     each test, so both hosts are online."""
@@ -34,7 +34,7 @@ def client(coordinator: CoordinatorProcess) -> Iterator[Client]:
         yield client
 
 
-@pytest.mark.usefixtures("fleet")
+@pytest.mark.usefixtures("pooled_fleet")
 def test_a_driver_no_pooled_device_has_is_submitted_with_a_warning_naming_the_drivers(
         coordinator: CoordinatorProcess, capsys: pytest.CaptureFixture[str]) -> None:
     result = tether_here(coordinator, capsys, "submit", "--goal", "Open Settings", "--driver", "sim-typo")
@@ -50,7 +50,7 @@ def test_a_driver_no_pooled_device_has_is_submitted_with_a_warning_naming_the_dr
     assert "sim-typo" in as_json.err
 
 
-@pytest.mark.usefixtures("fleet")
+@pytest.mark.usefixtures("pooled_fleet")
 def test_a_misspelled_workflow_is_submitted_with_a_warning_naming_the_fleet_s_workflows(
         coordinator: CoordinatorProcess, capsys: pytest.CaptureFixture[str]) -> None:
     result = tether_here(coordinator, capsys, "submit", "--workflow", "note-smok", "--driver", "sim",
@@ -62,7 +62,7 @@ def test_a_misspelled_workflow_is_submitted_with_a_warning_naming_the_fleet_s_wo
     assert "the fleet runs: home-smoke, note-smoke;" in result.err, result.err
 
 
-@pytest.mark.usefixtures("fleet")
+@pytest.mark.usefixtures("pooled_fleet")
 def test_a_device_nobody_pooled_and_labels_no_device_has_are_named(coordinator: CoordinatorProcess,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     absent = tether_here(coordinator, capsys, "submit", "--goal", "g", "--device", "phone-9")
@@ -72,7 +72,7 @@ def test_a_device_nobody_pooled_and_labels_no_device_has_are_named(coordinator: 
     assert labels.err.startswith("warning: no pooled device matches driver 'sim' with labels rack=r9"), labels.err
 
 
-@pytest.mark.usefixtures("fleet")
+@pytest.mark.usefixtures("pooled_fleet")
 def test_a_task_that_is_placed_or_waits_for_a_busy_device_gets_no_warning(
         coordinator: CoordinatorProcess, capsys: pytest.CaptureFixture[str]) -> None:
     placed = tether_here(coordinator, capsys, "submit", "--workflow", "note-smoke", "--driver", "sim",
@@ -87,7 +87,7 @@ def test_a_task_that_is_placed_or_waits_for_a_busy_device_gets_no_warning(
     assert tether_here(coordinator, capsys, "cancel", busy.out.strip()).code == 0
 
 
-@pytest.mark.usefixtures("fleet")
+@pytest.mark.usefixtures("pooled_fleet")
 def test_the_client_gives_scripts_the_same_warning(client: Client) -> None:
     task = client.create_task(workflow="note-smok", selector={"driver": "sim", "labels": {"pool": "wf"}})
     assert task["waiting_reason"] == "no_capable_host"
@@ -97,7 +97,7 @@ def test_the_client_gives_scripts_the_same_warning(client: Client) -> None:
     assert client.wait_warning(client.get_task(task["task_id"])) is None  # not waiting any more
 
 
-@pytest.mark.usefixtures("fleet")
+@pytest.mark.usefixtures("pooled_fleet")
 def test_a_token_that_cannot_read_the_fleet_gets_the_warning_without_the_inventory(
         coordinator: CoordinatorProcess, capsys: pytest.CaptureFixture[str]) -> None:
     created = coordinator.api.post("/api/v1/operator-tokens", json={"name": "warn-submit", "scopes": ["submit"]})
