@@ -64,7 +64,7 @@ class Call:
 # -- arguments -----------------------------------------------------------------------------
 
 SessionId = Annotated[Id, Field(description="the session's id, as start_session answered it (t_…)")]
-# The values of an action are judged by the operator API's own action models (bodies.py), once.
+# The values of an action are judged by the operator API's own action models (bodies/actions.py), once.
 Coordinate = int
 
 
