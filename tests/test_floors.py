@@ -50,8 +50,8 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
         ("tether.watch",),
         ("tether", "tether.render"),
         ("tether.client",),
-        ("tether.feed", "tether.waiting", "tether.tables", "tether.arg_types", "tether.sessions"),
-        ("tether.errors", "tether.sse", "tether.run_files"),
+        ("tether.feed", "tether.waiting", "tether.tables", "tether.arg_types", "tether.sessions", "tether.admin"),
+        ("tether.errors", "tether.sse", "tether.run_files", "tether.calls"),
     ],
     "wire": [
         ("wire", "wire.signatures"),
