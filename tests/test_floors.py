@@ -27,7 +27,7 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
         ("coordinator.mcp",),
         ("coordinator.api",),
         ("coordinator.longpoll", "coordinator.feed", "coordinator.reaper", "coordinator.blobs",
-         "coordinator.metrics", "coordinator.webhooks"),
+         "coordinator.metrics", "coordinator.webhooks", "coordinator.webhook_endpoints"),
         ("coordinator.state",),
         ("coordinator.transport",),
         ("coordinator.settings", "coordinator.errors", "coordinator.clock", "coordinator.cancellation",
