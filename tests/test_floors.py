@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Each package's floors, top floor first.
 FLOORS: dict[str, list[tuple[str, ...]]] = {
     "coordinator": [
-        ("coordinator.__main__", "coordinator.demo", "coordinator.serve"),
+        ("coordinator.__main__", "coordinator.demo", "coordinator.demo_processes", "coordinator.serve"),
         ("coordinator.app",),
         ("coordinator.mcp",),
         ("coordinator.api",),
