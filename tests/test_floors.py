@@ -49,7 +49,7 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
          "tether.session_cmd"),
         ("tether.commands",),
         ("tether.watch",),
-        ("tether", "tether.render"),
+        ("tether", "tether.render", "tether.render_fleet"),
         ("tether.client",),
         ("tether.feed", "tether.waiting", "tether.tables", "tether.arg_types", "tether.sessions", "tether.admin"),
         ("tether.errors", "tether.sse", "tether.run_files", "tether.calls"),
