@@ -145,21 +145,24 @@ class HostClient:
         )
         return answer
 
+    def _long_poll_timeout(self, wait_s: int) -> httpx.Timeout:
+        """The client's timeouts with the read one lengthened by a long poll's ``wait_s``."""
+        base = self._client.timeout
+        read = None if base.read is None else base.read + wait_s + CLAIM_TIMEOUT_MARGIN_S
+        return httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
+
     async def claim(self, claim_id: str, wait_s: int) -> Assignment | None:
         """``POST .../claim?wait_s=N``: one assignment, or ``None`` when none came in time.
 
         Send the same ``claim_id`` again after a ``TransientError``: the coordinator then returns
         the assignment it may already have handed to the lost response."""
-        base = self._client.timeout
-        read = None if base.read is None else base.read + wait_s + CLAIM_TIMEOUT_MARGIN_S
-        timeout = httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
         answer = await self._client.request(
             "POST",
             f"{self._prefix}/claim",
             self._token,
             json={"claim_id": claim_id},
             params={"wait_s": wait_s},
-            timeout=timeout,
+            timeout=self._long_poll_timeout(wait_s),
         )
         return None if answer is None else Assignment.from_wire(answer)
 
@@ -196,16 +199,13 @@ class HostClient:
         and wait up to ``wait_s`` for the next commands; renews the lease, with a renewal's 409s.
         → ``{"commands": [{"command_id", "action"}], "lease_ttl_ms", "lease_expires_at",
         "cancel_requested", "end_requested"}``."""
-        base = self._client.timeout
-        read = None if base.read is None else base.read + wait_s + CLAIM_TIMEOUT_MARGIN_S
-        timeout = httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
         answer = await self._client.request(
             "POST",
             f"{self._prefix}/leases/{_segment(lease_id)}/commands",
             self._token,
             json={"task_id": task_id, "attempt": attempt, "answers": answers},
             params={"wait_s": wait_s},
-            timeout=timeout,
+            timeout=self._long_poll_timeout(wait_s),
         )
         if answer is None:  # 204: the coordinator process is stopping; another one answers the next
             raise TransientError("commands poll answered 204 (the coordinator is stopping)", status=204)

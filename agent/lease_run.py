@@ -35,10 +35,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.answers import Assignment, Conflict, MalformedAnswer, ProtocolError, Unauthorized
+from agent.answers import Assignment, Conflict, ProtocolError, Unauthorized
 from agent.artifacts import DRAIN_S, ArtifactMode, RunArtifacts
 from agent.client import HostClient
 from agent.renewals import HostRenewals
+from agent.report import report_result
 from agent.retry import RetryPolicy, retry
 from agent.runtime import (
     DEVICE_GONE,
@@ -386,62 +387,9 @@ class LeasedRun:
 
     async def _report(self, outcome: Outcome) -> None:
         """Send the terminal result until the coordinator answers it (200, or 409: give up)."""
-        assignment = self.assignment
-
-        # Eager dispatch, asked unless the agent is stopping: decided at the first try that asks,
-        # and asked again by every retry after it, so a next assignment dispatched for an answer
-        # that was lost comes back with the replay (and is stopped at once if the agent is
-        # stopping by then) rather than waiting out its lease.
-        asked = False
-
-        async def send() -> Any:
-            nonlocal asked
-            asked = asked or (self._on_next is not None and not outcome.retryable and self._next_wanted())
-            # The identical report every time: the coordinator treats a repeat as a replay.
-            return await self._client.report_result(
-                task_id=assignment.task_id,
-                attempt=assignment.attempt,
-                lease_id=assignment.lease_id,
-                status=outcome.status,
-                failure_reason=outcome.failure_reason,
-                metadata=dict(outcome.metadata),
-                retryable=outcome.retryable,
-                next_wanted=asked,
-            )
-
-        try:
-            answer = await retry(send, self._retry.backoff(), what=f"result for task {assignment.task_id}")
-        except Conflict as exc:
-            log.warning("result for task %s refused (%s); giving up", assignment.task_id, exc.code)
-            return
-        except Unauthorized:
-            self._on_unauthorized()
-            return
-        except ProtocolError as exc:
-            log.error("result for task %s rejected (%s); giving up", assignment.task_id, exc)
-            return
-        replayed = isinstance(answer, dict) and answer.get("replayed") is True
-        task_status = answer.get("task_status") if isinstance(answer, dict) else None
-        log.info(
-            "reported task %s attempt %d: %s%s%s%s%s",
-            assignment.task_id,
-            assignment.attempt,
-            outcome.status.value,
-            f" ({outcome.failure_reason})" if outcome.failure_reason else "",
-            ", retryable" if outcome.retryable else "",
-            " (replayed)" if replayed else "",
-            # What the task became: "queued" means the coordinator will run it again.
-            f"; task is now {task_status}" if isinstance(task_status, str) else "",
-        )
-        following = answer.get("next_assignment") if isinstance(answer, dict) else None
-        if following is not None and self._on_next is not None:
-            try:
-                after = Assignment.from_wire(following)
-            except MalformedAnswer as exc:
-                # Its lease lapses and the coordinator requeues it: nothing here may run it.
-                log.error("result for task %s: next assignment malformed (%s)", assignment.task_id, exc)
-                return
-            self._on_next(after, self._clock())
+        await report_result(self._client, self.assignment, outcome, self._retry,
+                            on_unauthorized=self._on_unauthorized, next_wanted=self._next_wanted,
+                            on_next=self._on_next, clock=self._clock)
 
 
 def _step_of(progress: Progress | None) -> tuple[int, str] | None:

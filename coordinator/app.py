@@ -46,7 +46,8 @@ from coordinator.state.store import Store
 from coordinator.state.webhooks import WebhookStore
 from coordinator.transport.base import RedisTransport
 from coordinator.transport.open import open_redis
-from coordinator.webhooks import DeliveryPolicy, WebhookDelivery
+from coordinator.webhook_endpoints import DeliveryPolicy
+from coordinator.webhooks import WebhookDelivery
 
 log = logging.getLogger("coordinator")
 

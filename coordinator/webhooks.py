@@ -22,11 +22,11 @@ Isolation (a dead endpoint never slows another; PROTOCOL.md, "Webhooks"):
   attempt, and a healthy endpoint's delivery is taken and started within about ``slow_after``
   of the loop seeing it. What hanging attempts hold is bounded by the endpoints' own slots
   (``wire.WEBHOOKS_MAX`` x ``endpoint_concurrency`` connections at most);
-- a circuit per endpoint (``_Circuit``): after ``circuit_timeouts`` attempts in a row time out,
-  its deliveries are deferred without an attempt for ``circuit_open``, doubling each time it
-  opens again, at most ``retry_max_delay``; then one attempt (the probe) decides: an answer,
-  whatever its status, closes it, a timeout opens it again. A dead endpoint is then tried once a
-  while, not with every delivery;
+- a circuit per endpoint (``webhook_endpoints.Circuit``): after ``circuit_timeouts`` attempts
+  in a row time out, its deliveries are deferred without an attempt for ``circuit_open``,
+  doubling each time it opens again, at most ``retry_max_delay``; then one attempt (the probe)
+  decides: an answer, whatever its status, closes it, a timeout opens it again. A dead endpoint
+  is then tried once a while, not with every delivery;
 - a delivery whose endpoint has no free slot waits for one in the process (a few per slot, and
   only as long as its visibility timeout leaves room for its attempt after: past it, another
   process would take it over and make it twice); beyond that it is deferred, due again after
@@ -49,7 +49,7 @@ import random
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpcore
@@ -61,9 +61,9 @@ from coordinator import __version__
 from coordinator.cancellation import cancelling
 from coordinator.metrics import Metrics
 from coordinator.outage import OutageLog
-from coordinator.settings import Settings
 from coordinator.state.webhooks import Taken, WebhookStore
-from coordinator.webhook_targets import GuardedNetwork, TargetPolicy, TargetRefused, Unresolved
+from coordinator.webhook_endpoints import Circuit, DeliveryPolicy, Endpoint
+from coordinator.webhook_targets import GuardedNetwork, TargetRefused, Unresolved
 from wire import iso_ms
 from wire.signatures import signature
 
@@ -72,39 +72,6 @@ log = logging.getLogger("coordinator.webhooks")
 # What a delivery's ``data`` is made from: (event kind, subject id) -> the subject as GET answers
 # it. The API floor provides it (coordinator/api/webhooks.py, subject_view).
 Render = Callable[[str, str], Awaitable[dict[str, Any]]]
-
-
-@dataclass(frozen=True)
-class DeliveryPolicy:
-    """The delivery's tunables (the COORDINATOR_WEBHOOK_* settings), in seconds."""
-
-    attempt_timeout_s: float = 10.0
-    visibility_s: float = 60.0
-    concurrency: int = 32
-    endpoint_concurrency: int = 4
-    retry_base_s: float = 1.0
-    retry_max_delay_s: float = 3600.0
-    retry_for_s: float = 86400.0
-    poll_interval_s: float = 0.5
-    circuit_timeouts: int = 3
-    circuit_open_s: float = 30.0
-    # An attempt unanswered this long gives its process slot back (it keeps its endpoint's).
-    slow_after_s: float = 0.1
-    targets: TargetPolicy = field(default_factory=TargetPolicy)
-
-    @classmethod
-    def of(cls, settings: Settings) -> DeliveryPolicy:
-        return cls(settings.webhook_attempt_timeout_s, settings.webhook_visibility_s, settings.webhook_concurrency,
-                   settings.webhook_endpoint_concurrency, settings.webhook_retry_base_s,
-                   settings.webhook_retry_max_delay_s, settings.webhook_retry_for_s, settings.webhook_poll_interval_s,
-                   settings.webhook_circuit_timeouts, settings.webhook_circuit_open_s,
-                   targets=settings.webhook_targets)
-
-    def retry_delay_s(self, attempts: int, rng: random.Random) -> float:
-        """The wait before the next attempt once ``attempts`` were made: doubling from the base,
-        at most the max, then jittered down by up to half, so a fleet's retries spread out."""
-        delay: float = min(self.retry_max_delay_s, self.retry_base_s * 2.0 ** min(attempts - 1, 40))
-        return delay * rng.uniform(0.5, 1.0)
 
 
 # What went wrong with an attempt, as its delivery's ``last_error`` and its log line says it: a
@@ -142,61 +109,6 @@ def _problem(exc: Exception) -> str:
     return _NO_HTTP_ANSWER
 
 
-class _Circuit:
-    """One endpoint's circuit in this process. Closed: attempts go. Open (after
-    ``circuit_timeouts`` timeouts in a row): its deliveries are deferred, no attempt made, until
-    ``open_until``. Then half-open: the next attempt is the probe, the others wait for it."""
-
-    def __init__(self) -> None:
-        self.timeouts = 0  # in a row
-        self.opened = 0  # times opened in a row: each opening lasts twice the one before
-        self.open_until = 0.0  # monotonic
-        self.probing = False
-
-    def open_for_s(self, now: float) -> float:
-        """How long it stays open (0 when it is not open)."""
-        return max(0.0, self.open_until - now)
-
-    def admit(self, now: float, policy: DeliveryPolicy) -> tuple[float, bool]:
-        """(0, whether it is the probe) when an attempt may start now; else (how long until one
-        may, False)."""
-        if now < self.open_until:
-            return self.open_until - now, False
-        if not self.opened:
-            return 0.0, False
-        if self.probing:
-            return policy.attempt_timeout_s, False
-        self.probing = True
-        return 0.0, True
-
-    def ended(self, timed_out: bool | None, probe: bool, now: float, policy: DeliveryPolicy) -> float:
-        """An attempt ended (``timed_out`` None: it was cut short, and tells nothing). How long
-        the circuit opens for now, 0 when it does not."""
-        if probe:
-            self.probing = False
-        if timed_out is None:
-            return 0.0
-        if not timed_out:  # an answer, whatever it was: the endpoint is there
-            self.timeouts = self.opened = 0
-            self.open_until = 0.0
-            return 0.0
-        if self.opened and not probe:
-            return 0.0  # an attempt from before the circuit opened: it knows already
-        self.timeouts += 1
-        if not probe and self.timeouts < policy.circuit_timeouts:
-            return 0.0
-        self.timeouts = 0
-        self.opened += 1
-        open_s = min(policy.retry_max_delay_s, policy.circuit_open_s * 2.0 ** min(self.opened - 1, 30))
-        self.open_until = now + open_s
-        return open_s
-
-    @property
-    def idle(self) -> bool:
-        """Nothing worth keeping: closed, with no timeout counted."""
-        return not (self.timeouts or self.opened or self.probing)
-
-
 # A stopped process stays a consumer of the outbox's group: forgotten once idle this long with
 # nothing pending, looked for this often by each process. (Forgetting a live one that is merely
 # idle costs nothing: it holds nothing, and its next read makes it a consumer again.)
@@ -206,20 +118,6 @@ FORGET_EVERY_S = 300.0
 # A delivery whose endpoint has all its attempts in flight waits in the process for one of
 # them, up to this many per attempt slot; more are deferred (back to Redis, due again later).
 WAITING_PER_SLOT = 4
-
-
-class _Endpoint:
-    """One webhook's share of this process: its attempt slots, who waits for one, and since when
-    its oldest attempt in flight has run (how slow it is now)."""
-
-    def __init__(self, slots: int) -> None:
-        self.slots = asyncio.Semaphore(slots)
-        self.assigned = 0  # deliveries attempted or waiting for a slot
-        self.started: dict[int, float] = {}  # attempt -> its start (monotonic)
-
-    def slowness_s(self) -> float:
-        """How long its oldest attempt in flight has run (0 with none)."""
-        return time.monotonic() - min(self.started.values()) if self.started else 0.0
 
 
 class WebhookDelivery:
@@ -239,8 +137,8 @@ class WebhookDelivery:
         self._rng = rng or random.Random()
         self._tasks: set[asyncio.Task[None]] = set()
         self._attempting = 0  # young attempts in flight: what the process's concurrency bounds
-        self._endpoints: dict[str, _Endpoint] = {}
-        self._circuits: dict[str, _Circuit] = {}
+        self._endpoints: dict[str, Endpoint] = {}
+        self._circuits: dict[str, Circuit] = {}
         self._slot_freed = asyncio.Event()
         self._outage = OutageLog(log, "webhook delivery")
         # How long a delivery may wait in the process for its endpoint: it and its attempt must
@@ -297,10 +195,10 @@ class WebhookDelivery:
             if cancelling():
                 raise asyncio.CancelledError
 
-    def _circuit(self, webhook_id: str) -> _Circuit:
+    def _circuit(self, webhook_id: str) -> Circuit:
         circuit = self._circuits.get(webhook_id)
         if circuit is None:
-            circuit = self._circuits[webhook_id] = _Circuit()
+            circuit = self._circuits[webhook_id] = Circuit()
         return circuit
 
     def _start(self, pool: httpcore.AsyncConnectionPool, taken: Taken) -> bool:
@@ -308,7 +206,7 @@ class WebhookDelivery:
         or too many waiting for that endpoint already, defer it. Whether it was not deferred."""
         endpoint = self._endpoints.get(taken.webhook.id)
         if endpoint is None:
-            endpoint = self._endpoints[taken.webhook.id] = _Endpoint(self._policy.endpoint_concurrency)
+            endpoint = self._endpoints[taken.webhook.id] = Endpoint(self._policy.endpoint_concurrency)
         circuit = self._circuits.get(taken.webhook.id)
         open_s = circuit.open_for_s(time.monotonic()) if circuit is not None else 0.0
         slots = self._policy.endpoint_concurrency
@@ -323,7 +221,7 @@ class WebhookDelivery:
         task.add_done_callback(self._tasks.discard)
         return going
 
-    def _release(self, webhook_id: str, endpoint: _Endpoint) -> None:
+    def _release(self, webhook_id: str, endpoint: Endpoint) -> None:
         """Forget what the process holds of an endpoint with nothing in flight: its slots, and its
         circuit when that is closed with no timeout counted."""
         if not endpoint.assigned:
@@ -332,7 +230,7 @@ class WebhookDelivery:
             if circuit is not None and circuit.idle:
                 del self._circuits[webhook_id]
 
-    async def _defer(self, taken: Taken, endpoint: _Endpoint, until_s: float | None = None) -> None:
+    async def _defer(self, taken: Taken, endpoint: Endpoint, until_s: float | None = None) -> None:
         # Due again once its endpoint may have a free slot: about as long as its oldest attempt
         # has run so far (a fast endpoint's at the next poll, a hanging one's within half an
         # attempt's timeout), doubled for each time it was put off before and jittered, so a
@@ -353,7 +251,7 @@ class WebhookDelivery:
         finally:
             self._release(taken.webhook.id, endpoint)
 
-    async def _attempt(self, pool: httpcore.AsyncConnectionPool, taken: Taken, endpoint: _Endpoint) -> None:
+    async def _attempt(self, pool: httpcore.AsyncConnectionPool, taken: Taken, endpoint: Endpoint) -> None:
         try:
             async with asyncio.timeout(self._hold_s):
                 await endpoint.slots.acquire()
@@ -396,7 +294,7 @@ class WebhookDelivery:
             endpoint.assigned -= 1
             self._release(taken.webhook.id, endpoint)
 
-    def _ended(self, taken: Taken, circuit: _Circuit, timed_out: bool | None, probe: bool) -> None:
+    def _ended(self, taken: Taken, circuit: Circuit, timed_out: bool | None, probe: bool) -> None:
         was_open = circuit.opened
         open_s = circuit.ended(timed_out, probe, time.monotonic(), self._policy)
         if open_s:

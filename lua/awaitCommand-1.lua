@@ -30,12 +30,9 @@
 local S = deployment(KEYS, ARGV)
 local taskId, commandId, processId, waitMs = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
 
-local task = getJson(S.key.tasks, taskId)
+local task, refused = drivenSession(S, taskId, '', false)
 if not task then
-  return {E.NOT_FOUND}
-end
-if task.kind ~= 'session' then
-  return {E.NOT_A_SESSION}
+  return refused
 end
 local raw = rcall('HGET', derived(S, 'commands', taskId), commandId)
 if not raw then

@@ -28,18 +28,9 @@ local S = deployment(KEYS, ARGV)
 local taskId, owner = ARGV[6], ARGV[9]
 setActor(S, ARGV[7], ARGV[8])
 
-local task = getJson(S.key.tasks, taskId)
+local task, refused = drivenSession(S, taskId, owner, true)
 if not task then
-  return {E.NOT_FOUND}
-end
-if task.kind ~= 'session' then
-  return {E.NOT_A_SESSION}
-end
-if owner ~= '' and task.creator_token ~= owner then
-  return {E.NOT_SESSION_OWNER}
-end
-if task.status == 'queued' or task.status == 'assigned' then
-  return {E.SESSION_NOT_RUNNING, task.status}
+  return refused
 end
 if task.status == 'running' and requestEnd(S, task, nowMs(), 'ended') then
   return {0, saveTask(S, task, task.status)}

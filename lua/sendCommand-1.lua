@@ -43,18 +43,9 @@ local taskId, commandId, actionJson, actionKind = ARGV[6], ARGV[7], ARGV[8], ARG
 local owner, processId, waitMs = ARGV[12], ARGV[13], tonumber(ARGV[14])
 setActor(S, ARGV[10], ARGV[11])
 
-local task = getJson(S.key.tasks, taskId)
+local task, refused = drivenSession(S, taskId, owner, true)
 if not task then
-  return {E.NOT_FOUND}
-end
-if task.kind ~= 'session' then
-  return {E.NOT_A_SESSION}
-end
-if owner ~= '' and task.creator_token ~= owner then
-  return {E.NOT_SESSION_OWNER}
-end
-if task.status == 'queued' or task.status == 'assigned' then
-  return {E.SESSION_NOT_RUNNING, task.status}
+  return refused
 end
 if task.status ~= 'running' or task.end_requested or task.cancel_requested then
   return {E.SESSION_ENDED}

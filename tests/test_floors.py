@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # Each package's floors, top floor first.
 FLOORS: dict[str, list[tuple[str, ...]]] = {
     "coordinator": [
-        ("coordinator.__main__", "coordinator.demo", "coordinator.serve"),
+        ("coordinator.__main__", "coordinator.demo", "coordinator.demo_processes", "coordinator.serve"),
         ("coordinator.app",),
         ("coordinator.mcp",),
         ("coordinator.api",),
         ("coordinator.longpoll", "coordinator.feed", "coordinator.reaper", "coordinator.blobs",
-         "coordinator.metrics", "coordinator.webhooks"),
+         "coordinator.metrics", "coordinator.webhooks", "coordinator.webhook_endpoints"),
         ("coordinator.state",),
         ("coordinator.transport",),
         ("coordinator.settings", "coordinator.errors", "coordinator.clock", "coordinator.cancellation",
@@ -37,7 +37,8 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
         ("agent.__main__", "agent.app", "agent.usage"),
         ("agent.host", "agent.identity"),
         ("agent.heartbeat", "agent.lease_run", "agent.host_config"),
-        ("agent.artifacts", "agent.renewals", "agent.executor", "agent.settings", "agent.session_run"),
+        ("agent.artifacts", "agent.renewals", "agent.executor", "agent.settings", "agent.session_run",
+         "agent.report"),
         ("agent.runtime",),
         ("agent.client", "agent.retry", "agent.run_log"),
         ("agent.answers", "agent"),
@@ -48,10 +49,10 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
          "tether.session_cmd"),
         ("tether.commands",),
         ("tether.watch",),
-        ("tether", "tether.render"),
+        ("tether", "tether.render", "tether.render_fleet"),
         ("tether.client",),
-        ("tether.feed", "tether.waiting", "tether.tables", "tether.arg_types", "tether.sessions"),
-        ("tether.errors", "tether.sse", "tether.run_files"),
+        ("tether.feed", "tether.waiting", "tether.tables", "tether.arg_types", "tether.sessions", "tether.admin"),
+        ("tether.errors", "tether.sse", "tether.run_files", "tether.calls"),
     ],
     "wire": [
         ("wire", "wire.signatures"),

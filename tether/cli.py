@@ -18,7 +18,7 @@ from importlib import metadata
 
 import wire
 from tether import artifacts_cmd, commands, runs_cmd, session_cmd, teams_cmd, webhooks_cmd
-from tether.arg_types import positive_int
+from tether.arg_types import label, positive_int
 from tether.client import Client
 from tether.errors import TetherError
 
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--device", metavar="ID", help="run on this device")
     where.add_argument("--driver", metavar="D", help="run on any device of this driver (with --label)")
-    p.add_argument("--label", metavar="K=V", action="append", type=_label, help="device label to match (repeatable)")
+    p.add_argument("--label", metavar="K=V", action="append", type=label, help="device label to match (repeatable)")
     p.add_argument("--max-attempts", metavar="N", type=positive_int)
     p.add_argument("--queue-timeout", metavar="S", type=positive_int, help="fail it if not assigned within S seconds")
     p.add_argument("--priority", metavar="N", type=int, help="-100..100, higher first (default 0)")
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(run=commands.tokens_create)
     t.add_argument("--uses", metavar="N", type=positive_int, help="how many hosts may enroll with it (default 1)")
     t.add_argument("--ttl", metavar="S", type=positive_int, help="seconds it stays valid (default 3600)")
-    t.add_argument("--label", metavar="K=V", action="append", type=_label,
+    t.add_argument("--label", metavar="K=V", action="append", type=label,
                    help="a label for the hosts it enrolls (repeatable)")
     t = tokens.add_parser("revoke", parents=[common], help="revoke an enrollment token")
     t.set_defaults(run=commands.tokens_revoke)
@@ -191,13 +191,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # -- argument types (a ValueError or ArgumentTypeError is argparse's usage error, exit 2) ------
-
-
-def _label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected K=V, got {text!r}")
-    return key, value
 
 
 def _param(text: str) -> tuple[str, object]:

@@ -10,23 +10,18 @@ stream. Plain ``httpx``, synchronous: a script, the ``tether`` command, or a not
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self
-from urllib.parse import quote
-
-import httpx
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import wire
+from tether.admin import AdminMethods
+from tether.calls import AMBIGUOUS_MATCHES_SHOWN, segment, starting_with
 from tether.errors import TetherError
 from tether.feed import Feed
 from tether.sessions import SessionMethods
 from tether.waiting import describe, unplaceable_reason
 
-DEFAULT_TIMEOUT_S = 10.0
 Json = dict[str, Any]
-# An ambiguous prefix names at most this many of its matches (and says there are more).
-AMBIGUOUS_MATCHES_SHOWN = 10
 # The largest page the tasks listing gives (coordinator/api/limits.py): a prefix's search reads
 # as few pages as it can.
 _PREFIX_PAGE_SIZE = 500
@@ -34,44 +29,13 @@ _PREFIX_PAGE_SIZE = 500
 _DRIVERS_PAGE_SIZE = 1000
 
 
-class Client(SessionMethods):
+class Client(SessionMethods, AdminMethods):
     """``Client("http://coordinator:8000", token)``; use it as a context manager, or ``close()``.
-    Live sessions (``start_session`` and the session routes) are ``tether.sessions``'.
+    Live sessions (``start_session`` and the session routes) are ``tether.sessions``'; devices,
+    hosts, tokens and webhooks ``tether.admin``'; the connection ``tether.calls``'.
 
     ``transport`` is httpx's: tests may hand an ``httpx.MockTransport`` or ``ASGITransport``.
     """
-
-    def __init__(self, url: str, token: str, *, timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None, feed_read_timeout_s: float = 45.0) -> None:
-        if not token or not token.isascii() or not token.isprintable() or " " in token:
-            # httpx would put an illegal header value, token included, into its exception text.
-            raise ValueError("the token must be printable ASCII without spaces")
-        scheme = url.partition("://")[0].lower() if "://" in url else ""
-        if scheme not in ("http", "https"):
-            # httpx would take "coordinator:8000" as a scheme of its own, or send nothing at all.
-            raise ValueError(f"the coordinator URL needs its scheme: http://{url} or https://{url}"
-                             if not scheme else f"the coordinator URL must be http:// or https://, not {scheme}://")
-        self.url = url.rstrip("/")
-        self._feed_read_timeout_s = feed_read_timeout_s
-        self._http = httpx.Client(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {token}", "User-Agent": "tether-client"},
-            timeout=timeout,
-            transport=transport,
-        )
-
-    def __repr__(self) -> str:
-        return f"Client({self.url!r})"
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -134,10 +98,10 @@ class Client(SessionMethods):
             body["max_devices"] = None
         elif max_devices is not None:
             body["max_devices"] = max_devices
-        return self._call("PUT", f"/api/v1/teams/{_id(team, 'team')}", json=body)
+        return self._call("PUT", f"/api/v1/teams/{segment(team, 'team')}", json=body)
 
     def get_task(self, task_id: str) -> Json:
-        return self._call("GET", f"/api/v1/tasks/{_id(task_id, 'task id')}")
+        return self._call("GET", f"/api/v1/tasks/{segment(task_id, 'task id')}")
 
     def resolve_task_id(self, prefix: str) -> str:
         """The id of the one task whose id is ``prefix`` or starts with it, as git takes a unique
@@ -165,7 +129,7 @@ class Client(SessionMethods):
             if exc.code != "not_found":
                 raise
             not_found = exc
-        matches = _matches(prefix, ids())
+        matches = starting_with(prefix, ids())
         if not matches:
             raise not_found
         if len(matches) > 1:
@@ -194,10 +158,10 @@ class Client(SessionMethods):
 
     def task_events(self, task_id: str) -> Json:
         """The task's history, oldest first: ``{"events": [...]}``."""
-        return self._call("GET", f"/api/v1/tasks/{_id(task_id, 'task id')}/events")
+        return self._call("GET", f"/api/v1/tasks/{segment(task_id, 'task id')}/events")
 
     def cancel_task(self, task_id: str) -> Json:
-        return self._call("POST", f"/api/v1/tasks/{_id(task_id, 'task id')}/cancel")
+        return self._call("POST", f"/api/v1/tasks/{segment(task_id, 'task id')}/cancel")
 
     # -- runs: many tasks as one (PROTOCOL.md, "Runs") -------------------------------------------
 
@@ -209,7 +173,7 @@ class Client(SessionMethods):
 
     def get_run(self, run_id: str) -> Json:
         """The run: ``status``, ``counts`` by task status, ``breakdown`` by device and work item."""
-        return self._call("GET", f"/api/v1/runs/{_id(run_id, 'run id')}")
+        return self._call("GET", f"/api/v1/runs/{segment(run_id, 'run id')}")
 
     def list_runs(self, *, status: str | None = None, team: str | None = None, limit: int | None = None,
                   cursor: str | None = None) -> Json:
@@ -223,169 +187,32 @@ class Client(SessionMethods):
 
     def cancel_run(self, run_id: str) -> Json:
         """Cancel every task of the run not yet ended; the run after it."""
-        return self._call("POST", f"/api/v1/runs/{_id(run_id, 'run id')}/cancel")
+        return self._call("POST", f"/api/v1/runs/{segment(run_id, 'run id')}/cancel")
 
     def rerun_failed(self, run_id: str) -> Json:
         """A new task for each failed one, in its place: ``{"run_id", "created", "run"}``."""
-        return self._call("POST", f"/api/v1/runs/{_id(run_id, 'run id')}/rerun-failed")
+        return self._call("POST", f"/api/v1/runs/{segment(run_id, 'run id')}/rerun-failed")
 
     def run_report(self, run_id: str) -> Json:
         """The run's report as JSON: ``{"run", "suites": [{"work", "cases": [...]}]}``."""
-        return self._call("GET", f"/api/v1/runs/{_id(run_id, 'run id')}/report", params={"format": "json"})
+        return self._call("GET", f"/api/v1/runs/{segment(run_id, 'run id')}/report", params={"format": "json"})
 
     def run_report_junit(self, run_id: str) -> bytes:
         """The run's report as JUnit XML, as CI systems read it."""
-        return self._send("GET", f"/api/v1/runs/{_id(run_id, 'run id')}/report", params={"format": "junit"}).content
+        return self._send("GET", f"/api/v1/runs/{segment(run_id, 'run id')}/report", params={"format": "junit"}).content
 
     # -- artifacts (a run's screenshots, log, final screen) ----------------------------------
 
     def list_artifacts(self, task_id: str) -> Json:
         """Every attempt's artifacts, by attempt: ``{"artifacts": [{"name", "attempt",
         "step_index", "size", "sha256", "content_type", "created_at"}]}``."""
-        return self._call("GET", f"/api/v1/tasks/{_id(task_id, 'task id')}/artifacts")
+        return self._call("GET", f"/api/v1/tasks/{segment(task_id, 'task id')}/artifacts")
 
     def get_artifact(self, task_id: str, name: str, *, attempt: int | None = None) -> bytes:
         """One artifact's bytes: of ``attempt``, or of the latest attempt that has ``name``."""
-        path = f"/api/v1/tasks/{_id(task_id, 'task id')}/artifacts/{_artifact_name(name)}"
+        path = f"/api/v1/tasks/{segment(task_id, 'task id')}/artifacts/{_artifact_name(name)}"
         response = self._send("GET", path, params={"attempt": attempt})
         return response.content
-
-    # -- devices -------------------------------------------------------------------------------
-
-    def list_devices(self, *, host_id: str | None = None, driver: str | None = None, status: str | None = None,
-                     limit: int | None = None, cursor: str | None = None) -> Json:
-        return self._call("GET", "/api/v1/devices", params={
-            "host_id": host_id, "driver": driver, "status": status, "limit": limit, "cursor": cursor})
-
-    def iter_devices(self, *, host_id: str | None = None, driver: str | None = None,
-                     status: str | None = None, page_size: int | None = None) -> Iterator[Json]:
-        return self._items(self.list_devices, "devices", host_id=host_id, driver=driver, status=status,
-                           limit=page_size)
-
-    def get_device(self, device_id: str) -> Json:
-        return self._call("GET", f"/api/v1/devices/{_id(device_id, 'device id')}")
-
-    def device_history(self, device_id: str, *, limit: int | None = None) -> Json:
-        """Who ran what on it, newest first: ``{"runs": [...]}``."""
-        return self._call("GET", f"/api/v1/devices/{_id(device_id, 'device id')}/history",
-                          params={"limit": limit})
-
-    def disable_device(self, device_id: str, reason: str = "") -> Json:
-        return self._call("POST", f"/api/v1/devices/{_id(device_id, 'device id')}/disable",
-                          json={"reason": reason})
-
-    def enable_device(self, device_id: str) -> Json:
-        return self._call("POST", f"/api/v1/devices/{_id(device_id, 'device id')}/enable")
-
-    def forget_device(self, device_id: str) -> Json:
-        """Un-enroll a managed host's device (``DELETE``); ``device_busy`` while it holds a task."""
-        return self._call("DELETE", f"/api/v1/devices/{_id(device_id, 'device id')}")
-
-    # -- what the fleet can run ----------------------------------------------------------------
-
-    def list_workflows(self) -> Json:
-        """``{"workflows": [{"name", "hosts", "devices"}]}``: each workflow an online host lists,
-        with those hosts' ids and how many pooled devices they have."""
-        return self._call("GET", "/api/v1/workflows")
-
-    # -- hosts ---------------------------------------------------------------------------------
-
-    def list_hosts(self, *, limit: int | None = None, cursor: str | None = None) -> Json:
-        return self._call("GET", "/api/v1/hosts", params={"limit": limit, "cursor": cursor})
-
-    def iter_hosts(self, *, page_size: int | None = None) -> Iterator[Json]:
-        return self._items(self.list_hosts, "hosts", limit=page_size)
-
-    def get_host(self, host_id: str) -> Json:
-        return self._call("GET", f"/api/v1/hosts/{_id(host_id, 'host id')}")
-
-    def drain_host(self, host_id: str) -> Json:
-        return self._call("POST", f"/api/v1/hosts/{_id(host_id, 'host id')}/drain")
-
-    def undrain_host(self, host_id: str) -> Json:
-        return self._call("POST", f"/api/v1/hosts/{_id(host_id, 'host id')}/undrain")
-
-    def revoke_host(self, host_id: str) -> Json:
-        return self._call("POST", f"/api/v1/hosts/{_id(host_id, 'host id')}/revoke")
-
-    # -- enrollment tokens ---------------------------------------------------------------------
-
-    def create_enrollment_token(self, *, ttl_s: int | None = None, max_uses: int | None = None,
-                                labels: Mapping[str, str] | None = None) -> Json:
-        """``{"id", "token", "expires_at", ...}``: the secret ``token`` is in this answer only."""
-        body = {"ttl_s": ttl_s, "max_uses": max_uses, "labels": dict(labels) if labels is not None else None}
-        return self._call("POST", "/api/v1/enrollment-tokens", json={k: v for k, v in body.items() if v is not None})
-
-    def list_enrollment_tokens(self, *, limit: int | None = None, cursor: str | None = None) -> Json:
-        """``{"enrollment_tokens": [...], "next_cursor": ...}``, never the secrets."""
-        return self._call("GET", "/api/v1/enrollment-tokens", params={"limit": limit, "cursor": cursor})
-
-    def iter_enrollment_tokens(self, *, page_size: int | None = None) -> Iterator[Json]:
-        return self._items(self.list_enrollment_tokens, "enrollment_tokens", limit=page_size)
-
-    def revoke_enrollment_token(self, token_id: str) -> Json:
-        return self._call("DELETE", f"/api/v1/enrollment-tokens/{_id(token_id, 'token id')}")
-
-    # -- operator tokens -----------------------------------------------------------------------
-
-    def me(self) -> Json:
-        """Who this client's token is: ``{"name", "scopes", "expires_at"}`` (any valid token)."""
-        return self._call("GET", "/api/v1/me")
-
-    def create_operator_token(self, name: str, scopes: Sequence[str], *, ttl_s: int | None = None) -> Json:
-        """``{"id", "name", "scopes", "token", "expires_at"}`` (admin only): the secret ``token``
-        is in this answer only."""
-        body: Json = {"name": name, "scopes": list(scopes)}
-        if ttl_s is not None:
-            body["ttl_s"] = ttl_s
-        return self._call("POST", "/api/v1/operator-tokens", json=body)
-
-    def list_operator_tokens(self, *, limit: int | None = None, cursor: str | None = None) -> Json:
-        """``{"operator_tokens": [...], "next_cursor": ...}`` (admin only), never the secrets."""
-        return self._call("GET", "/api/v1/operator-tokens", params={"limit": limit, "cursor": cursor})
-
-    def iter_operator_tokens(self, *, page_size: int | None = None) -> Iterator[Json]:
-        return self._items(self.list_operator_tokens, "operator_tokens", limit=page_size)
-
-    def revoke_operator_token(self, token_id: str) -> Json:
-        """Revoke (admin only): the token is refused ``401`` on every process from the next request."""
-        return self._call("DELETE", f"/api/v1/operator-tokens/{_id(token_id, 'token id')}")
-
-    # -- webhooks ------------------------------------------------------------------------------
-
-    def list_webhooks(self) -> Json:
-        """``{"webhooks": [{"id", "url", "events", "team", ...}]}`` (admin only; never a secret)."""
-        return self._call("GET", "/api/v1/webhooks")
-
-    def create_webhook(self, url: str, events: Sequence[str], *, team: str | None = None) -> Json:
-        """``{"id", "url", "events", "team", "secret"}`` (admin only): the signing ``secret`` is in
-        this answer only."""
-        body: Json = {"url": url, "events": list(events)}
-        if team is not None:
-            body["team"] = team
-        return self._call("POST", "/api/v1/webhooks", json=body)
-
-    def resolve_webhook_id(self, prefix: str) -> str:
-        """The id of the one webhook whose id is ``prefix`` or starts with it, as
-        ``resolve_task_id`` (the listing is short: every webhook in one page)."""
-        ids = [str(w["id"]) for w in self.list_webhooks()["webhooks"]]
-        if prefix in ids:
-            return prefix
-        matches = _matches(prefix, ids)
-        if not matches:
-            raise TetherError("not_found", f"no webhook {prefix!r}")
-        if len(matches) > 1:
-            raise TetherError.ambiguous("webhook", prefix, matches, more=len(matches) > AMBIGUOUS_MATCHES_SHOWN)
-        return matches[0]
-
-    def delete_webhook(self, webhook_id: str) -> Json:
-        return self._call("DELETE", f"/api/v1/webhooks/{_id(webhook_id, 'webhook id')}")
-
-    def webhook_deliveries(self, webhook_id: str, *, limit: int | None = None) -> Json:
-        """``{"deliveries": [...]}``, newest first: each with ``attempts``, ``last_status``,
-        ``next_attempt_at`` and ``state`` (pending, delivered, failed)."""
-        params = {} if limit is None else {"limit": limit}
-        return self._call("GET", f"/api/v1/webhooks/{_id(webhook_id, 'webhook id')}/deliveries", params=params)
 
     # -- the live feed -------------------------------------------------------------------------
 
@@ -393,70 +220,10 @@ class Client(SessionMethods):
              last_event_id: str | None = None) -> Feed:
         """The live feed, optionally only the events naming one task, host or run; it starts at
         "now" unless ``last_event_id`` resumes it. See ``tether.feed.Feed``."""
-        params = {"task_id": task_id and _id(task_id, "task id"), "host_id": host_id and _id(host_id, "host id"),
-                  "run_id": run_id and _id(run_id, "run id")}
+        params = {"task_id": task_id and segment(task_id, "task id"),
+                  "host_id": host_id and segment(host_id, "host id"), "run_id": run_id and segment(run_id, "run id")}
         return Feed(self._http, "/api/v1/events", {k: v for k, v in params.items() if v},
                     last_event_id=last_event_id, read_timeout_s=self._feed_read_timeout_s)
-
-    # -- plumbing ------------------------------------------------------------------------------
-
-    def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-              json: Any = None, timeout: float | None = None) -> httpx.Response:
-        """The answer of one call that succeeded (2xx or 3xx); ``TetherError`` otherwise.
-        ``timeout`` (seconds) replaces the client's for a call that waits at the server."""
-        query = {k: str(v) for k, v in (params or {}).items() if v is not None}
-        try:
-            if timeout is None:
-                response = self._http.request(method, path, params=query, json=json)
-            else:
-                response = self._http.request(method, path, params=query, json=json, timeout=timeout)
-        except httpx.TransportError as exc:
-            raise TetherError.unreachable(self.url, exc) from exc
-        if response.status_code >= 400:
-            raise TetherError.from_response(response)
-        return response
-
-    def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-              json: Any = None, timeout: float | None = None) -> Json:
-        response = self._send(method, path, params=params, json=json, timeout=timeout)
-        try:
-            answer = response.json()
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            raise TetherError("invalid_response", f"{method} {path} answered {response.status_code} without a "
-                              "JSON object", status=response.status_code)
-        return answer
-
-    @staticmethod
-    def _items(list_page: Callable[..., Json], key: str, **filters: Any) -> Iterator[Json]:
-        cursor = None
-        while True:
-            page = list_page(**filters, cursor=cursor)
-            yield from page[key]
-            cursor = page.get("next_cursor")
-            if cursor is None or cursor == "":
-                return
-
-
-def _matches(prefix: str, ids: Iterable[str]) -> list[str]:
-    """The ids starting with ``prefix``, in the listing's order; once there are more than can be
-    shown the search stops: it is ambiguous whatever follows."""
-    found: list[str] = []
-    for candidate in ids:
-        if candidate.startswith(prefix):
-            found.append(candidate)
-            if len(found) > AMBIGUOUS_MATCHES_SHOWN:
-                break
-    return found
-
-
-def _id(value: str, what: str) -> str:
-    """A path segment: refused here when it is outside the contract's id grammar, so it can
-    never turn into another path."""
-    if not wire.is_valid_id(value):
-        raise TetherError("invalid_request", f"not a valid {what}: {value!r}")
-    return quote(value, safe="")
 
 
 _ARTIFACT_NAME = re.compile(wire.ARTIFACT_NAME_PATTERN)

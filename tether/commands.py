@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import wire
-from tether import render
+from tether import render, render_fleet
 from tether.client import Client
 from tether.errors import TetherError
 from tether.watch import follow, succeeded
@@ -153,7 +153,7 @@ def cancel(client: Client, args: Namespace, out: Output) -> int:
 def hosts(client: Client, args: Namespace, out: Output) -> int:
     page = _collect(lambda limit, cursor: client.list_hosts(limit=limit, cursor=cursor), "hosts")
     labels = {} if out.as_json else _labels_of_devices(client)  # the JSON is the API's own
-    return out.show(page, lambda p: render.hosts_table(p["hosts"], labels))
+    return out.show(page, lambda p: render_fleet.hosts_table(p["hosts"], labels))
 
 
 def _labels_of_devices(client: Client) -> dict[str, Json]:
@@ -171,19 +171,19 @@ def _labels_of_devices(client: Client) -> dict[str, Json]:
 
 
 def host(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.get_host(args.id), render.host_fields)
+    return out.show(client.get_host(args.id), render_fleet.host_fields)
 
 
 def drain(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.drain_host(args.id), render.host_state)
+    return out.show(client.drain_host(args.id), render_fleet.host_state)
 
 
 def undrain(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.undrain_host(args.id), render.host_state)
+    return out.show(client.undrain_host(args.id), render_fleet.host_state)
 
 
 def revoke(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.revoke_host(args.id), render.host_state)
+    return out.show(client.revoke_host(args.id), render_fleet.host_state)
 
 
 # -- devices ---------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def devices(client: Client, args: Namespace, out: Output) -> int:
 
     pages = [of_host(host_id) for host_id in (_host_ids(client, args.host) if args.host else [None])]
     page = pages[0] if len(pages) == 1 else {"devices": [d for p in pages for d in p["devices"]], "next_cursor": None}
-    return out.show(page, lambda p: render.devices_table(p["devices"]))
+    return out.show(page, lambda p: render_fleet.devices_table(p["devices"]))
 
 
 def _host_ids(client: Client, host: str) -> list[str]:
@@ -216,19 +216,19 @@ def _host_ids(client: Client, host: str) -> list[str]:
 
 
 def workflows(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.list_workflows(), lambda w: render.workflows_table(w["workflows"]))
+    return out.show(client.list_workflows(), lambda w: render_fleet.workflows_table(w["workflows"]))
 
 
 def history(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.device_history(args.id, limit=args.limit), lambda h: render.runs_table(h["runs"]))
+    return out.show(client.device_history(args.id, limit=args.limit), lambda h: render_fleet.runs_table(h["runs"]))
 
 
 def disable(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.disable_device(args.id, args.reason), render.device_state)
+    return out.show(client.disable_device(args.id, args.reason), render_fleet.device_state)
 
 
 def enable(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.enable_device(args.id), render.device_state)
+    return out.show(client.enable_device(args.id), render_fleet.device_state)
 
 
 def forget(client: Client, args: Namespace, out: Output) -> int:
@@ -241,40 +241,41 @@ def forget(client: Client, args: Namespace, out: Output) -> int:
 def tokens(client: Client, args: Namespace, out: Output) -> int:
     page = _collect(lambda limit, cursor: client.list_enrollment_tokens(limit=limit, cursor=cursor),
                     "enrollment_tokens")
-    return out.show(page, lambda p: render.tokens_table(p["enrollment_tokens"]))
+    return out.show(page, lambda p: render_fleet.tokens_table(p["enrollment_tokens"]))
 
 
 def tokens_create(client: Client, args: Namespace, out: Output) -> int:
     token = client.create_enrollment_token(ttl_s=args.ttl, max_uses=args.uses,
                                            labels=dict(args.label) if args.label else None)
-    return out.show(token, render.created_token)
+    return out.show(token, render_fleet.created_token)
 
 
 def tokens_revoke(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.revoke_enrollment_token(args.id), lambda t: f"token {t['id']}: {render.token_state(t)}")
+    return out.show(client.revoke_enrollment_token(args.id),
+                    lambda t: f"token {t['id']}: {render_fleet.token_state(t)}")
 
 
 # -- operator tokens, and who the caller is ----------------------------------------------------
 
 
 def me(client: Client, args: Namespace, out: Output) -> int:
-    return out.show(client.me(), render.me_fields)
+    return out.show(client.me(), render_fleet.me_fields)
 
 
 def operator_tokens(client: Client, args: Namespace, out: Output) -> int:
     page = _collect(lambda limit, cursor: client.list_operator_tokens(limit=limit, cursor=cursor),
                     "operator_tokens")
-    return out.show(page, lambda p: render.operator_tokens_table(p["operator_tokens"]))
+    return out.show(page, lambda p: render_fleet.operator_tokens_table(p["operator_tokens"]))
 
 
 def operator_tokens_create(client: Client, args: Namespace, out: Output) -> int:
     token = client.create_operator_token(args.name, list(dict.fromkeys(args.scope)), ttl_s=args.ttl)
-    return out.show(token, render.created_operator_token)
+    return out.show(token, render_fleet.created_operator_token)
 
 
 def operator_tokens_revoke(client: Client, args: Namespace, out: Output) -> int:
     return out.show(client.revoke_operator_token(args.id),
-                    lambda t: f"operator token {t['id']} ({t.get('name')}): {render.operator_token_state(t)}")
+                    lambda t: f"operator token {t['id']} ({t.get('name')}): {render_fleet.operator_token_state(t)}")
 
 
 # -- paging ----------------------------------------------------------------------------------

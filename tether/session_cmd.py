@@ -16,6 +16,7 @@ from argparse import Namespace
 from collections.abc import Callable
 from typing import Any
 
+from tether.arg_types import label
 from tether.client import Client, Json
 from tether.commands import Output, save
 from tether.sessions import CommandAnswer
@@ -46,7 +47,7 @@ def add_arguments(session: argparse.ArgumentParser, common: argparse.ArgumentPar
     where = start.add_mutually_exclusive_group(required=True)
     where.add_argument("--device", metavar="ID", help="this device")
     where.add_argument("--driver", metavar="D", help="any free device of this driver (with --label)")
-    start.add_argument("--label", metavar="K=V", action="append", type=_label, help="device label (repeatable)")
+    start.add_argument("--label", metavar="K=V", action="append", type=label, help="device label (repeatable)")
     start.add_argument("--team", metavar="T", help="the team it belongs to")
     start.add_argument("--idle-timeout", metavar="S", type=int, help="end it after S seconds without a command")
     start.add_argument("--wait", metavar="S", type=float, default=120.0,
@@ -65,13 +66,6 @@ def add_arguments(session: argparse.ArgumentParser, common: argparse.ArgumentPar
         p = sub.add_parser(name, parents=[common], help=what)
         p.set_defaults(run=run)
         p.add_argument("id", metavar="ID", help="the session's task id, or a unique prefix of it")
-
-
-def _label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected K=V, got {text!r}")
-    return key, value
 
 
 def action_of(args: Namespace) -> dict[str, Any]:

@@ -25,14 +25,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import quote, urlsplit
-
-import httpx
+from urllib.parse import urlsplit
 
 import wire
+from tether.calls import Calls, Json, segment
 from tether.errors import TetherError
 
-Json = dict[str, Any]
 # What the coordinator allows a command request to wait (``wait_s`` 0..60).
 COMMAND_WAIT_MAX_S = 60
 # A long poll's read timeout is its wait plus this.
@@ -42,24 +40,8 @@ _START_POLL_S = 0.2
 PENDING = "pending"
 
 
-def _segment(value: str, what: str) -> str:
-    if not wire.is_valid_id(value):
-        raise TetherError("invalid_request", f"not a valid {what}: {value!r}")
-    return quote(value, safe="")
-
-
-class SessionMethods:
-    """The session routes of ``tether.Client`` (which supplies ``url``, ``_call`` and ``_send``)."""
-
-    url: str
-
-    def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json: Any = None,
-              timeout: float | None = None) -> Json:
-        raise NotImplementedError  # tether.Client's
-
-    def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json: Any = None,
-              timeout: float | None = None) -> httpx.Response:
-        raise NotImplementedError  # tether.Client's
+class SessionMethods(Calls):
+    """The session routes of ``tether.Client`` (on ``tether.calls.Calls``, the connection)."""
 
     # -- the routes, one for one ---------------------------------------------------------------
 
@@ -84,23 +66,23 @@ class SessionMethods:
     def send_command(self, task_id: str, action: Mapping[str, Any], *, wait_s: int = 30) -> Json:
         """``POST /api/v1/tasks/{id}/commands``: the answer once the device has done it (within
         ``wait_s``), else ``{"command_id", "status": "pending"}`` (then ``get_command``)."""
-        return self._call("POST", f"/api/v1/tasks/{_segment(task_id, 'task id')}/commands",
+        return self._call("POST", f"/api/v1/tasks/{segment(task_id, 'task id')}/commands",
                           params={"wait_s": wait_s}, json={"action": dict(action)}, timeout=wait_s + _READ_MARGIN_S)
 
     def get_command(self, task_id: str, command_id: str, *, wait_s: int = 30) -> Json:
         """``GET /api/v1/tasks/{id}/commands/{command_id}``: the command and its answer, waiting up
         to ``wait_s`` for it."""
-        path = f"/api/v1/tasks/{_segment(task_id, 'task id')}/commands/{_segment(command_id, 'command id')}"
+        path = f"/api/v1/tasks/{segment(task_id, 'task id')}/commands/{segment(command_id, 'command id')}"
         return self._call("GET", path, params={"wait_s": wait_s}, timeout=wait_s + _READ_MARGIN_S)
 
     def end_session(self, task_id: str) -> Json:
         """``POST /api/v1/tasks/{id}/end``: the session ends ``succeeded`` (idempotent)."""
-        return self._call("POST", f"/api/v1/tasks/{_segment(task_id, 'task id')}/end")
+        return self._call("POST", f"/api/v1/tasks/{segment(task_id, 'task id')}/end")
 
     def session_log(self, task_id: str, *, limit: int | None = None, cursor: str | None = None) -> Json:
         """One page of the session's recording, oldest first: ``{"commands": [...], "next_cursor"}``,
         each command with who sent it, when, and its answer."""
-        return self._call("GET", f"/api/v1/tasks/{_segment(task_id, 'task id')}/commands",
+        return self._call("GET", f"/api/v1/tasks/{segment(task_id, 'task id')}/commands",
                           params={"limit": limit, "cursor": cursor})
 
     def iter_session_log(self, task_id: str) -> Iterator[Json]:
@@ -150,7 +132,7 @@ class SessionMethods:
                                       f"({reason}); cancelled", details={"status": task.get("status"),
                                                                          "waiting_reason": task.get("waiting_reason")})
                 time.sleep(_START_POLL_S)
-                task = self._call("GET", f"/api/v1/tasks/{_segment(task_id, 'task id')}")
+                task = self._call("GET", f"/api/v1/tasks/{segment(task_id, 'task id')}")
         except BaseException:
             self._give_up(task_id)
             raise
@@ -159,7 +141,7 @@ class SessionMethods:
     def _give_up(self, task_id: str) -> None:
         # Ended meanwhile, or the coordinator is gone: nothing more to do.
         with contextlib.suppress(TetherError):
-            self._call("POST", f"/api/v1/tasks/{_segment(task_id, 'task id')}/cancel")
+            self._call("POST", f"/api/v1/tasks/{segment(task_id, 'task id')}/cancel")
 
 
 @dataclass(frozen=True, repr=False)

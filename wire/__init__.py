@@ -143,7 +143,7 @@ def is_valid_id(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and _ID.fullmatch(value) is not None
 
 
-# Progress carried by a renewal (step_index, status, summary: coordinator/api/bodies.py Progress),
+# Progress carried by a renewal (step_index, status, summary: coordinator/api/bodies/host.py Progress),
 # the summary cut to the coordinator's bound (COORDINATOR_PROGRESS_SUMMARY_MAX_CHARS, this by
 # default), the status short.
 PROGRESS_SUMMARY_MAX_CHARS = 500

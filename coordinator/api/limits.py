@@ -1,6 +1,6 @@
 """What the operator API's listings accept: the bounds of their query parameters. The handlers
 enforce these and ``openapi.py`` documents them, both from here, so the document cannot drift
-from the server. (The bodies' bounds live with their models, in ``bodies.py``.)"""
+from the server. (The bodies' bounds live with their models, in ``bodies/``.)"""
 
 from __future__ import annotations
 

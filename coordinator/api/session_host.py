@@ -20,7 +20,7 @@ from coordinator.api.responses import json_response
 from coordinator.api.validation import canonical_json, read, require_id
 from coordinator.longpoll import CONNECTION, wait_on
 from coordinator.state.keys import commands_topic
-from coordinator.state.store import CommandsPolled
+from coordinator.state.session_scripts import CommandsPolled
 from wire import iso_ms
 
 

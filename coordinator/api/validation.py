@@ -1,5 +1,5 @@
 """Request validation: ids, query values and bounded JSON bodies, read as the models of
-``coordinator/api/bodies.py`` with their errors in the contract's words.
+``coordinator/api/bodies/`` with their errors in the contract's words.
 
 Everything a client sends is checked here before any script runs, so bad input changes nothing.
 """
@@ -106,7 +106,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def parse(model: type[M], raw: bytes, *, optional: bool = False, unchecked: tuple[str, ...] = ()) -> M:
-    """The body ``raw`` as ``model`` (coordinator/api/bodies.py), or ``InvalidRequest`` saying
+    """The body ``raw`` as ``model`` (coordinator/api/bodies/), or ``InvalidRequest`` saying
     what is wrong in the contract's words (``invalid``)."""
     body = load_object(raw, optional=optional, unchecked=unchecked)
     return validate(model, body)
@@ -131,7 +131,7 @@ async def read(request: Request, model: type[B], limit: int, *, unchecked: tuple
 # -- pydantic's errors in the contract's words ------------------------------------------------
 
 _OBJECT_TYPES = frozenset({"model_type", "model_attributes_type", "dict_type"})
-# What each pattern of bodies.py means, in words.
+# What each pattern of bodies/values.py means, in words.
 _PATTERNS = {
     f"^{wire.ID_PATTERN}$": "must be 1..128 characters of [A-Za-z0-9._:-]",
     bodies.NO_CONTROL: "must not hold control characters",

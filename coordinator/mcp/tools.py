@@ -14,15 +14,13 @@ does, what it answers, and its errors.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import orjson
-from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent
+from mcp_types import CallToolResult
 from pydantic import Field, StringConstraints
 
 import wire
@@ -31,10 +29,10 @@ from coordinator.api.auth import Operator
 from coordinator.api.bodies import Id, Labels, OperatorBody, TaskCreate
 from coordinator.api.context import Context
 from coordinator.api.validation import validate
-from coordinator.blobs.folder import BlobMissing
 from coordinator.errors import InvalidRequest
 from coordinator.feed import Entry
 from coordinator.mcp import screens
+from coordinator.mcp.answers import answer, json_text, observation_content, text
 
 # How long start_session waits for placement, and a command for the host's answer, by default
 # and at most (a command's bound is the operator API's: PROTOCOL, "Live sessions").
@@ -50,8 +48,6 @@ _STARTED_OR_ENDED = frozenset(e.value for e in (wire.EventType.CLAIMED, wire.Eve
                                                  wire.EventType.CANCELLED, wire.EventType.QUEUE_TIMEOUT,
                                                  wire.EventType.LEASE_EXPIRED))
 
-Content = list[ContentBlock]
-
 
 @dataclass(frozen=True)
 class Call:
@@ -64,7 +60,7 @@ class Call:
 # -- arguments -----------------------------------------------------------------------------
 
 SessionId = Annotated[Id, Field(description="the session's id, as start_session answered it (t_…)")]
-# The values of an action are judged by the operator API's own action models (bodies.py), once.
+# The values of an action are judged by the operator API's own action models (bodies/actions.py), once.
 Coordinate = int
 
 
@@ -125,73 +121,6 @@ class GetTask(OperatorBody):
     task_id: Id
 
 
-# -- answers -------------------------------------------------------------------------------
-
-
-def text(value: str) -> TextContent:
-    return TextContent(type="text", text=value)
-
-
-def answer(content: Content, structured: Mapping[str, Any] | None = None) -> CallToolResult:
-    """A tool's answer: ``content`` for the model, and the same as JSON (``structured``) for a
-    program, which the text then also carries, as the protocol asks of structured answers."""
-    if structured is None:
-        return CallToolResult(content=content)
-    return CallToolResult(content=[*content, text(_json(structured))], structured_content=dict(structured))
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-async def _screen_png(ctx: Context, task_id: str, name: str) -> bytes | None:
-    """The bytes of the screen an answer names; None when it is gone (the session's oldest
-    screens make room for new ones)."""
-    # A session has one attempt: its artifact is one hash field, however long the recording.
-    description = await ctx.queries.task_artifact(task_id, name, 1)
-    if description is None:
-        return None
-    try:
-        chunks = await ctx.artifacts.open(description["blob"])
-    except BlobMissing:
-        return None
-    return b"".join([chunk async for chunk in chunks])
-
-
-async def observation_content(ctx: Context, task_id: str, reply: Mapping[str, Any]) -> CallToolResult:
-    """A command's answer as the model reads it: a line on what happened, the screen as an
-    image (scaled, with its scale), and the elements, one line each; the answer as JSON for a
-    program (``screen_scale`` added when there is a screen)."""
-    status = reply.get("status")
-    head = f"command {reply.get('command_id')} {status}"
-    if reply.get("error"):
-        head += f": {reply['error']}"
-    content: Content = [text(head)]
-    structured = dict(reply)
-    observation = reply.get("observation")
-    if not isinstance(observation, Mapping):
-        return CallToolResult(content=content, structured_content=structured)
-    name = observation.get("screen")
-    raw = await _screen_png(ctx, task_id, name) if wire.is_valid_id(name) else None
-    # Decoding and scaling a phone's screen takes a while: not on the event loop every request shares.
-    screen = await asyncio.to_thread(screens.scaled, raw) if raw is not None else None
-    if screen is not None:
-        structured["screen_scale"] = screen.scale
-        content.append(text(screen.caption()))
-        content.append(ImageContent(type="image", data=_base64(screen.png), mime_type="image/png"))
-    else:
-        content.append(text(f"no screen this time; the device's screen is {observation.get('width')}x"
-                            f"{observation.get('height')} px"))
-    elements = observation.get("elements")
-    content.append(text("elements ([index] text id bounds flags; tap one with element=index):\n"
-                        + screens.elements_text(elements if isinstance(elements, list) else [])))
-    return CallToolResult(content=content, structured_content=structured)
-
-
-def _base64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
 # -- the tools -----------------------------------------------------------------------------
 
 
@@ -211,8 +140,8 @@ async def list_devices(call: Call, args: ListDevices) -> CallToolResult:
         lines.append(f"{device['device_id']} driver={device['driver']} host={device['host_id']} "
                      f"status={device['status']}{' free' if free else ''}"
                      f"{' disabled' if device.get('disabled') else ''}"
-                     f"{'' if device.get('host_online') else ' host_offline'} labels={_json(labels)} "
-                     f"attributes={_json(device.get('attributes') or {})}")
+                     f"{'' if device.get('host_online') else ' host_offline'} labels={json_text(labels)} "
+                     f"attributes={json_text(device.get('attributes') or {})}")
     body = "\n".join(lines) if lines else "no device on this page matches"
     if page["next_cursor"] is not None:
         body += f"\nmore devices: call list_devices again with cursor={page['next_cursor']!r}"
@@ -273,7 +202,7 @@ def _session_line(task: Mapping[str, Any]) -> str:
     waiting = task.get("waiting_reason")
     return (f"session {task_id} is {status}, not running yet"
             f"{f': waiting_reason={waiting}' if waiting else ''}"
-            f"{' candidates=' + _json(task['candidates']) if task.get('candidates') else ''}. It starts when a "
+            f"{' candidates=' + json_text(task['candidates']) if task.get('candidates') else ''}. It starts when a "
             f"device frees: call get_task with task_id={task_id!r} to see, or end_session to give up")
 
 

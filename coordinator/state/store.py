@@ -12,32 +12,21 @@ from typing import Any
 import orjson
 
 import wire
-from coordinator.clock import ShiftedClock
-from coordinator.errors import ScriptError, error_for
-from coordinator.settings import CANDIDATES_SCANNED
-from coordinator.state.keys import Keys
+from coordinator.errors import ScriptError
+from coordinator.state.access_scripts import AccessScripts
 from coordinator.state.records import (
     ADMIN_ACTOR,
     Actor,
-    EnrollmentToken,
     HostPrincipal,
-    OperatorToken,
     RunCounts,
     RunRecord,
     TaskRecord,
     TeamShare,
 )
-from coordinator.state.scripts import NO_WAIT, Durability, Script, load_scripts
+from coordinator.state.script_calls import text
+from coordinator.state.scripts import NO_WAIT
+from coordinator.state.session_scripts import SessionScripts
 from coordinator.state.wait_reasons import candidates_from_reply
-from coordinator.transport.base import RedisTransport
-
-# How long a process's inbox outlives the last wake-up pushed onto it: a live process drains it
-# at once, so this only bounds what a crashed process leaves behind.
-INBOX_TTL_MS = 60_000
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -114,16 +103,6 @@ class Recorded:
     task_status: str
     next: Claimed | None = None
 
-
-@dataclass(frozen=True)
-class AuthFailure:
-    """A failed credential counted: how long its address stays throttled (ms; 0: it is not),
-    and whether this failure began the throttle."""
-
-    throttled_ms: int
-    began: bool
-
-
 @dataclass(frozen=True)
 class ArtifactRecorded:
     """An artifact's description as recorded (JSON of lua/recordArtifact), and whether this call
@@ -154,20 +133,6 @@ class Purge:
     acted: int
     blobs: list[str]
 
-
-@dataclass(frozen=True)
-class CommandsPolled:
-    """A session's host poll, answered: the lease's new expiry (ms), whether the task was
-    cancelled or asked to end (and why: the host reports it as ``metadata.end_reason``), and the
-    next commands ([{command_id, action (JSON text)}])."""
-
-    lease_expires_at_ms: int
-    cancel_requested: bool
-    end_requested: bool
-    commands: list[dict[str, Any]]
-    end_reason: str | None = None
-
-
 @dataclass(frozen=True)
 class Sweep:
     """What one reaper call did: deadlines it took, and how many of them moved a task."""
@@ -176,58 +141,9 @@ class Sweep:
     acted: int
 
 
-class Store:
-    def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,
-                 claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000,
-                 inbox_ttl_ms: int = INBOX_TTL_MS, durability: Durability = NO_WAIT,
-                 scripts: dict[str, Script] | None = None, candidates_scanned: int = CANDIDATES_SCANNED,
-                 clock: ShiftedClock | None = None) -> None:
-        self.transport = redis  # script calls
-        self.redis = redis.client  # every other command
-        self.keys = keys
-        self.durability = durability
-        # Moved by tests only (coordinator/clock.py); the service's stays at 0.
-        self.clock = clock if clock is not None else ShiftedClock()
-        self._candidates_scanned = candidates_scanned
-        # Every script of lua/, loaded into Redis by load_scripts(); the read-only ones are
-        # shared with the queries.
-        self._scripts: dict[str, Script] = scripts if scripts is not None else load_scripts()
-        self._library = next(iter(self._scripts.values())).library
-        # KEYS[1] and ARGV[1..5] of every scheduling script (lua/includes/deployment.lua): the key
-        # names the slot, and the scripts derive every key they touch from the key base.
-        self._sched_keys = [keys.tasks]
-        self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
-        self._retention_ms = retention_ms
-
-    # -- scripts -------------------------------------------------------------------------
-
-    async def load_scripts(self) -> None:
-        await self._library.load(self.redis)
-
-    async def scripts_loaded(self) -> bool:
-        return self._library.loaded and await self._library.present(self.redis)
-
-    async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        reply: list[Any] = await self._scripts[name](self.transport, keys, args, self.durability,
-                                                     self.clock.offset_ms)
-        if reply[0] != 0:
-            detail = reply[1] if len(reply) > 1 else None
-            if isinstance(detail, bytes):
-                detail = detail.decode()
-            raise error_for(reply[0], detail)
-        return reply
-
-    async def _schedule(self, name: str, args: list[Any]) -> list[Any]:
-        """Run a scheduling script: the deployment's key and settings come first."""
-        return await self._run(name, self._sched_keys, [*self._sched_args, *args])
-
-    async def _on_lease(self, name: str, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
-                        keys: list[str], args: list[Any]) -> list[Any]:
-        """Run a script about the lease a host presents (lua/includes/common.lua, requestLease):
-        the lease's keys and the request's claim to it come first."""
-        k = self.keys
-        return await self._run(name, [k.tasks, k.lease_deadlines, k.revoked_tokens, *keys],
-                               [host.host_id, lease_id, task_id, attempt, host.digest, *args])
+class Store(SessionScripts, AccessScripts):
+    """One method per Lua script; by concern, access (``access_scripts.py``) and live sessions
+    (``session_scripts.py``) on what every part shares (``script_calls.py``)."""
 
     # -- hosts' protocol -------------------------------------------------------------------
 
@@ -282,7 +198,7 @@ class Store:
         if eager and reply[4]:
             waited = int(reply[5])
             dispatched = Claimed(orjson.loads(reply[4]), waited if waited >= 0 else None)
-        return Recorded(int(reply[1]), reply[2] == 1, _text(reply[3]), dispatched)
+        return Recorded(int(reply[1]), reply[2] == 1, text(reply[3]), dispatched)
 
     # -- operators -------------------------------------------------------------------------
 
@@ -392,7 +308,7 @@ class Store:
              k.progress, k.stats, k.artifacts, k.artifact_index, k.artifact_usage, k.artifact_blobs],
             [limit, artifact_budget, k.base, self._retention_ms],
         )
-        return Purge(taken=int(reply[2]), acted=int(reply[1]), blobs=[_text(b) for b in reply[3:]])
+        return Purge(taken=int(reply[2]), acted=int(reply[1]), blobs=[text(b) for b in reply[3:]])
 
     # -- artifacts -------------------------------------------------------------------------
 
@@ -424,7 +340,7 @@ class Store:
             [name, size, sha256, content_type, "" if step_index is None else step_index, blob, max_task_bytes,
              max_task_artifacts],
         )
-        return ArtifactRecorded(orjson.loads(reply[1]), reply[2] == 1, tuple(_text(b) for b in reply[3:]))
+        return ArtifactRecorded(orjson.loads(reply[1]), reply[2] == 1, tuple(text(b) for b in reply[3:]))
 
     async def upgrade_host_state(self, limit: int = 100) -> int:
         """Entries of the earlier layout of hosts' standing moved into ``host_state:<host>``
@@ -473,127 +389,6 @@ class Store:
         reply = await self._run("upgradeStatusIndex", [self.keys.tasks_by_status], [limit])
         return int(reply[1])
 
-    # -- managed hosts ---------------------------------------------------------------------
-
-    async def create_enrollment_token(self, token_id: str, digest: str, ttl_ms: int, max_uses: int,
-                                      labels_json: str, *, actor: Actor = ADMIN_ACTOR) -> EnrollmentToken:
-        k = self.keys
-        reply = await self._run(
-            "createEnrollmentToken",
-            [k.enrollment_tokens, k.enrollment_token_hashes, k.enrollment_tokens_by_age, k.feed],
-            [token_id, digest, ttl_ms, max_uses, labels_json, actor.name, actor.id],
-        )
-        return EnrollmentToken.from_json(reply[1])
-
-    async def revoke_enrollment_token(self, token_id: str, *, actor: Actor = ADMIN_ACTOR) -> EnrollmentToken:
-        k = self.keys
-        reply = await self._run("revokeEnrollmentToken", [k.enrollment_tokens, k.feed],
-                                [token_id, actor.name, actor.id])
-        return EnrollmentToken.from_json(reply[1])
-
-    async def record_auth_failure(self, address: str, allowed: int, window_ms: int,
-                                  throttle_ms: int) -> AuthFailure:
-        """Count a failed credential from ``address`` (coordinator/api/throttle.py). Never waits for
-        replicas: a count a failover loses only lets a few more failures through."""
-        reply = await self._scripts["recordAuthFailure"](
-            self.transport, [self.keys.auth_failures(address), self.keys.auth_throttled(address)],
-            [allowed, window_ms, throttle_ms], NO_WAIT)
-        return AuthFailure(throttled_ms=int(reply[1]), began=reply[2] == 1)
-
-    # -- operator tokens -------------------------------------------------------------------
-
-    async def create_operator_token(self, token_id: str, digest: str, name: str, scopes: list[str],
-                                    ttl_ms: int, max_live: int, *, actor: Actor = ADMIN_ACTOR,
-                                    team: str | None = None) -> OperatorToken:
-        """``TokenLimit`` (409) when ``max_live`` unrevoked, unexpired tokens exist already.
-        ``team``: every task the token creates belongs to it."""
-        k = self.keys
-        reply = await self._run(
-            "createOperatorToken",
-            [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_by_age, k.operator_tokens_live,
-             k.feed, k.teams],
-            [token_id, digest, name, orjson.dumps(scopes), ttl_ms, max_live, actor.name, actor.id,
-             team or "", k.base],
-        )
-        return OperatorToken.from_json(reply[1])
-
-    async def revoke_operator_token(self, token_id: str, *, actor: Actor = ADMIN_ACTOR) -> OperatorToken:
-        k = self.keys
-        reply = await self._run(
-            "revokeOperatorToken",
-            [k.operator_tokens, k.operator_token_hashes, k.operator_tokens_live, k.feed],
-            [token_id, actor.name, actor.id, k.base],
-        )
-        return OperatorToken.from_json(reply[1])
-
-    async def read_operator_token(self, digest: str) -> tuple[OperatorToken, int]:
-        """The live token with this secret's digest and the Redis clock (ms); ``Unauthorized`` if
-        it is unknown, revoked or expired. A read: never waits for replicas."""
-        k = self.keys
-        reply = await self._scripts["readOperatorToken"](
-            self.transport, [k.operator_token_hashes, k.operator_tokens], [digest], NO_WAIT, self.clock.offset_ms)
-        if reply[0] != 0:
-            raise error_for(reply[0])
-        return OperatorToken.from_json(reply[1]), int(reply[2])
-
-    async def touch_operator_token(self, token_id: str, interval_ms: int) -> bool:
-        """Set ``last_used_at`` unless it was set less than ``interval_ms`` ago; whether it was."""
-        reply = await self._run("touchOperatorToken", [self.keys.operator_tokens], [token_id, interval_ms])
-        return bool(reply[1] == 1)
-
-    async def enroll_host(self, token_digest: str, enrollment_id: str, host_token_digest: str,
-                          new_host_id: str, hostname: str, labels_json: str) -> tuple[str, bool]:
-        k = self.keys
-        reply = await self._run(
-            "enrollHost",
-            [k.enrollment_token_hashes, k.enrollment_tokens, k.enrollments, k.hosts, k.host_tokens,
-             k.revoked_tokens, k.host_ids],
-            [token_digest, enrollment_id, host_token_digest, new_host_id, hostname, labels_json],
-        )
-        return reply[1].decode(), reply[2] == 1
-
-    async def enroll_devices(self, host: HostPrincipal, devices: list[dict[str, str]],
-                             max_devices: int) -> list[dict[str, str]]:
-        k = self.keys
-        reply = await self._run(
-            "enrollDevices",
-            [k.hosts, k.local_devices, k.enrolled_devices, k.revoked_tokens],
-            [host.host_id, orjson.dumps(devices), host.digest, max_devices],
-        )
-        enrolled: list[dict[str, str]] = orjson.loads(reply[1])
-        return enrolled
-
-    # -- live sessions (lua/includes/sessions.lua) -------------------------------------------
-
-    async def send_command(self, task_id: str, command_id: str, action_json: str, action_kind: str, *,
-                           actor: Actor, owner: str | None, process_id: str = "", wait_ms: int = 0) -> dict[str, Any]:
-        """Queue a command for a running session; ``owner``: the token it must have been created
-        by (None: any, an admin's). A request that will wait ``wait_ms`` for the answer is
-        registered on ``process_id`` in the same step. The command's record."""
-        reply = await self._schedule("sendCommand", [task_id, command_id, action_json, action_kind, actor.name,
-                                                     actor.id, owner or "", process_id, wait_ms])
-        command: dict[str, Any] = orjson.loads(reply[1])
-        return command
-
-    async def await_command(self, task_id: str, command_id: str, process_id: str = "",
-                            wait_ms: int = 0) -> tuple[dict[str, Any], str, bool]:
-        """One command's record, its session's status, and whether the session has ended; a
-        pending command's wait is registered on ``process_id`` in the same step."""
-        reply = await self._schedule("awaitCommand", [task_id, command_id, process_id, wait_ms])
-        command: dict[str, Any] = orjson.loads(reply[1])
-        return command, _text(reply[2]), reply[3] == 1
-
-    async def poll_commands(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int, ttl_ms: int,
-                            answers_json: str, process_id: str = "", wait_ms: int = 0) -> CommandsPolled:
-        """A session's host poll: answers recorded, the lease renewed, the next command."""
-        reply = await self._schedule("pollCommands", [host.host_id, lease_id, task_id, attempt, host.digest,
-                                                      ttl_ms, answers_json, process_id, wait_ms])
-        return CommandsPolled(int(reply[1]), reply[2] == 1, reply[3] == 1, orjson.loads(reply[4]),
-                              _text(reply[5]) or None)
-
-    async def end_session(self, task_id: str, *, actor: Actor, owner: str | None) -> TaskRecord:
-        reply = await self._schedule("endSession", [task_id, actor.name, actor.id, owner or ""])
-        return TaskRecord.from_json(reply[1])
 
     async def end_idle_sessions(self, limit: int = 100) -> Sweep:
         """Idle timeouts and max durations: (deadlines taken, sessions asked to end)."""

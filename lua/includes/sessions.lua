@@ -27,6 +27,9 @@
     sessionOf(task)                               what a session's assignment carries:
                                                   {idle_timeout_s, max_duration_s}; nil for
                                                   any other task
+    drivenSession(S, taskId, owner, running)      the session task an operator asks about, or nil
+                                                  and the refusal (owner '': any; running: one
+                                                  still queued or assigned is refused too)
     requestEnd(S, task, now, reason)              end_requested with its end reason, the host woken
     commandEvent(S, task, kind, now, fields)      a command's event: on the feed, as taskEvent's,
                                                   and in command_events (not the task's record)
@@ -80,6 +83,26 @@ local function sessionOf(task)
     return nil
   end
   return {idle_timeout_s = task.idle_timeout_ms / 1000, max_duration_s = task.max_duration_ms / 1000}
+end
+
+-- The session task `taskId` an operator's request names: nil and the refusal when there is no
+-- such task, it is no session, `owner` ('' for any) did not create it, or, asked `running`, it is
+-- still queued or assigned.
+local function drivenSession(S, taskId, owner, running)
+  local task = getJson(S.key.tasks, taskId)
+  if not task then
+    return nil, {E.NOT_FOUND}
+  end
+  if task.kind ~= 'session' then
+    return nil, {E.NOT_A_SESSION}
+  end
+  if owner ~= '' and task.creator_token ~= owner then
+    return nil, {E.NOT_SESSION_OWNER}
+  end
+  if running and (task.status == 'queued' or task.status == 'assigned') then
+    return nil, {E.SESSION_NOT_RUNNING, task.status}
+  end
+  return task
 end
 
 -- Ask the host to end a running session (operator `end`, idle timeout, max duration): it reports

@@ -27,7 +27,7 @@ from tests.support import (
     fresh_prefix,
     wait_until,
 )
-from tether.render import host_fields
+from tether.render_fleet import host_fields
 from wire import TERMINAL_STATUSES
 
 pytestmark = pytest.mark.e2e

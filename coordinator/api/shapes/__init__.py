@@ -4,7 +4,7 @@ written in, the error and the operations' answers), each read here as ``shapes.N
 
 The views (``responses.py`` and the handlers) are annotated with these, so mypy refuses a view
 that adds, drops or misspells a field, and ``openapi.py`` generates the document's response
-schemas from them (pydantic's ``TypeAdapter``, as the request bodies' in ``bodies.py``): a client
+schemas from them (pydantic's ``TypeAdapter``, as the request bodies' in ``bodies/``): a client
 generated from ``/openapi.json`` sees every field the server sends. ``tests/coordinator/
 response_shapes.py`` runs every answer the HTTP-level tests receive through its route's schema
 with additional properties forbidden, so a field added to a view and not to its shape fails a test.

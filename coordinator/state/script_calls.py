@@ -1,0 +1,79 @@
+"""What every part of ``Store`` shares: how it runs a script of lua/ (its failure raised as the
+contract's exception), and the deployment's key and settings a scheduling script takes first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.clock import ShiftedClock
+from coordinator.errors import error_for
+from coordinator.settings import CANDIDATES_SCANNED
+from coordinator.state.keys import Keys
+from coordinator.state.records import HostPrincipal
+from coordinator.state.scripts import NO_WAIT, Durability, Script, load_scripts
+from coordinator.transport.base import RedisTransport
+
+# How long a process's inbox outlives the last wake-up pushed onto it: a live process drains it
+# at once, so this only bounds what a crashed process leaves behind.
+INBOX_TTL_MS = 60_000
+
+
+def text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class ScriptCalls:
+    """The part of ``Store`` every concern shares; ``Store`` is the one object callers use."""
+
+    def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,
+                 claim_timeout_ms: int = 60_000, retention_ms: int = 7 * 24 * 3600 * 1000,
+                 inbox_ttl_ms: int = INBOX_TTL_MS, durability: Durability = NO_WAIT,
+                 scripts: dict[str, Script] | None = None, candidates_scanned: int = CANDIDATES_SCANNED,
+                 clock: ShiftedClock | None = None) -> None:
+        self.transport = redis  # script calls
+        self.redis = redis.client  # every other command
+        self.keys = keys
+        self.durability = durability
+        # Moved by tests only (coordinator/clock.py); the service's stays at 0.
+        self.clock = clock if clock is not None else ShiftedClock()
+        self._candidates_scanned = candidates_scanned
+        # Every script of lua/, loaded into Redis by load_scripts(); the read-only ones are
+        # shared with the queries.
+        self._scripts: dict[str, Script] = scripts if scripts is not None else load_scripts()
+        self._library = next(iter(self._scripts.values())).library
+        # KEYS[1] and ARGV[1..5] of every scheduling script (lua/includes/deployment.lua): the key
+        # names the slot, and the scripts derive every key they touch from the key base.
+        self._sched_keys = [keys.tasks]
+        self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
+        self._retention_ms = retention_ms
+
+    # -- scripts -------------------------------------------------------------------------
+
+    async def load_scripts(self) -> None:
+        await self._library.load(self.redis)
+
+    async def scripts_loaded(self) -> bool:
+        return self._library.loaded and await self._library.present(self.redis)
+
+    async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        reply: list[Any] = await self._scripts[name](self.transport, keys, args, self.durability,
+                                                     self.clock.offset_ms)
+        if reply[0] != 0:
+            detail = reply[1] if len(reply) > 1 else None
+            if isinstance(detail, bytes):
+                detail = detail.decode()
+            raise error_for(reply[0], detail)
+        return reply
+
+    async def _schedule(self, name: str, args: list[Any]) -> list[Any]:
+        """Run a scheduling script: the deployment's key and settings come first."""
+        return await self._run(name, self._sched_keys, [*self._sched_args, *args])
+
+    async def _on_lease(self, name: str, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
+                        keys: list[str], args: list[Any]) -> list[Any]:
+        """Run a script about the lease a host presents (lua/includes/common.lua, requestLease):
+        the lease's keys and the request's claim to it come first."""
+        k = self.keys
+        return await self._run(name, [k.tasks, k.lease_deadlines, k.revoked_tokens, *keys],
+                               [host.host_id, lease_id, task_id, attempt, host.digest, *args])
+
