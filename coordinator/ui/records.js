@@ -10,7 +10,7 @@ import * as views from "./views.js";
 export const RESULTS_SHOWN = 50; // a page of results
 export const QUEUE_SHOWN = 50; // a page of the queue
 const HOSTS_PAGE = 20;
-const DEVICES_PAGE = 50;
+const DEVICES_PAGE = 30; // a free device's row holds two stacked buttons at 1,024 px (Start session, Disable)
 
 const ACTIVE = new Set(["assigned", "running"]);
 // The order of the device counts: what can take work first, then what cannot.

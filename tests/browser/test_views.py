@@ -49,11 +49,14 @@ def test_views_have_addresses_and_long_tables_come_in_pages(
     # Labels every device of a host carries (HOST_AGENT_LABELS) are shown as the host's.
     assert dashboard.wait_cell("hosts", "host-b", "Labels", lambda s: s == "rack=b", what="host-b's labels")
     assert dashboard.cell("hosts", "host-a", "Labels") == ""
-    # The Fleet view first: 73 devices, a page of 50 shown, the rest counted.
-    page.wait_for(f"{PAGER.format('devices')} === '1\u201350 of 73 · 23 hidden'", what="the devices' pager")
-    assert len(shown(dashboard, "devices")) == 50
+    # The Fleet view first: 73 devices, a page of 30 shown, the rest counted.
+    page.wait_for(f"{PAGER.format('devices')} === '1\u201330 of 73 · 43 hidden'", what="the devices' pager")
+    assert len(shown(dashboard, "devices")) == 30
     page.click("#devices-pager button.older")
-    page.wait_for(f"{PAGER.format('devices')} === '51\u201373 of 73 · 50 hidden'", what="the devices' second page")
+    page.wait_for(f"{PAGER.format('devices')} === '31\u201360 of 73 · 43 hidden'", what="the devices' second page")
+    assert shown(dashboard, "devices")[-1] == "a-59"
+    page.click("#devices-pager button.older")
+    page.wait_for(f"{PAGER.format('devices')} === '61\u201373 of 73 · 60 hidden'", what="the devices' last page")
     assert shown(dashboard, "devices")[-1] == "b-12"
     # A filter of the Fleet view, in the address.
     dashboard.view("fleet", "host=host-b")
