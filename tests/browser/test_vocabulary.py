@@ -9,6 +9,9 @@ import re
 from enum import Enum
 from importlib import resources
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 import wire
 
 # The sets whose words the dashboard must not restate.
@@ -76,6 +79,16 @@ def test_the_check_finds_a_word_however_it_is_quoted() -> None:
     source = ('const a = "queued";\n// "failed" in a comment\nconst b = `x ${s === \'lease_expired\' ? "y" : ""}`;\n'
               "const c = `no_matching_device`;\nconst d = \"pending\"; // not wire: a command's status\n")
     assert [line.split(": ", 1)[0] for line in restated("m.js", source)] == ["m.js:1", "m.js:3", "m.js:4"]
+
+
+_ALL_WORDS = sorted({word for values in WORDS.values() for word in values})
+_QUOTED = ['"{}"', "'{}'", "`{}`", '`a ${{x === "{}" ? 1 : 2}} b`']
+
+
+@given(st.sampled_from(_ALL_WORDS), st.sampled_from(_QUOTED), st.integers(0, 3))
+def test_any_wire_word_in_any_quotes_is_found_and_never_in_a_comment(word: str, quoted: str, blank: int) -> None:
+    source = "\n" * blank + f"const x = {quoted.format(word)}; // {word!r}\n/* '{word}' */\n"
+    assert [line.split(": ", 1)[0] for line in restated("m.js", source)] == [f"m.js:{blank + 1}"]
 
 
 def test_every_enum_of_wire_is_checked_or_deliberately_not() -> None:
