@@ -7,11 +7,17 @@ types in; these routes themselves are open, like ``/healthz``: they hold nothing
 Every answer forbids loading anything from another origin (``Content-Security-Policy``), content
 sniffing and framing, and is revalidated on each load (``Cache-Control: no-cache`` with an
 ``ETag``), so an upgraded coordinator never runs with yesterday's scripts.
+
+``/ui/wire.js`` is no file: it is written from the ``wire`` package (its enums and constants), so
+the dashboard's modules import the contract's vocabulary instead of restating it, and a status
+added in Python reaches the page.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from enum import Enum
 from functools import cache
 from importlib import resources
 from typing import NamedTuple
@@ -19,6 +25,7 @@ from typing import NamedTuple
 from starlette.requests import Request
 from starlette.responses import Response
 
+import wire
 from coordinator.api.context import Context
 from coordinator.errors import NotFound
 
@@ -32,6 +39,8 @@ ASSETS: dict[str, str] = {
     for entry in sorted(resources.files("coordinator.ui").iterdir(), key=lambda e: e.name)
     if (suffix := "." + entry.name.rpartition(".")[2]) in _TYPES
 }
+WIRE_JS = "wire.js"
+ASSETS[WIRE_JS] = _TYPES[".js"]
 PREFIX = "/ui/"
 
 HEADERS = {
@@ -51,9 +60,33 @@ class _File(NamedTuple):
     etag: str
 
 
+def _wire_value(value: object) -> object | None:
+    """What JSON states of a wire constant, or None for what is no vocabulary (functions, modules)."""
+    if isinstance(value, type) and issubclass(value, Enum) and value.__module__ == wire.__name__:
+        return {member.name: member.value for member in value}
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, tuple | frozenset) and all(isinstance(v, int | str) for v in value):
+        return sorted(value) if isinstance(value, frozenset) else list(value)
+    return None
+
+
+def wire_js() -> bytes:
+    """The ``wire`` package as a JavaScript module: each enum an object of its members (``TaskStatus
+    .QUEUED``), each constant as it is (a frozenset as a sorted array)."""
+    lines = ["// Generated from Python's wire package by the coordinator (coordinator/api/ui.py): do not restate."]
+    for name, value in vars(wire).items():
+        stated = _wire_value(value)
+        if stated is not None and not name.startswith("_") and (name.isupper() or isinstance(value, type)):
+            text = json.dumps(stated)
+            frozen = f"Object.freeze({text})" if isinstance(stated, dict | list) else text
+            lines.append(f"export const {name} = {frozen};")
+    return ("\n".join(lines) + "\n").encode()
+
+
 @cache
 def _file(name: str) -> _File:
-    body = (resources.files("coordinator.ui") / name).read_bytes()
+    body = wire_js() if name == WIRE_JS else (resources.files("coordinator.ui") / name).read_bytes()
     media_type = ASSETS.get(name, "text/html; charset=utf-8")
     return _File(body, media_type, '"' + hashlib.sha256(body).hexdigest()[:32] + '"')
 

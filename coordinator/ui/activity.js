@@ -4,12 +4,15 @@
 // seen as it happened; a task whose earlier events are older than the hour is judged by its
 // event's type (an `assigned` or `claimed` task was waiting before it).
 
+import { EventType, TaskStatus, TERMINAL_STATUSES } from "./wire.js";
+
 const HOUR_MS = 3_600_000;
 const MINUTE_MS = 60_000;
-const WAITING = new Set(["queued", "assigned"]);
-const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
-const NO_TRANSITION = new Set(["progress", "cancel_requested", "artifact"]); // the task's status stays
-const WAITING_BEFORE = new Set(["assigned", "claimed", "unassigned", "queue_timeout", "cancelled"]);
+const WAITING = new Set([TaskStatus.QUEUED, TaskStatus.ASSIGNED]);
+const TERMINAL = new Set(TERMINAL_STATUSES);
+const NO_TRANSITION = new Set([EventType.PROGRESS, EventType.CANCEL_REQUESTED, EventType.ARTIFACT]); // the task's status stays
+const WAITING_BEFORE = new Set([EventType.ASSIGNED, EventType.CLAIMED, EventType.UNASSIGNED, EventType.QUEUE_TIMEOUT,
+  EventType.CANCELLED]);
 
 export class Activity {
   constructor() {
@@ -24,13 +27,13 @@ export class Activity {
     const t = Date.parse(event.at);
     if (Number.isNaN(t)) return;
     const id = event.task_id;
-    if (event.type === "result") {
+    if (event.type === EventType.RESULT) {
       // The reported status: terminal, unless the `requeued` of the same step follows.
       if (TERMINAL.has(event.status)) this.finished.push({ t, task: id });
       this.#move(id, false, t);
       return;
     }
-    if (event.type === "requeued") {
+    if (event.type === EventType.REQUEUED) {
       const last = this.finished.at(-1);
       if (last && last.task === id && last.t === t) this.finished.pop(); // retried, not finished
     } else if (TERMINAL.has(event.status)) {

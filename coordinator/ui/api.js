@@ -1,6 +1,8 @@
 // The operator API, with the operator token held by this object only; and what a token's scopes
 // let it do (`grants`), so the page offers only those actions.
 
+import { OperatorScope } from "./wire.js";
+
 export class ApiError extends Error {
   constructor(status, code, message) {
     super(message);
@@ -22,14 +24,14 @@ export class ApiError extends Error {
  */
 export function grants(me) {
   const scopes = new Set(me.scopes || []);
-  const admin = scopes.has("admin");
-  const control = admin || scopes.has("control");
-  const submit = admin || scopes.has("submit");
+  const admin = scopes.has(OperatorScope.ADMIN);
+  const control = admin || scopes.has(OperatorScope.CONTROL);
+  const submit = admin || scopes.has(OperatorScope.SUBMIT);
   return {
     name: me.name,
     tokenId: me.token_id ?? null,
     admin, // the webhooks, and every route of theirs, are the admin's
-    read: admin || scopes.has("read"),
+    read: admin || scopes.has(OperatorScope.READ),
     drain: control,
     disable: control,
     revoke: admin,

@@ -121,7 +121,7 @@ export class ArtifactStrip {
     const button = el("button", { type: "button", title: `${artifact.name} · ${artifact.content_type} · ${size(artifact.size)}` },
       face, el("span", { class: "caption", text: caption }));
     const node = el("li", {
-      class: "artifact",
+      class: "artifact", // not wire: a CSS class
       dataset: {
         name: artifact.name, attempt: String(artifact.attempt), step: artifact.step_index ?? "",
         type: artifact.content_type,
@@ -162,7 +162,7 @@ export class ArtifactStrip {
         .catch((error) => {
           if (error.name === "AbortError") return;
           entry.bytes = null; // a click tries again
-          entry.node.dataset.state = "failed";
+          entry.node.dataset.state = "failed"; // not wire: its bytes could not be read
           entry.node.title = `Could not read ${entry.artifact.name}: ${error.message}`;
         })
         .finally(() => {

@@ -3,6 +3,9 @@
 // a press and a release make a tap or a swipe. Pure functions; sessionview.js and recording.js
 // draw with them.
 
+/** A command's `status` (PROTOCOL.md, "Live sessions"): wire names no such enum, so the words are here once. */
+export const CommandStatus = Object.freeze({ PENDING: "pending", FAILED: "failed" }); // not wire: see above
+
 const TEXT_SHOWN = 40; // a typed text longer than this shows its start only
 
 /** An action object ({action: "tap", x, y} …) in a few words: `tap 540, 365`, `key back`. */

@@ -25,6 +25,7 @@ import { SessionsView } from "./sessions.js";
 import { TeamsPanel } from "./teams.js";
 import { WebhooksPanel } from "./webhooks.js";
 import * as views from "./views.js";
+import { EventType, TaskKind, TaskStatus } from "./wire.js";
 
 const RESYNC_EVERY_MS = 15_000;
 const BATCH = 20; // more changed records of a kind than this in one round: read the list instead
@@ -32,7 +33,7 @@ const TEAMS_PAGE = 500; // teams by name, at most TEAMS_PAGES pages of them
 const TEAMS_PAGES = 2;
 const EVENTS_SHOWN = 100;
 const EVENTS_AT_START = 20; // the log opens with the deployment's last few events
-const ENDED = ["succeeded", "failed", "cancelled"];
+const ENDED = [TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED];
 
 /** A server listing read a page at a time: the cursors of the pages seen, and where we are. */
 class Paging {
@@ -115,7 +116,7 @@ export class Dashboard {
     this.nav = new Nav({ onChange: (route, changed) => this.#route(route, changed) });
     this.sessions = new SessionsView(api, byId("sessions"), {
       may,
-      sessions: () => [...this.records.tasks.values()].filter((t) => t.kind === "session" && (t.status === "running" || t.status === "assigned")),
+      sessions: () => [...this.records.tasks.values()].filter((t) => t.kind === TaskKind.SESSION && (t.status === TaskStatus.RUNNING || t.status === TaskStatus.ASSIGNED)),
       onError: (error) => (error.unauthorized ? this.onUnauthorized(error) : this.#banner(`Could not read: ${error.message}`)),
     });
     this.detail = new Detail(api, {
@@ -196,16 +197,16 @@ export class Dashboard {
     const every = (status) => this.api.all("/api/v1/tasks", "tasks", { status, limit: 500 }, 20);
     const queue = this.filters.queue;
     const queuePaging = this.paging.queue;
-    const queueStatus = queue.status || "queued";
+    const queueStatus = queue.status || TaskStatus.QUEUED;
     const [running, assigned, queued, ended] = await Promise.all([
-      every("running"), every("assigned"),
+      every(TaskStatus.RUNNING), every(TaskStatus.ASSIGNED),
       this.api.get("/api/v1/tasks", { status: queueStatus, ...taskQuery(queue), limit: QUEUE_SHOWN, cursor: queuePaging.cursor ?? undefined }),
       this.#readEnded(),
     ]);
     queuePaging.next = queued.next_cursor ?? null;
     return {
       active: [...running.items, ...assigned.items],
-      queued: queueStatus === "assigned" ? queued.tasks.filter((t) => t.status === "assigned") : queued.tasks,
+      queued: queueStatus === TaskStatus.ASSIGNED ? queued.tasks.filter((t) => t.status === TaskStatus.ASSIGNED) : queued.tasks,
       queueMore: queued.next_cursor !== null,
       ended,
     };
@@ -351,7 +352,7 @@ export class Dashboard {
   }
 
   #apply(event) {
-    if (event.type === "progress") {
+    if (event.type === EventType.PROGRESS) {
       this.#progress(event);
       return;
     }
@@ -359,37 +360,37 @@ export class Dashboard {
     // the task view's strip shows them (artifacts.js); the live log would only be flooded. So
     // with a live session's commands and answers (one each per command, at an agent's pace):
     // its own view and its recording show them (sessionview.js, recording.js).
-    if (event.type === "artifact" || event.type === "command" || event.type === "command_answered") return;
+    if ([EventType.ARTIFACT, EventType.COMMAND, EventType.COMMAND_ANSWERED].includes(event.type)) return;
     this.#log(event);
     const { records, rereads } = this;
     switch (event.type) {
-      case "host_online":
-      case "host_offline":
-        records.hostOnline(event.host_id, event.type === "host_online");
+      case EventType.HOST_ONLINE:
+      case EventType.HOST_OFFLINE:
+        records.hostOnline(event.host_id, event.type === EventType.HOST_ONLINE);
         rereads.mark("hosts", event.host_id);
-        if (event.type === "host_online") rereads.mark("hostDevices", event.host_id); // its snapshot
+        if (event.type === EventType.HOST_ONLINE) rereads.mark("hostDevices", event.host_id); // its snapshot
         break;
-      case "host_draining": {
+      case EventType.HOST_DRAINING: {
         const host = records.hosts.get(event.host_id);
         if (host) records.putHost({ ...host, draining: Boolean(event.draining) });
         rereads.mark("hosts", event.host_id);
         break;
       }
-      case "host_revoked":
+      case EventType.HOST_REVOKED:
         rereads.mark("hosts", event.host_id);
         rereads.mark("hostDevices", event.host_id);
         break;
-      case "device_disabled":
-      case "device_enabled": {
+      case EventType.DEVICE_DISABLED:
+      case EventType.DEVICE_ENABLED: {
         const device = records.deviceRecords.get(event.device_id);
         if (device) {
-          const disabled = event.type === "device_disabled";
+          const disabled = event.type === EventType.DEVICE_DISABLED;
           records.setDevice({ ...device, disabled, disabled_reason: disabled ? event.reason ?? null : null });
         }
         rereads.mark("devices", event.device_id);
         break;
       }
-      case "result":
+      case EventType.RESULT:
         records.resultReported(event.task_id, event.device_id);
         rereads.mark("tasks", event.task_id);
         break;
@@ -407,13 +408,13 @@ export class Dashboard {
     const progress = { step_index: event.step_index, status: event.status, summary: event.summary };
     const task = {
       ...(known || { task_id: event.task_id, max_attempts: event.attempt }),
-      status: "running",
+      status: TaskStatus.RUNNING,
       attempt: event.attempt,
       device_id: event.device_id ?? known?.device_id,
       host_id: event.host_id ?? known?.host_id,
       progress,
     };
-    if (!known || known.status !== "running" || known.attempt !== event.attempt) this.rereads.mark("tasks", event.task_id);
+    if (!known || known.status !== TaskStatus.RUNNING || known.attempt !== event.attempt) this.rereads.mark("tasks", event.task_id);
     this.records.applyTask(task);
   }
 
@@ -525,7 +526,7 @@ export class Dashboard {
   async #deviceAction(action, deviceId) {
     if (action === "session") {
       // A live session on this device; its view opens at once and shows it waiting, then live.
-      const task = await this.api.post("/api/v1/tasks", { kind: "session", device_id: deviceId });
+      const task = await this.api.post("/api/v1/tasks", { kind: TaskKind.SESSION, device_id: deviceId });
       this.records.applyTask(task);
       location.hash = views.sessionHref(task.task_id);
     } else if (action === "cancel") {

@@ -4,6 +4,7 @@
 import { el } from "./dom.js";
 import { formatTime } from "./time.js";
 import * as views from "./views.js";
+import { TaskStatus } from "./wire.js";
 
 export class DeviceHistory {
   constructor(api, root, deviceId, { hostName = () => null, onError = () => {} } = {}) {
@@ -45,7 +46,7 @@ export class DeviceHistory {
             el("td", { class: "id", text: r.host_id ? views.named(this.hostName(r.host_id), r.host_id) : "" }),
             el("td", { text: formatTime(r.started_at) }),
             el("td", { text: formatTime(r.ended_at) }),
-            el("td", { text: r.outcome ?? "running", class: views.toneOf(r.outcome ?? "running") })))),
+            el("td", { text: r.outcome ?? TaskStatus.RUNNING, class: views.toneOf(r.outcome ?? TaskStatus.RUNNING) })))),
         ),
     );
   }

@@ -5,9 +5,13 @@
 // here, one section in index.html and the module that fills it.
 
 import { byId, el } from "./dom.js";
+import { DEVICE_STATES } from "./views.js";
+import { RunStatus, TaskStatus } from "./wire.js";
 
-const TASK_STATES = { queue: ["queued", "assigned"], results: ["succeeded", "failed", "cancelled"] };
-const DEVICE_STATES = ["available", "busy", "draining", "unavailable", "disabled", "host offline"];
+const TASK_STATES = {
+  queue: [TaskStatus.QUEUED, TaskStatus.ASSIGNED],
+  results: [TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED],
+};
 
 /** The filter fields: their label, and the values a `status` may take in each view. */
 const FIELDS = {
@@ -23,7 +27,7 @@ const FIELDS = {
 export const VIEWS = [
   { name: "fleet", title: "Fleet", filters: ["host", "driver", "status", "label", "team"], states: DEVICE_STATES },
   { name: "queue", title: "Queue", filters: ["team", "status", "host", "run"], states: TASK_STATES.queue },
-  { name: "runs", title: "Runs", filters: ["team", "status"], states: ["running", "succeeded", "failed", "cancelled"] },
+  { name: "runs", title: "Runs", filters: ["team", "status"], states: Object.values(RunStatus) },
   { name: "teams", title: "Teams", filters: [] },
   { name: "sessions", title: "Sessions", filters: ["task"] }, // #sessions?task=<id>: that session, live
   { name: "results", title: "Results", filters: ["team", "status", "host", "run"], states: TASK_STATES.results },

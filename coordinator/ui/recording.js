@@ -12,6 +12,7 @@
 import * as commands from "./commands.js";
 import { el } from "./dom.js";
 import { formatTime } from "./time.js";
+import { EventType } from "./wire.js";
 
 const PAGE = 50;
 const FETCHES_AT_ONCE = 4;
@@ -44,7 +45,7 @@ export class Recording {
   async event(event) {
     if (this.closed || !this.read || this.cursor !== null || !event.command_id) return;
     const row = this.rows.get(event.command_id); // the feed replays what the pages showed already
-    if (row && (event.type === "command" || row.dataset.status !== "pending")) return;
+    if (row && (event.type === EventType.COMMAND || row.dataset.status !== commands.CommandStatus.PENDING)) return;
     const id = encodeURIComponent(this.taskId);
     try {
       const command = await this.api.get(`/api/v1/tasks/${id}/commands/${encodeURIComponent(event.command_id)}`, { wait_s: 0 });
@@ -92,7 +93,7 @@ export class Recording {
     const old = this.rows.get(command.command_id);
     if (old && old.dataset.status === command.status) return;
     const observation = command.observation ?? null;
-    const answered = command.status !== "pending";
+    const answered = command.status !== commands.CommandStatus.PENDING;
     const timing = [command.duration_ms != null ? `${command.duration_ms} ms on the device` : "",
       command.round_trip_ms != null ? `${command.round_trip_ms} ms round trip` : ""].filter(Boolean).join(", ");
     const shot = observation?.screen ? el("img", { alt: `the screen after ${commands.actionText(command.action)}` }) : null;
@@ -100,7 +101,7 @@ export class Recording {
       el("time", { text: formatTime(command.sent_at) }),
       el("span", { class: "who", text: command.actor ?? "" }),
       el("span", { class: "what", text: commands.actionText(command.action) }),
-      el("span", { class: `answer ${command.status === "failed" ? "bad" : answered ? "ok" : "muted"}` },
+      el("span", { class: `answer ${command.status === commands.CommandStatus.FAILED ? "bad" : answered ? "ok" : "muted"}` },
         [command.status, command.error, timing].filter(Boolean).join(" · ")),
       ...(shot ? [el("span", { class: "shot" }, shot)] : []));
     if (old) old.replaceWith(row);

@@ -6,17 +6,16 @@ import { byId } from "./dom.js";
 import { tablePager } from "./pager.js";
 import { KeyedTable } from "./table.js";
 import * as views from "./views.js";
+import { DeviceStatus, TaskStatus } from "./wire.js";
 
 export const RESULTS_SHOWN = 50; // a page of results
 export const QUEUE_SHOWN = 50; // a page of the queue
 const HOSTS_PAGE = 20;
 const DEVICES_PAGE = 30; // a free device's row holds two stacked buttons at 1,024 px (Start session, Disable)
 
-const ACTIVE = new Set(["assigned", "running"]);
-// The order of the device counts: what can take work first, then what cannot.
-const STATE_ORDER = ["available", "busy", "draining", "unavailable", "disabled", "host offline"];
-const WAITING = new Set(["queued", "assigned"]);
-const USABLE = new Set(["available", "busy"]);
+const ACTIVE = new Set([TaskStatus.ASSIGNED, TaskStatus.RUNNING]);
+const WAITING = new Set([TaskStatus.QUEUED, TaskStatus.ASSIGNED]);
+const USABLE = new Set([DeviceStatus.AVAILABLE, DeviceStatus.BUSY]);
 
 export class Records {
   /**
@@ -83,7 +82,7 @@ export class Records {
     this.deviceTask = new Map(active.filter((t) => t.device_id).map((t) => [t.device_id, t.task_id]));
     const listed = new Set(queued.map((t) => t.task_id));
     const assigned = this.queueScope.first
-      ? active.filter((t) => t.status === "assigned" && !listed.has(t.task_id) && this.queueScope.accepts(t)) : [];
+      ? active.filter((t) => t.status === TaskStatus.ASSIGNED && !listed.has(t.task_id) && this.queueScope.accepts(t)) : [];
     for (const deviceId of new Set([...before.keys(), ...this.deviceTask.keys()])) {
       if (before.get(deviceId) !== this.deviceTask.get(deviceId) || this.deviceTask.has(deviceId)) {
         this.#putDevice(deviceId);
@@ -160,7 +159,7 @@ export class Records {
     this.deviceTask.delete(deviceId);
     const device = this.deviceRecords.get(deviceId);
     if (device) {
-      const free = device.status === "busy" ? { status: "available" } : {};
+      const free = device.status === DeviceStatus.BUSY ? { status: DeviceStatus.AVAILABLE } : {};
       this.setDevice({ ...device, ...free, reserved_by: null });
     }
   }
@@ -274,9 +273,9 @@ export class Records {
       const state = views.deviceState(this.#row(device));
       states.set(state, (states.get(state) || 0) + 1);
     }
-    const running = [...this.deviceTask.values()].filter((id) => this.tasks.get(id)?.status === "running").length;
+    const running = [...this.deviceTask.values()].filter((id) => this.tasks.get(id)?.status === TaskStatus.RUNNING).length;
     byId("hosts-count").textContent = `${online} online of ${hosts.length}`;
-    const order = (state) => (STATE_ORDER.includes(state) ? STATE_ORDER.indexOf(state) : STATE_ORDER.length);
+    const order = (state) => (views.DEVICE_STATES.includes(state) ? views.DEVICE_STATES.indexOf(state) : views.DEVICE_STATES.length);
     byId("devices-count").textContent = [
       `${this.deviceRecords.size}`,
       ...[...states].sort(([a], [b]) => order(a) - order(b) || (a < b ? -1 : 1)).map(([state, n]) => `${n} ${state}`),

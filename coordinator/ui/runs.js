@@ -5,10 +5,12 @@
 import { KeyedTable } from "./table.js";
 import { formatTime as clock } from "./time.js";
 import { toneOf } from "./views.js";
+import { RunStatus, TaskStatus } from "./wire.js";
 
 export const RUNS_SHOWN = 20;
 // The order a run's counts read in: what is over, then what is still to come.
-const COUNT_ORDER = ["succeeded", "failed", "cancelled", "running", "assigned", "queued"];
+export const COUNT_ORDER = [TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.RUNNING,
+  TaskStatus.ASSIGNED, TaskStatus.QUEUED];
 
 export const runHref = (runId) => `#run/${encodeURIComponent(runId)}`;
 
@@ -41,7 +43,7 @@ export class RunsPanel {
   /** Show the newest runs (GET /api/v1/runs): `more` says older ones were left out. */
   show(runs, more) {
     this.table.replaceAll(runs);
-    const running = runs.filter((r) => r.status === "running").length;
+    const running = runs.filter((r) => r.status === RunStatus.RUNNING).length;
     this.count.textContent = `${more ? "newest " : ""}${runs.length} · ${running} running`;
   }
 }

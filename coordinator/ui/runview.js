@@ -11,11 +11,11 @@
 
 import { el } from "./dom.js";
 import { Feed } from "./feed.js";
-import { countsText } from "./runs.js";
+import { COUNT_ORDER, countsText } from "./runs.js";
 import { formatTime } from "./time.js";
 import * as views from "./views.js";
+import { EventType, RunStatus } from "./wire.js";
 
-const STATUSES = ["succeeded", "failed", "cancelled", "running", "assigned", "queued"];
 const REREAD_AFTER_MS = 300; // a run's events come in bursts (a cancel ends them all): one read after
 const THUMBNAILS_AT_ONCE = 4;
 const IMAGE = /\.(png|jpe?g|webp|gif)$/i;
@@ -107,7 +107,7 @@ export class RunView {
     if (cell && event.status) this.#paint(cell, event.status);
     // A task the grid does not have is a rerun taking a failed task's place, and an ended task
     // may have left its final screen: the report again, not only the run.
-    const whole = this.whole || (event.type === "created" && !cell) || views.isTerminal(event);
+    const whole = this.whole || (event.type === EventType.CREATED && !cell) || views.isTerminal(event);
     this.whole = whole;
     clearTimeout(this.timer);
     this.timer = setTimeout(() => {
@@ -143,7 +143,7 @@ export class RunView {
   #showButtons() {
     if (!this.bar || !this.run) return;
     const mine = this.may ? this.may.cancel({ created_by: this.run.created_by ?? null }) : false;
-    this.cancelButton.hidden = !mine || this.run.status !== "running";
+    this.cancelButton.hidden = !mine || this.run.status !== RunStatus.RUNNING;
     this.rerunButton.hidden = !mine || !(this.run.counts?.failed > 0);
   }
 
@@ -178,7 +178,7 @@ export class RunView {
 
   #legend() {
     return el("ul", { class: "run-legend", id: "run-legend" },
-      ...STATUSES.map((status) => el("li", {}, el("span", { class: "swatch", dataset: { status } }), status)),
+      ...COUNT_ORDER.map((status) => el("li", {}, el("span", { class: "swatch", dataset: { status } }), status)),
       el("li", {}, el("span", { class: "swatch rerun" }), "rerun (replaces a failed task)"));
   }
 

@@ -16,13 +16,13 @@ import * as commands from "./commands.js";
 import { el } from "./dom.js";
 import { Feed } from "./feed.js";
 import * as views from "./views.js";
+import { EventType, TaskStatus } from "./wire.js";
 
 const WAIT_S = 30; // how long a command's request waits for its answer before it is pending
 const REREAD_AFTER_MS = 150; // transitions of one step come together: one read for all of them
 const TICK_MS = 1000;
-const ENDED = new Set(["succeeded", "failed", "cancelled"]);
 const KEYS = [["Back", "back"], ["Home", "home"], ["Enter", "enter"]];
-const COMMAND_EVENTS = new Set(["command", "command_answered"]);
+const COMMAND_EVENTS = new Set([EventType.COMMAND, EventType.COMMAND_ANSWERED]);
 
 export class SessionView {
   /** @param may     what the token may do (api.js `grants`)
@@ -60,9 +60,9 @@ export class SessionView {
       return;
     }
     const events = history?.events ?? [];
-    const creator = events.find((e) => e.type === "created")?.actor_id;
+    const creator = events.find((e) => e.type === EventType.CREATED)?.actor_id;
     // The history keeps a task's last 200 events: past them, the creator's own commands say it.
-    const mine = this.may.tokenId != null && events.some((e) => e.type === "command" && e.actor_id === this.may.tokenId);
+    const mine = this.may.tokenId != null && events.some((e) => e.type === EventType.COMMAND && e.actor_id === this.may.tokenId);
     this.driver = this.may.drive(creator ?? null) || (creator === undefined && this.may.submit &&
       (mine || this.task.created_by === this.may.name));
     this.#build();
@@ -71,8 +71,8 @@ export class SessionView {
     const early = this.early;
     this.early = null;
     // The last answer the history names, unless the feed brought a newer one meanwhile.
-    const last = events.filter((e) => e.type === "command_answered").at(-1);
-    if (last && !early.some((e) => e.type === "command_answered")) this.#answer(last);
+    const last = events.filter((e) => e.type === EventType.COMMAND_ANSWERED).at(-1);
+    if (last && !early.some((e) => e.type === EventType.COMMAND_ANSWERED)) this.#answer(last);
     for (const event of early) this.#onEvent(event);
     this.ticker = setInterval(() => this.#tick(), TICK_MS);
     this.#firstLook();
@@ -125,11 +125,11 @@ export class SessionView {
       return;
     }
     if (COMMAND_EVENTS.has(event.type)) this.#active(event);
-    if (event.type === "command_answered") {
+    if (event.type === EventType.COMMAND_ANSWERED) {
       this.#answer(event);
       return;
     }
-    if (event.type === "command" || event.type === "artifact" || event.type === "progress") return;
+    if ([EventType.COMMAND, EventType.ARTIFACT, EventType.PROGRESS].includes(event.type)) return;
     clearTimeout(this.timer); // a transition: read the task again
     this.timer = setTimeout(async () => {
       await this.#read();
@@ -147,7 +147,7 @@ export class SessionView {
 
   /** A driver's session that runs with nothing on screen yet: look at it once. */
   #firstLook() {
-    if (!this.driver || this.closed || this.looked || this.task?.status !== "running" || this.asked > 0) return;
+    if (!this.driver || this.closed || this.looked || this.task?.status !== TaskStatus.RUNNING || this.asked > 0) return;
     this.looked = true;
     this.#send({ action: "observe" });
   }
@@ -237,7 +237,7 @@ export class SessionView {
     if (answer.duration_ms != null) parts.push(`${answer.duration_ms} ms on the device`);
     if (answer.error) parts.push(answer.error);
     this.last.textContent = parts.filter(Boolean).join(" · ");
-    this.last.className = answer.status === "failed" ? "bad" : "";
+    this.last.className = answer.status === commands.CommandStatus.FAILED ? "bad" : "";
     this.last.dataset.command = answer.command_id ?? "";
     this.last.dataset.status = answer.status ?? "";
   }
@@ -264,8 +264,8 @@ export class SessionView {
     try {
       const answer = await this.api.post(`/api/v1/tasks/${id}/commands?wait_s=${WAIT_S}`, { action });
       if (this.closed) return;
-      this.pending.textContent = answer.status === "pending" ? `${commands.actionText(action)}: waiting for the device…` : "";
-      if (answer.status !== "pending") {
+      this.pending.textContent = answer.status === commands.CommandStatus.PENDING ? `${commands.actionText(action)}: waiting for the device…` : "";
+      if (answer.status !== commands.CommandStatus.PENDING) {
         // Drawn from the answer only when the feed did not bring it first (a feed reconnecting).
         this.#answer({ command_id: answer.command_id, attempt: this.task?.attempt, screen: answer.observation?.screen }, answer);
       }
@@ -374,7 +374,7 @@ export class SessionView {
     root.dataset.status = task.status;
     const where = task.device_id ? ` on ${task.device_id}` : ` for ${views.target(task)}`;
     const story = el("a", { href: views.taskHref(this.taskId), text: "its story" });
-    if (ENDED.has(task.status)) {
+    if (views.isTerminal(task)) {
       const reason = task.result?.metadata?.end_reason ?? task.failure_reason ?? "";
       this.status.replaceChildren(`Session ${this.taskId}${where} ended: ${task.status}${reason ? ` (${reason})` : ""}. The recording is in `, story, ".");
       this.status.className = views.toneOf(task.status);
@@ -385,16 +385,16 @@ export class SessionView {
       this.feed.stop();
       return;
     }
-    const waiting = task.status === "queued" ? `: waiting (${task.waiting_reason ?? "for its device"})` : "";
+    const waiting = task.status === TaskStatus.QUEUED ? `: waiting (${task.waiting_reason ?? "for its device"})` : "";
     const ending = task.session?.end_requested ? " · ending" : "";
     this.status.replaceChildren(`Session ${this.taskId}${where} · ${task.status}${waiting}${ending}${task.created_by ? ` · started by ${task.created_by}` : ""} · `, story);
     this.status.className = "";
-    if (this.controls) this.controls.hidden = task.status !== "running";
+    if (this.controls) this.controls.hidden = task.status !== TaskStatus.RUNNING;
     this.#tick();
   }
 
   #tick() {
-    if (this.closed || !this.task || this.task.status !== "running" || this.idleDeadline === null) return;
+    if (this.closed || !this.task || this.task.status !== TaskStatus.RUNNING || this.idleDeadline === null) return;
     this.idle.textContent = `Ends if idle in ${commands.countdown(this.idleDeadline - Date.now())}`;
     this.idle.dataset.deadline = String(this.idleDeadline);
   }

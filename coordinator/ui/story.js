@@ -2,15 +2,17 @@
 // /api/v1/tasks/{id}/events, transitions only, oldest first) and the progress events the feed
 // kept of it. The task view (taskview.js) shows what these return.
 
-const WAITING = new Set(["queued", "assigned"]);
+import { EventType, TaskStatus } from "./wire.js";
+
+const WAITING = new Set([TaskStatus.QUEUED, TaskStatus.ASSIGNED]);
 
 /** Where time goes after an event: "queued" (queued or assigned), "running", or "end". A
  *  result's `status` is the reported one: time after it belongs to whatever comes next (a
  *  retried task's `requeued` follows it in the same step). */
 function phaseAfter(event) {
-  if (event.type === "result") return "end";
-  if (WAITING.has(event.status)) return "queued";
-  if (event.status === "running") return "running";
+  if (event.type === EventType.RESULT) return "end";
+  if (WAITING.has(event.status)) return TaskStatus.QUEUED;
+  if (event.status === TaskStatus.RUNNING) return TaskStatus.RUNNING;
   return "end";
 }
 
@@ -31,7 +33,7 @@ export function durations(task, events, now = Date.now()) {
       return;
     }
     const to = i + 1 < events.length ? ms(events[i + 1].at) : now;
-    if (phase === "queued") queued += Math.max(0, to - from);
+    if (phase === TaskStatus.QUEUED) queued += Math.max(0, to - from);
     else running += Math.max(0, to - from);
   });
   if (end === null && task.finished_at) end = ms(task.finished_at);
@@ -49,11 +51,11 @@ export function attempts(events) {
     };
     if (event.host_id) row.host_id = event.host_id;
     if (event.device_id) row.device_id = event.device_id;
-    if (event.type === "claimed") row.claimed_at = event.at;
-    if (event.type === "result") {
+    if (event.type === EventType.CLAIMED) row.claimed_at = event.at;
+    if (event.type === EventType.RESULT) {
       row.ended_at = event.at;
       row.outcome = event.reason ? `${event.status} (${event.reason})` : event.status;
-    } else if (["lease_expired", "cancelled", "queue_timeout"].includes(event.type) && !row.outcome) {
+    } else if ([EventType.LEASE_EXPIRED, EventType.CANCELLED, EventType.QUEUE_TIMEOUT].includes(event.type) && !row.outcome) {
       row.ended_at = event.at;
       row.outcome = event.type;
     }

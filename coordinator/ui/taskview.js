@@ -16,6 +16,9 @@ import * as story from "./story.js";
 import { formatDuration, formatTime } from "./time.js";
 import { runHref } from "./runs.js";
 import * as views from "./views.js";
+import { DEFAULT_TEAM, EventType, PRIORITY_DEFAULT, TaskKind, TaskStatus } from "./wire.js";
+
+const COMMAND_EVENTS = new Set([EventType.COMMAND, EventType.COMMAND_ANSWERED]);
 
 const REREAD_AFTER_MS = 150; // transitions of one step come together: one read for all of them
 const TICK_MS = 1000; // the running durations move on while the view is open
@@ -71,16 +74,16 @@ export class TaskView {
 
   #onEvent(event) {
     if (this.closed || event.task_id !== this.taskId) return;
-    if (event.type === "progress") {
+    if (event.type === EventType.PROGRESS) {
       this.steps.push(event);
       this.#render();
       return;
     }
-    if (event.type === "artifact") {
+    if (event.type === EventType.ARTIFACT) {
       this.strip.add(event); // no transition: nothing to read again
       return;
     }
-    if (event.type === "command" || event.type === "command_answered") {
+    if (COMMAND_EVENTS.has(event.type)) {
       this.recording?.event(event); // a session's command: its recording grows, nothing else moved
       return;
     }
@@ -112,7 +115,7 @@ export class TaskView {
   /** Only the durations move with the clock: the rest is drawn again when something changed. */
   #tick() {
     const { task } = this;
-    if (this.closed || task === null || ["succeeded", "failed", "cancelled"].includes(task.status)) return;
+    if (this.closed || task === null || views.isTerminal(task)) return;
     const times = story.durations(task, this.events);
     for (const dd of this.root.querySelectorAll("#task-durations dd")) dd.textContent = formatDuration(times[dd.dataset.key]);
   }
@@ -121,15 +124,15 @@ export class TaskView {
     const { task } = this;
     if (this.closed || task === null) return;
     const times = story.durations(task, this.events);
-    const current = task.status === "running" ? task.progress : null;
+    const current = task.status === TaskStatus.RUNNING ? task.progress : null;
     this.root.replaceChildren(
       el("dl", { class: "facts" },
         ...fact("Status", task.cancel_requested ? `${task.status} (cancelling)` : task.status, views.toneOf(task.status)),
         ...fact("Work", views.work(task)),
         ...fact("Target", views.target(task)),
-        ...fact("Team", task.team ?? "default", "", "team"),
-        ...fact("Priority", String(task.priority ?? 0), "", "priority"),
-        ...(task.kind === "session" && !["succeeded", "failed", "cancelled"].includes(task.status)
+        ...fact("Team", task.team ?? DEFAULT_TEAM, "", "team"),
+        ...fact("Priority", String(task.priority ?? PRIORITY_DEFAULT), "", "priority"),
+        ...(task.kind === TaskKind.SESSION && !views.isTerminal(task)
           ? linkFact("Live", "the session's screen", views.sessionHref(task.task_id), "live") : []),
         ...(task.run_id ? linkFact("Run", task.run_id, runHref(task.run_id), "run") : []),
         ...(task.rerun_of ? linkFact("Rerun of", task.rerun_of, views.taskHref(task.rerun_of), "rerun-of") : []),
@@ -137,13 +140,13 @@ export class TaskView {
         ...fact("Attempt", `${task.attempt}/${task.max_attempts}`),
         ...fact("Created", `${formatTime(task.created_at)}${task.created_by ? ` by ${task.created_by}` : ""}`),
         ...(task.finished_at ? fact("Finished", formatTime(task.finished_at)) : []),
-        ...(task.status === "queued" ? fact("Waiting", `${task.waiting_reason ?? ""} ${views.candidates(task.candidates)}`) : []),
+        ...(task.status === TaskStatus.QUEUED ? fact("Waiting", `${task.waiting_reason ?? ""} ${views.candidates(task.candidates)}`) : []),
         ...failureFacts(task),
       ),
       el("h3", { text: "Durations" }),
       el("dl", { class: "facts durations", id: "task-durations" },
-        ...fact("Queued", formatDuration(times.queued), "", "queued"),
-        ...fact("Running", formatDuration(times.running), "", "running"),
+        ...fact("Queued", formatDuration(times.queued), "", "queued"), // not wire: the key of story.durations' field
+        ...fact("Running", formatDuration(times.running), "", "running"), // not wire: likewise
         ...fact(times.ended ? "Total" : "Total so far", formatDuration(times.total), "", "total"),
       ),
       el("h3", { text: "Attempts" }),
@@ -167,7 +170,7 @@ export class TaskView {
         el("td", { class: "id", text: views.named(this.hostName(a.host_id), a.host_id) }),
         el("td", { text: formatTime(a.claimed_at) }),
         el("td", { text: formatTime(a.ended_at) }),
-        el("td", { text: a.outcome ?? (a.claimed_at ? "running" : ""), class: views.toneOf(a.outcome?.split(" ")[0] ?? "") }),
+        el("td", { text: a.outcome ?? (a.claimed_at ? TaskStatus.RUNNING : ""), class: views.toneOf(a.outcome?.split(" ")[0] ?? "") }),
       ))));
   }
 
@@ -188,7 +191,7 @@ export class TaskView {
 
   #timeline(current) {
     // A session's commands are its recording's, under the timeline: here, its transitions only.
-    const events = this.events.filter((e) => e.type !== "command" && e.type !== "command_answered");
+    const events = this.events.filter((e) => !COMMAND_EVENTS.has(e.type));
     const entries = story.timeline(events, this.#allSteps(), current, this.task.attempt);
     return el("ol", { id: "task-timeline", class: "timeline" }, ...entries.map((entry) => {
       if (entry.kind === "step") {

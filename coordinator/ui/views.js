@@ -2,8 +2,9 @@
 // Pure functions of the records; the tables do the DOM work.
 
 import { formatTime as clock } from "./time.js";
+import { DeviceStatus, EventType, PRIORITY_DEFAULT, TaskKind, TaskStatus, TERMINAL_STATUSES } from "./wire.js";
 
-const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const TERMINAL = new Set(TERMINAL_STATUSES);
 export const isTerminal = (task) => TERMINAL.has(task.status);
 
 export function hostState(host) {
@@ -22,7 +23,7 @@ const tone = (word) => TONES[word] || "";
 export const toneOf = tone;
 
 export function work(task) {
-  if (task.kind === "workflow" && task.workflow) return `workflow ${task.workflow.name}`;
+  if (task.kind === TaskKind.WORKFLOW && task.workflow) return `workflow ${task.workflow.name}`;
   return task.goal ?? task.kind ?? "";
 }
 
@@ -34,9 +35,10 @@ export function target(task) {
   return task.device_id ?? "";
 }
 
+// The counts a waiting task's `candidates` holds (PROTOCOL.md, "Waiting work"): field names, and how each reads.
 const CANDIDATE_WORDS = [
-  ["matching", "matching"], ["busy", "busy"], ["unavailable", "unavailable"],
-  ["host_offline", "host offline"], ["host_draining", "host draining"], ["disabled", "disabled"],
+  ["matching", "matching"], ["busy", "busy"], ["unavailable", "unavailable"], // not wire: field names of `candidates`
+  ["host_offline", "host offline"], ["host_draining", "host draining"], ["disabled", "disabled"], // not wire: likewise
   ["host_stalled", "host stalled"], ["no_workflow", "no workflow"],
 ];
 
@@ -98,15 +100,20 @@ export const byHostId = (a, b) => compareText(a.host_id, b.host_id);
 /** What a device is to an operator: a draining host's devices take no new work, so they are
  *  "draining", never counted available, whatever their own status; a device with a task
  *  assigned or running is "busy" even before its agent's next heartbeat says so. */
+const ACTIVE = new Set([TaskStatus.ASSIGNED, TaskStatus.RUNNING]);
+/** What `deviceState` says, in the order the counts and filters show it: what can take work first. */
+export const DEVICE_STATES = [DeviceStatus.AVAILABLE, DeviceStatus.BUSY, "draining", DeviceStatus.UNAVAILABLE, "disabled",
+  "host offline"];
+
 export function deviceState({ device, host, task }) {
   if (device.disabled) return "disabled";
   if (!device.host_online) return "host offline";
   if (host && host.draining) return "draining";
-  if (device.status === "available" && task && (task.status === "assigned" || task.status === "running")) return "busy";
+  if (device.status === DeviceStatus.AVAILABLE && task && ACTIVE.has(task.status)) return DeviceStatus.BUSY;
   return device.status;
 }
 
-const progressOf = ({ task }) => (task && task.status === "running" ? task.progress : null);
+const progressOf = ({ task }) => (task && task.status === TaskStatus.RUNNING ? task.progress : null);
 
 const deviceFields = [
   { title: "Device", value: (r) => named(r.device.name, r.device.device_id), id: true, href: (r) => deviceHref(r.device.device_id) },
@@ -133,7 +140,7 @@ const deviceFields = [
 export function deviceColumns(may) {
   const actions = (r) => [
     // A live session on a free device (PROTOCOL.md, "Live sessions"), for a token that may submit.
-    ...(may.submit && !r.task && deviceState(r) === "available" ? [{ label: "Start session", action: "session" }] : []),
+    ...(may.submit && !r.task && deviceState(r) === DeviceStatus.AVAILABLE ? [{ label: "Start session", action: "session" }] : []),
     ...(r.task && !r.task.cancel_requested && may.cancel(r.task) ? [{ label: "Cancel task", action: "cancel" }] : []),
     ...(may.disable ? [r.device.disabled ? { label: "Enable", action: "enable" } : { label: "Disable", action: "disable" }] : []),
   ];
@@ -175,11 +182,11 @@ const queueFields = [
   { title: "Work", value: work, wide: true },
   { title: "Target", value: target },
   { title: "Status", value: (t) => t.status, tone: (t) => tone(t.status) },
-  { title: "Priority", value: (t) => String(t.priority ?? 0) },
+  { title: "Priority", value: (t) => String(t.priority ?? PRIORITY_DEFAULT) },
   { title: "Team", value: (t) => t.team ?? "" },
   {
     title: "Waiting reason",
-    value: (t) => (t.status === "assigned" ? `assigned to ${t.host_id}, waiting for its claim` : t.waiting_reason ?? ""),
+    value: (t) => (t.status === TaskStatus.ASSIGNED ? `assigned to ${t.host_id}, waiting for its claim` : t.waiting_reason ?? ""),
     wide: true,
   },
   { title: "Candidates", value: (t) => candidates(t.candidates), wide: true },
@@ -211,7 +218,7 @@ export const resultColumns = (hostName, deviceName) => [
   { title: "Work", value: work, wide: true },
   { title: "Outcome", value: (t) => t.status, tone: (t) => tone(t.status) },
   { title: "Team", value: (t) => t.team ?? "" },
-  { title: "Priority", value: (t) => String(t.priority ?? 0) },
+  { title: "Priority", value: (t) => String(t.priority ?? PRIORITY_DEFAULT) },
   { title: "Failure reason", value: (t) => t.failure_reason ?? (t.result && t.result.failure_reason) ?? "", wide: true },
   { title: "Device", value: (t) => (t.device_id ? named(deviceName(t.device_id), t.device_id) : ""), id: true,
     href: (t) => deviceHref(t.device_id) },
@@ -237,7 +244,7 @@ export function eventLine(event, names = { host: () => null, device: () => null 
   if (event.attempt) extra.push(`attempt ${event.attempt}`);
   if (event.status) extra.push(event.status);
   if (event.reason) extra.push(`(${event.reason})`);
-  if (event.type === "host_draining") extra.push(event.draining ? "on" : "off");
+  if (event.type === EventType.HOST_DRAINING) extra.push(event.draining ? "on" : "off");
   if (event.actor) extra.push(`by ${event.actor}`); // the operator token whose action caused it
   return [clock(event.at), event.type, ...ids, ...extra].filter(Boolean).join("  ");
 }

@@ -7,10 +7,11 @@
 
 import { KeyedTable } from "./table.js";
 import { formatTime as clock } from "./time.js";
+import { DeliveryState } from "./wire.js";
 
 /** `12 delivered · 1 pending · 2 failed`: a webhook's recent deliveries by state. */
 export function deliveriesText(deliveries) {
-  const by = { delivered: 0, pending: 0, failed: 0 };
+  const by = Object.fromEntries(Object.values(DeliveryState).map((state) => [state, 0]));
   for (const d of deliveries) by[d.state] = (by[d.state] ?? 0) + 1;
   const parts = Object.entries(by).filter(([, n]) => n).map(([state, n]) => `${n} ${state}`);
   return parts.length ? parts.join(" · ") : "none yet";
@@ -18,11 +19,11 @@ export function deliveriesText(deliveries) {
 
 /** The newest delivery's trouble, if it had any: `503 at 10:02:11 +01:00, next at 10:02:15 …`. */
 export function lastTrouble(deliveries) {
-  const troubled = deliveries.find((d) => d.state !== "delivered" && (d.last_status !== null || d.last_error));
+  const troubled = deliveries.find((d) => d.state !== DeliveryState.DELIVERED && (d.last_status !== null || d.last_error));
   if (!troubled) return "";
   const what = troubled.last_error ?? `HTTP ${troubled.last_status}`;
-  const next = troubled.state === "pending" && troubled.next_attempt_at ? `, next ${clock(troubled.next_attempt_at)}` : "";
-  return `${what} at ${clock(troubled.last_attempt_at)}${next}${troubled.state === "failed" ? " (gave up)" : ""}`;
+  const next = troubled.state === DeliveryState.PENDING && troubled.next_attempt_at ? `, next ${clock(troubled.next_attempt_at)}` : "";
+  return `${what} at ${clock(troubled.last_attempt_at)}${next}${troubled.state === DeliveryState.FAILED ? " (gave up)" : ""}`;
 }
 
 const columns = [
@@ -31,7 +32,7 @@ const columns = [
   { title: "Events", value: (w) => w.events.join(" "), wide: true },
   { title: "Team", value: (w) => w.team ?? "any" },
   { title: "Recent deliveries", value: (w) => deliveriesText(w.deliveries),
-    tone: (w) => (w.deliveries.some((d) => d.state === "failed") ? "bad" : w.deliveries.some((d) => d.state === "pending") ? "warn" : "") },
+    tone: (w) => (w.deliveries.some((d) => d.state === DeliveryState.FAILED) ? "bad" : w.deliveries.some((d) => d.state === DeliveryState.PENDING) ? "warn" : "") },
   { title: "Last trouble", value: (w) => lastTrouble(w.deliveries), wide: true },
 ];
 
@@ -53,7 +54,7 @@ export class WebhooksPanel {
     }));
     this.section.hidden = false;
     this.table.replaceAll(withDeliveries);
-    const failing = withDeliveries.filter((w) => w.deliveries.some((d) => d.state === "failed")).length;
+    const failing = withDeliveries.filter((w) => w.deliveries.some((d) => d.state === DeliveryState.FAILED)).length;
     this.count.textContent = `${webhooks.length}${failing ? ` · ${failing} with failed deliveries` : ""}`;
   }
 }

@@ -3,12 +3,16 @@ keep the page to its own origin."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncIterator
+from enum import Enum
 
 import fakeredis
 import httpx
 import pytest
 
+import wire
 from coordinator.api import ui as ui_api
 from coordinator.app import create_app
 from coordinator.transport.base import PlainTransport
@@ -40,8 +44,6 @@ async def test_the_page_and_its_files_are_served_with_strict_headers(asgi_client
 
 
 async def test_every_file_the_page_loads_is_served(asgi_client: httpx.AsyncClient) -> None:
-    import re
-
     page = (await asgi_client.get("/ui")).text
     scripts = "".join([(await asgi_client.get(ui_api.PREFIX + n)).text for n in ui_api.ASSETS if n.endswith(".js")])
     referenced = set(re.findall(r'"/ui/([\w.]+)"', page)) | set(re.findall(r'from "\./([\w.]+)"', scripts))
@@ -60,3 +62,16 @@ async def test_an_unchanged_file_is_not_sent_again(asgi_client: httpx.AsyncClien
     first = await asgi_client.get("/ui/app.js")
     again = await asgi_client.get("/ui/app.js", headers={"if-none-match": first.headers["etag"]})
     assert again.status_code == 304 and again.content == b""
+
+
+async def test_wire_js_states_every_enum_and_constant_of_wire(asgi_client: httpx.AsyncClient) -> None:
+    module = (await asgi_client.get(ui_api.PREFIX + ui_api.WIRE_JS)).text
+    stated = {name: json.loads(value) for name, value in
+              re.findall(r"^export const (\w+) = (?:Object\.freeze\()?(.+?)\)?;$", module, re.MULTILINE)}
+    for name, value in vars(wire).items():
+        if isinstance(value, type) and issubclass(value, Enum) and value.__module__ == wire.__name__:
+            assert stated[name] == {member.name: member.value for member in value}, name
+        elif name.isupper() and isinstance(value, int | str):
+            assert stated[name] == value, name
+        elif name.isupper() and isinstance(value, tuple | frozenset):
+            assert sorted(stated[name]) == sorted(value), name

@@ -100,6 +100,9 @@ def test_an_operator_drains_a_host_and_disables_a_device(coordinator: Coordinato
     page.wait_for("!!document.querySelector('#events li[data-type=host_draining]')", what="the drain event")
     page.click(dashboard.button("hosts", "host-a", "Undrain"))
     wait_until(lambda: not coordinator.call("GET", "/api/v1/hosts/host-a")["draining"], what="host-a undrained")
+    # The row gains its Start session button back once the page sees the host undrained: the
+    # Disable button's place is read after that, not before (it was clicking Start session).
+    dashboard.wait_cell("devices", "phone-1", "State", lambda s: s == "available")
 
     page.click(dashboard.button("devices", "phone-1", "Disable"))
     page.wait_for("document.getElementById('confirm').open")
