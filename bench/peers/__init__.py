@@ -48,7 +48,8 @@ PROBE_SPACING_S = 0.01  # between idle dispatch probes, so each meets idle worke
 # `python -m bench` run. celery: the queue most Python users already run, and the next peer on
 # dispatch and Redis CPU per job; arq (polls every 0.5 s) and rq (forks per job) were further off
 # (docs/benchmarks.md, "Beside the peers"), and git history keeps their modules.
-PEERS = {"saq": "saq", "celery": "celery"}
+# tether: Tether itself, two coordinators and hosts on the agent's client, measured alike (issue 56).
+PEERS = {"saq": "saq", "celery": "celery", "tether": "tether"}
 T = TypeVar("T")
 
 
@@ -57,6 +58,7 @@ class Peer(Protocol):
 
     workers: str  # what the worker processes are, for the table
     jobs: int  # jobs in the throughput window
+    servers: tuple[int, ...]  # process groups besides the workers whose CPU counts (Tether's coordinators)
 
     def park(self, n: int) -> None:
         """Enqueue n jobs on a queue no worker reads."""
@@ -263,7 +265,7 @@ def figures(name: str, peer: Peer, tag: str, redis: Redis) -> Figures:
         per_job_bytes = bytes_per_queued_job(peer, redis)
         workers = start()
         idle = idle_commands_per_second(redis)
-        run = throughput(peer, redis, [w.pid for w in workers])
+        run = throughput(peer, redis, [w.pid for w in workers] + list(peer.servers))
         latencies = dispatch_ms(peer)
     return Figures(peer.workers, peer.jobs, latencies, run["jobs/s"], run["cpu ms"], run["client cpu ms"],
                    run["commands"], idle, run["redis cpu ms"], per_job_bytes)
