@@ -34,8 +34,9 @@ client already subscribed to). CPU: utime+stime of this process and of each work
 Tether (bench/peers/tether.py): two coordinators, and two workers of 10 one-device hosts each on
 the agent's client, every result asking `next` (eager dispatch). Dispatch: an operator create on
 one coordinator to the job's start on a host whose claim waits on the other. Jobs/s: the creates
-sent 20 at a time, alternating between the coordinators; the window closes when the workers'
-counts of jobs done (written every 10 ms) reach them. CPU includes the coordinators' process groups."""
+(raw HTTP, bench/loadgen.py, as the main bench sends them) sent 20 at a time, alternating between
+the coordinators; the window closes when the workers' counts of jobs done (written every 10 ms)
+reach them. CPU includes the coordinators' process groups."""
 
 
 def print_table(columns: dict[str, dict[str, str]]) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import os
 import signal
@@ -35,7 +34,8 @@ from redis.asyncio import Redis as AsyncRedis
 from agent.answers import Assignment
 from agent.client import CoordinatorClient, HostClient
 from bench.context import server_env
-from bench.peers import ENQUEUERS, REDIS_URL, LoopThread, bounded, poll_until
+from bench.loadgen import Connection, build, connect
+from bench.peers import ENQUEUERS, REDIS_URL, LoopThread, poll_until
 from bench.system import free_port
 from wire import ResultStatus
 
@@ -192,18 +192,33 @@ class TetherPeer:
         self.redis.set(self.keys.ports, json.dumps(self.ports))
         self.servers = tuple(p.pid for p in self.coordinators)
         self.loop = LoopThread()
-        self.http = [httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}",
-                                       headers={"Authorization": f"Bearer {self.admin}"}, timeout=30)
-                     for port in self.ports]
+        self.prober: Connection | None = None
 
-    async def create(self, on: int, body: dict[str, Any]) -> None:
-        answer = await self.http[on].post("/api/v1/tasks", json=body)
-        if answer.status_code != 201:
-            raise RuntimeError(f"create answered {answer.status_code}: {answer.text[:200]}")
+    def _create_req(self, body: dict[str, Any]) -> bytes:
+        return build("POST", "/api/v1/tasks", self.admin, body)
+
+    async def _creates(self, bodies: list[dict[str, Any]]) -> None:
+        """The creates, ENQUEUERS at a time on connections of their own (opened now: a
+        kept-alive connection left idle is closed by the server), alternating between the
+        coordinators."""
+        conns = [await connect(self.ports[i % WORKERS]) for i in range(ENQUEUERS)]
+        queue = iter(bodies)
+
+        async def send(conn: Connection) -> None:
+            for body in queue:
+                status, answer = await conn.request(self._create_req(body), 30)
+                if status != 201:
+                    raise RuntimeError(f"create answered {status}: {answer[:200]!r}")
+
+        try:
+            await asyncio.gather(*(send(c) for c in conns))
+        finally:
+            for c in conns:
+                c.close()
 
     def park(self, n: int) -> None:
         body = {"kind": "goal", "goal": "job", "device_id": f"{self.tag}-nowhere"}
-        self.loop.run(bounded([self.create(i % WORKERS, body) for i in range(n)]))
+        self.loop.run(self._creates([body] * n))
 
     def ready_workers(self) -> int:
         return int(self.redis.exists(*(self.keys.ready(i) for i in range(WORKERS))))
@@ -217,15 +232,22 @@ class TetherPeer:
     def run(self, n: int) -> int:
         body = {"kind": "goal", "goal": "job", "selector": {"driver": "adb"}}
         done0, writes0 = self._done()
-        sides = itertools.cycle(range(WORKERS))
-        self.loop.run(bounded([self.create(next(sides), body) for _ in range(n)], ENQUEUERS))
+        self.loop.run(self._creates([body] * n))
         polls = poll_until(lambda: self._done()[0] - done0 >= n)
         return polls + self._done()[1] - writes0
 
     def probe(self) -> float:
-        body = {"kind": "goal", "goal": "probe", "device_id": device_id(self.tag, PROBE_WORKER, 0)}
+        raw = self._create_req({"kind": "goal", "goal": "probe", "device_id": device_id(self.tag, PROBE_WORKER, 0)})
+
+        async def create() -> None:
+            if self.prober is None or self.prober.closed:
+                self.prober = await connect(self.ports[CREATE_ON])
+            status, answer = await self.prober.request(raw, 10)
+            if status != 201:
+                raise RuntimeError(f"probe create answered {status}: {answer[:200]!r}")
+
         sent = time.time()
-        self.loop.run(self.create(CREATE_ON, body))
+        self.loop.run(create())
         popped = self.redis.blpop([self.keys.started], timeout=10)
         if popped is None:
             raise TimeoutError("tether probe job not started within 10 s")
@@ -233,8 +255,8 @@ class TetherPeer:
 
     def close(self) -> None:
         if hasattr(self, "loop"):
-            for client in self.http:
-                self.loop.run(client.aclose())
+            if self.prober is not None:
+                self.prober.close()
             self.loop.close()
         for process in self.coordinators:
             if process.poll() is None:
