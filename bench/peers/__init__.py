@@ -1,6 +1,7 @@
 """python -m bench.peers: two queues a Python user would otherwise pick (saq and celery), on
 the same Redis and machine, measured the way Tether's rows are. They come from the `bench` extra
-(`pip install '.[bench]'`), never a runtime dependency.
+(`pip install '.[bench]'`), never a runtime dependency. The `tether` column is Tether itself
+measured alike (`bench/peers/tether.py`: two coordinators, hosts on the agent's client).
 
 Every peer runs its stock worker, two worker processes started here, and one trivial job that
 returns the time it started. Rows: idle dispatch (enqueue in this process -> the job function
