@@ -1,6 +1,7 @@
 """python -m bench.peers: two queues a Python user would otherwise pick (saq and celery), on
 the same Redis and machine, measured the way Tether's rows are. They come from the `bench` extra
-(`pip install '.[bench]'`), never a runtime dependency.
+(`pip install '.[bench]'`), never a runtime dependency. The `tether` column is Tether itself
+measured alike (`bench/peers/tether.py`: two coordinators, hosts on the agent's client).
 
 Every peer runs its stock worker, two worker processes started here, and one trivial job that
 returns the time it started. Rows: idle dispatch (enqueue in this process -> the job function
@@ -48,7 +49,8 @@ PROBE_SPACING_S = 0.01  # between idle dispatch probes, so each meets idle worke
 # `python -m bench` run. celery: the queue most Python users already run, and the next peer on
 # dispatch and Redis CPU per job; arq (polls every 0.5 s) and rq (forks per job) were further off
 # (docs/benchmarks.md, "Beside the peers"), and git history keeps their modules.
-PEERS = {"saq": "saq", "celery": "celery"}
+# tether: Tether itself, two coordinators and hosts on the agent's client, measured alike (issue 56).
+PEERS = {"saq": "saq", "celery": "celery", "tether": "tether"}
 T = TypeVar("T")
 
 
@@ -57,6 +59,7 @@ class Peer(Protocol):
 
     workers: str  # what the worker processes are, for the table
     jobs: int  # jobs in the throughput window
+    servers: tuple[int, ...]  # process groups besides the workers whose CPU counts (Tether's coordinators)
 
     def park(self, n: int) -> None:
         """Enqueue n jobs on a queue no worker reads."""
@@ -195,16 +198,21 @@ def idle_commands_per_second(redis: Redis) -> int:
 
 
 def throughput(peer: Peer, redis: Redis, pgids: list[int]) -> dict[str, float]:
-    """peer.jobs through the workers, per job: CPU, Redis commands and Redis CPU."""
+    """peer.jobs through the workers, per job: CPU (the workers' process groups ``pgids`` and the
+    peer's ``servers``, which are also shown alone), Redis commands and Redis CPU."""
+    servers = list(peer.servers)
     workers0, own0 = sum(map(group_cpu, pgids)), cpu_seconds(os.getpid())
+    servers0 = sum(map(group_cpu, servers))
     redis_cpu0, calls0 = redis_cpu_and_calls(redis)
     started = time.perf_counter()
     watching = peer.run(peer.jobs)
     seconds = time.perf_counter() - started
     workers, own = sum(map(group_cpu, pgids)) - workers0, cpu_seconds(os.getpid()) - own0
+    served = sum(map(group_cpu, servers)) - servers0
     redis_cpu1, calls1 = redis_cpu_and_calls(redis)
-    return {"jobs/s": peer.jobs / seconds, "cpu ms": (own + workers) / peer.jobs * 1000,
-            "client cpu ms": own / peer.jobs * 1000, "commands": (calls1 - calls0 - watching) / peer.jobs,
+    return {"jobs/s": peer.jobs / seconds, "cpu ms": (own + workers + served) / peer.jobs * 1000,
+            "client cpu ms": own / peer.jobs * 1000, "servers cpu ms": served / peer.jobs * 1000,
+            "commands": (calls1 - calls0 - watching) / peer.jobs,
             "redis cpu ms": (redis_cpu1 - redis_cpu0) / peer.jobs * 1000}
 
 
@@ -230,6 +238,7 @@ class Figures:
     idle_commands: int  # Redis commands/s while the workers idle
     redis_cpu_ms: float  # per job
     bytes_per_job: float
+    servers_cpu_ms: float = 0.0  # per job, of the peer's servers (in cpu_ms too)
 
 
 @contextlib.contextmanager
@@ -266,7 +275,7 @@ def figures(name: str, peer: Peer, tag: str, redis: Redis) -> Figures:
         run = throughput(peer, redis, [w.pid for w in workers])
         latencies = dispatch_ms(peer)
     return Figures(peer.workers, peer.jobs, latencies, run["jobs/s"], run["cpu ms"], run["client cpu ms"],
-                   run["commands"], idle, run["redis cpu ms"], per_job_bytes)
+                   run["commands"], idle, run["redis cpu ms"], per_job_bytes, run["servers cpu ms"])
 
 
 def measure_alone(name: str) -> Figures:
@@ -288,7 +297,8 @@ def measure(name: str, peer: Peer, tag: str, redis: Redis) -> dict[str, str]:
             f"{statistics.median(latencies):.2f} / {latencies[int(0.99 * len(latencies))]:.2f} ms",
         "jobs/s, two workers (all enqueued at once, enqueue included)":
             f"{f.jobs_per_s:,.0f} ({f.jobs:,} jobs)",
-        "CPU per job: client + workers (client)": f"{f.cpu_ms:.2f} ms ({f.client_cpu_ms:.2f})",
+        "CPU per job: client + workers (client)": f"{f.cpu_ms:.2f} ms ({f.client_cpu_ms:.2f}"
+            + (f"; coordinators {f.servers_cpu_ms:.2f})" if f.servers_cpu_ms else ")"),
         "Redis commands per job": f"{f.commands:.1f}",
         IDLE_ROW: f"{f.idle_commands:,}",
         "Redis CPU per job": f"{f.redis_cpu_ms:.3f} ms",

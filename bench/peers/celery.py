@@ -42,6 +42,7 @@ def work(tag: str, name: str, index: int) -> None:
 class CeleryPeer:
     workers = "2 × celery worker --pool=prefork -c 1 (a consumer + one pool process each)"
     jobs = 5_000
+    servers: tuple[int, ...] = ()  # the workers are all there is
 
     def __init__(self, tag: str) -> None:
         self.tag = tag

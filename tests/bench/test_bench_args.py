@@ -53,6 +53,16 @@ def test_ab_refuses_an_unknown_scenario_and_zero_turns() -> None:
     assert ab.parse(["HEAD~1"]).only == "calls,lifecycle"
 
 
+def test_peers_refuses_an_unknown_peer_and_zero_turns() -> None:
+    from bench.peers.__main__ import parse
+
+    with pytest.raises(SystemExit):
+        parse(["--only", "saq,nonesuch"])
+    with pytest.raises(SystemExit):
+        parse(["--turns", "0"])
+    assert parse(["--only", "saq,tether", "--turns", "2"]).names == ["saq", "tether"]
+
+
 def test_help_lists_each_usage_on_its_own_line_and_the_docs_are_written_only_when_asked() -> None:
     # Issue 58: `bench --preset small` rewrote docs/benchmarks.md, leaving a fresh clone dirty,
     # and its --help ran both usages into one paragraph.
