@@ -25,7 +25,9 @@
     {TOO_MANY_COMMANDS}    SESSION_COMMANDS_WAITING_MAX commands wait already
 
   Cost: O(1) commands (a dozen), whatever the session's recording: one ZPOPMIN and HDEL drop the
-  recording's oldest past SESSION_COMMANDS_KEPT; the task's record is rewritten with its event.
+  recording's oldest past SESSION_COMMANDS_KEPT; the task's record (a few hundred bytes: its
+  command count and last activity) is rewritten, and the command's event goes to the session's
+  own capped list, so no command's cost grows with the session's age.
 
   Invariants: a command is queued only for a running session not asked to end, so every queued
   command either reaches the host or is dropped with the session's end (includes/sessions.lua,
