@@ -84,10 +84,14 @@ async def upgrade_before_serving(store: Store) -> int:
 
 async def run_reaper(store: Store, artifacts: Artifacts, interval_s: float,
                      outage: OutageLog | None = None) -> None:
-    """Sweep every ``interval_s`` (jittered) until cancelled. Failures go to ``outage`` (the
-    process's, shared with its requests: a sweep that works ends an outage they noticed)."""
+    """Sweep every ``interval_s`` (jittered) until cancelled, the first one interval after the
+    start, not at once: a coordinator driven step by step with a long interval (the in-process
+    tests) sweeps only when asked, and processes started together do not sweep in step. Failures go to ``outage`` (the process's,
+    shared with its requests: a sweep that works ends an outage they noticed)."""
     outage = outage if outage is not None else OutageLog(log, "reaper")
     while True:
+        # Jitter keeps several processes from sweeping in lock-step.
+        await asyncio.sleep(interval_s * random.uniform(0.5, 1.0))
         try:
             await sweep(store, artifacts)
             outage.succeeded()
@@ -99,5 +103,3 @@ async def run_reaper(store: Store, artifacts: Artifacts, interval_s: float,
             outage.failed(exc)
         if cancelling():
             raise asyncio.CancelledError
-        # Jitter keeps several processes from sweeping in lock-step.
-        await asyncio.sleep(interval_s * random.uniform(0.5, 1.0))
