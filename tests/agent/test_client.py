@@ -214,6 +214,9 @@ async def test_error_answers_map_to_the_hierarchy(
     assert isinstance(caught.value, ProtocolError)
     assert isinstance(caught.value, Rejected) == (kind not in (TransientError,))
     assert TOKEN.get_secret_value() not in str(caught.value)
+    # the log line names the request and the answer's status (built only on an error: answers.py)
+    assert str(caught.value).startswith("POST http://coord.test/internal/v1/hosts/h-1/")
+    assert f": HTTP {caught.value.status}" in str(caught.value)
 
 
 async def test_error_details_are_kept() -> None:
