@@ -15,7 +15,11 @@ renew, result), each request one script of bench/floor_lifecycle.py, the fewest 
 the contract allows: what two such processes sustain under the same wrk lifecycles as row 3 is
 the least a lifecycle through HTTP can cost here. Its claim waits when asked (``wait_s``), woken
 through its process's inbox as Tether's is, so a create on one process and a waiting claim on
-another are also the least a dispatch doing the contract's work costs.
+another are also the least a dispatch doing the contract's work costs. For the peers harness's
+floor column (bench/peers/tether.py) it also takes the agent's heartbeat (its devices become
+free), creates for any device (queued while none is free), and a result with ``"next": true``,
+which leases the device's next queued task in the same script and answers it as
+``next_assignment`` (eager dispatch).
 
 The upload floor is the least an artifact's upload costs: ``PUT /blob/{name}`` streams the body
 to a temporary file, hashing it, renames the file to its SHA-256 in the folder of
@@ -83,6 +87,9 @@ RELAY_TAKE = "return redis.call('LPOP', KEYS[1])"
 
 def create_floor_app(settings: Settings) -> Starlette:
     transport, _ = open_redis(settings)
+    # The process's inbox reader blocks on a connection of its own transport, so that a
+    # ``/pop`` (which blocks on the main one's) never shares one with it.
+    wakes, _ = open_redis(settings)
     redis = transport.client
     sha: list[str] = []
     queue = settings.key_prefix + ":floor-dispatch"
@@ -97,8 +104,9 @@ def create_floor_app(settings: Settings) -> Starlette:
         try:
             yield
         finally:
-            for task in relay_reader:  # started by the first relay request
+            for task in reader:  # started by the first waiting request
                 task.cancel()
+            await wakes.aclose()
             await transport.aclose()
 
     async def floor(request: Request) -> Response:
@@ -142,66 +150,24 @@ def create_floor_app(settings: Settings) -> Starlette:
         await redis.evalsha(sha[0], 0)
         return Response(orjson.dumps({"sha256": digest.hexdigest()}), status_code=201, media_type="application/json")
 
-    def json(body: bytes, status_code: int = 200) -> Response:
-        return Response(body, status_code=status_code, media_type="application/json")
-
-    async def create(request: Request) -> Response:
-        body = orjson.loads(await request.body())
-        return json(await lifecycle.create(body.pop("device_id"), body), 201)
-
+    # One inbox a process, read by one blocking pop, as Tether's: a create pushes the host of a
+    # waiting claim, a relay step the topic of a waiting send or poll, and the reader wakes them.
     inbox = lifecycle.inbox(secrets.token_hex(8))
+    waits: dict[str, list[asyncio.Event]] = {}
+    reader: list[asyncio.Task[None]] = []
 
-    async def claim(request: Request) -> Response:
-        """The lifecycle floor's claim; with ``wait_s``, a poll that finds nothing waits for a
-        create to push onto this process's inbox (its own BLMPOP: the floor serves one such poll
-        at a time), then claims again."""
-        await request.body()
-        host, wait_s = request.path_params["host"], float(request.query_params.get("wait_s", "0"))
-        assignment = await lifecycle.claim(host, inbox if wait_s else "", int(wait_s * 1000))
-        if assignment is None and wait_s and await blocking_pop(inbox, wait_s):
-            assignment = await lifecycle.claim(host)
-        return Response(status_code=204) if assignment is None else json(assignment)
-
-    async def renew(request: Request) -> Response:
-        body = orjson.loads(await request.body())
-        expires = await lifecycle.renew(request.path_params["host"], request.path_params["lease"], body["task_id"],
-                                        body["attempt"], orjson.dumps(body["progress"]))
-        return json(orjson.dumps({"lease_expires_at_ms": expires}))
-
-    async def result(request: Request) -> Response:
-        body = orjson.loads(await request.body())
-        recorded = await lifecycle.result(request.path_params["host"], body.pop("lease_id"), body.pop("task_id"),
-                                          body.pop("attempt"), orjson.dumps(body))
-        return json(orjson.dumps({"recorded_at_ms": recorded}))
-
-    lifecycle_routes = [
-        Route("/api/v1/tasks", create, methods=["POST"]),
-        Route("/internal/v1/hosts/{host}/claim", claim, methods=["POST"]),
-        Route("/internal/v1/hosts/{host}/leases/{lease}/renew", renew, methods=["POST"]),
-        Route("/internal/v1/hosts/{host}/results", result, methods=["POST"]),
-    ]
-
-    relay_sha: list[str] = []
-    relay_inbox = settings.key_prefix + ":relay-inbox:" + secrets.token_hex(8)
-    relay_waits: dict[str, list[asyncio.Event]] = {}
-    relay_reader: list[asyncio.Task[None]] = []
-
-    async def read_relay_inbox() -> None:
+    async def read_inbox() -> None:
         while True:
-            for topic in await transport.blocking_pop(relay_inbox, 1, 100):
-                for event in relay_waits.get(topic.decode(), ()):
+            for topic in await wakes.blocking_pop(inbox, 1, 100):
+                for event in waits.get(topic.decode(), ()):
                     event.set()
 
-    def relay_keys(sid: str) -> list[str]:
-        base = f"{settings.key_prefix}:relay:{sid}"
-        return [base + ":cmd", base + ":cmd-waiter", base + ":ans", base + ":ans-waiter"]
-
-    async def relay_wait(topic: str, event: asyncio.Event, step: Callable[[], Awaitable[bool]],
-                         wait_s: float) -> bool:
+    async def wait_for(topic: str, event: asyncio.Event, step: Callable[[], Awaitable[bool]],
+                       wait_s: float) -> bool:
         """``step()`` until it says done, again at each wake-up of ``topic``, for ``wait_s``."""
-        if not relay_reader:
-            relay_reader.append(asyncio.ensure_future(read_relay_inbox()))
-        relay_waits.setdefault(topic, []).append(event)
+        if not reader:
+            reader.append(asyncio.ensure_future(read_inbox()))
+        waits.setdefault(topic, []).append(event)
         try:
             async with asyncio.timeout(wait_s):
                 while not await step():
@@ -211,9 +177,75 @@ def create_floor_app(settings: Settings) -> Starlette:
         except TimeoutError:
             return False
         finally:
-            relay_waits[topic].remove(event)
-            if not relay_waits[topic]:
-                del relay_waits[topic]
+            waits[topic].remove(event)
+            if not waits[topic]:
+                del waits[topic]
+
+    def json(body: bytes, status_code: int = 200) -> Response:
+        return Response(body, status_code=status_code, media_type="application/json")
+
+    async def create(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        return json(await lifecycle.create(body.pop("device_id", ""), body), 201)
+
+    async def heartbeat(request: Request) -> Response:
+        """The host's devices that are available become free (one ZADD): the floor's hosts
+        heartbeat once, before any work, and name each device after the host."""
+        body = orjson.loads(await request.body())
+        free = [d["device_id"] for d in body["devices"] if d["status"] == "available"]
+        if free:
+            await lifecycle.add_free(free)
+        return json(b'{"status":"ok"}')
+
+    async def claim(request: Request) -> Response:
+        """The lifecycle floor's claim; with ``wait_s``, a poll that finds nothing waits until a
+        create for its host pushes onto this process's inbox, then claims again, as Tether's."""
+        await request.body()
+        host, wait_s = request.path_params["host"], float(request.query_params.get("wait_s", "0"))
+        assignment: list[bytes] = []
+
+        async def step() -> bool:
+            claimed = await lifecycle.claim(host, inbox, int(wait_s * 1000))
+            if claimed is not None:
+                assignment.append(claimed)
+            return claimed is not None
+
+        if not wait_s:
+            claimed = await lifecycle.claim(host)
+            return Response(status_code=204) if claimed is None else json(claimed)
+        await wait_for(host, asyncio.Event(), step, wait_s)
+        return json(assignment[0]) if assignment else Response(status_code=204)
+
+    async def renew(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        expires = await lifecycle.renew(request.path_params["host"], request.path_params["lease"], body["task_id"],
+                                        body["attempt"], orjson.dumps(body["progress"]))
+        return json(orjson.dumps({"lease_expires_at_ms": expires}))
+
+    async def result(request: Request) -> Response:
+        """With ``next``, the answer carries the device's next assignment (eager dispatch)."""
+        body = orjson.loads(await request.body())
+        host, lease_id, task_id, attempt = (request.path_params["host"], body.pop("lease_id"), body.pop("task_id"),
+                                            body.pop("attempt"))
+        if body.pop("next", False):
+            return json(await lifecycle.result_next(host, lease_id, task_id, attempt, orjson.dumps(body)))
+        recorded = await lifecycle.result(host, lease_id, task_id, attempt, orjson.dumps(body))
+        return json(orjson.dumps({"recorded_at_ms": recorded}))
+
+    lifecycle_routes = [
+        Route("/api/v1/tasks", create, methods=["POST"]),
+        Route("/internal/v1/hosts/{host}/heartbeat", heartbeat, methods=["PUT"]),
+        Route("/internal/v1/hosts/{host}/claim", claim, methods=["POST"]),
+        Route("/internal/v1/hosts/{host}/leases/{lease}/renew", renew, methods=["POST"]),
+        Route("/internal/v1/hosts/{host}/results", result, methods=["POST"]),
+    ]
+
+    relay_sha: list[str] = []
+
+    def relay_keys(sid: str) -> list[str]:
+        base = f"{settings.key_prefix}:relay:{sid}"
+        return [base + ":cmd", base + ":cmd-waiter", base + ":ans", base + ":ans-waiter"]
+
 
     async def relay_send(request: Request) -> Response:
         await request.body()
@@ -223,11 +255,11 @@ def create_floor_app(settings: Settings) -> Starlette:
 
         async def step() -> bool:
             if not sent:
-                sent.append(await redis.evalsha(relay_sha[0], 4, *keys, "c>" + sid, relay_inbox))
+                sent.append(await redis.evalsha(relay_sha[0], 4, *keys, "c>" + sid, inbox))
                 return False
             return await redis.evalsha(relay_sha[2], 1, keys[2]) is not None
 
-        done = await relay_wait(topic, event, step, POP_WAIT_S)
+        done = await wait_for(topic, event, step, POP_WAIT_S)
         return json(b'{"status":"done"}') if done else Response(status_code=202)
 
     async def relay_poll(request: Request) -> Response:
@@ -238,9 +270,9 @@ def create_floor_app(settings: Settings) -> Starlette:
 
         async def step() -> bool:
             flag = answered.pop() if answered else "0"
-            return bool(await redis.evalsha(relay_sha[1], 4, *keys, "a>" + sid, relay_inbox, flag))
+            return bool(await redis.evalsha(relay_sha[1], 4, *keys, "a>" + sid, inbox, flag))
 
-        done = await relay_wait(topic, event, step, float(request.query_params.get("wait_s", "25")))
+        done = await wait_for(topic, event, step, float(request.query_params.get("wait_s", "25")))
         return json(b'{"commands":[{"command_id":"c"}]}') if done else Response(status_code=204)
 
     relay_routes = [Route("/relay/{sid}/send", relay_send, methods=["POST"]),

@@ -1,7 +1,8 @@
 """python -m bench.peers: two queues a Python user would otherwise pick (saq and celery), on
 the same Redis and machine, measured the way Tether's rows are. They come from the `bench` extra
 (`pip install '.[bench]'`), never a runtime dependency. The `tether` column is Tether itself
-measured alike (`bench/peers/tether.py`: two coordinators, hosts on the agent's client).
+measured alike (`bench/peers/tether.py`: two coordinators, hosts on the agent's client), and
+`tether-floor` its floor: the same with two bare Starlette processes for the coordinators.
 
 Every peer runs its stock worker, two worker processes started here, and one trivial job that
 returns the time it started. Rows: idle dispatch (enqueue in this process -> the job function
@@ -50,7 +51,9 @@ PROBE_SPACING_S = 0.01  # between idle dispatch probes, so each meets idle worke
 # dispatch and Redis CPU per job; arq (polls every 0.5 s) and rq (forks per job) were further off
 # (docs/benchmarks.md, "Beside the peers"), and git history keeps their modules.
 # tether: Tether itself, two coordinators and hosts on the agent's client, measured alike (issue 56).
-PEERS = {"saq": "saq", "celery": "celery", "tether": "tether"}
+# tether-floor: the same with two bare floor processes for the coordinators, the least that flow
+# costs over HTTP with the agent's client (bench/peers/tether.py).
+PEERS = {"saq": "saq", "celery": "celery", "tether": "tether", "tether-floor": "tether"}
 T = TypeVar("T")
 
 
@@ -297,8 +300,9 @@ def measure(name: str, peer: Peer, tag: str, redis: Redis) -> dict[str, str]:
             f"{statistics.median(latencies):.2f} / {latencies[int(0.99 * len(latencies))]:.2f} ms",
         "jobs/s, two workers (all enqueued at once, enqueue included)":
             f"{f.jobs_per_s:,.0f} ({f.jobs:,} jobs)",
-        "CPU per job: client + workers (client)": f"{f.cpu_ms:.2f} ms ({f.client_cpu_ms:.2f}"
-            + (f"; coordinators {f.servers_cpu_ms:.2f})" if f.servers_cpu_ms else ")"),
+        "CPU per job: all (client; workers; servers)": f"{f.cpu_ms:.2f} ms ({f.client_cpu_ms:.2f}; "
+            f"{f.cpu_ms - f.client_cpu_ms - f.servers_cpu_ms:.2f}"
+            + (f"; {f.servers_cpu_ms:.2f})" if f.servers_cpu_ms else ")"),
         "Redis commands per job": f"{f.commands:.1f}",
         IDLE_ROW: f"{f.idle_commands:,}",
         "Redis CPU per job": f"{f.redis_cpu_ms:.3f} ms",

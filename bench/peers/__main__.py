@@ -1,4 +1,4 @@
-"""python -m bench.peers [--only saq,celery,tether] [--turns N]: one Markdown column per peer and turn.
+"""python -m bench.peers [--only saq,celery,tether,tether-floor] [--turns N]: one Markdown column per peer and turn.
 
 (`python -m bench.peers worker NAME TAG INDEX` is how the bench starts a peer's worker.)
 """
@@ -36,7 +36,10 @@ the agent's client, every result asking `next` (eager dispatch). Dispatch: an op
 one coordinator to the job's start on a host whose claim waits on the other. Jobs/s: the creates
 (raw HTTP, bench/loadgen.py, as the main bench sends them) sent 20 at a time, alternating between
 the coordinators; the window closes when the workers' counts of jobs done (written every 10 ms)
-reach them. CPU includes the coordinators' process groups."""
+reach them. CPU includes the coordinators' process groups (servers).
+Tether-floor: the same, with two bare floor processes (bench/floor_app.py) for the coordinators:
+each request one script of the lifecycle floor (bench/floor_lifecycle.py), a result asking `next`
+leasing the device's next queued job in the same script."""
 
 
 def print_table(columns: dict[str, dict[str, str]]) -> None:

@@ -10,7 +10,14 @@ bench's creates alternate between the two, so half of them wake a poll on the ot
 What the bench learns from the workers goes through Redis keys of the tag, outside Tether's own:
 a probe job (goal "probe") pushes its start time on a list the bench pops; the other jobs are
 counted in each worker and the count written every 10 ms, which the bench reads (both are
-counted as watching commands, left out of the job's)."""
+counted as watching commands, left out of the job's).
+
+The `tether-floor` column is the same bench with the two coordinators replaced by two bare
+Starlette processes (`python -m bench.server floor`, bench/floor_app.py): each request one script
+of the lifecycle floor (bench/floor_lifecycle.py), a result asking `next` dispatching the device's
+next queued job in the same script, a waiting claim woken through its process's inbox. The same
+hosts, client and flow: what it measures is the least this job flow costs over HTTP with the
+agent's client, with none of the coordinator's work."""
 
 from __future__ import annotations
 
@@ -68,7 +75,7 @@ def host_id(index: int, n: int) -> str:
 
 
 def device_id(tag: str, index: int, n: int) -> str:
-    return f"{tag}-w{index}d{n:03d}"
+    return f"{host_id(index, n)}-d0"  # the floor finds a device's host from its name; the prefix holds the tag
 
 
 def host_token(tag: str, index: int, n: int) -> str:
@@ -145,22 +152,23 @@ def work(tag: str, name: str, index: int) -> None:
     asyncio.run(serve_hosts(tag, index))
 
 
-def start_coordinator(tag: str, admin: str, hosts_file: str) -> tuple[subprocess.Popen[bytes], int]:
-    """A coordinator in a session of its own (its CPU is its process group's), not yet ready."""
+def start_server(kind: str, tag: str, admin: str, hosts_file: str) -> tuple[subprocess.Popen[bytes], int]:
+    """A coordinator or a floor process (``kind``, as `bench.server` takes it) in a session of its
+    own (its CPU is its process group's), not yet ready."""
     port = free_port()
     env = server_env(REDIS_URL, Keys(tag).prefix, admin)
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.server", "coordinator", "--port", str(port), "--hosts-file", hosts_file],
+        [sys.executable, "-m", "bench.server", kind, "--port", str(port), "--hosts-file", hosts_file],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     return process, port
 
 
-def wait_ready(process: subprocess.Popen[bytes], port: int) -> None:
+def wait_ready(process: subprocess.Popen[bytes], port: int, path: str) -> None:
     def ready() -> bool:
         if process.poll() is not None:
-            raise RuntimeError(f"a coordinator exited with {process.returncode}")
+            raise RuntimeError(f"a server exited with {process.returncode}")
         try:
-            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+            return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code == 200
         except httpx.TransportError:
             return False
 
@@ -168,10 +176,13 @@ def wait_ready(process: subprocess.Popen[bytes], port: int) -> None:
 
 
 class TetherPeer:
-    workers = f"2 × coordinator; 2 × {HOSTS} hosts (agent/client.py, one device each, eager dispatch)"
+    """Tether's two coordinators, or with ``floor`` two floor processes in their place."""
+
     jobs = 5_000
 
-    def __init__(self, tag: str) -> None:
+    def __init__(self, tag: str, floor: bool = False) -> None:
+        kind, ready_path = ("floor", "/healthz") if floor else ("coordinator", "/readyz")
+        self.workers = f"2 × {kind}; 2 × {HOSTS} hosts (agent/client.py, one device each, eager dispatch)"
         self.tag = tag
         self.keys = Keys(tag)
         self.admin = "bench-admin-" + uuid.uuid4().hex
@@ -181,10 +192,10 @@ class TetherPeer:
             json.dump(fleet(tag), hosts_file)
             hosts_file.flush()
             try:
-                started = [start_coordinator(tag, self.admin, hosts_file.name) for _ in range(WORKERS)]
+                started = [start_server(kind, tag, self.admin, hosts_file.name) for _ in range(WORKERS)]
                 self.coordinators = [p for p, _ in started]
                 for process, port in started:
-                    wait_ready(process, port)
+                    wait_ready(process, port, ready_path)
             except BaseException:
                 self.close()
                 raise
@@ -273,4 +284,4 @@ class TetherPeer:
 
 
 def make(tag: str, name: str) -> TetherPeer:
-    return TetherPeer(tag)
+    return TetherPeer(tag, floor=name == "tether-floor")

@@ -61,6 +61,9 @@ def test_peers_refuses_an_unknown_peer_and_zero_turns() -> None:
     with pytest.raises(SystemExit):
         parse(["--turns", "0"])
     assert parse(["--only", "saq,tether", "--turns", "2"]).names == ["saq", "tether"]
+    # the floor column runs Tether's own module: its workers are Tether's hosts (issue 56)
+    assert parse(["--only", "saq,tether,tether-floor"]).names == ["saq", "tether", "tether-floor"]
+    assert parse(["worker", "tether-floor", "tb01", "0"]).worker[1] == "tether-floor"
 
 
 def test_help_lists_each_usage_on_its_own_line_and_the_docs_are_written_only_when_asked() -> None:
