@@ -361,6 +361,22 @@ class Store(SessionScripts, AccessScripts):
         walked = int(reply[1])
         return Sweep(walked if reply[2] == 1 else limit, walked)
 
+    async def upgrade_idempotency_keys(self, limit: int = 100) -> Sweep:
+        """Idempotency entries of an earlier version (the bare key) moved under their token
+        (lua/upgradeIdempotencyKeys): a full batch while the walk is under way, then what is left."""
+        # Never waits for replicas, as upgrade_device_runs.
+        reply = await self._run("upgradeIdempotencyKeys", [limit], NO_WAIT)
+        walked = int(reply[1])
+        return Sweep(walked if reply[2] == 1 else limit, walked)
+
+    async def upgrade_team_usage(self, limit: int = 100) -> Sweep:
+        """Teams' device time of an earlier version (by minute % 60) moved to fields by the minute
+        (lua/upgradeTeamUsage): a full batch while the walk is under way, then what is left."""
+        # Never waits for replicas, as upgrade_device_runs.
+        reply = await self._run("upgradeTeamUsage", [limit], NO_WAIT)
+        walked = int(reply[1])
+        return Sweep(walked if reply[2] == 1 else limit, walked)
+
     async def upgrade_status_index(self, limit: int = 100) -> int:
         """Entries of the earlier ``tasks_by_status`` layout converted (lua/upgradeStatusIndex)."""
         reply = await self._run("upgradeStatusIndex", [limit])

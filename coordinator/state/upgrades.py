@@ -44,6 +44,12 @@ UPGRADES: tuple[Upgrade, ...] = (
             "tests/coordinator/test_history.py::test_a_start_takes_off_the_expiry_earlier_versions_gave_pooled_devices_runs"),
     Upgrade("upgradeTeamNames", "351bc6b", Store.upgrade_team_names,
             "tests/coordinator/test_sharing.py::test_teams_named_before_the_upgrade_are_listed_and_kept"),
+    # After upgradeTeamNames, which names every team whose device time it walks.
+    Upgrade("upgradeTeamUsage", "20311dc", Store.upgrade_team_usage,
+            "tests/coordinator/test_sharing.py::test_a_start_moves_the_device_time_an_earlier_version_kept_by_minute_60"),
+    Upgrade("upgradeIdempotencyKeys", "58ef45a", Store.upgrade_idempotency_keys,
+            "tests/coordinator/test_operator_tokens.py::"
+            "test_a_start_moves_the_keys_an_earlier_version_stored_bare_under_their_tokens"),
     Upgrade("upgradePlacement", "4d84934", Store.upgrade_placement,
             "tests/coordinator/test_placement_changes.py::test_an_upgrade_moves_the_earlier_layouts_queues_and_free_devices"),
 )
