@@ -27,10 +27,9 @@ local run, refused = steeredRun(S, ARGV)
 if not run then
   return refused
 end
-local runId = run.id
 if run.status ~= 'running' then
   -- Ended already: nothing to cancel, and its status stands.
-  return {0, cjson.encode(run), runCountsReply(S, runId)}
+  return {0, cjson.encode(run), runCountsReply(S, run.id)}
 end
 if not run.cancel_requested then
   -- Saved before its tasks are cancelled: the step that ends its last task reads it.
@@ -38,7 +37,7 @@ if not run.cancel_requested then
   saveRun(S, run)
 end
 local now = nowMs()
-local taskIds = rcall('ZRANGE', derived(S, 'run_tasks', runId), 0, -1)
+local taskIds = rcall('ZRANGE', derived(S, 'run_tasks', run.id), 0, -1)
 -- Each task read as it is cancelled (cancelling one may place another); the queued ones first,
 -- so a device an assigned one lets go is never handed a task of this run about to be cancelled.
 local function cancelEach(pick)
@@ -51,4 +50,4 @@ local function cancelEach(pick)
 end
 cancelEach(function(status) return status == 'queued' end)
 cancelEach(function(status) return not TERMINAL_STATUSES[status] end)
-return {0, cjson.encode(getJson(S.key.runs, runId)), runCountsReply(S, runId)}
+return {0, cjson.encode(getJson(S.key.runs, run.id)), runCountsReply(S, run.id)}

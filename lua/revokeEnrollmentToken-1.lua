@@ -5,8 +5,8 @@
   Input:
     KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
     ARGV[6] token id
-    ARGV[7] actor: the operator's name, on the `enrollment_token_revoked` event
-    ARGV[8] actor id: its token's id ("admin" for the bootstrap token), on the same event
+    ARGV[7..8] the actor on the `enrollment_token_revoked` event: the operator's name, its token's
+            id ("admin" for the bootstrap token)
   Keys it touches:
     enrollment_tokens  hash   token id -> token JSON
     feed               stream the deployment's events

@@ -2,10 +2,9 @@
   Upgrade: a team's device time is kept by the minute. Earlier versions kept `team_usage:<team>`
   as field minute % 60 -> "<minute>:<ms>"; now it is field minute -> ms (includes/teams.lua), so
   the scripts every result and every teams read run parse one form. Each earlier field is added
-  to its minute's and deleted. A batch of teams per call: the walk goes through `team_names` by
-  lex range from the cursor kept in `upgrades` (the range's next start), after upgradeTeamNames
-  has named every team, and the call that ends it marks the upgrade done, after which a call costs
-  one read.
+  to its minute's and deleted. A batch of teams per call: the walk goes through `team_names` in
+  lex order (includes/upgrades.lua, walkLex), after upgradeTeamNames has named every team, and
+  the call that ends it marks the upgrade done, after which a call costs one read.
 
   Input:
     KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
@@ -24,15 +23,9 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
+--- @include "includes/upgrades"
 local S = deployment(KEYS, ARGV)
-local limit = tonumber(ARGV[6])
-
-local cursor = rcall('HGET', S.key.upgrades, 'team_usage')
-if cursor == 'done' then
-  return {0, 0, 1}
-end
-local teams = rcall('ZRANGEBYLEX', S.key.team_names, cursor or '-', '+', 'LIMIT', 0, limit)
-for _, team in ipairs(teams) do
+local walked, done = walkLex(S, 'team_usage', S.key.team_names, tonumber(ARGV[6]), function(team)
   local usageKey = derived(S, 'team_usage', team)
   local fields = rcall('HGETALL', usageKey)
   for i = 1, #fields, 2 do
@@ -42,7 +35,5 @@ for _, team in ipairs(teams) do
       rcall('HINCRBY', usageKey, minute, ms)
     end
   end
-end
-local done = #teams < limit
-rcall('HSET', S.key.upgrades, 'team_usage', done and 'done' or '(' .. teams[#teams])
-return {0, #teams, done and 1 or 0}
+end)
+return {0, walked, done and 1 or 0}

@@ -10,7 +10,7 @@ the earlier version still running beside this one (a rolling upgrade: each versi
 library, ``coordinator/state/scripts.py``) keeps writing their earlier layout, a drain or a
 status change; a pass with none left costs one read.
 
-A new upgrade: its script ``lua/upgradeX-N.lua`` (Input, Output, what it rewrites, as every
+A new upgrade: its script ``lua/upgradeX-1.lua`` (Input, Output, what it rewrites, as every
 script), one ``Store`` method, an entry here, and a test that writes the earlier layout and reads
 the current one; ``tests/coordinator/test_upgrades.py`` fails on a script not listed here.
 """
@@ -25,7 +25,7 @@ from coordinator.state.store import Store, Sweep
 
 @dataclass(frozen=True)
 class Upgrade:
-    script: str  # lua/<script>-N.lua
+    script: str  # lua/<script>-1.lua
     upgrades_from: str  # the layout of the commits before this one
     call: Callable[[Store, int], Awaitable[int | Sweep]]  # a batch of at most N entries
     tested_by: str  # the test (path::name) that writes the earlier layout and reads the current one

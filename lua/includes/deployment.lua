@@ -13,7 +13,8 @@
       `derived(S, kind, id)` for a key of one id. The base carries the deployment's hash tag, so
       every derived key lives in the slot KEYS[1] names.
   So a key is named one way, in one place (coordinator/state/keys.py), and a script's header lists
-  the keys it touches under "Keys it touches", never as KEYS.
+  the keys it touches under "Keys it touches", never as KEYS. (An upgrade script names the keys of
+  the earlier layout it reads, which keys.py no longer names, as `S.base .. name`: only there.)
 
   The deployment's ARGV (coordinator/state/script_calls.py, Deployment):
     KEYS[1] tasks: the deployment's task records
