@@ -89,8 +89,8 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
                   durability=durability,
                   scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock)
     metrics = Metrics()
-    queries = Queries(redis, keys, host_offline_after_ms=settings.host_offline_after_ms,
-                      scripts=scripts, candidates_scanned=settings.candidates_scanned, clock=clock)
+    queries = Queries(redis, store.deployment, scripts=scripts, candidates_scanned=settings.candidates_scanned,
+                      clock=clock)
     names = Names(queries)
     return Context(
         settings=settings,
@@ -105,7 +105,7 @@ def build_context(settings: Settings, redis: RedisTransport, clock: ShiftedClock
                             max_uploads=settings.max_concurrent_uploads,
                             orphan_grace_s=settings.artifact_orphan_grace_s),
         large_bodies=LargeBodies(settings.max_concurrent_large_bodies, settings.max_body_bytes),
-        webhooks=WebhookStore(redis, keys, scripts, durability, clock),
+        webhooks=WebhookStore(redis, store.deployment, scripts, durability, clock),
         agents=AgentInstances(settings.host_offline_after_s),
         names=names,
     )

@@ -4,11 +4,8 @@
 
   Input:
     KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
-    ARGV[6]     run id
-    ARGV[7]     owner: the token id the run must have been created by ("" for any run: a caller
-                allowed to cancel every run)
-    ARGV[8]     actor: the operator's name, on every event of this step
-    ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
+    ARGV[6..9]  the run the operator steers and who: run id, owner, actor, actor id (includes/runs.lua,
+                steeredRun)
   Keys it touches besides those of its includes: runs, run_tasks:<run>, run_counts:<run>
   Output:
     {0, run JSON, counts}  counts: its counts by task status (runCountsReply)
@@ -26,16 +23,13 @@
 --- @include "includes/tasks"
 --- @include "includes/runs"
 local S = deployment(KEYS, ARGV)
-setActor(S, ARGV[8], ARGV[9])
-local runId, owner = ARGV[6], ARGV[7]
-
-local run, refused = ownedRun(S, runId, owner)
+local run, refused = steeredRun(S, ARGV)
 if not run then
   return refused
 end
 if run.status ~= 'running' then
   -- Ended already: nothing to cancel, and its status stands.
-  return {0, cjson.encode(run), runCountsReply(S, runId)}
+  return {0, cjson.encode(run), runCountsReply(S, run.id)}
 end
 if not run.cancel_requested then
   -- Saved before its tasks are cancelled: the step that ends its last task reads it.
@@ -43,7 +37,7 @@ if not run.cancel_requested then
   saveRun(S, run)
 end
 local now = nowMs()
-local taskIds = rcall('ZRANGE', derived(S, 'run_tasks', runId), 0, -1)
+local taskIds = rcall('ZRANGE', derived(S, 'run_tasks', run.id), 0, -1)
 -- Each task read as it is cancelled (cancelling one may place another); the queued ones first,
 -- so a device an assigned one lets go is never handed a task of this run about to be cancelled.
 local function cancelEach(pick)
@@ -56,4 +50,4 @@ local function cancelEach(pick)
 end
 cancelEach(function(status) return status == 'queued' end)
 cancelEach(function(status) return not TERMINAL_STATUSES[status] end)
-return {0, cjson.encode(getJson(S.key.runs, runId)), runCountsReply(S, runId)}
+return {0, cjson.encode(getJson(S.key.runs, run.id)), runCountsReply(S, run.id)}

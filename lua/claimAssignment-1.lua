@@ -89,4 +89,4 @@ end
 local task = getJson(S.key.tasks, taskId)
 rcall('ZREM', S.key.claim_deadlines, task.id)
 local encoded = dispatchTask(S, task, task.status, hostId, leaseId, ttl, claimId ~= '' and claimField or nil, now)
-return {0, encoded, now - (task.queued_at or task.created_at)}
+return {0, encoded, now - task.queued_at}

@@ -4,11 +4,8 @@
 
   Input:
     KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
-    ARGV[6]     host id
-    ARGV[7]     lease id
-    ARGV[8]     task id
-    ARGV[9]     attempt
-    ARGV[10]    SHA-256 of the credential the request came with (revocation is bound to it)
+    ARGV[6..10]  the lease the request presents: host id, lease id, task id, attempt, SHA-256 of the
+                 credential it came with (includes/common.lua, requestLease)
     ARGV[11]    lease TTL (ms)
     ARGV[12]    the answers, JSON [{command_id, status, screen (or absent), answer (JSON text)}]
     ARGV[13]    id of the process serving the poll, or "" when it will not wait
@@ -53,9 +50,7 @@ if credentialRevoked(S.key.revoked_tokens, credential) then
   return {E.REVOKED}
 end
 local now = nowMs()
-local R = {tasks = S.key.tasks, deadlines = S.key.lease_deadlines, progress = S.key.progress, feed = S.key.feed,
-           base = S.base, ttl = ttl}
-local renewed = renewOne(R, hostId, leaseId, taskId, attempt, '', now)
+local renewed = renewOne(S, ttl, hostId, leaseId, taskId, attempt, '', now)
 if renewed[1] ~= 0 then
   return renewed
 end

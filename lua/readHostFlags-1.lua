@@ -5,12 +5,9 @@
   service restates none of these predicates. Reads only.
 
   Input:
-    KEYS[1] tasks   the deployment's task records: names the slot; every key read is derived from
-                    the key base and carries the same hash tag (includes/deployment.lua)
-    ARGV[1] host offline threshold (ms since last heartbeat)
-    ARGV[2] key base: the deployment's prefix and ':' (`tether:{default}:`)
-    ARGV[3..] host ids
-  Keys it derives:
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6..] host ids
+  Keys it touches:
     host_state:<host>  hash  the host's seen, draining, stalled, capabilities
   Output:
     {0, flags of each host, in the order given}  each the sum of its HOST_FLAGS bits
@@ -20,12 +17,12 @@
 ]]
 --- @flags no-writes
 --- @include "includes/common"
+--- @include "includes/deployment"
 --- @include "includes/candidates"
--- The deployment as hostStanding reads it for no task: the key base and the offline threshold.
-local S = {offlineAfterMs = tonumber(ARGV[1]), base = ARGV[2]}
+local S = deployment(KEYS, ARGV)
 local now = nowMs()
 local answer = {0}
-for i = 3, #ARGV do
-  answer[i - 1] = hostFlags(hostStanding(S, ARGV[i], now, {}))
+for i = 6, #ARGV do
+  answer[i - 4] = hostFlags(hostStanding(S, ARGV[i], now, {}))
 end
 return answer

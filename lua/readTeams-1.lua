@@ -5,11 +5,9 @@
   the `teams` hash's fields or the usage hash's two versions. Reads only.
 
   Input:
-    KEYS[1] tasks   the deployment's task records: names the slot; every key read is derived from
-                    the key base and carries the same hash tag (includes/deployment.lua)
-    ARGV[1] key base: the deployment's prefix and ':' (`tether:{default}:`)
-    ARGV[2..] team names
-  Keys it reads:
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6..] team names
+  Keys it touches:
     teams              hash  "<team>" settings, "<team>|running", "<team>|queued"
     team_usage:<team>  hash  an hour of minutes' device time at most
   Output:
@@ -23,10 +21,10 @@
 --- @include "includes/common"
 --- @include "includes/deployment"
 --- @include "includes/teams"
-local S = {base = ARGV[1], key = fixedKeys(ARGV[1])}
+local S = deployment(KEYS, ARGV)
 local now = nowMs()
 local teams = {}
-for i = 2, #ARGV do
+for i = 6, #ARGV do
   teams[#teams + 1] = ARGV[i]
 end
 local standings = standingsOf(S, teams)

@@ -178,4 +178,4 @@ if not nextTask then
   return {0, now, 0, task.status, false, -1}
 end
 local encoded = dispatchTask(S, nextTask, 'queued', hostId, nextLeaseId, ttl, nextField, now)
-return {0, now, 0, task.status, encoded, now - (nextTask.queued_at or nextTask.created_at)}
+return {0, now, 0, task.status, encoded, now - nextTask.queued_at}

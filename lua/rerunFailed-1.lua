@@ -5,10 +5,8 @@
 
   Input:
     KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
-    ARGV[6]     run id
-    ARGV[7]     owner: the token id the run must have been created by ("" for any run)
-    ARGV[8]     actor: the operator's name, on every event of this step
-    ARGV[9]     actor id: its token's id ("admin" for the bootstrap token), on the same events
+    ARGV[6..9]  the run the operator steers and who: run id, owner, actor, actor id (includes/runs.lua,
+                steeredRun)
   Keys it touches besides those of its includes: runs, run_tasks:<run>, run_counts:<run>,
   teams and team_names (each rerun is one more task record of its team)
   Output:
@@ -28,13 +26,11 @@
 --- @include "includes/tasks"
 --- @include "includes/runs"
 local S = deployment(KEYS, ARGV)
-setActor(S, ARGV[8], ARGV[9])
-local runId, owner = ARGV[6], ARGV[7]
-
-local run, refused = ownedRun(S, runId, owner)
+local run, refused = steeredRun(S, ARGV)
 if not run then
   return refused
 end
+local runId = run.id
 local runTasks = derived(S, 'run_tasks', runId)
 local failed = {}
 for _, taskId in ipairs(rcall('ZRANGE', runTasks, 0, -1)) do

@@ -8,16 +8,20 @@
   itself on its first pass and the listing misses its older tasks only until then.
 
   Input:
-    KEYS[1] tasks_by_status  zset  task id -> its status and age
-    ARGV[1] at most this many entries per call
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6] at most this many entries per call
+  Keys it touches:
+    tasks_by_status  zset  task id -> its status and age
   Output:
     {0, number of entries converted}
 
   Invariant: each task keeps exactly one entry, in the range of the status it had.
 ]]
 --- @include "includes/common"
-local byStatusKey = KEYS[1]
-local limit = tonumber(ARGV[1])
+--- @include "includes/deployment"
+local S = deployment(KEYS, ARGV)
+local byStatusKey = S.key.tasks_by_status
+local limit = tonumber(ARGV[6])
 
 local earlier = rcall('ZRANGEBYSCORE', byStatusKey, 0, 0, 'LIMIT', 0, limit)
 for _, member in ipairs(earlier) do

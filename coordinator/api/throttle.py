@@ -7,7 +7,7 @@ expired or revoked, whichever principal it claimed to be (operator, enrollment o
 credential never reaches it, from any address: many hosts share one NAT address, and one
 misconfigured agent must not lock out its lab.
 
-Failures are counted in Redis (``lua/recordAuthFailure-2.lua``, keys with TTLs), so every process
+Failures are counted in Redis (``lua/recordAuthFailure-1.lua``, keys with TTLs), so every process
 agrees on who is throttled; the process whose failure began a throttle logs it, once, naming the
 address (never the credential). If Redis cannot count, the failure keeps its ``401``.
 

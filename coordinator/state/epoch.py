@@ -12,7 +12,7 @@ process (``confirm``). A cache hit costs a clock read; one request a second pays
 (not pipelined with its script: the answer must come before the cache is trusted). Requests that
 arrive while a check is under way wait for that one check. So a process trusts its caches at most
 ``interval_s`` after Redis last confirmed them, and in that window the scripts themselves refuse
-an enrolled host whose record is gone (``lua/heartbeat-1.lua``, ``lua/enrollDevices-4.lua``).
+an enrolled host whose record is gone (``lua/heartbeat-1.lua``, ``lua/enrollDevices-1.lua``).
 A background loop would cost no request anything, but could not bound that window when the event
 loop stalls; checking inside every script would mean a key and a comparison in each.
 """

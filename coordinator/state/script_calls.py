@@ -1,5 +1,5 @@
 """What every part of ``Store`` shares: how it runs a script of lua/ (its failure raised as the
-contract's exception), and the deployment's key and settings a scheduling script takes first."""
+contract's exception) in the deployment every script takes first (lua/includes/deployment.lua)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,8 @@ from coordinator.errors import error_for
 from coordinator.settings import CANDIDATES_SCANNED
 from coordinator.state.keys import Keys
 from coordinator.state.records import HostPrincipal
-from coordinator.state.scripts import NO_WAIT, Durability, Script, load_scripts
+from coordinator.state.scripts import INBOX_TTL_MS, NO_WAIT, Deployment, Durability, Script, load_scripts
 from coordinator.transport.base import RedisTransport
-
-# How long a process's inbox outlives the last wake-up pushed onto it: a live process drains it
-# at once, so this only bounds what a crashed process leaves behind.
-INBOX_TTL_MS = 60_000
 
 
 def text(value: bytes | str) -> str:
@@ -41,11 +37,9 @@ class ScriptCalls:
         # shared with the queries.
         self._scripts: dict[str, Script] = scripts if scripts is not None else load_scripts()
         self._library = next(iter(self._scripts.values())).library
-        # KEYS[1] and ARGV[1..5] of every scheduling script (lua/includes/deployment.lua): the key
-        # names the slot, and the scripts derive every key they touch from the key base.
-        self._sched_keys = [keys.tasks]
-        self._sched_args = [host_offline_after_ms, inbox_ttl_ms, keys.base, claim_timeout_ms, retention_ms]
-        self._retention_ms = retention_ms
+        # KEYS[1] and ARGV[1..5] of every script (lua/includes/deployment.lua): the key names the
+        # slot, and the scripts derive every key they touch from the key base.
+        self.deployment = Deployment(keys, host_offline_after_ms, inbox_ttl_ms, claim_timeout_ms, retention_ms)
 
     # -- scripts -------------------------------------------------------------------------
 
@@ -55,9 +49,12 @@ class ScriptCalls:
     async def scripts_loaded(self) -> bool:
         return self._library.loaded and await self._library.present(self.redis)
 
-    async def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        reply: list[Any] = await self._scripts[name](self.transport, keys, args, self.durability,
-                                                     self.clock.offset_ms)
+    async def _run(self, name: str, args: list[Any], durability: Durability | None = None) -> list[Any]:
+        """Run a script of lua/ with its own ``args``, after the deployment's key and settings;
+        ``durability`` overrides the store's."""
+        reply: list[Any] = await self._scripts[name](
+            self.transport, self.deployment, args, self.durability if durability is None else durability,
+            self.clock.offset_ms)
         if reply[0] != 0:
             detail = reply[1] if len(reply) > 1 else None
             if isinstance(detail, bytes):
@@ -65,15 +62,9 @@ class ScriptCalls:
             raise error_for(reply[0], detail)
         return reply
 
-    async def _schedule(self, name: str, args: list[Any]) -> list[Any]:
-        """Run a scheduling script: the deployment's key and settings come first."""
-        return await self._run(name, self._sched_keys, [*self._sched_args, *args])
-
     async def _on_lease(self, name: str, host: HostPrincipal, lease_id: str, task_id: str, attempt: int,
-                        keys: list[str], args: list[Any]) -> list[Any]:
+                        args: list[Any]) -> list[Any]:
         """Run a script about the lease a host presents (lua/includes/common.lua, requestLease):
-        the lease's keys and the request's claim to it come first."""
-        k = self.keys
-        return await self._run(name, [k.tasks, k.lease_deadlines, k.revoked_tokens, *keys],
-                               [host.host_id, lease_id, task_id, attempt, host.digest, *args])
+        the request's claim to it comes first."""
+        return await self._run(name, [host.host_id, lease_id, task_id, attempt, host.digest, *args])
 

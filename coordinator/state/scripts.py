@@ -1,7 +1,11 @@
 """Loads the Lua scripts of lua/ into Redis as one function library and runs them with FCALL.
 
-A script file is named ``verbNoun-N.lua`` where N is its number of KEYS; a call with another
-number of keys is refused before it reaches Redis, so key-order drift fails loudly. Lines
+Every script keeps one rule for its keys (lua/includes/deployment.lua): it takes one key, the
+deployment's ``tasks`` key, which names the slot, and the deployment first in ARGV, and derives
+every key it touches from the key base. So a file is named ``verbNoun-1.lua`` (N, its number of
+KEYS, is 1), its code builds the deployment with ``deployment(KEYS, ARGV)`` and reads KEYS nowhere
+else: ``load_scripts`` refuses a script that does not, and a call passes a ``Deployment``, never
+keys of its own. Lines
 ``--- @include "includes/name"`` name the helpers a script uses; a line ``--- @flags no-writes``
 marks a script that only reads (Redis then runs it even when it is out of memory).
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -32,7 +37,7 @@ from redis.exceptions import ResponseError
 
 import wire
 from coordinator.errors import ScriptError
-from coordinator.state.keys import STATUS_CODES, STATUS_SPAN, lua_key_names
+from coordinator.state.keys import STATUS_CODES, STATUS_SPAN, Keys, lua_key_names
 from coordinator.state.wait_reasons import CANDIDATE_COUNTS, HostFlag
 from coordinator.transport.base import (
     NO_WAIT,
@@ -41,7 +46,11 @@ from coordinator.transport.base import (
     RedisTransport,
 )
 
-__all__ = ["NO_WAIT", "Durability", "Library", "NotReplicated", "Script", "load_scripts"]
+__all__ = ["NO_WAIT", "Deployment", "Durability", "Library", "NotReplicated", "Script", "load_scripts"]
+
+# How long a process's inbox outlives the last wake-up pushed onto it: a live process drains it
+# at once, so this only bounds what a crashed process leaves behind.
+INBOX_TTL_MS = 60_000
 
 # A device's runs are trimmed back to wire.DEVICE_RUNS_KEPT once they hold this many more: one
 # LTRIM a batch of runs instead of one a run (lua/includes/events.lua, endRun).
@@ -49,7 +58,39 @@ DEVICE_RUNS_SLACK = 100
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
 _FLAGS = re.compile(r"^--- @flags ([\w -]+?)\s*$", re.MULTILINE)
-_NAME = re.compile(r"^(?P<name>[a-zA-Z]+)-(?P<keys>\d+)\.lua$")
+_NAME = re.compile(r"^(?P<name>[a-zA-Z]+)-1\.lua$")
+_COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.DOTALL)
+_DEPLOYMENT = "local S = deployment(KEYS, ARGV)"
+_KEYS = re.compile(r"\bKEYS\b")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What every script takes first (lua/includes/deployment.lua): KEYS[1], the deployment's
+    ``tasks`` key, and ARGV[1..5], its settings and key base. The same for every call a process
+    makes."""
+
+    keys: Keys
+    host_offline_after_ms: int
+    inbox_ttl_ms: int = INBOX_TTL_MS
+    claim_timeout_ms: int = 60_000
+    retention_ms: int = 7 * 24 * 3600 * 1000
+
+    def script_keys(self) -> list[str]:
+        return [self.keys.tasks]
+
+    def script_args(self) -> list[Any]:
+        return [self.host_offline_after_ms, self.inbox_ttl_ms, self.keys.base, self.claim_timeout_ms,
+                self.retention_ms]
+
+
+def _check_keys_rule(file_name: str, text: str) -> None:
+    """Refuse a script that breaks the rule for keys (lua/includes/deployment.lua): its code (not
+    its comments) builds ``S`` once from KEYS and ARGV and reads KEYS nowhere else."""
+    code = _COMMENT.sub("", text)
+    if code.count(_DEPLOYMENT) != 1 or len(_KEYS.findall(code)) != 1:
+        raise ValueError(f"{file_name}: a script builds its keys once, with `{_DEPLOYMENT}`, and reads "
+                         "KEYS nowhere else (lua/includes/deployment.lua)")
 
 
 def lua_dir() -> Path:
@@ -105,19 +146,18 @@ def _function_missing(exc: ResponseError) -> bool:
 
 
 class Script:
-    def __init__(self, name: str, num_keys: int, function: str, library: Library) -> None:
+    def __init__(self, name: str, function: str, library: Library) -> None:
         self.name = name
-        self.num_keys = num_keys
         self.function = function
         self.library = library
 
-    async def __call__(self, redis: RedisTransport, keys: list[Any], args: list[Any],
+    async def __call__(self, redis: RedisTransport, deployment: Deployment, args: list[Any],
                        durability: Durability = NO_WAIT, clock_offset_ms: int = 0) -> Any:
-        """FCALL the script. ``clock_offset_ms``: how far a test moved the clock the script reads
-        (coordinator/clock.py); always 0 in service."""
-        if len(keys) != self.num_keys:
-            raise ValueError(f"{self.name} takes {self.num_keys} keys, got {len(keys)}")
-        args = [*args, clock_offset_ms]
+        """FCALL the script in ``deployment`` with its own ``args`` (ARGV[6..]).
+        ``clock_offset_ms``: how far a test moved the clock the script reads (coordinator/clock.py);
+        always 0 in service."""
+        keys = deployment.script_keys()
+        args = [*deployment.script_args(), *args, clock_offset_ms]
         if not self.library.loaded:
             await self.library.load(redis.client)
         try:
@@ -178,20 +218,21 @@ def load_scripts(root: Path | None = None) -> dict[str, Script]:
     root = root or lua_dir()
     seen: set[str] = set()
     helpers: list[str] = [lua_constants()]
-    scripts: list[tuple[str, int, list[str], str]] = []
+    scripts: list[tuple[str, list[str], str]] = []
     for path in sorted(root.glob("*.lua")):
         match = _NAME.match(path.name)
         if match is None:
-            raise ValueError(f"{path.name}: Lua scripts are named verbNoun-N.lua")
+            raise ValueError(f"{path.name}: Lua scripts are named verbNoun-1.lua (one key: "
+                             "lua/includes/deployment.lua)")
         text = path.read_text()
+        _check_keys_rule(path.name, text)
         # Each include once, at the library's top, the ones it includes before it.
         helpers += [_expand(f'--- @include "{name}"', root, seen) for name in _INCLUDE.findall(text)]
         flags = _FLAGS.search(text)
-        scripts.append((match["name"], int(match["keys"]), flags[1].split() if flags else [],
-                        _FLAGS.sub("", _INCLUDE.sub("", text))))
-    content = "\0".join([*helpers, *(f"{name}\0{flags}\0{body}" for name, _, flags, body in scripts)])
+        scripts.append((match["name"], flags[1].split() if flags else [], _FLAGS.sub("", _INCLUDE.sub("", text))))
+    content = "\0".join([*helpers, *(f"{name}\0{flags}\0{body}" for name, flags, body in scripts)])
     digest = hashlib.sha1(content.encode()).hexdigest()[:12]
     library = Library(f"tether_{digest}", "\n".join([
         f"#!lua name=tether_{digest}", *helpers,
-        *(_function(f"{name}_{digest}", flags, body) for name, _, flags, body in scripts)]))
-    return {name: Script(name, num_keys, f"{name}_{digest}", library) for name, num_keys, _, _ in scripts}
+        *(_function(f"{name}_{digest}", flags, body) for name, flags, body in scripts)]))
+    return {name: Script(name, f"{name}_{digest}", library) for name, _, _ in scripts}

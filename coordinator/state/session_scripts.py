@@ -37,7 +37,7 @@ class SessionScripts(ScriptCalls):
         """Queue a command for a running session; ``owner``: the token it must have been created
         by (None: any, an admin's). A request that will wait ``wait_ms`` for the answer is
         registered on ``process_id`` in the same step. The command's record."""
-        reply = await self._schedule("sendCommand", [task_id, command_id, action_json, action_kind, actor.name,
+        reply = await self._run("sendCommand", [task_id, command_id, action_json, action_kind, actor.name,
                                                      actor.id, owner or "", process_id, wait_ms])
         command: dict[str, Any] = orjson.loads(reply[1])
         return command
@@ -46,18 +46,18 @@ class SessionScripts(ScriptCalls):
                             wait_ms: int = 0) -> tuple[dict[str, Any], str, bool]:
         """One command's record, its session's status, and whether the session has ended; a
         pending command's wait is registered on ``process_id`` in the same step."""
-        reply = await self._schedule("awaitCommand", [task_id, command_id, process_id, wait_ms])
+        reply = await self._run("awaitCommand", [task_id, command_id, process_id, wait_ms])
         command: dict[str, Any] = orjson.loads(reply[1])
         return command, text(reply[2]), reply[3] == 1
 
     async def poll_commands(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int, ttl_ms: int,
                             answers_json: str, process_id: str = "", wait_ms: int = 0) -> CommandsPolled:
         """A session's host poll: answers recorded, the lease renewed, the next command."""
-        reply = await self._schedule("pollCommands", [host.host_id, lease_id, task_id, attempt, host.digest,
+        reply = await self._run("pollCommands", [host.host_id, lease_id, task_id, attempt, host.digest,
                                                       ttl_ms, answers_json, process_id, wait_ms])
         return CommandsPolled(int(reply[1]), reply[2] == 1, reply[3] == 1, orjson.loads(reply[4]),
                               text(reply[5]) or None)
 
     async def end_session(self, task_id: str, *, actor: Actor, owner: str | None) -> TaskRecord:
-        reply = await self._schedule("endSession", [task_id, actor.name, actor.id, owner or ""])
+        reply = await self._run("endSession", [task_id, actor.name, actor.id, owner or ""])
         return TaskRecord.from_json(reply[1])

@@ -150,7 +150,7 @@ class Store(SessionScripts, AccessScripts):
     async def heartbeat(self, host: HostPrincipal, snapshot_json: str, capabilities_json: str = "") -> bool:
         """Whether the host is draining. ``capabilities_json``: the snapshot's
         ``agent.capabilities``, canonical, or "" when the agent sent none (it runs anything)."""
-        reply = await self._schedule("heartbeat", [host.host_id, host.kind, snapshot_json, host.digest,
+        reply = await self._run("heartbeat", [host.host_id, host.kind, snapshot_json, host.digest,
                                                    capabilities_json])
         return bool(reply[1] == 1)
 
@@ -158,7 +158,7 @@ class Store(SessionScripts, AccessScripts):
                     process_id: str = "", wait_ms: int = 0) -> Claimed | None:
         """Claim the host's oldest assignment. Finding none, a poll that will wait ``wait_ms``
         is registered as waiting on ``process_id``, whose inbox an assignment then wakes."""
-        reply = await self._schedule(
+        reply = await self._run(
             "claimAssignment", [host.host_id, claim_id, lease_id, ttl_ms, host.digest, process_id, wait_ms])
         if not reply[1]:
             return None
@@ -167,9 +167,7 @@ class Store(SessionScripts, AccessScripts):
 
     async def renew(self, host: HostPrincipal, lease_id: str, task_id: str, attempt: int, ttl_ms: int,
                     progress_json: str) -> tuple[int, bool]:
-        k = self.keys
-        reply = await self._on_lease("renewLease", host, lease_id, task_id, attempt,
-                                     [k.progress, k.feed], [k.base, ttl_ms, progress_json])
+        reply = await self._on_lease("renewLease", host, lease_id, task_id, attempt, [ttl_ms, progress_json])
         return int(reply[1]), reply[2] == 1
 
     async def renew_many(self, host: HostPrincipal, ttl_ms: int,
@@ -177,12 +175,10 @@ class Store(SessionScripts, AccessScripts):
         """Renew several of a host's leases in one step, each judged as ``renew`` judges one: per
         lease, in the order given, (new expiry in ms, cancel requested) or the refusal's code. A
         revoked credential raises, as ``renew`` does, and renews nothing."""
-        k = self.keys
-        args: list[Any] = [host.host_id, host.digest, k.base, ttl_ms]
+        args: list[Any] = [host.host_id, host.digest, ttl_ms]
         for entry in leases:
             args += [entry.lease_id, entry.task_id, entry.attempt, entry.progress_json]
-        reply = await self._run("renewLeases", [k.tasks, k.lease_deadlines, k.revoked_tokens, k.progress, k.feed],
-                                args)
+        reply = await self._run("renewLeases", args)
         return [(int(answer[1]), answer[2] == 1) if answer[0] == 0 else ScriptError(answer[0])
                 for answer in reply[1]]
 
@@ -192,7 +188,7 @@ class Store(SessionScripts, AccessScripts):
         result's ``next``), the device it frees is dispatched the task the order gives it, in
         the same step, under that lease for ``ttl_ms``: ``Recorded.next``."""
         eager = next_lease_id != ""
-        reply = await self._schedule("recordResult", [host.host_id, task_id, attempt, lease_id, result_json,
+        reply = await self._run("recordResult", [host.host_id, task_id, attempt, lease_id, result_json,
                                                       host.digest, 1 if eager else 0, next_lease_id, ttl_ms])
         dispatched = None
         if eager and reply[4]:
@@ -205,14 +201,14 @@ class Store(SessionScripts, AccessScripts):
     # ``actor``: the operator whose request this is, named on every event the call writes.
 
     async def create_task(self, task: dict[str, Any], *, actor: Actor = ADMIN_ACTOR) -> Created:
-        reply = await self._schedule("createTask", [orjson.dumps(task), self._candidates_scanned, actor.name, actor.id])
+        reply = await self._run("createTask", [orjson.dumps(task), self._candidates_scanned, actor.name, actor.id])
         stored = TaskRecord.from_json(reply[1])
         candidates = candidates_from_reply(reply[3]) if len(reply) > 3 else None
         return Created(stored, reply[2] == 1, candidates)
 
     async def cancel_task(self, task_id: str, *, actor: Actor = ADMIN_ACTOR, owner: str | None = None) -> TaskRecord:
         """``owner``: cancel only if this operator token created the task (else ``InsufficientScope``)."""
-        reply = await self._schedule("cancelTask", [task_id, owner or "", actor.name, actor.id])
+        reply = await self._run("cancelTask", [task_id, owner or "", actor.name, actor.id])
         return TaskRecord.from_json(reply[1])
 
     # -- runs (lua/includes/runs.lua) ---------------------------------------------------------
@@ -222,7 +218,7 @@ class Store(SessionScripts, AccessScripts):
         """A run and all its tasks in one step (lua/createRun): ``tasks`` their specs, or a
         ``matrix`` ({work, driver, labels}) the script expands over the devices that could run
         it now (``NoMatchingDevice`` when none could, with those it left out)."""
-        reply = await self._schedule("createRun", [orjson.dumps(run), orjson.dumps(tasks),
+        reply = await self._run("createRun", [orjson.dumps(run), orjson.dumps(tasks),
                                                    "" if matrix is None else orjson.dumps(matrix), max_tasks,
                                                    actor.name, actor.id, wire.RUN_EXCLUDED_LISTED])
         stored = orjson.loads(reply[1])
@@ -231,58 +227,58 @@ class Store(SessionScripts, AccessScripts):
 
     async def cancel_run(self, run_id: str, *, actor: Actor = ADMIN_ACTOR, owner: str | None = None) -> RunState:
         """``owner``: cancel only if this operator token created the run (else ``InsufficientScope``)."""
-        reply = await self._schedule("cancelRun", [run_id, owner or "", actor.name, actor.id])
+        reply = await self._run("cancelRun", [run_id, owner or "", actor.name, actor.id])
         return RunState(RunRecord.from_json(reply[1]), RunCounts.from_hash(reply[2]))
 
     async def rerun_failed(self, run_id: str, *, actor: Actor = ADMIN_ACTOR,
                            owner: str | None = None) -> tuple[int, RunState]:
         """How many failed tasks got a rerun, and the run after it."""
-        reply = await self._schedule("rerunFailed", [run_id, owner or "", actor.name, actor.id])
+        reply = await self._run("rerunFailed", [run_id, owner or "", actor.name, actor.id])
         return int(reply[1]), RunState(RunRecord.from_json(reply[2]), RunCounts.from_hash(reply[3]))
 
     async def set_team(self, team: str, change: dict[str, Any]) -> TeamShare:
         """Set a team's ``weight`` and/or ``max_devices`` (None: no cap); its share after it."""
-        reply = await self._schedule("setTeam", [team, orjson.dumps(change)])
+        reply = await self._run("setTeam", [team, orjson.dumps(change)])
         settings = orjson.loads(reply[1])
         return TeamShare(team, settings["weight"], settings["max_devices"], int(reply[2]), int(reply[3]))
 
     async def set_host_draining(self, host_id: str, draining: bool, *, actor: Actor = ADMIN_ACTOR) -> bool:
         """Whether anything changed."""
-        reply = await self._schedule("setHostDraining", [host_id, 1 if draining else 0, actor.name, actor.id])
+        reply = await self._run("setHostDraining", [host_id, 1 if draining else 0, actor.name, actor.id])
         return bool(reply[1] == 1)
 
     async def set_device_disabled(self, device_id: str, disabled: bool, reason: str = "", *,
                                   actor: Actor = ADMIN_ACTOR) -> bool:
         """Whether anything changed (disabling again still updates the reason)."""
-        reply = await self._schedule("setDeviceDisabled",
+        reply = await self._run("setDeviceDisabled",
                                      [device_id, 1 if disabled else 0, reason, actor.name, actor.id])
         return bool(reply[1] == 1)
 
     async def forget_device(self, device_id: str, *, actor: Actor = ADMIN_ACTOR) -> None:
-        await self._schedule("forgetDevice", [device_id, actor.name, actor.id])
+        await self._run("forgetDevice", [device_id, actor.name, actor.id])
 
     async def revoke_host(self, host_id: str, static_digest: str | None, *, actor: Actor = ADMIN_ACTOR) -> None:
         """Revoke an enrolled host's credential, or the configured one (``static_digest``)."""
-        await self._schedule("revokeHost", [host_id, static_digest or "", actor.name, actor.id])
+        await self._run("revokeHost", [host_id, static_digest or "", actor.name, actor.id])
 
     # -- the reaper's sweeps ---------------------------------------------------------------
 
     async def expire_leases(self, limit: int = 100) -> int:
-        reply = await self._schedule("expireLeases", [limit])
+        reply = await self._run("expireLeases", [limit])
         return int(reply[1])
 
     async def expire_hosts(self, limit: int = 100) -> int:
-        reply = await self._schedule("expireHosts", [limit])
+        reply = await self._run("expireHosts", [limit])
         return int(reply[1])
 
     async def expire_assignments(self, limit: int = 100) -> Sweep:
         """Claim timeouts: (deadlines taken, assignments sent back to the queue)."""
-        reply = await self._schedule("expireAssignments", [limit])
+        reply = await self._run("expireAssignments", [limit])
         return Sweep(int(reply[1]), int(reply[2]))
 
     async def expire_queued(self, limit: int = 100) -> Sweep:
         """Queue timeouts: (deadlines taken, tasks failed)."""
-        reply = await self._schedule("expireQueued", [limit])
+        reply = await self._run("expireQueued", [limit])
         return Sweep(int(reply[1]), int(reply[2]))
 
     async def place_left_over(self, limit: int = 100) -> int:
@@ -291,7 +287,7 @@ class Store(SessionScripts, AccessScripts):
         how many slices ran."""
         served = 0
         while served < limit:
-            reply = await self._schedule("placeLeftOver", [])
+            reply = await self._run("placeLeftOver", [])
             if int(reply[1]) == 0:
                 break
             served += 1
@@ -301,13 +297,7 @@ class Store(SessionScripts, AccessScripts):
         """Retention: terminal tasks deleted, and the blobs of theirs to delete now; a task of a run
         is kept until a retention after its run ended. A call stops taking tasks once it deleted
         ``artifact_budget`` artifact descriptions."""
-        k = self.keys
-        reply = await self._run(
-            "purgeTasks",
-            [k.tasks, k.tasks_by_status, k.retention, k.idempotency, k.claims,
-             k.progress, k.stats, k.artifacts, k.artifact_index, k.artifact_usage, k.artifact_blobs],
-            [limit, artifact_budget, k.base, self._retention_ms],
-        )
+        reply = await self._run("purgeTasks", [limit, artifact_budget])
         return Purge(taken=int(reply[2]), acted=int(reply[1]), blobs=[text(b) for b in reply[3:]])
 
     # -- artifacts -------------------------------------------------------------------------
@@ -319,10 +309,8 @@ class Store(SessionScripts, AccessScripts):
         renewal's refusal (409, or 401 for a revoked credential) if the lease is not the task's
         current one, ``artifact_limit`` when the task is at a cap or ``declared`` passes it;
         nothing changes either way."""
-        k = self.keys
         reply = await self._on_lease(
             "admitArtifact", host, lease_id, task_id, attempt,
-            [k.artifacts, k.artifact_index, k.artifact_usage],
             [name, "" if declared is None else declared, max_task_bytes, max_task_artifacts],
         )
         earlier = orjson.loads(reply[1]) if reply[1] else None
@@ -333,10 +321,8 @@ class Store(SessionScripts, AccessScripts):
                               step_index: int | None, blob: str, max_task_bytes: int,
                               max_task_artifacts: int) -> ArtifactRecorded:
         """Describe an artifact whose bytes are stored as ``blob`` (lua/recordArtifact)."""
-        k = self.keys
         reply = await self._on_lease(
             "recordArtifact", host, lease_id, task_id, attempt,
-            [k.artifacts, k.artifact_index, k.artifact_usage, k.artifact_blobs, k.stats, k.feed],
             [name, size, sha256, content_type, "" if step_index is None else step_index, blob, max_task_bytes,
              max_task_artifacts],
         )
@@ -344,23 +330,17 @@ class Store(SessionScripts, AccessScripts):
 
     async def upgrade_host_state(self, limit: int = 100) -> int:
         """Entries of the earlier layout of hosts' standing moved into ``host_state:<host>``
-        (lua/upgradeHostState). That layout's keys are named here only."""
-        base = self.keys.base
-        reply = await self._run(
-            "upgradeHostState",
-            [base + "hosts_draining", base + "hosts_stalled", base + "host_capabilities", self.keys.hosts_online],
-            [base, limit])
+        (lua/upgradeHostState, which alone names that layout's keys)."""
+        reply = await self._run("upgradeHostState", [limit])
         return int(reply[1])
 
     async def upgrade_device_runs(self, limit: int = 100) -> Sweep:
         """Pooled devices whose runs lost the expiry earlier versions gave them
         (lua/upgradeDeviceRuns): a batch while the walk is under way (a full one, so the caller
         calls again), what is left once it is done."""
-        k = self.keys
         # Never waits for replicas: it runs as a process starts, and a walk a failover loses is
         # walked again by the next start, with the same result.
-        reply = await self._scripts["upgradeDeviceRuns"](self.transport, [k.devices, k.upgrades], [k.base, limit],
-                                                         NO_WAIT)
+        reply = await self._run("upgradeDeviceRuns", [limit], NO_WAIT)
         walked = int(reply[1])
         return Sweep(walked if reply[2] == 1 else limit, walked)
 
@@ -368,8 +348,7 @@ class Store(SessionScripts, AccessScripts):
         """Queued tasks and free devices of the earlier placement layout moved to queues by target
         and the free index (lua/upgradePlacement): a full batch while under way, then what is left."""
         # Never waits for replicas, as upgrade_device_runs.
-        reply = await self._scripts["upgradePlacement"](self.transport, self._sched_keys, [*self._sched_args, limit],
-                                                        NO_WAIT, self.clock.offset_ms)
+        reply = await self._run("upgradePlacement", [limit], NO_WAIT)
         moved = int(reply[1])
         return Sweep(moved if reply[2] == 1 else limit, moved)
 
@@ -377,20 +356,34 @@ class Store(SessionScripts, AccessScripts):
         """Teams of an earlier version named in ``team_names`` and kept (lua/upgradeTeamNames): a
         batch while the walk is under way (a full one, so the caller calls again), what is left
         once it is done."""
-        k = self.keys
         # Never waits for replicas, as upgrade_device_runs.
-        reply = await self._scripts["upgradeTeamNames"](self.transport, [k.teams, k.upgrades], [k.base, limit],
-                                                        NO_WAIT)
+        reply = await self._run("upgradeTeamNames", [limit], NO_WAIT)
+        walked = int(reply[1])
+        return Sweep(walked if reply[2] == 1 else limit, walked)
+
+    async def upgrade_idempotency_keys(self, limit: int = 100) -> Sweep:
+        """Idempotency entries of an earlier version (the bare key) moved under their token
+        (lua/upgradeIdempotencyKeys): a full batch while the walk is under way, then what is left."""
+        # Never waits for replicas, as upgrade_device_runs.
+        reply = await self._run("upgradeIdempotencyKeys", [limit], NO_WAIT)
+        walked = int(reply[1])
+        return Sweep(walked if reply[2] == 1 else limit, walked)
+
+    async def upgrade_team_usage(self, limit: int = 100) -> Sweep:
+        """Teams' device time of an earlier version (by minute % 60) moved to fields by the minute
+        (lua/upgradeTeamUsage): a full batch while the walk is under way, then what is left."""
+        # Never waits for replicas, as upgrade_device_runs.
+        reply = await self._run("upgradeTeamUsage", [limit], NO_WAIT)
         walked = int(reply[1])
         return Sweep(walked if reply[2] == 1 else limit, walked)
 
     async def upgrade_status_index(self, limit: int = 100) -> int:
         """Entries of the earlier ``tasks_by_status`` layout converted (lua/upgradeStatusIndex)."""
-        reply = await self._run("upgradeStatusIndex", [self.keys.tasks_by_status], [limit])
+        reply = await self._run("upgradeStatusIndex", [limit])
         return int(reply[1])
 
 
     async def end_idle_sessions(self, limit: int = 100) -> Sweep:
         """Idle timeouts and max durations: (deadlines taken, sessions asked to end)."""
-        reply = await self._schedule("endIdleSessions", [limit])
+        reply = await self._run("endIdleSessions", [limit])
         return Sweep(int(reply[1]), int(reply[2]))

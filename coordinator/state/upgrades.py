@@ -10,7 +10,7 @@ the earlier version still running beside this one (a rolling upgrade: each versi
 library, ``coordinator/state/scripts.py``) keeps writing their earlier layout, a drain or a
 status change; a pass with none left costs one read.
 
-A new upgrade: its script ``lua/upgradeX-N.lua`` (Input, Output, what it rewrites, as every
+A new upgrade: its script ``lua/upgradeX-1.lua`` (Input, Output, what it rewrites, as every
 script), one ``Store`` method, an entry here, and a test that writes the earlier layout and reads
 the current one; ``tests/coordinator/test_upgrades.py`` fails on a script not listed here.
 """
@@ -25,7 +25,7 @@ from coordinator.state.store import Store, Sweep
 
 @dataclass(frozen=True)
 class Upgrade:
-    script: str  # lua/<script>-N.lua
+    script: str  # lua/<script>-1.lua
     upgrades_from: str  # the layout of the commits before this one
     call: Callable[[Store, int], Awaitable[int | Sweep]]  # a batch of at most N entries
     tested_by: str  # the test (path::name) that writes the earlier layout and reads the current one
@@ -44,6 +44,12 @@ UPGRADES: tuple[Upgrade, ...] = (
             "tests/coordinator/test_history.py::test_a_start_takes_off_the_expiry_earlier_versions_gave_pooled_devices_runs"),
     Upgrade("upgradeTeamNames", "351bc6b", Store.upgrade_team_names,
             "tests/coordinator/test_sharing.py::test_teams_named_before_the_upgrade_are_listed_and_kept"),
+    # After upgradeTeamNames, which names every team whose device time it walks.
+    Upgrade("upgradeTeamUsage", "20311dc", Store.upgrade_team_usage,
+            "tests/coordinator/test_sharing.py::test_a_start_moves_the_device_time_an_earlier_version_kept_by_minute_60"),
+    Upgrade("upgradeIdempotencyKeys", "58ef45a", Store.upgrade_idempotency_keys,
+            "tests/coordinator/test_operator_tokens.py::"
+            "test_a_start_moves_the_keys_an_earlier_version_stored_bare_under_their_tokens"),
     Upgrade("upgradePlacement", "4d84934", Store.upgrade_placement,
             "tests/coordinator/test_placement_changes.py::test_an_upgrade_moves_the_earlier_layouts_queues_and_free_devices"),
 )

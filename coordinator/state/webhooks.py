@@ -17,8 +17,7 @@ import orjson
 import wire
 from coordinator.clock import ShiftedClock
 from coordinator.errors import error_for
-from coordinator.state.keys import Keys
-from coordinator.state.scripts import NO_WAIT, Durability, Script
+from coordinator.state.scripts import NO_WAIT, Deployment, Durability, Script
 from coordinator.transport.base import RedisTransport
 
 # The one consumer group every coordinator process reads the outbox in.
@@ -88,19 +87,21 @@ class Taken:
 
 
 class WebhookStore:
-    def __init__(self, redis: RedisTransport, keys: Keys, scripts: dict[str, Script],
+    def __init__(self, redis: RedisTransport, deployment: Deployment, scripts: dict[str, Script],
                  durability: Durability = NO_WAIT, clock: ShiftedClock | None = None) -> None:
+        """``deployment``: what every script takes first (the store's, ``Store.deployment``)."""
         self.transport = redis
         self.redis = redis.client
-        self.keys = keys
+        self.deployment = deployment
+        self.keys = deployment.keys
         self.durability = durability
         self.clock = clock if clock is not None else ShiftedClock()
         self._scripts = scripts
 
-    async def _run(self, name: str, keys: list[str], args: list[Any],
-                   durability: Durability | None = None) -> list[Any]:
+    async def _run(self, name: str, args: list[Any], durability: Durability | None = None) -> list[Any]:
         reply: list[Any] = await self._scripts[name](
-            self.transport, keys, args, self.durability if durability is None else durability, self.clock.offset_ms)
+            self.transport, self.deployment, args, self.durability if durability is None else durability,
+            self.clock.offset_ms)
         if reply[0] != 0:
             raise error_for(reply[0])
         return reply
@@ -110,19 +111,16 @@ class WebhookStore:
     async def create(self, webhook_id: str, url: str, events: list[str], team: str | None, secret: str, *,
                      actor: str = wire.BOOTSTRAP_ACTOR) -> Webhook:
         """``Conflict(webhook_limit)`` when the deployment holds ``wire.WEBHOOKS_MAX`` already."""
-        k = self.keys
         body: dict[str, Any] = {"url": url, "events": events}
         if team is not None:
             body["team"] = team
-        reply = await self._run("createWebhook", [k.webhooks, k.webhook_secrets, k.webhook_routes, k.webhook_outbox],
+        reply = await self._run("createWebhook",
                                 [webhook_id, orjson.dumps(body), secret, wire.WEBHOOKS_MAX, actor, OUTBOX_GROUP])
         return Webhook.from_json(reply[1])
 
     async def delete(self, webhook_id: str) -> Webhook:
         """``NotFound`` when there is no such webhook."""
-        k = self.keys
-        reply = await self._run("deleteWebhook", [k.webhooks, k.webhook_secrets, k.webhook_routes,
-                                                  k.webhook_deliveries], [k.base, webhook_id])
+        reply = await self._run("deleteWebhook", [webhook_id])
         return Webhook.from_json(reply[1])
 
     # -- reads -----------------------------------------------------------------------------
@@ -161,11 +159,9 @@ class WebhookStore:
         stopped processes idle that long with nothing pending are forgotten first. Never waits for
         replicas: a hold a failover loses only lets a delivery be attempted twice, which receivers
         dedupe."""
-        k = self.keys
         reply = await self._run(
             "takeDeliveries",
-            [k.webhook_outbox, k.webhook_retries, k.webhook_deliveries, k.webhooks, k.webhook_secrets],
-            [k.base, OUTBOX_GROUP, consumer, limit, visibility_ms, wire.WEBHOOK_DELIVERIES_KEPT, forget_idle_ms],
+            [OUTBOX_GROUP, consumer, limit, visibility_ms, wire.WEBHOOK_DELIVERIES_KEPT, forget_idle_ms],
             NO_WAIT)
         return [Taken(Delivery.from_json(reply[i]), _text(reply[i + 1]), Webhook.from_json(reply[i + 2]),
                       _text(reply[i + 3]))
@@ -175,8 +171,7 @@ class WebhookStore:
                      delay_ms: int = 0, retry_for_ms: int = 0) -> str:
         """Record an attempt (``outcome`` "delivered" or "retry") or a deferral ("defer"); the
         delivery's state after it (lua/settleDelivery)."""
-        k = self.keys
         reply = await self._run(
-            "settleDelivery", [k.webhook_outbox, k.webhook_retries, k.webhook_deliveries],
-            [k.base, OUTBOX_GROUP, taken.delivery.id, taken.entry, outcome, status, problem, delay_ms, retry_for_ms])
+            "settleDelivery",
+            [OUTBOX_GROUP, taken.delivery.id, taken.entry, outcome, status, problem, delay_ms, retry_for_ms])
         return _text(reply[1])

@@ -10,7 +10,8 @@
   KEY_KINDS (coordinator.state.keys: the names keys are derived by, includes/deployment.lua).
 
   The other includes, by concern, each opening with what it holds and the invariants it keeps:
-    deployment  the keys (derived from the key base) and settings a scheduling script runs with
+    deployment  the keys (derived from the key base) and settings every script runs with, and the
+                one rule for keys
     events      a task's history, the feed, the actor, a device's runs, the counters
     pool        the devices hosts report; whether a host is online and schedulable
     wakeups     waiting polls registered, and woken through their process's inbox
@@ -22,6 +23,7 @@
     hosts       a host paused (drained, stalled), resumed, or detached (offline, revoked)
     candidates  why a queued task waits
     tokens      operator and enrollment tokens: revoked for good
+    upgrades    the walk an upgrade of an earlier layout makes once
 ]]
 -- redis.call, bound by each function as it starts (coordinator/state/scripts.py): while Redis loads the
 -- library, where these helpers are defined, it offers no redis.call yet.
@@ -222,12 +224,12 @@ end
 
 -- The task and the lease of a host's request about one attempt (a renewal, an artifact upload,
 -- its check before the bytes), checked by runningLease. The scripts that ask take the same
--- leading KEYS, tasks, lease_deadlines and revoked_tokens, and the same leading ARGV, host id,
--- lease id, task id, attempt and credential digest, so they cannot disagree on what they check.
+-- leading arguments, ARGV[6..10]: host id, lease id, task id, attempt and credential digest, so
+-- they cannot disagree on what they check. S: the deployment (includes/deployment.lua).
 -- Returns the task and the lease, or the task, nil and the failure.
-local function requestLease(keys, args, now)
-  local task = getJson(keys[1], args[3])
-  local lease, failure = runningLease(keys[3], keys[2], args[5], args[2], args[1], args[3], tonumber(args[4]), task,
-    now)
+local function requestLease(S, args, now)
+  local task = getJson(S.key.tasks, args[8])
+  local lease, failure = runningLease(S.key.revoked_tokens, S.key.lease_deadlines, args[10], args[7], args[6], args[8],
+    tonumber(args[9]), task, now)
   return task, lease, failure
 end

@@ -1,12 +1,23 @@
 --[[
-  The deployment a scheduling script runs in: its keys and its settings, as one table `S` that
-  every function of the scheduling includes takes first (so nothing in them reads KEYS or ARGV).
+  The deployment a script runs in: its keys and its settings, as one table `S` that every
+  function of the includes takes first (so nothing in them reads KEYS or ARGV).
 
-  A script that includes this file takes one key and the deployment's settings first, and builds
-  `S` with `local S = deployment(KEYS, ARGV)`:
-    KEYS[1] tasks: the deployment's task records. It names the slot the call runs on; every key
-            the script touches is derived from the key base (ARGV[3]) and carries the same hash
-            tag, so it lives in that slot too (Redis Cluster included).
+  The one rule for keys, which every script of lua/ keeps (coordinator/state/scripts.py refuses a
+  script that breaks it, so none loads):
+    - a script takes one key, KEYS[1], the deployment's `tasks` key, and so is named `verbNoun-1`;
+      that key names the slot the call runs on (Redis Cluster included);
+    - the deployment comes first in ARGV, the same five values for every script (below), and the
+      script's own arguments begin at ARGV[6];
+    - the script builds `S` once, with `local S = deployment(KEYS, ARGV)`, and reads KEYS nowhere
+      else: every key it touches is derived from the key base, `S.key.<name>` for a fixed key and
+      `derived(S, kind, id)` for a key of one id. The base carries the deployment's hash tag, so
+      every derived key lives in the slot KEYS[1] names.
+  So a key is named one way, in one place (coordinator/state/keys.py), and a script's header lists
+  the keys it touches under "Keys it touches", never as KEYS. (An upgrade script names the keys of
+  the earlier layout it reads, which keys.py no longer names, as `S.base .. name`: only there.)
+
+  The deployment's ARGV (coordinator/state/script_calls.py, Deployment):
+    KEYS[1] tasks: the deployment's task records
     ARGV[1] host offline threshold (ms since last heartbeat)
     ARGV[2] how long a process's inbox lives after a wake-up is pushed onto it (ms)
     ARGV[3] key base: the deployment's prefix and ':' (`tether:{default}:`)

@@ -176,7 +176,7 @@ local function enqueueTask(S, task)
   -- the team's head in each index: its first task in order
   rcall('ZADD', derived(S, 'target_teams', target), 'LT', score, team)
   rcall('ZADD', derived(S, 'team_targets', team), 'LT', score, target)
-  if task.queue_deadline then  -- tasks stored before queue timeouts existed have none
+  if task.queue_deadline then  -- a task created without a queue timeout (the store takes it as optional) has none
     rcall('ZADD', S.key.queue_deadlines, task.queue_deadline, task.id)
   end
 end

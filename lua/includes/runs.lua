@@ -16,6 +16,12 @@
                                        them (the breakdown left out: GET /api/v1/runs/{id} reads it)
     ownedRun(S, runId, owner)          the run a caller acts on, or nil and the error reply (no
                                        such run; `owner` set and not the token that created it)
+    steeredRun(S, args)                ownedRun for an operator's step on a run, its actor set
+                                       first (every event of the step names them); the scripts
+                                       that steer a run take the same leading ARGV[6..9]: run id,
+                                       owner (the token id the run must have been created by, ""
+                                       for any run), actor (the operator's name), actor id (its
+                                       token's id, "admin" for the bootstrap token)
     countRunTask(S, task, previous)    a task of a run saved, `previous` its status before (nil:
                                        it joins the run): its counts move, and the run ends when
                                        its last open task ends (run_ended), or runs again when an
@@ -50,6 +56,11 @@ local function ownedRun(S, runId, owner)
     return nil, {E.NOT_OWNER}
   end
   return run
+end
+
+local function steeredRun(S, args)
+  setActor(S, args[8], args[9])
+  return ownedRun(S, args[6], args[7])
 end
 
 local function runWork(task)

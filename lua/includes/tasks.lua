@@ -38,7 +38,7 @@ local function dropReservation(S, task, now, holds)
     local team = teamOf(task)
     local running = countHeld(S, team, -1)
     -- Its attempt ran (was claimed since it last queued): the time since the claim was used.
-    if task.started_at and task.started_at >= (task.queued_at or 0) then
+    if task.started_at and task.started_at >= task.queued_at then
       recordUsage(S, team, task.started_at, now)
     end
     local cap = standingsOf(S, {team})[team].max_devices

@@ -8,7 +8,7 @@
     "<team>|queued"   its queued tasks
   and `team_usage:<team>` the device time its runs used, by the minute of their end, for the
   last hour's figure: field minute (ms since the epoch / 60000) -> ms, an hour of them at most.
-  (Earlier versions kept field minute % 60 -> "<minute>:<ms>": counted alike, dropped as they age.)
+  (Earlier versions kept field minute % 60 -> "<minute>:<ms>": lua/upgradeTeamUsage moves them.)
 
   Functions (each takes the deployment, includes/deployment.lua, first, but teamOf and atQuota):
     teamOf(task)                     a task's team ('default' for one stored before teams)
@@ -64,15 +64,6 @@ local function countQueued(S, team, by)
   rcall('HINCRBY', S.key.teams, team .. '|queued', by)
 end
 
--- One field of `team_usage:<team>`: its minute and its ms, whichever version wrote it.
-local function usageEntry(field, value)
-  local minute, ms = string.match(value, '^(%d+):(%d+)$') -- an earlier version's minute % 60 field
-  if minute then
-    return tonumber(minute), tonumber(ms)
-  end
-  return tonumber(field), tonumber(value)
-end
-
 local function recordUsage(S, team, startedAt, now)
   local minute = math.floor(now / 60000)
   local usageKey = derived(S, 'team_usage', team)
@@ -84,7 +75,7 @@ local function recordUsage(S, team, startedAt, now)
     local old = {}
     local fields = rcall('HGETALL', usageKey)
     for i = 1, #fields, 2 do
-      if usageEntry(fields[i], fields[i + 1]) <= minute - 60 then
+      if tonumber(fields[i]) <= minute - 60 then
         old[#old + 1] = fields[i]
       end
     end
@@ -100,9 +91,8 @@ local function usageOf(S, team, now)
   local fields = rcall('HGETALL', derived(S, 'team_usage', team))
   local used = 0
   for i = 1, #fields, 2 do
-    local at, ms = usageEntry(fields[i], fields[i + 1])
-    if at > minute - 60 then
-      used = used + ms
+    if tonumber(fields[i]) > minute - 60 then
+      used = used + tonumber(fields[i + 1])
     end
   end
   return used

@@ -158,8 +158,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.store = Store(transport, self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
                            claim_timeout_ms=CLAIM_TIMEOUT_MS, retention_ms=RETENTION_MS, scripts=scripts(),
                            clock=self.clock)
-        self.queries = Queries(transport, self.keys, host_offline_after_ms=OFFLINE_AFTER_MS,
-                               scripts=scripts(), clock=self.clock)
+        self.queries = Queries(transport, self.store.deployment, scripts=scripts(), clock=self.clock)
         self.told = Told()
         self.cloud: dict[str, str] = {}  # the managed host's local device id -> its cloud id
         # The fleet as it is now: devices change labels and static devices change hosts (relabel,

@@ -11,7 +11,7 @@ import pytest
 from redis.exceptions import ResponseError
 
 from coordinator.state.keys import PER_ID_KINDS, Keys
-from coordinator.state.scripts import load_scripts, lua_constants, lua_dir
+from coordinator.state.scripts import NO_WAIT, load_scripts, lua_constants, lua_dir
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one
 from tests.support import glob_escape
@@ -59,33 +59,32 @@ def test_the_scripts_derive_keys_by_the_names_generated_from_keys_py() -> None:
     assert not re.search(r"^local (KEY_NAMES|KEY_KINDS)\b", sources, re.MULTILINE)
 
 
-_KIND_PASSED = re.compile(r"^\s+KEYS\[\d+\]\s+(\w+):<", re.MULTILINE)
 _STATE = Path(__file__).resolve().parents[2] / "coordinator" / "state"
 # The store and its parts by concern (coordinator/state/store.py names them).
 _STORE_PARTS = [_STATE / f"{name}.py" for name in ("store", "access_scripts", "session_scripts", "script_calls")]
 
 
-def test_each_kind_of_key_is_passed_or_derived_the_same_way_everywhere() -> None:
-    """STYLE.md: a key of one id is either passed in KEYS (its script's header names it) or
-    derived inside the scripts, never one in some scripts and the other in others; the store
-    builds only the kinds that are passed."""
-    sources = _lua_sources()
-    passed = set(_KIND_PASSED.findall(sources))
-    derived = set(_KIND_USED.findall(sources))
-    assert {"auth_failures", "lease"} <= passed | derived, "the patterns find no use"
-    assert passed & derived == set()
-    built = set(re.findall(r"\bk(?:eys)?\.(\w+)\(", "\n".join(part.read_text() for part in _STORE_PARTS))) & set(PER_ID_KINDS)
-    assert built <= passed, built - passed
+def test_every_key_a_script_touches_is_derived_in_it() -> None:
+    """The one rule for keys (lua/includes/deployment.lua): the scripts derive every key, of
+    either sort, from the key base, and the store builds none to pass them (a call sends its
+    ``Deployment``, whose one key names the slot)."""
+    derived = set(_KIND_USED.findall(_lua_sources()))
+    assert {"auth_failures", "lease", "host_state"} <= derived, "the pattern finds no use"
+    built = re.findall(r"\bk(?:eys)?\.(\w+)\(", "\n".join(part.read_text() for part in _STORE_PARTS))
+    assert set(built) & set(PER_ID_KINDS) == set()
 
 
-async def test_a_scheduling_script_refuses_a_key_of_another_base(api: Api) -> None:
+async def test_a_script_refuses_a_key_of_another_base(api: Api) -> None:
     """KEYS[1] names the slot the call runs on: one that is not the base's own tasks key would let
-    the keys it touches and the slot it is routed to differ, so the call fails before any write."""
+    the keys it touches and the slot it is routed to differ, so the call fails before any write
+    (a call through ``Script`` cannot send one: it sends its ``Deployment``'s)."""
     store = api.ctx.store
+    await store.load_scripts()
     script = load_scripts()["expireHosts"]
     other = store.keys.base + "elsewhere"  # same hash tag: only the script can tell
     with pytest.raises(ResponseError, match="KEYS\\[1\\] must be the tasks key"):
-        await script(store.transport, [other], [30_000, 60_000, store.keys.base, 60_000, 1000, 10])
+        await store.transport.fcall(script.function, [other],
+                                    [*store.deployment.script_args(), 10, 0], NO_WAIT)
 
 
 async def test_a_lifecycle_leaves_only_keys_named_in_keys_py(api: Api) -> None:

@@ -16,6 +16,7 @@ import wire
 from coordinator.api.auth import BOOTSTRAP_ADMIN, Access, Operator
 from coordinator.api.routes import ENDPOINTS
 from coordinator.clock import ShiftedClock
+from coordinator.reaper import upgrade_before_serving
 from coordinator.serve.logs import REQUESTS_LOGGER
 from coordinator.state.records import OperatorToken
 from tests.conftest import Api, unique_prefix
@@ -336,18 +337,30 @@ async def test_team_bound_tokens_using_one_key_never_conflict(api: Api) -> None:
     assert [a.json()["team"] for a in answers] == ["checkout", "search"]
 
 
-async def test_a_key_an_earlier_version_stored_bare_still_answers_its_own_token_only(api: Api) -> None:
+@pytest.mark.parametrize(("path", "ident", "index"), [("/api/v1/tasks", "task_id", "idempotency"),
+                                                     ("/api/v1/runs", "run_id", "run_idempotency")])
+async def test_a_start_moves_the_keys_an_earlier_version_stored_bare_under_their_tokens(
+        api: Api, path: str, ident: str, index: str) -> None:
     ci, other = await mint(api, "ci", "submit"), await mint(api, "ci-other", "submit")
-    body = {"kind": "goal", "goal": "x", "device_id": "nowhere", "idempotency_key": "k"}
-    mine = (await as_token(api, ci, "POST", "/api/v1/tasks", json=body)).json()
-    # the entry as an earlier version kept it: the bare key
+    task = {"kind": "goal", "goal": "x", "device_id": "nowhere"}
+    bodies = {key: ({**task, "idempotency_key": key} if ident == "task_id" else
+                    {"tasks": [task], "idempotency_key": key}) for key in ("k", "gone")}
+    mine = (await as_token(api, ci, "POST", path, json=bodies["k"])).json()[ident]
     store = api.ctx.store
-    await store.redis.delete(store.keys.idempotency)
-    await store.redis.hset(store.keys.idempotency, "k", mine["task_id"])
-    replay = await as_token(api, ci, "POST", "/api/v1/tasks", json=body)
-    assert replay.status_code == 200 and replay.json()["task_id"] == mine["task_id"]
-    theirs = await as_token(api, other, "POST", "/api/v1/tasks", json=body)
-    assert theirs.status_code == 201 and theirs.json()["task_id"] != mine["task_id"]
+    index_key = getattr(store.keys, index)
+    # the entries as an earlier version kept them: the bare key, one naming a record since gone
+    await store.redis.delete(index_key)
+    await store.redis.hset(index_key, mapping={"k": mine, "gone": "t-nobody"})
+    for walk in ("idempotency_keys", "run_idempotency_keys"):
+        await store.redis.hdel(store.keys.upgrades, walk)  # (this process's start had walked them)
+    assert await upgrade_before_serving(store) == 2
+    assert sorted(await store.redis.hkeys(index_key)) == [f"{ci['id']}\0k".encode()]
+    replay = await as_token(api, ci, "POST", path, json=bodies["k"])
+    assert replay.status_code == 200 and replay.json()[ident] == mine
+    theirs = await as_token(api, other, "POST", path, json=bodies["k"])
+    assert theirs.status_code == 201 and theirs.json()[ident] != mine
+    assert (await as_token(api, ci, "POST", path, json=bodies["gone"])).status_code == 201
+    assert await upgrade_before_serving(store) == 0  # done: a later start walks nothing
 
 
 async def test_retention_frees_a_tokens_key_for_that_token_and_leaves_the_others(api_factory: Any) -> None:

@@ -14,29 +14,50 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from coordinator.mcp.server import PATH as MCP_PATH
-from coordinator.state.scripts import load_scripts, lua_dir
+from coordinator.state.keys import Keys
+from coordinator.state.scripts import Deployment, load_scripts, lua_dir
 from coordinator.transport.base import PlainTransport, RedisTransport
 from tests.conftest import HOSTS, Api
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster]
 
 
-def test_every_script_documents_its_keys_and_declares_their_number() -> None:
+def test_every_script_documents_its_input_and_takes_the_deployment_first() -> None:
+    """The one rule for keys (lua/includes/deployment.lua), in each header: KEYS[1] and ARGV[1..5]
+    are the deployment, and no other key is passed."""
     scripts = load_scripts()
     assert {"heartbeat", "claimAssignment", "renewLease", "recordResult", "createTask", "cancelTask",
             "expireLeases", "expireHosts"} <= set(scripts)
     for path in lua_dir().glob("*.lua"):
         text = path.read_text()
-        declared = int(path.stem.rsplit("-", 1)[1])
         assert "Input:" in text and "Output:" in text and "Invariant" in text, path.name
-        used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", text)}
-        if "deployment(KEYS, ARGV)" in text:  # the deployment's key, all others derived
-            used.add(1)
-        assert used == set(range(1, declared + 1)), path.name
+        assert "    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua)" in text, path.name
+        assert set(re.findall(r"KEYS\[(\d+)\]", text)) == {"1"}, path.name
 
 
 def _header(text: str) -> str:
     return f"--[[\n  {text}\n  Input: Output: Invariant: none\n]]\n"
+
+
+_DEPLOYMENT = "local S = deployment(KEYS, ARGV)\n"
+
+
+@pytest.mark.parametrize(("name", "body"), [
+    ("first-2.lua", _DEPLOYMENT + "return 0\n"),  # two keys
+    ("first-1.lua", "return rcall('GET', KEYS[1])\n"),  # no deployment
+    ("first-1.lua", _DEPLOYMENT + "return rcall('GET', KEYS[2])\n"),  # a key passed besides it
+    ("first-1.lua", _DEPLOYMENT + _DEPLOYMENT + "return 0\n"),  # S built twice
+])
+def test_the_loader_refuses_a_script_that_breaks_the_rule_for_keys(tmp_path: Path, name: str, body: str) -> None:
+    (tmp_path / name).write_text(_header("first") + body)
+    with pytest.raises(ValueError, match="deployment"):
+        load_scripts(tmp_path)
+
+
+def test_the_loader_reads_the_rule_in_code_not_in_comments(tmp_path: Path) -> None:
+    (tmp_path / "first-1.lua").write_text(_header("first KEYS[2] in a comment") + _DEPLOYMENT
+                                          + "-- KEYS[3], said in passing\nreturn rcall('HKEYS', S.key.tasks)\n")
+    assert set(load_scripts(tmp_path)) == {"first"}
 
 
 def test_includes_load_once_each_after_the_includes_they_name(tmp_path: Path) -> None:
@@ -48,9 +69,10 @@ def test_includes_load_once_each_after_the_includes_they_name(tmp_path: Path) ->
     (includes / "b.lua").write_text('--- @include "includes/a"\nlocal function fromB() return fromA() end\n')
     (includes / "c.lua").write_text('--- @include "includes/b"\n--- @include "includes/a"\n'
                                     "local function fromC() return fromB() end\n")
-    (tmp_path / "first-0.lua").write_text(_header("first") + '--- @include "includes/c"\nreturn fromC()\n')
-    (tmp_path / "second-0.lua").write_text(_header("second") + '--- @include "includes/a"\n'
-                                           '--- @include "includes/b"\nreturn fromB()\n')
+    (tmp_path / "first-1.lua").write_text(_header("first") + '--- @include "includes/c"\n' + _DEPLOYMENT
+                                          + "return fromC()\n")
+    (tmp_path / "second-1.lua").write_text(_header("second") + '--- @include "includes/a"\n'
+                                           '--- @include "includes/b"\n' + _DEPLOYMENT + "return fromB()\n")
     source = load_scripts(tmp_path)["first"].library.source
     assert [source.count(f"local function from{n}(") for n in "ABC"] == [1, 1, 1]
     assert source.index("function fromA(") < source.index("function fromB(") < source.index("function fromC(")
@@ -83,12 +105,6 @@ def test_installed_package_ships_the_scripts(tmp_path: Path) -> None:
     code = "from coordinator.state.scripts import load_scripts; print(len(load_scripts()))"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, check=True)
     assert int(out.stdout) == len(load_scripts())
-
-
-async def test_script_call_with_wrong_number_of_keys_is_refused(api: Api) -> None:
-    script = load_scripts()["renewLease"]
-    with pytest.raises(ValueError, match="takes 5 keys"):
-        await script(api.ctx.store.transport, ["a", "b"], [])
 
 
 async def test_healthz_readyz(api: Api) -> None:
@@ -132,16 +148,16 @@ async def test_two_versions_of_the_scripts_run_side_by_side(
     order they load in."""
     changed = tmp_path / "lua"
     shutil.copytree(lua_dir(), changed)
-    renew = changed / "renewLease-5.lua"
+    renew = changed / "renewLease-1.lua"
     renew.write_text(renew.read_text() + "\n-- the next version\n")
     old, new = load_scripts()["readWaiting"], load_scripts(changed)["readWaiting"]
     assert old.library.name != new.library.name and old.function != new.function
-    keys = [f"{prefix}:{name}" for name in ("devices", "reservations", "disabled", "by_driver", "teams")]
+    deployment = Deployment(Keys(prefix), host_offline_after_ms=60_000)
     try:
         await new.library.load(redis_client)
         await old.library.load(redis_client)
         for script in (old, new):
-            assert await script(transport, keys, [60_000, '{"driver": "adb"}', 10, f"{prefix}:"]) == [0] * 10  # no device
+            assert await script(transport, deployment, ['{"driver": "adb"}', 10]) == [0] * 10  # no device
         # it only reads: Redis may run it when out of memory
         assert _flags(await redis_client.function_list(library=new.library.name), new.function) == [b"no-writes"]
     finally:

@@ -145,4 +145,4 @@ def test_the_revoked_credential_check_is_written_once() -> None:
              if (text := _LINE_COMMENT.sub(" ", _BLOCK_COMMENT.sub(" ", path.read_text())))}
     assert {name: n for name, n in asked.items() if n} == {"includes/common.lua": 1}
     callers = {path.name for path in _every_lua_file(root) if "credentialRevoked(" in code_of(path.read_text())}
-    assert {"claimAssignment-1.lua", "heartbeat-1.lua", "enrollDevices-4.lua", "common.lua"} <= callers
+    assert {"claimAssignment-1.lua", "heartbeat-1.lua", "enrollDevices-1.lua", "common.lua"} <= callers

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from coordinator.clock import ShiftedClock
+from coordinator.reaper import upgrade_before_serving
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one
 
@@ -192,17 +193,30 @@ async def test_device_time_counts_the_last_hour_of_runs_and_the_rest_is_dropped(
     clock = ShiftedClock()
     async with api_factory(clock=clock) as api:
         store = api.ctx.store
-        # a field an earlier version wrote (minute % 60 -> "<minute>:<ms>"), this minute: counted
-        minute = await api.ctx.queries.redis_time_ms() // 60_000
-        await store.redis.hset(store.keys.team_usage("qa"), str(minute % 60), f"{minute}:3000")
         await _run_for(api, clock, 5_000)
-        assert 8 <= (await _teams(api))["qa"]["device_seconds_1h"] < 9
+        assert 5 <= (await _teams(api))["qa"]["device_seconds_1h"] < 6
         clock.advance(61 * 60_000)
         assert (await _teams(api))["qa"]["device_seconds_1h"] == 0
         await _run_for(api, clock, 2_000)
         assert 2 <= (await _teams(api))["qa"]["device_seconds_1h"] < 3
         # the first result of a minute dropped every field an hour old: the hash holds the hour only
         assert await store.redis.hlen(store.keys.team_usage("qa")) == 1
+
+
+async def test_a_start_moves_the_device_time_an_earlier_version_kept_by_minute_60(api: Api) -> None:
+    store = api.ctx.store
+    await _create(api, team="qa", device_id="nowhere")  # names the team
+    # fields an earlier version wrote (minute % 60 -> "<minute>:<ms>"): this minute's, and one of
+    # the minute before beside this version's field of that minute
+    minute = await api.ctx.queries.redis_time_ms() // 60_000
+    usage = store.keys.team_usage("qa")
+    await store.redis.hset(usage, mapping={str(minute % 60): f"{minute}:3000",
+                                           str((minute - 1) % 60): f"{minute - 1}:1000", str(minute - 1): 500})
+    await store.redis.hdel(store.keys.upgrades, "team_usage")  # (this process's start had walked it)
+    assert await upgrade_before_serving(store) >= 1
+    assert await store.redis.hgetall(usage) == {str(minute).encode(): b"3000", str(minute - 1).encode(): b"1500"}
+    assert 4 <= (await _teams(api))["qa"]["device_seconds_1h"] < 5
+    assert await upgrade_before_serving(store) == 0  # done: a later start walks nothing
 
 
 async def test_the_task_listing_filters_by_team(api: Api) -> None:

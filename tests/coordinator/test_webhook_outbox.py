@@ -47,7 +47,7 @@ class Outbox:
         keys = Keys(self.prefix)
         scripts = load_scripts()
         self.store = Store(transport, keys, host_offline_after_ms=30_000, scripts=scripts)
-        self.hooks = WebhookStore(transport, keys, scripts)
+        self.hooks = WebhookStore(transport, self.store.deployment, scripts)
         self.ended = 0
         self.held: dict[str, list[Taken]] = {c: [] for c in CONSUMERS}
         self.delivered: list[str] = []

@@ -20,7 +20,6 @@ from typing import Any
 import wire
 from coordinator.clock import ShiftedClock
 from coordinator.settings import CANDIDATES_SCANNED
-from coordinator.state.keys import Keys
 from coordinator.state.reads.artifacts import ArtifactReads
 from coordinator.state.reads.fleet import FleetReads
 from coordinator.state.reads.runs import RunReads
@@ -29,7 +28,7 @@ from coordinator.state.reads.tasks import TaskReads
 from coordinator.state.reads.teams import TeamReads
 from coordinator.state.reads.tokens import TokenReads
 from coordinator.state.records import TaskRecord
-from coordinator.state.scripts import Script
+from coordinator.state.scripts import Deployment, Script
 from coordinator.state.wait_reasons import HostFlag, candidates_from_reply, target_json
 from coordinator.transport.base import RedisTransport
 
@@ -37,17 +36,18 @@ from coordinator.transport.base import RedisTransport
 class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads, RunReads, SessionReads):
     """Every read of the operator API, through one Redis client."""
 
-    def __init__(self, redis: RedisTransport, keys: Keys, *, host_offline_after_ms: int,
+    def __init__(self, redis: RedisTransport, deployment: Deployment, *,
                  scripts: Mapping[str, Script], candidates_scanned: int = CANDIDATES_SCANNED,
                  clock: ShiftedClock | None = None) -> None:
-        """``scripts``: every script of lua/ (``load_scripts``); the queries call the read-only
+        """``deployment``: what every script takes first (the store's, ``Store.deployment``).
+        ``scripts``: every script of lua/ (``load_scripts``); the queries call the read-only
         ones. ``candidates_scanned``: the most pooled devices one target's candidates count."""
         self.transport = redis
         self.redis = redis.client
-        self.keys = keys
+        self.deployment = deployment
+        self.keys = deployment.keys
         # Moved by tests only (coordinator/clock.py); the service's stays at 0.
         self.clock = clock if clock is not None else ShiftedClock()
-        self._offline_after_ms = host_offline_after_ms
         self._read_waiting = scripts["readWaiting"]
         self._read_clock = scripts["readClock"]
         self._read_host_flags = scripts["readHostFlags"]
@@ -59,16 +59,14 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads, RunRe
         return self.transport.pipeline()
 
     async def redis_time_ms(self) -> int:
-        reply = await self._read_clock(self.transport, [self.keys.tasks], [], clock_offset_ms=self.clock.offset_ms)
+        reply = await self._read_clock(self.transport, self.deployment, [], clock_offset_ms=self.clock.offset_ms)
         return int(reply[1])
 
     async def host_flags(self, host_ids: list[str]) -> dict[str, HostFlag]:
         if not host_ids:
             return {}
-        k = self.keys
-        reply = await self._read_host_flags(
-            self.transport, [k.tasks], [self._offline_after_ms, k.base, *host_ids],
-            clock_offset_ms=self.clock.offset_ms)
+        reply = await self._read_host_flags(self.transport, self.deployment, host_ids,
+                                            clock_offset_ms=self.clock.offset_ms)
         return {h: HostFlag(int(flags)) for h, flags in zip(host_ids, reply[1:], strict=True)}
 
     # -- waiting work ----------------------------------------------------------------------
@@ -83,11 +81,6 @@ class Queries(TaskReads, FleetReads, TokenReads, ArtifactReads, TeamReads, RunRe
         return {t.id: by_target[target_json(t)] for t in queued}
 
     async def _candidates(self, target: str) -> dict[str, Any]:
-        k = self.keys
-        reply = await self._read_waiting(
-            self.transport,
-            [k.devices, k.reservations, k.disabled_devices, k.devices_by_driver, k.teams],
-            [self._offline_after_ms, target, self._candidates_scanned, k.base],
-            clock_offset_ms=self.clock.offset_ms,
-        )
+        reply = await self._read_waiting(self.transport, self.deployment, [target, self._candidates_scanned],
+                                         clock_offset_ms=self.clock.offset_ms)
         return candidates_from_reply(reply)

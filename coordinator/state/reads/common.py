@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from coordinator.clock import ShiftedClock
 from coordinator.state.keys import Keys
 from coordinator.state.records import TaskRecord
-from coordinator.state.scripts import Script
+from coordinator.state.scripts import Deployment, Script
 from coordinator.state.wait_reasons import HostFlag
 from coordinator.transport.base import RedisTransport
 
@@ -41,6 +41,7 @@ class Reader:
     redis: Redis
     transport: RedisTransport
     keys: Keys
+    deployment: Deployment  # what every script takes first
     _read_teams: Script  # lua/readTeams (see `Queries`)
     clock: ShiftedClock  # moved by tests only (coordinator/clock.py)
 

@@ -52,7 +52,7 @@ class TeamReads(Reader):
         k = self.keys
         high, low = k.status_scores(wire.TaskStatus.RUNNING.value)
         reply, running_ids = await asyncio.gather(
-            self._read_teams(self.transport, [k.tasks], [k.base, *names], clock_offset_ms=self.clock.offset_ms),
+            self._read_teams(self.transport, self.deployment, names, clock_offset_ms=self.clock.offset_ms),
             self.redis.zrangebyscore(k.tasks_by_status, low, high))
         now = int(reply[1])
         running = await self._running_ms(cast("list[bytes]", running_ids), now)

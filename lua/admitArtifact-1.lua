@@ -8,21 +8,18 @@
   writes: the lease may end and other uploads may land while these bytes stream.
 
   Input:
-    KEYS[1] tasks            hash  task id -> task JSON
-    KEYS[2] lease_deadlines  zset  task id -> its running lease's expiry (ms)
-    KEYS[3] revoked_tokens   set   SHA-256 digests of revoked host tokens
-    KEYS[4] artifacts        hash  "task id\0attempt\0name" -> description JSON
-    KEYS[5] artifact_index   zset  "task id\0attempt\0name", score 0 (lex)
-    KEYS[6] artifact_usage   hash  task id -> bytes of its artifacts
-    ARGV[1] host id
-    ARGV[2] lease id
-    ARGV[3] task id
-    ARGV[4] attempt
-    ARGV[5] SHA-256 of the credential the request came with
-    ARGV[6] artifact name
-    ARGV[7] declared size (bytes), or "" when the body is not declared (chunked)
-    ARGV[8] at most this many bytes of artifacts per task
-    ARGV[9] at most this many artifacts per task
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6..10]  the lease the request presents: host id, lease id, task id, attempt, SHA-256 of the
+                 credential it came with (includes/common.lua, requestLease)
+    ARGV[11] artifact name
+    ARGV[12] declared size (bytes), or "" when the body is not declared (chunked)
+    ARGV[13] at most this many bytes of artifacts per task
+    ARGV[14] at most this many artifacts per task
+  Keys it touches:
+    tasks, lease_deadlines, revoked_tokens  the lease's check (includes/common.lua, requestLease)
+    artifacts        hash  "task id\0attempt\0name" -> description JSON
+    artifact_index   zset  "task id\0attempt\0name", score 0 (lex)
+    artifact_usage   hash  task id -> bytes of its artifacts
   Output:
     {0, earlier description JSON, 0}  the name is described already: hash the bytes, store none
     {0, "", room}                     store at most room bytes (what the task may still hold)
@@ -36,11 +33,13 @@
 ]]
 --- @flags no-writes
 --- @include "includes/common"
-local artifactsKey, indexKey, usageKey = KEYS[4], KEYS[5], KEYS[6]
-local taskId, attempt, name = ARGV[3], ARGV[4], ARGV[6]
-local declared, maxBytes, maxCount = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+--- @include "includes/deployment"
+local S = deployment(KEYS, ARGV)
+local artifactsKey, indexKey, usageKey = S.key.artifacts, S.key.artifact_index, S.key.artifact_usage
+local taskId, attempt, name = ARGV[8], ARGV[9], ARGV[11]
+local declared, maxBytes, maxCount = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 
-local task, lease, failure = requestLease(KEYS, ARGV, nowMs())
+local task, lease, failure = requestLease(S, ARGV, nowMs())
 if not lease then
   return {failure}
 end

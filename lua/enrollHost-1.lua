@@ -3,19 +3,21 @@
   the digest of the host token the agent generated, in one step.
 
   Input:
-    KEYS[1] enrollment_token_hashes  hash  SHA-256 of an enrollment secret -> token id
-    KEYS[2] enrollment_tokens        hash  token id -> token JSON
-    KEYS[3] enrollments              hash  enrollment id -> {host_id, host_token_digest, token_id}
-    KEYS[4] hosts                    hash  host id -> host record JSON
-    KEYS[5] host_tokens              hash  SHA-256 of a host token -> host id
-    KEYS[6] revoked_tokens           set   SHA-256 digests of revoked host tokens
-    KEYS[7] host_ids                 zset  every host id with a record (score 0, lexicographic)
-    ARGV[1] SHA-256 of the presented enrollment token
-    ARGV[2] enrollment id (agent-generated)
-    ARGV[3] SHA-256 of the agent's host token
-    ARGV[4] host id to mint if this is a new enrollment
-    ARGV[5] hostname ("" if none)
-    ARGV[6] labels JSON the agent asked for
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6] SHA-256 of the presented enrollment token
+    ARGV[7] enrollment id (agent-generated)
+    ARGV[8] SHA-256 of the agent's host token
+    ARGV[9] host id to mint if this is a new enrollment
+    ARGV[10] hostname ("" if none)
+    ARGV[11] labels JSON the agent asked for
+  Keys it touches:
+    enrollment_token_hashes  hash  SHA-256 of an enrollment secret -> token id
+    enrollment_tokens        hash  token id -> token JSON
+    enrollments              hash  enrollment id -> {host_id, host_token_digest, token_id}
+    hosts                    hash  host id -> host record JSON
+    host_tokens              hash  SHA-256 of a host token -> host id
+    revoked_tokens           set   SHA-256 digests of revoked host tokens
+    host_ids                 zset  every host id with a record (score 0, lexicographic)
   Output:
     {0, host id, 1}         created now
     {0, host id, 0}         the identical request was completed before (even if the token is
@@ -29,12 +31,15 @@
   the host); one enrollment id maps to one host for ever; a host token maps to one host.
 ]]
 --- @include "includes/common"
-local hashesKey, tokensKey, enrollmentsKey, hostsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local hostTokensKey, revokedKey, hostIdsKey = KEYS[5], KEYS[6], KEYS[7]
-local enrollmentId = ARGV[2]
-local hostTokenDigest = ARGV[3]
+--- @include "includes/deployment"
+local S = deployment(KEYS, ARGV)
+local hashesKey, tokensKey = S.key.enrollment_token_hashes, S.key.enrollment_tokens
+local enrollmentsKey, hostsKey = S.key.enrollments, S.key.hosts
+local hostTokensKey, revokedKey, hostIdsKey = S.key.host_tokens, S.key.revoked_tokens, S.key.host_ids
+local enrollmentId = ARGV[7]
+local hostTokenDigest = ARGV[8]
 
-local tokenId = rcall('HGET', hashesKey, ARGV[1])
+local tokenId = rcall('HGET', hashesKey, ARGV[6])
 if not tokenId then
   return {E.ENROLLMENT_INVALID}
 end
@@ -63,7 +68,7 @@ token.uses = token.uses + 1
 putJson(tokensKey, tokenId, token)
 
 -- The operator's labels (from the token) win over the ones the agent asked for.
-local labels = cjson.decode(ARGV[6])
+local labels = cjson.decode(ARGV[11])
 for name, value in pairs(cjson.decode(token.labels)) do
   labels[name] = value
 end
@@ -72,14 +77,14 @@ if next(labels) ~= nil then
   labelsJson = cjson.encode(labels)
 end
 
-local hostId = ARGV[4]
+local hostId = ARGV[9]
 putJson(hostsKey, hostId, {
   kind = 'enrolled',
   created_at = now,
   token_id = tokenId,
   enrollment_id = enrollmentId,
   token_digest = hostTokenDigest,
-  hostname = ARGV[5],
+  hostname = ARGV[10],
   labels = labelsJson,
 })
 rcall('ZADD', hostIdsKey, 0, hostId)

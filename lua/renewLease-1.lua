@@ -2,21 +2,15 @@
   Renew a running lease and store the latest progress with it.
 
   Input:
-    KEYS[1] tasks            hash  task id -> task JSON
-    KEYS[2] lease_deadlines  zset  task id -> its running lease's expiry (ms)
-    KEYS[3] revoked_tokens   set   SHA-256 digests of revoked host tokens
-    KEYS[4] progress         hash  task id -> latest progress JSON of its running attempt
-    KEYS[5] feed             stream the deployment's live feed
-    ARGV[1] host id
-    ARGV[2] lease id
-    ARGV[3] task id
-    ARGV[4] attempt
-    ARGV[5] SHA-256 of the credential the request came with (revocation is bound to it)
-    ARGV[6] key base: the deployment's prefix and ':' (`tether:{default}:`), which the task's
-            lease key is derived from, as every script derives it (includes/deployment.lua)
-    ARGV[7] lease TTL (ms)
-    ARGV[8] progress JSON to store, or "" to leave the stored progress as it is
-  Keys it derives:
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6..10]  the lease the request presents: host id, lease id, task id, attempt, SHA-256 of the
+                 credential it came with (includes/common.lua, requestLease)
+    ARGV[11] lease TTL (ms)
+    ARGV[12] progress JSON to store, or "" to leave the stored progress as it is
+  Keys it touches:
+    tasks, lease_deadlines, revoked_tokens  the lease's check (includes/renewal.lua, renewOne)
+    progress         hash  task id -> latest progress JSON of its running attempt
+    feed             stream the deployment's live feed
     lease:<task id>  string the live lease {lease_id, host_id, attempt, progress?}, its TTL the time left
   Output:
     {0, new expiry (ms), cancel requested (0|1)}
@@ -44,10 +38,10 @@
   current attempt (includes/renewal.lua, which a host's batch of renewals shares).
 ]]
 --- @include "includes/common"
+--- @include "includes/deployment"
 --- @include "includes/renewal"
-if credentialRevoked(KEYS[3], ARGV[5]) then
+local S = deployment(KEYS, ARGV)
+if credentialRevoked(S.key.revoked_tokens, ARGV[10]) then
   return {E.REVOKED}
 end
-local R = {tasks = KEYS[1], deadlines = KEYS[2], progress = KEYS[4], feed = KEYS[5], base = ARGV[6],
-           ttl = tonumber(ARGV[7])}
-return renewOne(R, ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[8], nowMs())
+return renewOne(S, tonumber(ARGV[11]), ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9]), ARGV[12], nowMs())

@@ -7,14 +7,14 @@
   its first pass: until then a drained host may take work, which is why the pass comes first.
 
   Input:
-    KEYS[1] hosts_draining     set   (earlier layout) hosts an operator drained
-    KEYS[2] hosts_stalled      set   (earlier layout) hosts whose claim timed out
-    KEYS[3] host_capabilities  hash  (earlier layout) host id -> capabilities JSON
-    KEYS[4] hosts_online       zset  host id -> last heartbeat (ms), the sweep's index
-    ARGV[1] key base: the deployment's prefix and ':' (`tether:{default}:`), which each host's
-            key is derived from, carrying the same hash tag as the keys above
-    ARGV[2] at most this many entries per call
-  Keys it derives:
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6] at most this many entries per call
+  Keys it touches (the earlier layout's are named here only, as the key base and their name:
+  keys.py names the current layout):
+    hosts_draining     set   (earlier layout) hosts an operator drained
+    hosts_stalled      set   (earlier layout) hosts whose claim timed out
+    host_capabilities  hash  (earlier layout) host id -> capabilities JSON
+    hosts_online       zset  host id -> last heartbeat (ms), the sweep's index
     host_state:<host>  hash  `draining`, `stalled`, `capabilities`, `seen`
   Output:
     {0, number of entries moved}
@@ -26,11 +26,13 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
-local S = {base = ARGV[1]}
-local limit = tonumber(ARGV[2])
+local S = deployment(KEYS, ARGV)
+local limit = tonumber(ARGV[6])
+local draining, stalled = S.base .. 'hosts_draining', S.base .. 'hosts_stalled'
+local capabilities = S.base .. 'host_capabilities'
 
 local moved = 0
-for _, flag in ipairs({{KEYS[1], 'draining'}, {KEYS[2], 'stalled'}}) do
+for _, flag in ipairs({{draining, 'draining'}, {stalled, 'stalled'}}) do
   if moved < limit then
     for _, hostId in ipairs(rcall('SPOP', flag[1], limit - moved)) do
       rcall('HSETNX', derived(S, 'host_state', hostId), flag[2], 1)
@@ -38,18 +40,18 @@ for _, flag in ipairs({{KEYS[1], 'draining'}, {KEYS[2], 'stalled'}}) do
     end
   end
 end
-for _, hostId in ipairs(rcall('HKEYS', KEYS[3])) do
+for _, hostId in ipairs(rcall('HKEYS', capabilities)) do
   if moved >= limit then
     break
   end
-  rcall('HSETNX', derived(S, 'host_state', hostId), 'capabilities', rcall('HGET', KEYS[3], hostId))
-  rcall('HDEL', KEYS[3], hostId)
+  rcall('HSETNX', derived(S, 'host_state', hostId), 'capabilities', rcall('HGET', capabilities, hostId))
+  rcall('HDEL', capabilities, hostId)
   moved = moved + 1
 end
 -- The call that moves the last entry gives each online host its `seen`: heartbeats of the
 -- earlier layout wrote only hosts_online.
-if moved > 0 and rcall('EXISTS', KEYS[1], KEYS[2], KEYS[3]) == 0 then
-  local online = rcall('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+if moved > 0 and rcall('EXISTS', draining, stalled, capabilities) == 0 then
+  local online = rcall('ZRANGE', S.key.hosts_online, 0, -1, 'WITHSCORES')
   for i = 1, #online, 2 do
     rcall('HSETNX', derived(S, 'host_state', online[i]), 'seen', online[i + 1])
   end

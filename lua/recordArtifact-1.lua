@@ -4,28 +4,25 @@
   task's caps.
 
   Input:
-    KEYS[1] tasks            hash  task id -> task JSON
-    KEYS[2] lease_deadlines  zset  task id -> its running lease's expiry (ms)
-    KEYS[3] revoked_tokens   set   SHA-256 digests of revoked host tokens
-    KEYS[4] artifacts        hash  "task id\0attempt\0name" -> description JSON
-    KEYS[5] artifact_index   zset  "task id\0attempt\0name", score 0 (lex)
-    KEYS[6] artifact_usage   hash  task id -> bytes of its artifacts
-    KEYS[7] artifact_blobs   set   blob keys some description names
-    KEYS[8] stats            hash  deployment-wide counters (artifact_bytes)
-    KEYS[9] feed             stream the deployment's live feed
-    ARGV[1]  host id
-    ARGV[2]  lease id
-    ARGV[3]  task id
-    ARGV[4]  attempt
-    ARGV[5]  SHA-256 of the credential the request came with (revocation is bound to it)
-    ARGV[6]  artifact name
-    ARGV[7]  size (bytes)
-    ARGV[8]  SHA-256 of the bytes (hex)
-    ARGV[9]  content type
-    ARGV[10] step index, or "" for none
-    ARGV[11] blob key in the blob store
-    ARGV[12] at most this many bytes of artifacts per task
-    ARGV[13] at most this many artifacts per task
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6..10]  the lease the request presents: host id, lease id, task id, attempt, SHA-256 of the
+                 credential it came with (includes/common.lua, requestLease)
+    ARGV[11]  artifact name
+    ARGV[12]  size (bytes)
+    ARGV[13]  SHA-256 of the bytes (hex)
+    ARGV[14]  content type
+    ARGV[15] step index, or "" for none
+    ARGV[16] blob key in the blob store
+    ARGV[17] at most this many bytes of artifacts per task
+    ARGV[18] at most this many artifacts per task
+  Keys it touches:
+    tasks, lease_deadlines, revoked_tokens  the lease's check (includes/common.lua, requestLease)
+    artifacts        hash  "task id\0attempt\0name" -> description JSON
+    artifact_index   zset  "task id\0attempt\0name", score 0 (lex)
+    artifact_usage   hash  task id -> bytes of its artifacts
+    artifact_blobs   set   blob keys some description names
+    stats            hash  deployment-wide counters (artifact_bytes)
+    feed             stream the deployment's live feed
   Output:
     {0, description JSON, replayed (0|1), blob key, blob key, ...}  the blob keys a live
                         session's dropped screens freed, for the caller to delete from the store
@@ -37,7 +34,7 @@
   A live session (PROTOCOL.md, "Live sessions") uploads a screen per command for as long as it
   runs: over a cap, its oldest artifacts are dropped to make room (their descriptions deleted,
   their blobs answered), never the upload refused. That path reads the task's descriptions, at
-  most COORDINATOR_MAX_TASK_ARTIFACTS (ARGV[13]); every other upload costs what it did.
+  most COORDINATOR_MAX_TASK_ARTIFACTS (ARGV[18]); every other upload costs what it did.
 
   Invariants: a description is written only under the task's current, unexpired lease, and only
   while the task's artifacts stay within both caps; a name of an attempt, once described, never
@@ -47,14 +44,16 @@
   keeps transitions only), so watchers see it as it arrives.
 ]]
 --- @include "includes/common"
-local artifactsKey, indexKey, usageKey, blobsKey = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local statsKey, feedKey = KEYS[8], KEYS[9]
-local hostId, taskId, attempt = ARGV[1], ARGV[3], tonumber(ARGV[4])
-local name, size, sha256, contentType = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
-local stepIndex, blob, maxBytes, maxCount = tonumber(ARGV[10]), ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
+--- @include "includes/deployment"
+local S = deployment(KEYS, ARGV)
+local artifactsKey, indexKey = S.key.artifacts, S.key.artifact_index
+local usageKey, blobsKey, statsKey, feedKey = S.key.artifact_usage, S.key.artifact_blobs, S.key.stats, S.key.feed
+local hostId, taskId, attempt = ARGV[6], ARGV[8], tonumber(ARGV[9])
+local name, size, sha256, contentType = ARGV[11], tonumber(ARGV[12]), ARGV[13], ARGV[14]
+local stepIndex, blob, maxBytes, maxCount = tonumber(ARGV[15]), ARGV[16], tonumber(ARGV[17]), tonumber(ARGV[18])
 
 local now = nowMs()
-local _, lease, failure = requestLease(KEYS, ARGV, now)
+local _, lease, failure = requestLease(S, ARGV, now)
 if not lease then
   return {failure}
 end
@@ -70,7 +69,7 @@ local used = tonumber(rcall('HGET', usageKey, taskId) or '0')
 local stored = rcall('ZLEXCOUNT', indexKey, prefixRange(taskId))
 local reply = {0, '', 0}
 if used + size > maxBytes or stored >= maxCount then
-  local task = getJson(KEYS[1], taskId)
+  local task = getJson(S.key.tasks, taskId)
   if task.kind ~= 'session' or size > maxBytes then
     return {E.ARTIFACT_LIMIT}
   end

@@ -10,26 +10,26 @@
   never gets to delete is an orphan, which the orphan sweep finds.
 
   Input:
-    KEYS[1] tasks            hash  task id -> task JSON
-    KEYS[2] tasks_by_status  zset  task id -> its status and age
-    KEYS[3] retention        zset  task id -> when it is deleted (ms); the index this sweep reads
-    KEYS[4] idempotency      hash  "<token id>\0<idempotency key>" -> task id
-                                   (includes/idempotency.lua)
-    KEYS[5] claims           hash  "host id\0claim id" -> assignment JSON
-    KEYS[6] progress         hash  task id -> latest progress JSON
-    KEYS[7] stats            hash  deployment-wide counters
-    KEYS[8] artifacts        hash  "task id\0attempt\0name" -> description JSON
-    KEYS[9] artifact_index   zset  "task id\0attempt\0name", score 0 (lex)
-    KEYS[10] artifact_usage  hash  task id -> bytes of its artifacts
-    KEYS[11] artifact_blobs  set   blob keys some description names
-    ARGV[1] at most this many tasks per call
-    ARGV[2] take no further task once this many artifact descriptions were deleted (bounds the
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6] at most this many tasks per call
+    ARGV[7] take no further task once this many artifact descriptions were deleted (bounds the
             call's work; the tasks left stay due for the next call)
-    ARGV[3] key base: the deployment's prefix and ':', which a run's keys (runs, runs_by_age,
-            run_idempotency, run_counts:<run>, run_tasks:<run>) and a team's (teams, team_names,
-            team_usage:<team>: includes/teams.lua, unnameTeam) are derived from, as the
-            scheduling scripts derive them (includes/deployment.lua)
-    ARGV[4] retention of terminal tasks (ms), for a task whose run ended later than it did
+  Keys it touches:
+    tasks            hash  task id -> task JSON
+    tasks_by_status  zset  task id -> its status and age
+    retention        zset  task id -> when it is deleted (ms); the index this sweep reads
+    idempotency      hash  "<token id>\0<idempotency key>" -> task id
+                           (includes/idempotency.lua)
+    claims           hash  "host id\0claim id" -> assignment JSON
+    progress         hash  task id -> latest progress JSON
+    stats            hash  deployment-wide counters
+    artifacts        hash  "task id\0attempt\0name" -> description JSON
+    artifact_index   zset  "task id\0attempt\0name", score 0 (lex)
+    artifact_usage  hash  task id -> bytes of its artifacts
+    artifact_blobs  set   blob keys some description names
+    and a run's (runs, runs_by_age, run_idempotency, run_counts:<run>, run_tasks:<run>:
+    includes/runs.lua) and a team's (teams, team_names, team_usage:<team>: includes/teams.lua,
+    unnameTeam); the deployment's retention (ARGV[5]) is that of a task whose run ended later
   Output:
     {0, number of tasks deleted, number of due tasks taken, blob key, blob key, ...}
 
@@ -47,15 +47,14 @@
 --- @include "includes/runs"
 --- @include "includes/idempotency"
 --- @include "includes/teams"
-local tasksKey, byStatusKey, retentionKey, idempotencyKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local claimsKey, progressKey, statsKey = KEYS[5], KEYS[6], KEYS[7]
-local limit = tonumber(ARGV[1])
-local retentionMs = tonumber(ARGV[4])
+local S = deployment(KEYS, ARGV)
+local tasksKey, byStatusKey, retentionKey = S.key.tasks, S.key.tasks_by_status, S.key.retention
+local idempotencyKey, claimsKey, progressKey, statsKey = S.key.idempotency, S.key.claims, S.key.progress, S.key.stats
+local limit = tonumber(ARGV[6])
 
-local artifactsKey, indexKey, usageKey, blobsKey = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local artifactBudget = tonumber(ARGV[2])
--- What the runs include reads of a deployment: its key base and fixed keys.
-local S = {base = ARGV[3], key = fixedKeys(ARGV[3])}
+local artifactsKey, indexKey = S.key.artifacts, S.key.artifact_index
+local usageKey, blobsKey = S.key.artifact_usage, S.key.artifact_blobs
+local artifactBudget = tonumber(ARGV[7])
 
 -- The task's artifact descriptions deleted; the blob keys they freed appended to `freed`.
 -- Returns how many descriptions and how many bytes of blobs went.
@@ -93,7 +92,7 @@ for _, taskId in ipairs(due) do
   taken = taken + 1
   rcall('ZREM', retentionKey, taskId)
   local task = getJson(tasksKey, taskId)
-  local keepUntil = task and TERMINAL_STATUSES[task.status] and runKeepsUntil(S, task, now, retentionMs)
+  local keepUntil = task and TERMINAL_STATUSES[task.status] and runKeepsUntil(S, task, now, S.retentionMs)
   if keepUntil then
     rcall('ZADD', retentionKey, keepUntil, taskId)
   elseif task and TERMINAL_STATUSES[task.status] then

@@ -3,32 +3,37 @@
   All or nothing.
 
   Input:
-    KEYS[1] hosts             hash  host id -> host record JSON
-    KEYS[2] local_devices     hash  "host id\0local id" -> {device_id, driver}
-    KEYS[3] enrolled_devices  hash  device id -> {host_id, local_id, driver, attributes}
-    KEYS[4] revoked_tokens    set   SHA-256 digests of revoked host tokens
-    ARGV[1] host id
-    ARGV[2] JSON list [{local_id, driver, attributes (JSON string), new_id}] where new_id is the
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6] host id
+    ARGV[7] JSON list [{local_id, driver, attributes (JSON string), new_id}] where new_id is the
             cloud id to mint if the device is new
-    ARGV[3] SHA-256 of the credential the request came with (revocation is bound to it)
-    ARGV[4] the most devices one host may have enrolled (COORDINATOR_MAX_DEVICES_PER_HOST)
+    ARGV[8] SHA-256 of the credential the request came with (revocation is bound to it)
+    ARGV[9] the most devices one host may have enrolled (COORDINATOR_MAX_DEVICES_PER_HOST)
+  Keys it touches:
+    hosts             hash  host id -> host record JSON
+    local_devices     hash  "host id\0local id" -> {device_id, driver}
+    enrolled_devices  hash  device id -> {host_id, local_id, driver, attributes}
+    revoked_tokens    set   SHA-256 digests of revoked host tokens
   Output:
     {0, JSON list [{local_id, driver, device_id}] in request order}
     {DRIVER_CONFLICT, local id}  already enrolled on this host with another driver
-    {DEVICE_LIMIT}               the batch would take the host past ARGV[4] enrolled devices
+    {DEVICE_LIMIT}               the batch would take the host past ARGV[9] enrolled devices
     {NOT_ENROLLED_HOST}          not an enrolled host
     {REVOKED}                    the credential is revoked, or no record of the host holds it
                                  (Redis lost it, whatever a cache said)
 
   Invariants: a rejected batch enrolls nothing; an enrolled device id never changes host or driver;
-  the host record's `devices_enrolled` counts its enrolled devices and never exceeds ARGV[4].
+  the host record's `devices_enrolled` counts its enrolled devices and never exceeds ARGV[9].
 ]]
 --- @include "includes/common"
-local hostsKey, localKey, enrolledKey, revokedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local hostId = ARGV[1]
-local devices = cjson.decode(ARGV[2])
-local credential = ARGV[3]
-local maxDevices = tonumber(ARGV[4])
+--- @include "includes/deployment"
+local S = deployment(KEYS, ARGV)
+local hostsKey, localKey, enrolledKey = S.key.hosts, S.key.local_devices, S.key.enrolled_devices
+local revokedKey = S.key.revoked_tokens
+local hostId = ARGV[6]
+local devices = cjson.decode(ARGV[7])
+local credential = ARGV[8]
+local maxDevices = tonumber(ARGV[9])
 
 if credentialRevoked(revokedKey, credential) then
   return {E.REVOKED}

@@ -4,12 +4,13 @@
   taken, lua/takeDeliveries).
 
   Input:
-    KEYS[1] webhooks            hash  webhook id -> webhook JSON
-    KEYS[2] webhook_secrets     hash  webhook id -> its signing secret
-    KEYS[3] webhook_routes      hash  event kind -> JSON [{id, team}]
-    KEYS[4] webhook_deliveries  hash  delivery id -> delivery JSON
-    ARGV[1] key base (its `webhook_recent:<id>` is derived from it)
-    ARGV[2] webhook id
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6] webhook id
+  Keys it touches:
+    webhooks            hash  webhook id -> webhook JSON
+    webhook_secrets     hash  webhook id -> its signing secret
+    webhook_routes      hash  event kind -> JSON [{id, team}]
+    webhook_deliveries  hash  delivery id -> delivery JSON
   Output:
     {0, webhook JSON}
     {NOT_FOUND}
@@ -17,11 +18,13 @@
   Invariant: a removed webhook is on no route, so nothing new is appended for it.
 ]]
 --- @include "includes/common"
+--- @include "includes/deployment"
 --- @include "includes/webhooks"
-local webhooksKey, secretsKey, routesKey, deliveriesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local S = {base = ARGV[1]}
+local S = deployment(KEYS, ARGV)
+local webhooksKey, secretsKey, routesKey = S.key.webhooks, S.key.webhook_secrets, S.key.webhook_routes
+local deliveriesKey = S.key.webhook_deliveries
 
-local webhook = getJson(webhooksKey, ARGV[2])
+local webhook = getJson(webhooksKey, ARGV[6])
 if not webhook then
   return {E.NOT_FOUND}
 end

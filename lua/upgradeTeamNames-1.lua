@@ -8,10 +8,11 @@
   and the call that ends it marks the upgrade done, after which a call costs one read.
 
   Input:
-    KEYS[1] teams     hash  "<team>", "<team>|running", ... (includes/teams.lua)
-    KEYS[2] upgrades  hash  upgrade name -> the cursor of its walk under way, or "done"
-    ARGV[1] key base: the deployment's prefix and ':', which `team_names` is derived from
-    ARGV[2] about this many fields per call (HSCAN's COUNT)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6] about this many fields per call (HSCAN's COUNT)
+  Keys it touches:
+    teams     hash  "<team>", "<team>|running", ... (includes/teams.lua)
+    upgrades  hash  upgrade name -> the cursor of its walk under way, or "done"
   Output:
     {0, fields walked, 1 when the upgrade is done}
 
@@ -22,22 +23,13 @@
 --- @include "includes/common"
 --- @include "includes/deployment"
 --- @include "includes/teams"
-local teamsKey, upgradesKey = KEYS[1], KEYS[2]
-local S = {base = ARGV[1], key = fixedKeys(ARGV[1])}
-
-local cursor = rcall('HGET', upgradesKey, 'team_names')
-if cursor == 'done' then
-  return {0, 0, 1}
-end
-local reply = rcall('HSCAN', teamsKey, cursor or '0', 'COUNT', tonumber(ARGV[2]))
-local fields = reply[2]
-for i = 1, #fields, 2 do
-  local team = string.match(fields[i], '^([^|]+)')
+--- @include "includes/upgrades"
+local S = deployment(KEYS, ARGV)
+local walked, done = walkHash(S, 'team_names', S.key.teams, tonumber(ARGV[6]), function(field)
+  local team = string.match(field, '^([^|]+)')
   if team and rcall('ZSCORE', S.key.team_names, team) == false then
     rcall('ZADD', S.key.team_names, 0, team)
-    rcall('HSETNX', teamsKey, team .. '|tasks', LEGACY_TEAM_TASKS)
+    rcall('HSETNX', S.key.teams, team .. '|tasks', LEGACY_TEAM_TASKS)
   end
-end
-local done = reply[1] == '0'
-rcall('HSET', upgradesKey, 'team_names', done and 'done' or reply[1])
-return {0, #fields / 2, done and 1 or 0}
+end)
+return {0, walked, done and 1 or 0}

@@ -6,21 +6,22 @@
   and one whose process died comes due again.
 
   Input:
-    KEYS[1] webhook_outbox      stream  one entry per delivery: webhook, type, subject, at
-    KEYS[2] webhook_retries     zset    delivery id -> when it may be taken (ms)
-    KEYS[3] webhook_deliveries  hash    delivery id -> delivery JSON {id, webhook_id, event,
-                                        subject, created_at, attempts, last_status, last_error,
-                                        next_attempt_at, state}
-    KEYS[4] webhooks            hash    webhook id -> webhook JSON
-    KEYS[5] webhook_secrets     hash    webhook id -> its signing secret
-    ARGV[1] key base
-    ARGV[2] the outbox's consumer group
-    ARGV[3] this process's consumer name
-    ARGV[4] at most this many deliveries
-    ARGV[5] visibility timeout (ms)
-    ARGV[6] deliveries listed per webhook (wire.WEBHOOK_DELIVERIES_KEPT)
-    ARGV[7] forget the group's consumers idle longer than this (ms) with nothing pending: the
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6] the outbox's consumer group
+    ARGV[7] this process's consumer name
+    ARGV[8] at most this many deliveries
+    ARGV[9] visibility timeout (ms)
+    ARGV[10] deliveries listed per webhook (wire.WEBHOOK_DELIVERIES_KEPT)
+    ARGV[11] forget the group's consumers idle longer than this (ms) with nothing pending: the
             processes that stopped (each process is a consumer of its own); 0 forgets none
+  Keys it touches:
+    webhook_outbox      stream  one entry per delivery: webhook, type, subject, at
+    webhook_retries     zset    delivery id -> when it may be taken (ms)
+    webhook_deliveries  hash    delivery id -> delivery JSON {id, webhook_id, event,
+                                subject, created_at, attempts, last_status, last_error,
+                                next_attempt_at, state}
+    webhooks            hash    webhook id -> webhook JSON
+    webhook_secrets     hash    webhook id -> its signing secret
   Output:
     {0, then for each delivery taken: delivery JSON, outbox entry id ("" for a retry),
      webhook JSON, secret}
@@ -31,11 +32,13 @@
   every attempt; a delivery of a removed webhook is dropped, never attempted.
 ]]
 --- @include "includes/common"
+--- @include "includes/deployment"
 --- @include "includes/webhooks"
-local outboxKey, retriesKey, deliveriesKey, webhooksKey, secretsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local S = {base = ARGV[1]}
-local group, consumer, limit, visibilityMs = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-local kept = tonumber(ARGV[6])
+local S = deployment(KEYS, ARGV)
+local outboxKey, retriesKey = S.key.webhook_outbox, S.key.webhook_retries
+local deliveriesKey, webhooksKey, secretsKey = S.key.webhook_deliveries, S.key.webhooks, S.key.webhook_secrets
+local group, consumer, limit, visibilityMs = ARGV[6], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+local kept = tonumber(ARGV[10])
 
 local now = nowMs()
 local reply = {0}
@@ -80,7 +83,7 @@ end
 -- nothing to read, and an idle deployment is left as it was.
 local claimed = redis.pcall('XAUTOCLAIM', outboxKey, group, consumer, visibilityMs, '0-0', 'COUNT', limit)
 if not claimed.err then
-  local forgetIdleMs = tonumber(ARGV[7])
+  local forgetIdleMs = tonumber(ARGV[11])
   if forgetIdleMs > 0 then
     for _, info in ipairs(rcall('XINFO', 'CONSUMERS', outboxKey, group)) do
       local fields = {}

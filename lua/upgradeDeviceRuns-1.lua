@@ -9,12 +9,11 @@
   costs one read.
 
   Input:
-    KEYS[1] devices   hash  device id -> record: the pooled devices
-    KEYS[2] upgrades  hash  upgrade name -> the cursor of its walk under way, or "done"
-    ARGV[1] key base: the deployment's prefix and ':' (`tether:{default}:`), which each device's
-            list is derived from, carrying the same hash tag as the keys above
-    ARGV[2] about this many devices per call (HSCAN's COUNT)
-  Keys it derives:
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6] about this many devices per call (HSCAN's COUNT)
+  Keys it touches:
+    devices   hash  device id -> record: the pooled devices
+    upgrades  hash  upgrade name -> the cursor of its walk under way, or "done"
     device_runs:<device>  list  the device's runs
   Output:
     {0, devices walked, 1 when the upgrade is done}
@@ -25,18 +24,9 @@
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
-local devicesKey, upgradesKey = KEYS[1], KEYS[2]
-local S = {base = ARGV[1]}
-
-local cursor = rcall('HGET', upgradesKey, 'device_runs')
-if cursor == 'done' then
-  return {0, 0, 1}
-end
-local reply = rcall('HSCAN', devicesKey, cursor or '0', 'COUNT', tonumber(ARGV[2]))
-local fields = reply[2]
-for i = 1, #fields, 2 do
-  rcall('PERSIST', derived(S, 'device_runs', fields[i]))
-end
-local done = reply[1] == '0'
-rcall('HSET', upgradesKey, 'device_runs', done and 'done' or reply[1])
-return {0, #fields / 2, done and 1 or 0}
+--- @include "includes/upgrades"
+local S = deployment(KEYS, ARGV)
+local walked, done = walkHash(S, 'device_runs', S.key.devices, tonumber(ARGV[6]), function(deviceId)
+  rcall('PERSIST', derived(S, 'device_runs', deviceId))
+end)
+return {0, walked, done and 1 or 0}

@@ -6,18 +6,19 @@
   backs off on them).
 
   Input:
-    KEYS[1] webhook_outbox      stream  the outbox (an entry is acknowledged and deleted here)
-    KEYS[2] webhook_retries     zset    delivery id -> when it may be taken (ms)
-    KEYS[3] webhook_deliveries  hash    delivery id -> delivery JSON
-    ARGV[1] key base
-    ARGV[2] the outbox's consumer group
-    ARGV[3] delivery id
-    ARGV[4] its outbox entry id, "" when it was taken as a retry
-    ARGV[5] outcome: "delivered", "retry" or "defer"
-    ARGV[6] the HTTP status answered, 0 for none (timeout, refused connection, ...)
-    ARGV[7] what went wrong, short ("" for nothing): never the body, never the URL
-    ARGV[8] delay before the next attempt (ms)
-    ARGV[9] retried for at most this long after the event (ms)
+    KEYS[1], ARGV[1..5]  the deployment (includes/deployment.lua): tasks key, settings, key base
+    ARGV[6] the outbox's consumer group
+    ARGV[7] delivery id
+    ARGV[8] its outbox entry id, "" when it was taken as a retry
+    ARGV[9] outcome: "delivered", "retry" or "defer"
+    ARGV[10] the HTTP status answered, 0 for none (timeout, refused connection, ...)
+    ARGV[11] what went wrong, short ("" for nothing): never the body, never the URL
+    ARGV[12] delay before the next attempt (ms)
+    ARGV[13] retried for at most this long after the event (ms)
+  Keys it touches:
+    webhook_outbox      stream  the outbox (an entry is acknowledged and deleted here)
+    webhook_retries     zset    delivery id -> when it may be taken (ms)
+    webhook_deliveries  hash    delivery id -> delivery JSON
   Output:
     {0, state}  pending, delivered or failed ("gone" when the delivery no longer exists)
 
@@ -26,11 +27,12 @@
   or failed delivery is never attempted again.
 ]]
 --- @include "includes/common"
+--- @include "includes/deployment"
 --- @include "includes/webhooks"
-local outboxKey, retriesKey, deliveriesKey = KEYS[1], KEYS[2], KEYS[3]
-local S = {base = ARGV[1]}
-local group, deliveryId, entryId, outcome = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local status, problem, delayMs, ttlMs = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+local S = deployment(KEYS, ARGV)
+local outboxKey, retriesKey, deliveriesKey = S.key.webhook_outbox, S.key.webhook_retries, S.key.webhook_deliveries
+local group, deliveryId, entryId, outcome = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local status, problem, delayMs, ttlMs = tonumber(ARGV[10]), ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
 
 if entryId ~= '' then
   rcall('XACK', outboxKey, group, entryId)
