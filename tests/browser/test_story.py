@@ -256,7 +256,7 @@ def test_the_charts_show_the_last_hour(coordinator: CoordinatorProcess, dashboar
 
 def test_at_1024_px_every_button_is_in_reach(coordinator: CoordinatorProcess, dashboard: Dashboard) -> None:
     page = dashboard.page
-    page.call("Emulation.setDeviceMetricsOverride", width=1024, height=768, deviceScaleFactor=1, mobile=False)
+    page.resize(1024, 768)
     long = "Open Settings, then Network and internet, then turn on airplane mode and wait for the icon"
     coordinator.heartbeat("host-a", [f"phone-{i}" for i in range(4)], agent={"hostname": "lab-7.long.example.com"})
     for i in range(2):
