@@ -1,5 +1,5 @@
-"""Fixtures of the browser tests: one headless Chromium for the session, a fresh tab (in its own
-browser context) per test, a real coordinator process on real Redis per test, and real agents."""
+"""Fixtures of the browser tests: one headless Chromium for the session (driven by Playwright,
+tests/browser/driver.py), a fresh tab (in its own browser context) per test, a real coordinator process on real Redis per test, and real agents."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.chromium import Chromium, Page, find_chromium
+from tests.browser.driver import Chromium, Tab, find_chromium
 from tests.support import (
     ADMIN,
     FAST_COORDINATOR,
@@ -34,8 +34,8 @@ def browser() -> Iterator[Chromium]:
 
 
 @pytest.fixture
-def page(browser: Chromium) -> Iterator[Page]:
-    tab = browser.new_page()
+def page(browser: Chromium) -> Iterator[Tab]:
+    tab = browser.new_tab()
     try:
         yield tab
         assert tab.console_errors == [], "the page threw or logged errors"
@@ -85,7 +85,7 @@ def workflows(tmp_path: Path) -> Path:
 class Dashboard:
     """The page at /ui, read and driven the way a person would."""
 
-    def __init__(self, page: Page, url: str) -> None:
+    def __init__(self, page: Tab, url: str) -> None:
         self.page = page
         self.url = url
 
@@ -98,7 +98,13 @@ class Dashboard:
 
     def open_signed_in(self, token: str = ADMIN) -> None:
         self.open()
-        self.sign_in(token)
+        # A tab signed in before signs itself in again as it loads (app.js keeps the token in
+        # sessionStorage, and hides the form once the token is checked): typing it again would
+        # race that, with a second sign-in, and a person would not.
+        saved = self.page.js("Object.values(sessionStorage)")
+        if token not in saved:
+            assert not saved, "this tab is signed in with another token"
+            self.sign_in(token)
         self.page.wait_for("document.getElementById('feed-state').dataset.state === 'live'", what="the feed live")
         self.page.wait_for("!!document.querySelector('#hosts tbody tr[data-key]')", what="hosts shown")
 
@@ -142,5 +148,5 @@ class Dashboard:
 
 
 @pytest.fixture
-def dashboard(page: Page, coordinator: CoordinatorProcess) -> Dashboard:
+def dashboard(page: Tab, coordinator: CoordinatorProcess) -> Dashboard:
     return Dashboard(page, coordinator.url)

@@ -6,7 +6,7 @@ A real coordinator process (real Redis at ``REDIS_URL``, default 127.0.0.1:6379,
 prefix) gets 1,000 devices from heartbeats of five static hosts (``lab-1`` .. ``lab-5``, named
 ``lab-N.berlin.example`` by their agents); tasks finish in waves a minute apart (so the chart of
 tasks finished per minute has more than one bar), 50 run with progress, some wait, one device is
-disabled, and ``lab-5`` drains. Headless Chromium (``tests/browser/chromium.py``) signs in,
+disabled, and ``lab-5`` drains. Headless Chromium (``tests/browser/driver.py``) signs in,
 filters the devices to one per host, and takes the whole page.
 """
 
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.browser.chromium import Chromium, find_chromium
+from tests.browser.driver import Chromium, find_chromium
 from tests.support import (
     ADMIN,
     CoordinatorProcess,
@@ -125,7 +125,7 @@ def main() -> int:
             fleet = Fleet(coordinator)
             populate(fleet, args.minutes)
             with Chromium(executable, window=(1400, 1000)) as browser:
-                page = browser.new_page()
+                page = browser.new_tab()
                 page.goto(f"{coordinator.url}/ui")
                 page.type_into("#token", ADMIN)
                 page.press_enter()

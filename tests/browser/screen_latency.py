@@ -13,8 +13,8 @@ decoded and on its <img> (``data-drawn-at``, the browser's clock; one machine, o
 difference is the feed event's trip, the page's two reads (the answer and the screen's bytes) and
 the PNG's decoding. Prints p50, p99 and the worst.
 
-It lives beside the browser tests, not in bench/, because it drives Chromium with their DevTools
-client (tests/browser/chromium.py) and bench/ imports nothing from tests/.
+It lives beside the browser tests, not in bench/, because it drives Chromium with their driver
+(tests/browser/driver.py, Playwright) and bench/ imports nothing from tests/.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-from tests.browser.chromium import Chromium, Page, find_chromium
+from tests.browser.driver import Chromium, Tab, find_chromium
 from tests.support import HOSTS, CoordinatorProcess, agent_process, coordinator_env, fresh_prefix, running, wait_until
 
 TARGET_P99_MS = 50.0
@@ -39,7 +39,7 @@ def _ms(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000
 
 
-def _watch(page: Page, url: str, token: str, task_id: str) -> None:
+def _watch(page: Tab, url: str, token: str, task_id: str) -> None:
     page.goto(f"{url}/ui")
     page.type_into("#token", token)
     page.press_enter()
@@ -72,7 +72,7 @@ def measure(commands: int) -> list[tuple[float, float]]:
                            what="the session running")
                 wall = coordinator.mint("wall", ["read"])
                 with Chromium(executable) as browser:
-                    page = browser.new_page()
+                    page = browser.new_tab()
                     _watch(page, coordinator.url, wall, task_id)
                     lags = []
                     for n in range(commands):

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.chromium import Page
 from tests.browser.conftest import Dashboard
+from tests.browser.driver import Tab
 from tests.browser.picture import Fleet
 from tests.support import CoordinatorProcess
 
@@ -32,12 +32,12 @@ FACTS = """Object.fromEntries([...document.querySelectorAll('#detail dl.facts:fi
     .map(dt => [dt.textContent, dt.nextElementSibling.textContent]))"""
 
 
-def set_width(page: Page, width: int) -> None:
-    page.call("Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1, mobile=False)
+def set_width(page: Tab, width: int) -> None:
+    page.resize(width, 900)
     page.wait_for(f"window.innerWidth === {width}", what=f"the window at {width} px")
 
 
-def tick_shape(page: Page) -> float:
+def tick_shape(page: Tab) -> float:
     """The width ÷ height of the waiting chart's "now" label as drawn on screen."""
     return float(page.js("""(() => {
         const tick = [...document.querySelectorAll('#chart-waiting text')].find(t => t.textContent === 'now');

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.browser.chromium import Chromium, Page
 from tests.browser.conftest import Dashboard
+from tests.browser.driver import Chromium, Tab
 from tests.support import HOSTS, CoordinatorProcess, Process
 
 pytestmark = pytest.mark.e2e
@@ -23,22 +23,22 @@ SETTINGS_TILE = (280, 550)
 RECORDING_PAGE = 50
 
 
-def shown(page: Page) -> str | None:
+def shown(page: Tab) -> str | None:
     """The command whose answer the session view shows (its screen drawn, its elements listed)."""
     command = page.js("document.getElementById('session-last')?.dataset.command || null")
     return str(command) if command else None
 
 
-def next_answer(page: Page, before: str | None, what: str) -> str:
+def next_answer(page: Tab, before: str | None, what: str) -> str:
     return str(page.wait_for(f"(c => c && c !== {json.dumps(before)} ? c : null)"
                          "(document.getElementById('session-last')?.dataset.command)", what=what))
 
 
-def elements(page: Page) -> list[str]:
+def elements(page: Tab) -> list[str]:
     return list(page.js("[...document.querySelectorAll('#session-elements li')].map(li => li.textContent)"))
 
 
-def press_screen(page: Page, at: tuple[int, int], to: tuple[int, int] | None = None) -> None:
+def press_screen(page: Tab, at: tuple[int, int], to: tuple[int, int] | None = None) -> None:
     """A real mouse press on the screen's picture at the device pixel ``at``, released there (a
     tap) or at ``to`` (a drag): the page scales the picture's points to the device's."""
     box = page.js("""(() => { const i = document.getElementById('session-screen');
@@ -46,17 +46,13 @@ def press_screen(page: Page, at: tuple[int, int], to: tuple[int, int] | None = N
         return [r.x, r.y, r.width, r.height, Number(i.dataset.width), Number(i.dataset.height)]; })()""")
     left, top, width, height, device_width, device_height = box
 
-    def point(x: int, y: int) -> dict[str, float]:
-        return {"x": left + (x + 0.5) * width / device_width, "y": top + (y + 0.5) * height / device_height}
+    def point(x: int, y: int) -> tuple[float, float]:
+        return left + (x + 0.5) * width / device_width, top + (y + 0.5) * height / device_height
 
-    page.call("Input.dispatchMouseEvent", type="mousePressed", button="left", clickCount=1, **point(*at))
-    end = point(*(to or at))
-    if to is not None:
-        page.call("Input.dispatchMouseEvent", type="mouseMoved", button="left", **end)
-    page.call("Input.dispatchMouseEvent", type="mouseReleased", button="left", clickCount=1, **end)
+    page.drag(point(*at), point(*(to or at)))
 
 
-def click_element(page: Page, name: str) -> None:
+def click_element(page: Tab, name: str) -> None:
     index = page.js(f"[...document.querySelectorAll('#session-elements button')].findIndex(b => b.textContent === {json.dumps(name)})")
     assert index >= 0, f"no element {name!r}: {elements(page)}"
     page.click(f'#session-elements li:nth-child({index + 1}) button')
@@ -92,7 +88,7 @@ def test_a_session_is_driven_from_the_dashboard_watched_by_a_read_token_and_reco
     assert sent["actor"] == "tester" and sent["status"] == "done"
 
     # A watcher with `read` opens the same session: the same screen, from the history, no control.
-    watcher_page = browser.new_page()
+    watcher_page = browser.new_tab()
     try:
         watcher = Dashboard(watcher_page, coordinator.url)
         watcher.open_signed_in(wall)

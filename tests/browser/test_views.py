@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.chromium import Chromium
 from tests.browser.conftest import Dashboard
+from tests.browser.driver import Chromium
 from tests.browser.test_fit import OVERFLOWING, WIDTHS, set_width
 from tests.support import CoordinatorProcess, wait_until
 
@@ -89,7 +89,7 @@ def test_views_have_addresses_and_long_tables_come_in_pages(
 
     assert page.js(OVERFLOWING) == [], f"the queue at {width} px"
 
-    other = browser.new_page()  # another person's tab, opened at the link
+    other = browser.new_tab()  # another person's tab, opened at the link
     try:
         set_width(other, width)
         other.goto(f"{coordinator.url}/ui#queue?team=alpha")
