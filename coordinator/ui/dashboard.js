@@ -391,8 +391,11 @@ export class Dashboard {
         break;
       }
       case EventType.RESULT:
-        records.resultReported(event.task_id, event.device_id);
+        records.resultReported(event.task_id, event.device_id, event.attempt);
         rereads.mark("tasks", event.task_id);
+        // and the device: a read of it sent before the result was stored (a host's devices,
+        // after its host_online) can answer after this event, busy, and nothing else rereads it.
+        if (event.device_id) rereads.mark("devices", event.device_id);
         break;
       default:
         if (event.task_id) rereads.mark("tasks", event.task_id);

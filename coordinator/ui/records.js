@@ -13,6 +13,8 @@ export const QUEUE_SHOWN = 50; // a page of the queue
 const HOSTS_PAGE = 20;
 const DEVICES_PAGE = 30; // a free device's row holds two stacked buttons at 1,024 px (Start session, Disable)
 
+// Results whose attempt is remembered against older reads: more than a round of reads can bring.
+const RESULTS_REMEMBERED = 1_000;
 const ACTIVE = new Set([TaskStatus.ASSIGNED, TaskStatus.RUNNING]);
 const WAITING = new Set([TaskStatus.QUEUED, TaskStatus.ASSIGNED]);
 const USABLE = new Set([DeviceStatus.AVAILABLE, DeviceStatus.BUSY]);
@@ -31,6 +33,9 @@ export class Records {
     // device id -> the task it showed until a read found that task ended, until its result is
     // heard: the read can come back before the feed brings the result (resultReported).
     this.endedOnDevice = new Map();
+    // task id -> the attempt whose result the feed brought: a read that still finds that attempt
+    // assigned or running was sent before the result was stored, and is not applied.
+    this.resultHeard = new Map();
     this.queueMore = false;
     this.totalsTimer = null;
 
@@ -79,7 +84,8 @@ export class Records {
     this.totalsSoon();
   }
 
-  showTasks({ active, queued, queueMore, ended }) {
+  showTasks({ active: read, queued, queueMore, ended }) {
+    const active = read.filter((t) => !this.#older(t));
     this.tasks = new Map([...active, ...queued, ...ended].map((t) => [t.task_id, t]));
     const before = this.deviceTask;
     this.deviceTask = new Map(active.filter((t) => t.device_id).map((t) => [t.device_id, t.task_id]));
@@ -102,6 +108,8 @@ export class Records {
   // -- one record ----------------------------------------------------------------------------
 
   applyTask(task) {
+    if (this.#older(task)) return;
+    if (!ACTIVE.has(task.status)) this.resultHeard.delete(task.task_id);
     const old = this.tasks.get(task.task_id);
     const active = ACTIVE.has(task.status);
     this.tasks.set(task.task_id, task);
@@ -167,7 +175,10 @@ export class Records {
    *  reporting), not from the next heartbeat or list read. The task is the device's own, or the
    *  one it showed until a read of the task (sent as the result was stored, answered before the
    *  feed brought the result) found it ended: that read freed no device, the result does. */
-  resultReported(taskId, deviceId) {
+  resultReported(taskId, deviceId, attempt) {
+    this.resultHeard.delete(taskId);
+    this.resultHeard.set(taskId, attempt);
+    if (this.resultHeard.size > RESULTS_REMEMBERED) this.resultHeard.delete(this.resultHeard.keys().next().value);
     if (!deviceId || (this.deviceTask.get(deviceId) ?? this.endedOnDevice.get(deviceId)) !== taskId) return;
     this.deviceTask.delete(deviceId);
     this.endedOnDevice.delete(deviceId);
@@ -228,6 +239,11 @@ export class Records {
 
   #withDeviceLabels(host, deviceLabels) {
     return { ...host, shown_labels: { ...(deviceLabels || {}), ...(host.labels || {}) } };
+  }
+
+  /** A read of the task older than its result event: the attempt the feed saw end, still active. */
+  #older(task) {
+    return ACTIVE.has(task.status) && (this.resultHeard.get(task.task_id) ?? 0) >= task.attempt;
   }
 
   #row(device) {

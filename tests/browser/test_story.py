@@ -201,8 +201,40 @@ def test_a_device_is_free_at_its_result_event_heard_after_a_read_found_its_task_
 
     page.js(f"window.records.applyTask({json.dumps(ended)})")  # the read: the task ended, the device not yet free
     assert dashboard.cell("devices", "phone-1", "Task") == ""
-    page.js(f"window.records.resultReported({json.dumps(task['task_id'])}, 'phone-1')")  # then the feed's result
+    page.js(f"window.records.resultReported({json.dumps(task['task_id'])}, 'phone-1', 1)")  # then the feed's result
     assert dashboard.cell("devices", "phone-1", "State") == "available"
+
+
+def test_a_read_older_than_a_task_s_result_event_does_not_take_its_device_back(
+    coordinator: CoordinatorProcess, dashboard: Dashboard
+) -> None:
+    # The other order: the result is heard first, then a read of the task sent before the result
+    # was stored answers, still running. The page's own Records are given them in that order.
+    task, lease = running_goal(coordinator, "host-a", "phone-1")
+    coordinator.heartbeat("host-a", [{"device_id": "phone-1", "status": "busy"}])
+    host, device = coordinator.call("GET", "/api/v1/hosts/host-a"), coordinator.call("GET", "/api/v1/devices/phone-1")
+    running = coordinator.call("GET", f"/api/v1/tasks/{task['task_id']}")
+    assert running["status"] == "running"
+
+    dashboard.open()
+    page = dashboard.page
+    page.js(f"""Promise.all([import('/ui/records.js'), import('/ui/api.js')]).then(([{{ Records }}, {{ grants }}]) => {{
+        const nothing = () => {{}};
+        window.records = new Records({{ may: grants({{ scopes: ["read"] }}), onHostAction: nothing,
+                                        onDeviceAction: nothing, onCancel: nothing }});
+        window.records.showFleet({{ hosts: [{json.dumps(host)}], devices: [{json.dumps(device)}] }});
+        window.records.showTasks({{ active: [{json.dumps(running)}], queued: [], queueMore: false, ended: [] }});
+    }})""")
+    assert dashboard.cell("devices", "phone-1", "Task") == task["task_id"]
+
+    page.js(f"window.records.resultReported({json.dumps(task['task_id'])}, 'phone-1', {lease['attempt']})")
+    assert (dashboard.cell("devices", "phone-1", "State"), dashboard.cell("devices", "phone-1", "Task")) == ("available", "")
+    page.js(f"window.records.applyTask({json.dumps(running)})")  # the older read
+    page.js(f"window.records.showTasks({{ active: [{json.dumps(running)}], queued: [], queueMore: false, ended: [] }})")
+    assert (dashboard.cell("devices", "phone-1", "State"), dashboard.cell("devices", "phone-1", "Task")) == ("available", "")
+    # A read of a later attempt is not older: it is shown.
+    page.js(f"window.records.applyTask({json.dumps({**running, 'attempt': running['attempt'] + 1})})")
+    assert dashboard.cell("devices", "phone-1", "Task") == task["task_id"]
 
 
 def test_hosts_show_their_names_and_the_filter_searches_them(coordinator: CoordinatorProcess,
