@@ -78,9 +78,11 @@ if kind == 'enrolled' and (not hostRecord or hostRecord.token_digest ~= credenti
 end
 
 local snapshot = cjson.decode(snapshotJson)
+local stored = {}  -- device id -> its pooled record as this step found it, or false: read once
 for _, reported in ipairs(snapshot.devices) do
   local id = reported.device_id
   local enrolled = getJson(S.key.enrolled_devices, id)
+  stored[id] = getJson(S.key.devices, id) or false
   if kind == 'enrolled' then
     if not enrolled or enrolled.host_id ~= hostId then
       return {E.UNKNOWN_DEVICE, id}
@@ -92,7 +94,7 @@ for _, reported in ipairs(snapshot.devices) do
     if enrolled then
       return {E.DEVICE_CONFLICT, id}
     end
-    local current = getJson(S.key.devices, id)
+    local current = stored[id]
     if current and current.host_id ~= hostId and hostOnline(S, current.host_id, now) then
       return {E.DEVICE_CONFLICT, id}
     end
@@ -124,8 +126,8 @@ end
 if previousJson then
   for _, old in ipairs(cjson.decode(previousJson).devices) do
     local id = old.device_id
-    local current = getJson(S.key.devices, id)
-    if not reportedIds[id] and current and current.host_id == hostId then
+    local current = not reportedIds[id] and getJson(S.key.devices, id)
+    if current and current.host_id == hostId then
       unpoolDevice(S, id, current)
       local holder = rcall('HGET', S.key.reservations, id)
       local task = holder and getJson(S.key.tasks, holder)
@@ -136,15 +138,18 @@ if previousJson then
   end
 end
 
+-- (A device this loop took out is no reported one: each reported record read above is current.)
 for _, reported in ipairs(snapshot.devices) do
   local id = reported.device_id
-  poolDevice(S, id, {
+  local record = {
     host_id = hostId,
     driver = reported.driver,
     status = reported.status,
     attributes = reported.attributes,
     labels = deviceLabels(reported.labels),
-  }, getJson(S.key.devices, id))
+  }
+  poolDevice(S, id, record, stored[id] or nil)
+  stored[id] = record
 end
 
 rcall('ZADD', S.key.hosts_online, now, hostId)
@@ -183,7 +188,9 @@ end
 -- does each device of a host whose capabilities changed: a workflow task that waited for a host
 -- listing its workflow may run on it now. (A device whose record changed left the free index in
 -- poolDevice, and is fed the same way.)
+local host = hostState(S, hostId, now)  -- as this step left it: a feed changes none of it
 for _, reported in ipairs(snapshot.devices) do
-  refreshDevice(S, reported.device_id, now, nil, false, not wasOnline or capabilitiesChanged)
+  refreshDevice(S, reported.device_id, now, stored[reported.device_id], false,
+    not wasOnline or capabilitiesChanged, host)
 end
 return {0, draining}
