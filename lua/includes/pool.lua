@@ -57,6 +57,9 @@ end
 -- `<driver>|<name>=<value>`, readable in redis-cli; `%`, `|` and `=` in a name or value written
 -- as %XX, so no two labels share an index.
 local function escapeLabel(text)
+  if not string.find(text, '[%%|=]') then
+    return text  -- the common case, without building a replacement (every index move calls this)
+  end
   return (string.gsub(text, '[%%|=]', function(c) return string.format('%%%02X', string.byte(c)) end))
 end
 
