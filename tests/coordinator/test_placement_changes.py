@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from coordinator.state.keys import label_index
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one
 from tests.coordinator.invariants import check_stored, read_stored
@@ -143,3 +144,21 @@ async def test_a_heartbeat_feeds_a_bounded_number_of_devices_and_the_reaper_the_
     assert await api.ctx.store.place_left_over(10) == 4
     assert [(await _task(api, t["task_id"]))["status"] for t in tasks] == ["assigned"] * 20
     assert (await _task(api, late["task_id"]))["status"] == "queued"
+
+
+async def test_labels_with_index_separators_are_indexed_apart_and_still_matched(api: Api) -> None:
+    """A label name or value holding `%`, `|` or `=` is escaped in its index's name (so
+    `a|b=c` is not `a` = `b=c`), and one without them is not: each device lands in its own label's
+    index under the name the reads compute (coordinator.state.keys.label_index), and a relabelled
+    device still takes the waiting task that asks for its escaped label."""
+    redis, keys = api.ctx.store.redis, api.ctx.store.keys
+    waiting = (await api.create_task(selector={"driver": "sim", "labels": {"a|b": "c=d%"}})).json()
+    assert waiting["status"] == "queued"
+    devices = [_sim("a1", **{"a|b": "c=d%"}), _sim("a2", a="b=c"), _sim("a3", rack="1")]
+    assert (await api.heartbeat("host-a", devices)).status_code == 200
+    for device_id, (name, value) in (("a1", ("a|b", "c=d%")), ("a2", ("a", "b=c")), ("a3", ("rack", "1"))):
+        members = await redis.zrange(keys.pooled_label(label_index("sim", name, value)), 0, -1)
+        assert members == [device_id.encode()], (device_id, members)
+    placed = await _task(api, waiting["task_id"])
+    assert (placed["status"], placed["device_id"]) == ("assigned", "a1")
+    check_stored(await read_stored(redis, keys, api.ctx.queries), None, 60_000, {})
