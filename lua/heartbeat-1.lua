@@ -41,6 +41,11 @@
   in `refresh_devices` for the reaper (includes/placement.lua, refreshDevice).
   Only enrollment creates an
   enrolled host's record; a static host's is created by its first accepted heartbeat.
+  Cost: O(devices reported + previously reported) reads, each device's record and its host's
+  state read once; O(labels) index moves for each device whose labels, driver or host changed;
+  at most DEVICE_FEEDS_PER_STEP feeds (includes/placement.lua, pickByShare), the others one
+  EXISTS each. Bench row 14: a host's 10 devices relabelled, 4 fed, p50 about 1.9 ms; 256 at once
+  26 ms, against 2.4 to 3 ms for only writing the records and moving their label indexes (14f).
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"

@@ -49,10 +49,12 @@
 
   Cost, each bounded by what one step touches, never by the backlog or the idle pool: a create
   O(selector labels) commands and one intersection (C time of its smallest set), plus a read per
-  free candidate passed over (host offline or not listing the workflow); a freed device one EXISTS
-  when nothing waits for it, else O(its labels + targets indexed under them + teams waiting for
-  those it fits); a team back under its quota at most TEAM_TARGETS_PER_STEP targets, the rest in
-  the reaper's next pass (placeLeftOver).
+  free candidate passed over (host offline or not listing the workflow), and one ZCARD a label
+  when its target is new; a freed device one EXISTS when nothing waits for it, else O(its labels
+  + targets indexed under them + teams waiting for those it fits), where a target is under one of
+  its labels, the rarest in the pool as it was interned (16 targets a device in bench row 14's
+  fleet, where the first label in name order put 50); a team back under its quota at most
+  TEAM_TARGETS_PER_STEP targets, the rest in the reaper's next pass (placeLeftOver).
 
   Invariants kept:
     - a device is free (in the free index) only if it is pooled, `available`, unreserved, not
