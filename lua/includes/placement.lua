@@ -512,6 +512,37 @@ local function placeTeamWork(S, team, now, offset)
   rcall('ZREM', S.key.placing_teams, team)
 end
 
+-- A team back under its quota (a task of it let its device go): its waiting work is placed now;
+-- or, in a step that lets several devices go at once (a heartbeat dropping devices: it sets
+-- `S.teamsBack`), once all are let go (placeTeamsBack). Placed one after the other as they came
+-- back, a team's low-priority task could take a free device that another team, back in the same
+-- step, has a higher-priority task for.
+local function teamBackUnderQuota(S, team, now)
+  if S.teamsBack then
+    S.teamsBack[team] = true
+    return
+  end
+  placeTeamWork(S, team, now)
+end
+
+-- The teams a step brought back under their quotas, each placed (placeTeamWork) in the order of
+-- its first waiting task (priority, then age), so the highest-priority work takes the free
+-- devices it fits first. Cost: one read a team, then each team's slice.
+local function placeTeamsBack(S, now)
+  local back = S.teamsBack
+  S.teamsBack = nil
+  local teams, heads = {}, {}
+  for team in pairs(back) do
+    local head = rcall('ZRANGE', derived(S, 'team_targets', team), 0, 0, 'WITHSCORES')
+    teams[#teams + 1] = team
+    heads[team] = tonumber(head[2]) or math.huge
+  end
+  table.sort(teams, function(a, b) return heads[a] < heads[b] or (heads[a] == heads[b] and a < b) end)
+  for _, team in ipairs(teams) do
+    placeTeamWork(S, team, now)
+  end
+end
+
 -- Recompute a device's membership of the free index; a device that becomes free is fed at once.
 -- `device` is its record when the caller has just read it; `released` says its reservation was
 -- dropped in this step, so it is neither reserved nor (a reserved device never is) free;

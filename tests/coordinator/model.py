@@ -43,7 +43,6 @@ from tests.coordinator.invariants import (
     check_devices_read,
     check_stored,
     check_waiting_explained,
-    could_run_now,
     host_online,
     host_runs,
     read_stored,
@@ -459,10 +458,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.set_team(team, None, lift)
 
     def _aims_at_free(self) -> list[dict[str, Any]]:
-        """The aims of TARGETS that fit a device free now that could run a goal now."""
+        """The aims of TARGETS that fit a device in the free index now. (Not held to the real
+        clock's reading of its host's deadline: hypothesis replays a sequence's draws, and a
+        list whose length followed the real clock would make a replay draw differently.)"""
         now = self.stored()
-        free = [(d, now.devices[d]) for d in sorted(now.free)
-                if d in now.devices and could_run_now(now, d, OFFLINE_AFTER_MS)]
+        free = [(d, now.devices[d]) for d in sorted(now.free) if d in now.devices]
 
         def fits_free(aim: dict[str, Any]) -> bool:
             if "selector" not in aim:

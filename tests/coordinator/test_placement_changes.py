@@ -164,8 +164,6 @@ async def test_labels_with_index_separators_are_indexed_apart_and_still_matched(
     check_stored(await read_stored(redis, keys, api.ctx.queries), None, 60_000, {})
 
 
-@pytest.mark.xfail(strict=True, reason="two teams back under their caps in one step are placed team by team, "
-                   "not by priority across them (found by the model test, not fixed yet)")
 async def test_two_teams_back_under_their_caps_in_one_heartbeat_place_by_priority_across_them(api: Api) -> None:
     """Teams red and blue, cap 1 each, each hold a phone on host-a; b1 on host-b is free, and each
     team waits for it (red at priority 5, blue at 0), held back by its cap. Host-a's devices all
