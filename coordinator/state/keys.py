@@ -186,8 +186,9 @@ class Keys:
         return self._of("driver_targets", driver)
 
     def label_targets(self, index: str) -> str:
-        """The waiting targets of a driver whose first label (in name order) is one label
-        (``label_index``): a set of target ids. A freed device reads those of its own labels."""
+        """The waiting targets of a driver indexed by one label (``label_index``; the target's
+        rarest among the pool as it was interned): a set of target ids. A freed device reads
+        those of its own labels."""
         return self._of("label_targets", index)
 
     def free_devices(self, driver: str) -> str:

@@ -17,8 +17,9 @@
       checked on the candidates (findDeviceFor);
     - a device just freed: which waiting task? The targets it could fit are found by its own id
       (`device_targets:<device>`), its driver (`driver_targets:<driver>`: no label asked) and each
-      of its labels (`label_targets:<driver>|<name>=<value>`: a target is indexed by its first
-      label in name order); of those it fits, the teams' heads are ranked (pickByShare).
+      of its labels (`label_targets:<driver>|<name>=<value>`: a target is indexed by one label,
+      the one the fewest pooled devices had as it was interned, so few freed devices read it in
+      vain); of those it fits, the teams' heads are ranked (pickByShare).
   A device takes, of the tasks it may run, one of the highest priority; of the teams with such a
   task, not at their quota, the one holding the fewest devices for its weight (running / weight;
   ties: the oldest task); that team's oldest (PROTOCOL.md, "Sharing the fleet"). A new task takes
@@ -48,10 +49,12 @@
 
   Cost, each bounded by what one step touches, never by the backlog or the idle pool: a create
   O(selector labels) commands and one intersection (C time of its smallest set), plus a read per
-  free candidate passed over (host offline or not listing the workflow); a freed device one EXISTS
-  when nothing waits for it, else O(its labels + targets indexed under them + teams waiting for
-  those it fits); a team back under its quota at most TEAM_TARGETS_PER_STEP targets, the rest in
-  the reaper's next pass (placeLeftOver).
+  free candidate passed over (host offline or not listing the workflow), and one ZCARD a label
+  when its target is new; a freed device one EXISTS when nothing waits for it, else O(its labels
+  + targets indexed under them + teams waiting for those it fits), where a target is under one of
+  its labels, the rarest in the pool as it was interned (16 targets a device in bench row 14's
+  fleet, where the first label in name order put 50); a team back under its quota at most
+  TEAM_TARGETS_PER_STEP targets, the rest in the reaper's next pass (placeLeftOver).
 
   Invariants kept:
     - a device is free (in the free index) only if it is pooled, `available`, unreserved, not
@@ -110,11 +113,15 @@ local function targetSpec(task)
   return indexMember('p', task.driver, task.labels or '{}', workflowOf(task) or '')
 end
 
--- The index a freed device finds a target in: its device's, its driver's (no label asked), or
--- its driver's by the first of its labels in name order.
+-- The index a freed device finds a target in: its device's, its driver's (no label asked), or its
+-- driver's by the one label it was indexed by as it was interned (`indexed`, internTarget; a
+-- target interned before that choice existed: its first label in name order).
 local function targetIndexKey(S, target)
   if target.target_device then
     return derived(S, 'device_targets', target.target_device)
+  end
+  if target.indexed then
+    return derived(S, 'label_targets', target.indexed)
   end
   local labels = cjson.decode(target.labels or '{}')
   local first
@@ -129,9 +136,30 @@ local function targetIndexKey(S, target)
   return derived(S, 'label_targets', labelIndex(target.driver, first, labels[first]))
 end
 
+-- Of a selector's labels (a decoded table, not empty), the index of the one the fewest pooled
+-- devices have (`pooled_label`; ties: name order): a target indexed there is read by the fewest
+-- freed devices that then find one of its other labels missing. One ZCARD a label.
+local function rarestLabelIndex(S, driver, labels)
+  local names = {}
+  for name in pairs(labels) do
+    names[#names + 1] = name
+  end
+  table.sort(names)
+  local best, bestCount
+  for _, name in ipairs(names) do
+    local index = labelIndex(driver, name, labels[name])
+    local pooled = rcall('ZCARD', derived(S, 'pooled_label', index))
+    if not bestCount or pooled < bestCount then
+      best, bestCount = index, pooled
+    end
+  end
+  return best
+end
+
 -- The id of the target a queued task waits for, interned on first use: `targets` holds what it
--- asks (target_device, or driver and labels; workflow), `target_ids` its spec -> id, and the
--- target is put in the index a freed device reads (targetIndexKey).
+-- asks (target_device, or driver and labels; workflow) and the label it is indexed by
+-- (`indexed`), `target_ids` its spec -> id, and the target is put in the index a freed device
+-- reads (targetIndexKey).
 local function internTarget(S, task)
   local spec = targetSpec(task)
   local id = rcall('HGET', S.key.target_ids, spec)
@@ -142,6 +170,10 @@ local function internTarget(S, task)
   local target = {target_device = task.target_device, workflow = workflowOf(task), spec = spec}
   if not task.target_device then
     target.driver, target.labels = task.driver, task.labels or '{}'
+    local labels = cjson.decode(target.labels)
+    if next(labels) ~= nil then
+      target.indexed = rarestLabelIndex(S, target.driver, labels)
+    end
   end
   rcall('HSET', S.key.target_ids, spec, id)
   putJson(S.key.targets, id, target)
@@ -343,8 +375,8 @@ end
 -- target's queue asks the same of a device, so each team's first task there is the one it would
 -- take: heads are compared, no queue is walked. Nil when none fits, or every team with one is at
 -- its quota. The targets are found through the device's own index, its driver's, and its labels'
--- (a target is indexed by its first label), so a target is read only if the device has the label
--- it is indexed by.
+-- (a target is indexed by one of its labels, internTarget), so a target is read only if the device
+-- has the label it is indexed by.
 -- Cost: one EXISTS (the common case when nothing waits for it: the end), else O(device labels +
 -- targets in those indexes + teams waiting for the targets it fits) commands and decodes. Also
 -- answers whether it looked further than that EXISTS (what a step's bound of feeds counts).
@@ -480,24 +512,55 @@ local function placeTeamWork(S, team, now, offset)
   rcall('ZREM', S.key.placing_teams, team)
 end
 
+-- A team back under its quota (a task of it let its device go): its waiting work is placed now;
+-- or, in a step that lets several devices go at once (a heartbeat dropping devices: it sets
+-- `S.teamsBack`), once all are let go (placeTeamsBack). Placed one after the other as they came
+-- back, a team's low-priority task could take a free device that another team, back in the same
+-- step, has a higher-priority task for.
+local function teamBackUnderQuota(S, team, now)
+  if S.teamsBack then
+    S.teamsBack[team] = true
+    return
+  end
+  placeTeamWork(S, team, now)
+end
+
+-- The teams a step brought back under their quotas, each placed (placeTeamWork) in the order of
+-- its first waiting task (priority, then age), so the highest-priority work takes the free
+-- devices it fits first. Cost: one read a team, then each team's slice.
+local function placeTeamsBack(S, now)
+  local back = S.teamsBack
+  S.teamsBack = nil
+  local teams, heads = {}, {}
+  for team in pairs(back) do
+    local head = rcall('ZRANGE', derived(S, 'team_targets', team), 0, 0, 'WITHSCORES')
+    teams[#teams + 1] = team
+    heads[team] = tonumber(head[2]) or math.huge
+  end
+  table.sort(teams, function(a, b) return heads[a] < heads[b] or (heads[a] == heads[b] and a < b) end)
+  for _, team in ipairs(teams) do
+    placeTeamWork(S, team, now)
+  end
+end
+
 -- Recompute a device's membership of the free index; a device that becomes free is fed at once.
 -- `device` is its record when the caller has just read it; `released` says its reservation was
 -- dropped in this step, so it is neither reserved nor (a reserved device never is) free;
 -- `feedAnew` says being free proves nothing about the waiting tasks, so the device is fed
 -- anew: its host was not online before this step (hostOnline is what every reader checks), or
 -- its host's capabilities changed (a workflow task may now run on it). (A device whose labels,
--- driver or host changed left the free index as its record changed: poolDevice.)
-local function refreshDevice(S, deviceId, now, device, released, feedAnew)
+-- driver or host changed left the free index as its record changed: poolDevice.) `host` is its
+-- host's hostState when the caller has read it in this step (a heartbeat, for each device).
+local function refreshDevice(S, deviceId, now, device, released, feedAnew, host)
   device = device or getJson(S.key.devices, deviceId)
   if not device then
     return
   end
-  local host
   local shouldBeFree = device.status == 'available'
     and (released or rcall('HEXISTS', S.key.reservations, deviceId) == 0)
     and rcall('HEXISTS', S.key.disabled_devices, deviceId) == 0
   if shouldBeFree then
-    host = hostState(S, device.host_id, now)
+    host = host or hostState(S, device.host_id, now)
     shouldBeFree = host.schedulable
   end
   if not shouldBeFree then

@@ -10,7 +10,8 @@
                                               labels (a table) is in (asks for)
     addFree(S, deviceId, device, since)       put it in: its driver's set and each label's
     removeFree(S, deviceId, device)           take it out (of the sets its record names)
-    indexPooled(S, deviceId, record, command) a pooled device in or out of its labels' index
+    indexPooled(S, deviceId, record, command, kept)  a pooled device in or out of its labels'
+                                              index (but for the labels `kept` has too)
     hostState(S, hostId, now)                 what of a host decides whether its devices take
                                               work, in one read: online, draining, stalled,
                                               schedulable (all three allow it), workflows
@@ -57,6 +58,9 @@ end
 -- `<driver>|<name>=<value>`, readable in redis-cli; `%`, `|` and `=` in a name or value written
 -- as %XX, so no two labels share an index.
 local function escapeLabel(text)
+  if not string.find(text, '[%%|=]') then
+    return text  -- the common case, without building a replacement (every index move calls this)
+  end
   return (string.gsub(text, '[%%|=]', function(c) return string.format('%%%02X', string.byte(c)) end))
 end
 
@@ -95,13 +99,21 @@ end
 
 -- A pooled device in (`ZADD`) or out of (`ZREM`) the index of each of its labels, as `record`
 -- names them: a selector's matching devices are the intersection of its labels' (candidates).
-local function indexPooled(S, deviceId, record, command)
+-- `kept`: the record it is leaving or joining from; a label it names too (same driver, same
+-- value) stays where it is, so a relabel moves only the labels that changed.
+local function indexPooled(S, deviceId, record, command, kept)
+  local keptLabels = {}
+  if kept and kept.driver == record.driver then
+    keptLabels = cjson.decode(kept.labels or '{}')
+  end
   for name, value in pairs(cjson.decode(record.labels or '{}')) do
-    local key = derived(S, 'pooled_label', labelIndex(record.driver, name, value))
-    if command == 'ZADD' then
-      rcall('ZADD', key, 0, deviceId)
-    else
-      rcall('ZREM', key, deviceId)
+    if keptLabels[name] ~= value then
+      local key = derived(S, 'pooled_label', labelIndex(record.driver, name, value))
+      if command == 'ZADD' then
+        rcall('ZADD', key, 0, deviceId)
+      else
+        rcall('ZREM', key, deviceId)
+      end
     end
   end
 end
@@ -183,9 +195,9 @@ local function poolDevice(S, deviceId, device, previous)
   end
   if not previous or previous.driver ~= device.driver or previous.labels ~= device.labels then
     if previous then
-      indexPooled(S, deviceId, previous, 'ZREM')
+      indexPooled(S, deviceId, previous, 'ZREM', device)
     end
-    indexPooled(S, deviceId, device, 'ZADD')
+    indexPooled(S, deviceId, device, 'ZADD', previous)
   end
   if not previous or previous.driver ~= device.driver then
     rcall('ZADD', S.key.devices_by_driver, 0, freeMember(device.driver, deviceId))

@@ -66,7 +66,7 @@ local function releaseDevice(S, task, now, finished)
   end
   refreshDevice(S, deviceId, now, device, released)
   if belowQuota then
-    placeTeamWork(S, teamOf(task), now)
+    teamBackUnderQuota(S, teamOf(task), now)
   end
 end
 
@@ -110,7 +110,7 @@ local function requeueTask(S, task, now, kind, reason)
     refreshDevice(S, deviceId, now, nil, released)
   end
   if belowQuota then
-    placeTeamWork(S, teamOf(task), now)
+    teamBackUnderQuota(S, teamOf(task), now)
   end
 end
 

@@ -238,12 +238,17 @@ def target_of(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def target_index(target: dict[str, Any]) -> str:
-    """The index a freed device finds the target in (lua/includes/placement.lua, targetIndexKey)."""
+    """The index a freed device finds the target in (lua/includes/placement.lua, targetIndexKey):
+    by one of its own labels, the one it names (`indexed`), or (interned before that) its first."""
     if target.get("target_device"):
         return f"device_targets:{target['target_device']}"
     labels = orjson.loads(target["labels"])
     if not labels:
+        assert "indexed" not in target, target
         return f"driver_targets:{target['driver']}"
+    if "indexed" in target:
+        assert target["indexed"] in {label_index(target["driver"], k, v) for k, v in labels.items()}, target
+        return f"label_targets:{target['indexed']}"
     first = min(labels)
     return f"label_targets:{label_index(target['driver'], first, labels[first])}"
 
@@ -376,7 +381,7 @@ def check_targets(s: Stored) -> None:
     for task_id, task in s.tasks.items():
         if task["status"] == "queued":
             target = s.targets[task["target_id"]]
-            assert {k: v for k, v in target.items() if k != "spec" and v is not None} == \
+            assert {k: v for k, v in target.items() if k not in ("spec", "indexed") and v is not None} == \
                 {k: v for k, v in target_of(task).items() if v is not None}, (task_id, target)
 
 

@@ -440,17 +440,39 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert share.team == team and (weight is None or share.weight == weight)
         assert cap == "keep" or share.max_devices == cap
 
-    @rule(team=st.sampled_from(TEAMS), lift=st.sampled_from([None, 1]),
-          work=st.lists(st.tuples(st.sampled_from(TARGETS), st.sampled_from(PRIORITIES)), min_size=2, max_size=3))
-    def pause_queue_resume(self, team: str, lift: int | None, work: list[tuple[dict[str, Any], int]]) -> None:
+    @rule(team=st.sampled_from(TEAMS), lift=st.sampled_from([None, 1]), data=st.data())
+    def pause_queue_resume(self, team: str, lift: int | None, data: st.DataObject) -> None:
         """An admin pauses a team (a cap of 0), its work queues for several targets and priorities,
         and the cap is lifted or raised: the team's backlog is placed in PROTOCOL's order across
-        its targets (placeTeamWork)."""
+        its targets (placeTeamWork). Its work aims at the devices free now, when there are any,
+        so its targets compete for them (and a cap of 1 leaves all but one waiting): an order
+        read wrong places the wrong one."""
+        aims = self._aims_at_free() or TARGETS
+        work = data.draw(st.lists(st.tuples(st.sampled_from(aims), st.sampled_from(PRIORITIES)),
+                                  min_size=2, max_size=3), label="work")
         self.set_team(team, None, 0)
         for aim, priority in work:
             self.create(aim, None, None, 1, KINDS[0], team, priority)
         self.created_waiting = None  # its answers were given before the cap was lifted
         self.set_team(team, None, lift)
+
+    def _aims_at_free(self) -> list[dict[str, Any]]:
+        """The aims of TARGETS that fit a device in the free index now. (Not held to the real
+        clock's reading of its host's deadline: hypothesis replays a sequence's draws, and a
+        list whose length followed the real clock would make a replay draw differently.)"""
+        now = self.stored()
+        free = [(d, now.devices[d]) for d in sorted(now.free) if d in now.devices]
+
+        def fits_free(aim: dict[str, Any]) -> bool:
+            if "selector" not in aim:
+                device_id = aim.get("device_id") or self.cloud.get(aim["managed device"])
+                return any(d == device_id for d, _ in free)
+            wanted = aim["selector"].get("labels", {})
+            return any(device["driver"] == aim["selector"]["driver"]
+                       and all(orjson.loads(device.get("labels") or "{}").get(k) == v for k, v in wanted.items())
+                       for _, device in free)
+
+        return [aim for aim in TARGETS if fits_free(aim)]
 
     @rule(locals_=st.lists(st.sampled_from(sorted(FLEET[MANAGED])), min_size=1, unique=True))
     def enroll_devices(self, locals_: list[str]) -> None:
