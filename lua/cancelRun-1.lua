@@ -49,5 +49,8 @@ local function cancelEach(pick)
   end
 end
 cancelEach(function(status) return status == 'queued' end)
+-- (The devices the assigned ones let go are fed once all are: includes/placement.lua, beginReleases.)
+beginReleases(S)
 cancelEach(function(status) return not TERMINAL_STATUSES[status] end)
+settleReleases(S, now)
 return {0, cjson.encode(getJson(S.key.runs, run.id)), runCountsReply(S, run.id)}

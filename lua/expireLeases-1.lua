@@ -29,6 +29,8 @@ local S = deployment(KEYS, ARGV)
 local limit = tonumber(ARGV[6])
 
 local now = nowMs()
+-- (The devices let go are fed once all are: includes/placement.lua, beginReleases.)
+beginReleases(S)
 local taken = sweepDue(S.key.lease_deadlines, S.key.tasks, now, limit, function(taskId, task)
   rcall('DEL', derived(S, 'lease', taskId))  -- as a rule gone by its own TTL already
   if task and task.status == 'running' then
@@ -49,4 +51,5 @@ local taken = sweepDue(S.key.lease_deadlines, S.key.tasks, now, limit, function(
     end
   end
 end)
+settleReleases(S, now)
 return {0, taken}

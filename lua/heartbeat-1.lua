@@ -39,7 +39,7 @@
   whose labels, driver, host or status changed is offered the waiting work it can run now,
   the same way. Teams that the devices leaving bring back under their quotas are placed once all
   have left, the team with the highest-priority waiting work first (includes/placement.lua,
-  placeTeamsBack). At most DEVICE_FEEDS_PER_STEP devices are fed in the step; the rest wait, not
+  beginReleases and placeTeamsBack). At most DEVICE_FEEDS_PER_STEP devices are fed in the step; the rest wait, not
   free, in `refresh_devices` for the reaper (includes/placement.lua, refreshDevice).
   Only enrollment creates an
   enrolled host's record; a static host's is created by its first accepted heartbeat.
@@ -130,8 +130,8 @@ local reportedIds = {}
 for _, reported in ipairs(snapshot.devices) do
   reportedIds[reported.device_id] = true
 end
--- (Teams their tasks' devices leaving brings back under their quotas are placed once all left.)
-S.teamsBack = {}
+-- (Devices let go and teams back under their quotas are fed and placed once all left.)
+beginReleases(S)
 if previousJson then
   for _, old in ipairs(cjson.decode(previousJson).devices) do
     local id = old.device_id
@@ -147,7 +147,7 @@ if previousJson then
   end
 end
 
-placeTeamsBack(S, now)
+settleReleases(S, now)
 
 -- (A device this loop took out is no reported one: each reported record read above is current.)
 for _, reported in ipairs(snapshot.devices) do

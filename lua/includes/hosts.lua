@@ -35,8 +35,12 @@ local function pauseHost(S, hostId, now, reason, dropDevices)
     end
   end
   local taskIds = rcall('LRANGE', derived(S, 'assigned', hostId), 0, -1)
+  local batch = beginReleases(S)  -- teams back under their quotas placed once all went back
   for _, taskId in ipairs(taskIds) do
     unassignTask(S, getJson(S.key.tasks, taskId), now, reason)
+  end
+  if batch then
+    settleReleases(S, now)
   end
   return #taskIds
 end

@@ -595,6 +595,41 @@ local function refreshDevice(S, deviceId, now, device, released, feedAnew, host)
   end
 end
 
+-- A step that lets several devices go at once (a heartbeat dropping devices, a run cancelled,
+-- a sweep of leases, claims or hosts): between `beginReleases` and `settleReleases` a device let
+-- go only has its reservation dropped and counted off its team (releaseDevice, requeueTask);
+-- once all are let go, each is fed and the teams back under their quotas are placed
+-- (placeTeamsBack). Fed as each went, a device could go to one team while another, whose own
+-- device the step had yet to let go, still counted at its quota with an older or
+-- higher-priority task for it. `beginReleases` inside such a step changes nothing and says so.
+local function beginReleases(S)
+  if S.released then
+    return false
+  end
+  S.released, S.teamsBack = {}, {}
+  return true
+end
+
+-- A device let go by a step (see beginReleases): fed now, or once the step has let all go.
+local function deviceLetGo(S, deviceId, now, device, released)
+  if S.released then
+    S.released[#S.released + 1] = {deviceId, device or false, released}
+    return
+  end
+  refreshDevice(S, deviceId, now, device, released)
+end
+
+-- Cost: one refreshDevice a device let go (each within the step's feed bound), then
+-- placeTeamsBack.
+local function settleReleases(S, now)
+  local letGo = S.released
+  S.released = nil
+  for _, entry in ipairs(letGo) do
+    refreshDevice(S, entry[1], now, entry[2] or nil, entry[3])
+  end
+  placeTeamsBack(S, now)
+end
+
 -- The reaper's share of a step that fed its bound of devices: up to `limit` of the devices left
 -- in `refresh_devices`, oldest first, each refreshed (fed, or put in the free index) as its step
 -- would have. How many it took.

@@ -64,7 +64,7 @@ local function releaseDevice(S, task, now, finished)
       putJson(S.key.devices, deviceId, device)
     end
   end
-  refreshDevice(S, deviceId, now, device, released)
+  deviceLetGo(S, deviceId, now, device, released)
   if belowQuota then
     teamBackUnderQuota(S, teamOf(task), now)
   end
@@ -107,7 +107,7 @@ local function requeueTask(S, task, now, kind, reason)
   -- Saved before its old device is refreshed: feeding that device may read it from its queue.
   saveTask(S, task, previous)
   if deviceId then
-    refreshDevice(S, deviceId, now, nil, released)
+    deviceLetGo(S, deviceId, now, nil, released)
   end
   if belowQuota then
     teamBackUnderQuota(S, teamOf(task), now)

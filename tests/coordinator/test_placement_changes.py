@@ -182,3 +182,25 @@ async def test_two_teams_back_under_their_caps_in_one_heartbeat_place_by_priorit
     assert (await api.heartbeat("host-a", [])).status_code == 200
     assert (await _task(api, high["task_id"]))["device_id"] == "b1"
     assert (await _task(api, low["task_id"]))["status"] == "queued"
+
+
+async def test_a_run_cancelled_feeds_the_devices_it_lets_go_once_all_are_let_go(api: Api) -> None:
+    """Blue's run holds a1 and a2, over blue's cap of 1 (lowered after they were placed); blue's
+    older task and red's newer one, same priority, wait for a1. Cancelling the run lets both
+    devices go in one step: blue holds none after it, so a1 goes to blue's older task (PROTOCOL.md,
+    "Sharing the fleet": fewest held for the weight, then the oldest), not to red's because blue
+    was still counted at its cap when a1, the first, was let go."""
+    assert (await api.heartbeat("host-a", [_sim("a1"), _sim("a2")])).status_code == 200
+    created = await api.client.post("/api/v1/runs", headers=api.admin_headers, json={
+        "team": "blue", "tasks": [{"kind": "goal", "goal": "g", "device_id": device} for device in ("a1", "a2")]})
+    assert created.status_code == 201, created.text
+    assert (await api.admin("PUT", "/api/v1/teams/blue", json={"max_devices": 1})).status_code == 200
+    older = (await api.create_task(device_id="a1", team="blue")).json()
+    newer = (await api.create_task(device_id="a1", team="red")).json()
+    assert (older["status"], newer["status"]) == ("queued", "queued")
+
+    cancelled = await api.admin("POST", f"/api/v1/runs/{created.json()['run_id']}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    placed = await _task(api, older["task_id"])
+    assert (placed["status"], placed["device_id"]) == ("assigned", "a1")
+    assert (await _task(api, newer["task_id"]))["status"] == "queued"
