@@ -86,8 +86,9 @@ async def run_reaper(store: Store, artifacts: Artifacts, interval_s: float,
                      outage: OutageLog | None = None) -> None:
     """Sweep every ``interval_s`` (jittered) until cancelled, the first one interval after the
     start, not at once: a coordinator driven step by step with a long interval (the in-process
-    tests) sweeps only when asked, and processes started together do not sweep in step. Failures go to ``outage`` (the process's,
-    shared with its requests: a sweep that works ends an outage they noticed)."""
+    tests) sweeps only when asked, and processes started together do not sweep in step.
+    Failures go to ``outage`` (the process's, shared with its requests: a sweep that works ends
+    an outage they noticed)."""
     outage = outage if outage is not None else OutageLog(log, "reaper")
     while True:
         # Jitter keeps several processes from sweeping in lock-step.
