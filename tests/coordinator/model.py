@@ -59,15 +59,18 @@ def scripts() -> dict[str, Script]:
         _SCRIPTS.update(load_scripts())
     return _SCRIPTS
 
-# Deadlines short enough to cross in a step, apart enough to land between them.
-LEASE_TTL_MS = 1_000
-OFFLINE_AFTER_MS = 3_000
-CLAIM_TIMEOUT_MS = 2_000
-RETENTION_MS = 10_000
-QUEUE_TIMEOUTS_S = [None, 4, 20]  # None: the default, far beyond any run
-DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000
+# Deadlines crossed by a step, apart enough to land between them; and far beyond the real time a
+# sequence takes (Redis TIME moves on under the shifted clock: seconds, on a loaded cluster), so
+# only the steps cross them. A deadline real time could cross would answer a replay of the same
+# sequence differently, and hypothesis fails a sequence whose draws and preconditions change.
+LEASE_TTL_MS = 20_000
+CLAIM_TIMEOUT_MS = 40_000
+OFFLINE_AFTER_MS = 60_000
+RETENTION_MS = 200_000
+QUEUE_TIMEOUTS_S = [None, 80, 400]  # None: the default, far beyond any run
+DEFAULT_QUEUE_TIMEOUT_MS = 7 * 24 * 3_600_000
 # A clock step: a little, or just past one of the deadlines.
-STEPS_MS = [1, 200, LEASE_TTL_MS + 1, CLAIM_TIMEOUT_MS + 1, OFFLINE_AFTER_MS + 1, 4_001, RETENTION_MS + 1]
+STEPS_MS = [1, 200, LEASE_TTL_MS + 1, CLAIM_TIMEOUT_MS + 1, OFFLINE_AFTER_MS + 1, 80_001, RETENTION_MS + 1]
 
 # The fleet the machine can report: host -> device -> (driver, labels). Small, so that random
 # sequences often aim several calls at the same device.
