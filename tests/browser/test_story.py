@@ -9,10 +9,12 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.browser.conftest import STEADY_STEP_MS, Dashboard, running_goal
+from tests.browser.driver import Tab
 from tests.support import HOSTS, CoordinatorProcess, Process
 
 pytestmark = pytest.mark.e2e
@@ -170,16 +172,36 @@ def test_a_device_is_free_at_its_result_event(
     assert dashboard.cell("devices", "phone-1", "Task") == ""
 
 
+def _running_on_busy_phone(coordinator: CoordinatorProcess) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A goal running on phone-1, which host-a reports busy: the task, its lease, its record."""
+    task, lease = running_goal(coordinator, "host-a", "phone-1")
+    coordinator.heartbeat("host-a", [{"device_id": "phone-1", "status": "busy"}])
+    return task, lease, coordinator.call("GET", f"/api/v1/tasks/{task['task_id']}")
+
+
+def _records_on_page(coordinator: CoordinatorProcess, dashboard: Dashboard, running: dict[str, Any]) -> Tab:
+    """The page's own Records (records.js), as window.records, shown host-a, phone-1 and the
+    running task as the coordinator has them now: a test then hands it reads and events in the
+    order it means. The page."""
+    host, device = coordinator.call("GET", "/api/v1/hosts/host-a"), coordinator.call("GET", "/api/v1/devices/phone-1")
+    dashboard.open()
+    dashboard.page.js(f"""Promise.all([import('/ui/records.js'), import('/ui/api.js')]).then(([{{ Records }}, {{ grants }}]) => {{
+        const nothing = () => {{}};
+        window.records = new Records({{ may: grants({{ scopes: ["read"] }}), onHostAction: nothing,
+                                        onDeviceAction: nothing, onCancel: nothing }});
+        window.records.showFleet({{ hosts: [{json.dumps(host)}], devices: [{json.dumps(device)}] }});
+        window.records.showTasks({{ active: [{json.dumps(running)}], queued: [], queueMore: false, ended: [] }});
+    }})""")
+    return dashboard.page
+
+
 def test_a_device_is_free_at_its_result_event_heard_after_a_read_found_its_task_ended(
     coordinator: CoordinatorProcess, dashboard: Dashboard
 ) -> None:
     # Under load the feed's result event can come after a read of the task sent as the result was
     # stored (a round of rereads): the read finds the task ended, and only then is the result
     # heard. The page's own Records (records.js) are given the coordinator's records in that order.
-    task, lease = running_goal(coordinator, "host-a", "phone-1")
-    coordinator.heartbeat("host-a", [{"device_id": "phone-1", "status": "busy"}])
-    host, device = coordinator.call("GET", "/api/v1/hosts/host-a"), coordinator.call("GET", "/api/v1/devices/phone-1")
-    running = coordinator.call("GET", f"/api/v1/tasks/{task['task_id']}")
+    task, lease, running = _running_on_busy_phone(coordinator)
     result = {"task_id": lease["task_id"], "attempt": lease["attempt"], "lease_id": lease["lease_id"],
               "status": "succeeded", "failure_reason": None, "metadata": {}}
     assert coordinator.api.post("/internal/v1/hosts/host-a/results", json=result,
@@ -187,15 +209,7 @@ def test_a_device_is_free_at_its_result_event_heard_after_a_read_found_its_task_
     ended = coordinator.call("GET", f"/api/v1/tasks/{task['task_id']}")
     assert ended["status"] == "succeeded"
 
-    dashboard.open()
-    page = dashboard.page
-    page.js(f"""Promise.all([import('/ui/records.js'), import('/ui/api.js')]).then(([{{ Records }}, {{ grants }}]) => {{
-        const nothing = () => {{}};
-        window.records = new Records({{ may: grants({{ scopes: ["read"] }}), onHostAction: nothing,
-                                        onDeviceAction: nothing, onCancel: nothing }});
-        window.records.showFleet({{ hosts: [{json.dumps(host)}], devices: [{json.dumps(device)}] }});
-        window.records.showTasks({{ active: [{json.dumps(running)}], queued: [], queueMore: false, ended: [] }});
-    }})""")
+    page = _records_on_page(coordinator, dashboard, running)
     assert dashboard.cell("devices", "phone-1", "State") == "busy"
     assert dashboard.cell("devices", "phone-1", "Task") == task["task_id"]
 
@@ -210,21 +224,10 @@ def test_a_read_older_than_a_task_s_result_event_does_not_take_its_device_back(
 ) -> None:
     # The other order: the result is heard first, then a read of the task sent before the result
     # was stored answers, still running. The page's own Records are given them in that order.
-    task, lease = running_goal(coordinator, "host-a", "phone-1")
-    coordinator.heartbeat("host-a", [{"device_id": "phone-1", "status": "busy"}])
-    host, device = coordinator.call("GET", "/api/v1/hosts/host-a"), coordinator.call("GET", "/api/v1/devices/phone-1")
-    running = coordinator.call("GET", f"/api/v1/tasks/{task['task_id']}")
+    task, lease, running = _running_on_busy_phone(coordinator)
     assert running["status"] == "running"
 
-    dashboard.open()
-    page = dashboard.page
-    page.js(f"""Promise.all([import('/ui/records.js'), import('/ui/api.js')]).then(([{{ Records }}, {{ grants }}]) => {{
-        const nothing = () => {{}};
-        window.records = new Records({{ may: grants({{ scopes: ["read"] }}), onHostAction: nothing,
-                                        onDeviceAction: nothing, onCancel: nothing }});
-        window.records.showFleet({{ hosts: [{json.dumps(host)}], devices: [{json.dumps(device)}] }});
-        window.records.showTasks({{ active: [{json.dumps(running)}], queued: [], queueMore: false, ended: [] }});
-    }})""")
+    page = _records_on_page(coordinator, dashboard, running)
     assert dashboard.cell("devices", "phone-1", "Task") == task["task_id"]
 
     page.js(f"window.records.resultReported({json.dumps(task['task_id'])}, 'phone-1', {lease['attempt']})")
