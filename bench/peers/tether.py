@@ -22,9 +22,7 @@ agent's client, with none of the coordinator's work."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -42,7 +40,7 @@ from agent.answers import Assignment
 from agent.client import CoordinatorClient, HostClient
 from bench.context import server_env
 from bench.loadgen import Connection, build, connect
-from bench.peers import ENQUEUERS, REDIS_URL, LoopThread, poll_until
+from bench.peers import ENQUEUERS, REDIS_URL, LoopThread, poll_until, stop_workers
 from bench.system import free_port
 from wire import ResultStatus
 
@@ -269,17 +267,7 @@ class TetherPeer:
             if self.prober is not None:
                 self.prober.close()
             self.loop.close()
-        for process in self.coordinators:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.coordinators:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+        stop_workers(self.coordinators)
         self.redis.close()
 
 

@@ -65,6 +65,12 @@ export class Api {
     return this.#request("GET", withQuery(path, params));
   }
 
+  /** A task and its history, read together: `[task, {events}]` (a task's view and a session's). */
+  taskWithEvents(taskId) {
+    const id = encodeURIComponent(taskId);
+    return Promise.all([this.get(`/api/v1/tasks/${id}`), this.get(`/api/v1/tasks/${id}/events`)]);
+  }
+
   post(path, body) {
     const init = body === undefined ? {} : { body: JSON.stringify(body) };
     return this.#request("POST", path, init);

@@ -30,9 +30,6 @@ export class Records {
     this.tasks = new Map(); // task id -> task, for every task a table shows
     this.deviceRecords = new Map(); // device id -> device
     this.deviceTask = new Map(); // device id -> id of its assigned or running task
-    // device id -> the task it showed until a read found that task ended, until its result is
-    // heard: the read can come back before the feed brings the result (resultReported).
-    this.endedOnDevice = new Map();
     // task id -> the attempt whose result the feed brought: a read that still finds that attempt
     // assigned or running was sent before the result was stored, and is not applied.
     this.resultHeard = new Map();
@@ -94,8 +91,6 @@ export class Records {
       ? active.filter((t) => t.status === TaskStatus.ASSIGNED && !listed.has(t.task_id) && this.queueScope.accepts(t)) : [];
     for (const deviceId of new Set([...before.keys(), ...this.deviceTask.keys()])) {
       if (before.get(deviceId) !== this.deviceTask.get(deviceId) || this.deviceTask.has(deviceId)) {
-        if (this.deviceTask.has(deviceId)) this.endedOnDevice.delete(deviceId);
-        else this.endedOnDevice.set(deviceId, before.get(deviceId));
         this.#putDevice(deviceId);
       }
     }
@@ -122,13 +117,8 @@ export class Records {
     } else this.results.remove(task.task_id);
     for (const deviceId of new Set([old?.device_id, task.device_id])) {
       if (!deviceId) continue;
-      if (active && deviceId === task.device_id) {
-        this.deviceTask.set(deviceId, task.task_id);
-        this.endedOnDevice.delete(deviceId);
-      } else if (this.deviceTask.get(deviceId) === task.task_id) {
-        this.deviceTask.delete(deviceId);
-        this.endedOnDevice.set(deviceId, task.task_id);
-      }
+      if (active && deviceId === task.device_id) this.deviceTask.set(deviceId, task.task_id);
+      else if (this.deviceTask.get(deviceId) === task.task_id) this.deviceTask.delete(deviceId);
       this.#putDevice(deviceId);
     }
     if (!active && !this.queue.has(task.task_id) && !this.results.has(task.task_id)) this.tasks.delete(task.task_id);
@@ -142,7 +132,6 @@ export class Records {
     this.results.remove(taskId);
     if (task && this.deviceTask.get(task.device_id) === taskId) {
       this.deviceTask.delete(task.device_id);
-      this.endedOnDevice.set(task.device_id, taskId);
       this.#putDevice(task.device_id);
     }
   }
@@ -172,16 +161,15 @@ export class Records {
   }
 
   /** The task's result event: its device is free from now (the agent released it before
-   *  reporting), not from the next heartbeat or list read. The task is the device's own, or the
-   *  one it showed until a read of the task (sent as the result was stored, answered before the
-   *  feed brought the result) found it ended: that read freed no device, the result does. */
+   *  reporting), as the coordinator frees it, unless another task holds it now. The device may
+   *  show no task: a read of the task (sent as the result was stored, answered before the feed
+   *  brought the result) found it ended, and that read freed no device. */
   resultReported(taskId, deviceId, attempt) {
     this.resultHeard.delete(taskId);
     this.resultHeard.set(taskId, attempt);
     if (this.resultHeard.size > RESULTS_REMEMBERED) this.resultHeard.delete(this.resultHeard.keys().next().value);
-    if (!deviceId || (this.deviceTask.get(deviceId) ?? this.endedOnDevice.get(deviceId)) !== taskId) return;
+    if (!deviceId || (this.deviceTask.get(deviceId) ?? taskId) !== taskId) return;
     this.deviceTask.delete(deviceId);
-    this.endedOnDevice.delete(deviceId);
     const device = this.deviceRecords.get(deviceId);
     if (device) {
       const free = device.status === DeviceStatus.BUSY ? { status: DeviceStatus.AVAILABLE } : {};
@@ -205,7 +193,6 @@ export class Records {
 
   dropDevice(deviceId) {
     this.deviceRecords.delete(deviceId);
-    this.endedOnDevice.delete(deviceId);
     this.devices.remove(deviceId);
   }
 

@@ -92,12 +92,8 @@ export class TaskView {
   }
 
   async #read() {
-    const id = encodeURIComponent(this.taskId);
     try {
-      const [task, history] = await Promise.all([
-        this.api.get(`/api/v1/tasks/${id}`),
-        this.api.get(`/api/v1/tasks/${id}/events`),
-      ]);
+      const [task, history] = await this.api.taskWithEvents(this.taskId);
       this.task = task;
       this.events = history.events;
     } catch (error) {
