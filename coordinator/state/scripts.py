@@ -56,6 +56,14 @@ INBOX_TTL_MS = 60_000
 # LTRIM a batch of runs instead of one a run (lua/includes/events.lua, endRun).
 DEVICE_RUNS_SLACK = 100
 
+# Devices one step feeds at most, of those something may wait for (lua/includes/placement.lua,
+# refreshDevice): a heartbeat relabelling 256 devices, or a host of 256 back online, feeds this many
+# and leaves the rest, not free meanwhile, to the reaper's next pass (placeLeftOver, as many a
+# call, up to 100 calls a pass). A feed of a device whose labels index a few tens of targets is
+# some 0.2 to 0.4 ms at fleet scale (bench row 14): with four, a heartbeat relabelling a host's ten
+# devices reached 6.5 ms there, over the 5 ms a step may hold Redis; with two, 4.4 ms.
+DEVICE_FEEDS_PER_STEP = 2
+
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
 _FLAGS = re.compile(r"^--- @flags ([\w -]+?)\s*$", re.MULTILINE)
 _NAME = re.compile(r"^(?P<name>[a-zA-Z]+)-1\.lua$")
@@ -185,7 +193,8 @@ def _function(name: str, flags: list[str], body: str) -> str:
 def lua_constants() -> str:
     """The vocabulary the scripts share with Python, as Lua, generated from Python's own
     definitions: the failure codes (``E``), what is kept, the status index's scores, the bits of
-    a host's flags, the highest priority (a queue's scores count down from it), the terminal
+    a host's flags, the highest priority (a queue's scores count down from it), how many devices
+    a step feeds, the terminal
     statuses (a set: ``TERMINAL_STATUSES[status]``), the default team, and the names of a
     waiting task's counts (``HOST_FLAGS``, ``CANDIDATE_COUNTS``:
     coordinator/state/wait_reasons.py), and the names of the keys (``KEY_NAMES``, ``KEY_KINDS``:
@@ -203,6 +212,7 @@ def lua_constants() -> str:
             f"local SESSION_COMMANDS_WAITING_MAX = {wire.SESSION_COMMANDS_WAITING_MAX}\n"
             f"local DEVICE_RUNS_KEPT = {wire.DEVICE_RUNS_KEPT}\n"
             f"local DEVICE_RUNS_SLACK = {DEVICE_RUNS_SLACK}\n"
+            f"local DEVICE_FEEDS_PER_STEP = {DEVICE_FEEDS_PER_STEP}\n"
             f"local FEED_EVENTS_KEPT = {wire.FEED_EVENTS_KEPT}\n"
             f"local PRIORITY_MAX = {wire.PRIORITY_MAX}\n"
             f"local TERMINAL_STATUSES = {{{terminal}}}\n"

@@ -6,7 +6,8 @@
   Defined above every include, generated from Python as the library loads (coordinator/state/scripts.py,
   lua_constants), so the two sides cannot differ: E (coordinator.errors.ScriptError, the failure
   codes), TASK_EVENTS_KEPT, DEVICE_RUNS_KEPT and FEED_EVENTS_KEPT (wire: what is kept),
-  STATUS_CODES and STATUS_SPAN (coordinator.state.keys: the status index's scores), and KEY_NAMES and
+  DEVICE_FEEDS_PER_STEP (how many devices a step feeds, includes/placement.lua), STATUS_CODES and
+  STATUS_SPAN (coordinator.state.keys: the status index's scores), and KEY_NAMES and
   KEY_KINDS (coordinator.state.keys: the names keys are derived by, includes/deployment.lua).
 
   The other includes, by concern, each opening with what it holds and the invariants it keeps:

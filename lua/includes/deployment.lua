@@ -39,12 +39,6 @@
   call is routed to the slot of the keys it touches.
 ]]
 
--- Devices one step feeds at most (of those something may wait for; includes/placement.lua,
--- refreshDevice): a heartbeat relabelling 256 devices, or a host of 256 back online, feeds this
--- many and leaves the rest to the reaper's next pass (placeLeftOver, as many a call). A feed of
--- a device whose labels index a few tens of targets is some 0.2 to 0.4 ms at fleet scale (bench
--- row 14): four keep a relabelling heartbeat's feeds near 1 ms, its device moves aside.
-local DEVICE_FEEDS_PER_STEP = 4
 
 -- The fixed keys of one base, each built on first use: a script touches a few of them.
 local function fixedKeys(base)
@@ -69,6 +63,7 @@ local function deployment(keys, args)
     key = fixedKeys(args[3]),
     -- how many devices this step may still feed (includes/placement.lua, refreshDevice): the rest
     -- wait in `refresh_devices` for the reaper, so no step's time grows with a host's devices
+    -- (DEVICE_FEEDS_PER_STEP: coordinator/state/scripts.py)
     feedsLeft = DEVICE_FEEDS_PER_STEP,
   }
   if keys[1] ~= S.key.tasks then

@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from coordinator.state.keys import label_index
+from coordinator.state.scripts import DEVICE_FEEDS_PER_STEP
 from tests.conftest import Api
 from tests.coordinator.helpers import claim_one
 from tests.coordinator.invariants import check_stored, read_stored
@@ -128,9 +129,10 @@ async def test_an_upgrade_moves_the_earlier_layouts_queues_and_free_devices(api:
 
 
 async def test_a_heartbeat_feeds_a_bounded_number_of_devices_and_the_reaper_the_rest(api: Api) -> None:
-    """Twenty relabelled phones, each wanted by a waiting task: the heartbeat feeds four, the other
-    sixteen wait for the reaper (not free meanwhile, so nothing jumps the queue), whose next four
-    calls feed them, four a call."""
+    """Twenty relabelled phones, each wanted by a waiting task: the heartbeat feeds its bound
+    (DEVICE_FEEDS_PER_STEP), the others wait for the reaper (not free meanwhile, so nothing jumps
+    the queue), whose next calls feed them, that bound a call."""
+    bound = DEVICE_FEEDS_PER_STEP
     assert (await api.heartbeat("host-a", [_sim(f"a{n:02d}") for n in range(20)])).status_code == 200
     tasks = [(await api.create_task(selector={"driver": "sim", "labels": {"slot": str(n)}})).json()
              for n in range(20)]
@@ -138,10 +140,10 @@ async def test_a_heartbeat_feeds_a_bounded_number_of_devices_and_the_reaper_the_
     relabelled = [_sim(f"a{n:02d}", slot=str(n)) for n in range(20)]
     assert (await api.heartbeat("host-a", relabelled)).status_code == 200
     statuses = [(await _task(api, t["task_id"]))["status"] for t in tasks]
-    assert statuses.count("assigned") == 4
+    assert statuses.count("assigned") == bound
     late = (await api.create_task(selector={"driver": "sim"})).json()
     assert late["status"] == "queued", "a device left for the reaper is not free"
-    assert await api.ctx.store.place_left_over(10) == 4
+    assert await api.ctx.store.place_left_over(100) == -(-(20 - bound) // bound)
     assert [(await _task(api, t["task_id"]))["status"] for t in tasks] == ["assigned"] * 20
     assert (await _task(api, late["task_id"]))["status"] == "queued"
 
