@@ -46,9 +46,9 @@
   Cost: O(devices reported + previously reported) reads, each device's record and its host's
   state read once; O(labels) index moves for each device whose labels, driver or host changed;
   at most DEVICE_FEEDS_PER_STEP feeds (includes/placement.lua, pickByShare), the others one
-  EXISTS each. Bench row 14 (quiet): a host's 10 devices relabelled, 2 fed, p50 2.3 ms, max 4.4
-  ms; 256 at once 26 to 32 ms, against 3.3 to 4 ms for only writing the records and moving their
-  label indexes (14f).
+  EXISTS each. Bench row 14 (quiet): a host's 10 devices relabelled, 2 fed, p50 1.5 to 1.9 ms,
+  max 4.7 ms; 256 at once 26 to 34 ms, against 3.3 to 6.5 ms for only writing the records and
+  moving their label indexes (14f).
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"

@@ -61,7 +61,7 @@ DEVICE_RUNS_SLACK = 100
 # and leaves the rest, not free meanwhile, to the reaper's next pass (placeLeftOver, as many a
 # call, up to 100 calls a pass). A feed of a device whose labels index a few tens of targets is
 # some 0.2 to 0.4 ms at fleet scale (bench row 14): with four, a heartbeat relabelling a host's ten
-# devices reached 6.5 ms there, over the 5 ms a step may hold Redis; with two, 4.4 ms.
+# devices reached 6.5 ms there, over the 5 ms a step may hold Redis; with two, 3.0 and 4.7 ms.
 DEVICE_FEEDS_PER_STEP = 2
 
 _INCLUDE = re.compile(r'^--- @include "([\w/]+)"\s*$', re.MULTILINE)
