@@ -192,11 +192,10 @@ def _function(name: str, flags: list[str], body: str) -> str:
 
 def lua_constants() -> str:
     """The vocabulary the scripts share with Python, as Lua, generated from Python's own
-    definitions: the failure codes (``E``), what is kept, the status index's scores, the bits of
-    a host's flags, the highest priority (a queue's scores count down from it), how many devices
-    a step feeds, the terminal
-    statuses (a set: ``TERMINAL_STATUSES[status]``), the default team, and the names of a
-    waiting task's counts (``HOST_FLAGS``, ``CANDIDATE_COUNTS``:
+    definitions: the failure codes (``E``), what is kept, how many devices a step feeds, the
+    status index's scores, the bits of a host's flags, the highest priority (a queue's scores
+    count down from it), the terminal statuses (a set: ``TERMINAL_STATUSES[status]``), the
+    default team, and the names of a waiting task's counts (``HOST_FLAGS``, ``CANDIDATE_COUNTS``:
     coordinator/state/wait_reasons.py), and the names of the keys (``KEY_NAMES``, ``KEY_KINDS``:
     coordinator/state/keys.py). The library defines it above every include."""
     failures = "".join(f"  {failure.name} = {failure.value},\n" for failure in ScriptError)

@@ -39,7 +39,6 @@
   call is routed to the slot of the keys it touches.
 ]]
 
-
 -- The fixed keys of one base, each built on first use: a script touches a few of them.
 local function fixedKeys(base)
   return setmetatable({}, {__index = function(built, name)
