@@ -12,7 +12,9 @@
     {0, number of deadlines taken, number of assignments sent back}
 
   Invariant: a deadline is acted on once (removed in the step that acts); only a task still
-  assigned is moved, so a claim that won the race keeps its task.
+  assigned is moved, so a claim that won the race keeps its task. The teams the call's stalled
+  hosts bring back under their quotas are placed once all of them are paused, highest-priority
+  work first (includes/placement.lua, beginReleases), never host by host.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
@@ -22,11 +24,15 @@ local limit = tonumber(ARGV[6])
 
 local now = nowMs()
 local returned = 0
+-- (The devices let go are fed, and the teams back under their quotas placed, once every host of
+-- the call is paused: includes/placement.lua, beginReleases.)
+beginReleases(S)
 local taken = sweepDue(S.key.claim_deadlines, S.key.tasks, now, limit, function(_, task)
   if task and task.status == 'assigned' then
     rcall('HSET', derived(S, 'host_state', task.host_id), 'stalled', 1)
     returned = returned + pauseHost(S, task.host_id, now, 'claim_timeout', false)
   end
 end)
+settleReleases(S, now)
 count(S, 'claim_timeouts', returned)
 return {0, taken, returned}

@@ -12,7 +12,9 @@
 
   Invariant: a host is taken offline once (removed from hosts_online in the step that acts,
   which publishes `host_offline`); its device records stay in the pool, shown with host_online
-  false, until it reports again.
+  false, until it reports again. The teams the call's hosts bring back under their quotas are
+  placed once all of them have gone, highest-priority work first (includes/placement.lua,
+  beginReleases), never host by host.
 ]]
 --- @include "includes/common"
 --- @include "includes/deployment"
@@ -23,8 +25,12 @@ local limit = tonumber(ARGV[6])
 
 local now = nowMs()
 local stale = rcall('ZRANGEBYSCORE', S.key.hosts_online, '-inf', now - S.offlineAfterMs, 'LIMIT', 0, limit)
+-- (The devices let go are fed, and the teams back under their quotas placed, once every host of
+-- the call has gone: includes/placement.lua, beginReleases.)
+beginReleases(S)
 for _, hostId in ipairs(stale) do
   detachHost(S, hostId, now, 'host_offline', false)
   publish(S, {type = 'host_offline', host_id = hostId, at = now})
 end
+settleReleases(S, now)
 return {0, #stale}

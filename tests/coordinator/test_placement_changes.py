@@ -7,11 +7,13 @@ the model test's (test_model.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
 
+from coordinator.clock import ShiftedClock
 from coordinator.state.keys import label_index
 from coordinator.state.scripts import DEVICE_FEEDS_PER_STEP
 from tests.conftest import Api
@@ -184,6 +186,32 @@ async def test_two_teams_back_under_their_caps_in_one_heartbeat_place_by_priorit
     assert (await api.heartbeat("host-a", [])).status_code == 200
     assert (await _task(api, high["task_id"]))["device_id"] == "b1"
     assert (await _task(api, low["task_id"]))["status"] == "queued"
+
+
+async def test_two_hosts_swept_offline_in_one_call_place_the_teams_they_free_by_priority(
+        api_factory: Callable[..., Any]) -> None:
+    """As above, but the step is the reaper's sweep of silent hosts: blue's phone on host-a and
+    red's on host-b (assigned, unclaimed) go back to the queue in one expireHosts call, host-a's
+    first (it fell silent first). c1 on host-c waits for both teams, held back by their caps; it
+    goes to red's priority-5 task, not to blue's priority-0 one because blue was back under its
+    cap before host-b was swept."""
+    clock = ShiftedClock()
+    async with api_factory(clock=clock) as api:
+        for team in ("blue", "red"):
+            assert (await api.admin("PUT", f"/api/v1/teams/{team}", json={"max_devices": 1})).status_code == 200
+        for host, device, team in (("host-a", "a1", "blue"), ("host-b", "b1", "red")):
+            assert (await api.heartbeat(host, [_sim(device)])).status_code == 200
+            assert (await api.create_task(device_id=device, team=team)).json()["status"] == "assigned"
+            clock.advance(1_000)
+        assert (await api.heartbeat("host-c", [_sim("c1")])).status_code == 200
+        low = (await api.create_task(device_id="c1", team="blue", priority=0)).json()
+        high = (await api.create_task(selector={"driver": "sim"}, team="red", priority=5)).json()
+        assert (low["status"], high["status"]) == ("queued", "queued")
+        clock.advance(api.ctx.settings.host_offline_after_ms - 1_000)
+        assert (await api.heartbeat("host-c", [_sim("c1")])).status_code == 200
+        assert (await api.sweep())["hosts"] == 2
+        assert (await _task(api, high["task_id"]))["device_id"] == "c1"
+        assert (await _task(api, low["task_id"]))["status"] == "queued"
 
 
 async def test_a_run_cancelled_feeds_the_devices_it_lets_go_once_all_are_let_go(api: Api) -> None:
