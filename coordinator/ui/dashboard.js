@@ -141,7 +141,9 @@ export class Dashboard {
   }
 
   /** Connect the feed first (so nothing between the read and the feed is missed), read
-   *  everything, show it, then apply what the feed brought meanwhile. */
+   *  everything, show it, then apply what the feed brought meanwhile. A first read that fails
+   *  (a coordinator restarting, a 503 under load) is said in the banner and retried as any
+   *  failed refresh is: the page never stays on what the events alone brought it. */
   async start() {
     performance.mark("tether:load-start");
     byId("nav").hidden = false;
@@ -160,6 +162,10 @@ export class Dashboard {
       performance.mark("tether:ready");
       performance.measure("tether:render", "tether:render-start", "tether:ready");
       performance.measure("tether:load", "tether:load-start", "tether:ready");
+    } catch (error) {
+      if (error.unauthorized) throw error;
+      this.#banner(`Could not load the dashboard: ${error.message}. Retrying.`);
+      this.rereads.mark("everything");
     } finally {
       this.#release();
     }

@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import httpx
-from playwright.async_api import ConsoleMessage, Page, Request, async_playwright
+from playwright.async_api import ConsoleMessage, Page, Request, Route, async_playwright
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 T = TypeVar("T")
@@ -174,6 +174,19 @@ class Tab:
         visible, stands still and would receive the click (Playwright's actionability checks): a
         page still laying out what the feed brought would otherwise move it under the pointer."""
         self._loop.run(self._page.click(selector))
+
+    def refuse_once(self, path: str, status: int, error: dict[str, str], headers: dict[str, str] | None = None) -> None:
+        """The next request to ``path`` (any query) is answered ``status`` with the contract's
+        ``{"error": error}`` without reaching the coordinator, as a coordinator under load or
+        restarting answers it; the requests after it go through."""
+        def matches(url: str) -> bool:
+            return httpx.URL(url).path == path
+
+        async def refuse(route: Route) -> None:
+            await route.fulfill(status=status, content_type="application/json", headers=headers or {},
+                                body=json.dumps({"error": error}))
+
+        self._loop.run(self._page.route(matches, refuse, times=1))
 
     def press_enter(self) -> None:
         self._loop.run(self._page.keyboard.press("Enter"))

@@ -10,8 +10,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.browser.conftest import Dashboard
+from tests.browser.conftest import Dashboard, running_goal
 from tests.support import ADMIN, HOSTS, CoordinatorProcess, Process, wait_until
+from tests.webhook_receiver import ALLOW_RECEIVERS_ENV, receiving
 
 pytestmark = pytest.mark.e2e
 
@@ -149,3 +150,28 @@ def test_the_page_resumes_after_the_coordinator_restarts(coordinator: Coordinato
     assert page.js("window.sameDocument") is True
     feeds = [headers for url, headers in page.sent if urlsplit(url).path == "/api/v1/events"]
     assert len(feeds) >= 2 and "Last-Event-ID" not in feeds[0] and all(h.get("Last-Event-ID") for h in feeds[1:]), feeds
+
+
+@pytest.mark.parametrize("coordinator_settings", [ALLOW_RECEIVERS_ENV])
+def test_a_first_read_refused_is_said_and_retried_until_the_page_shows_everything(
+    coordinator: CoordinatorProcess, dashboard: Dashboard
+) -> None:
+    # A coordinator under load or restarting answers one of the page's first reads 503. The page
+    # says so and reads everything again: the webhooks, which no event brings, come only that way.
+    task, _ = running_goal(coordinator, "host-a", "phone-1")
+    with receiving(default=200) as receiver:
+        webhook = coordinator.call("POST", "/api/v1/webhooks", json={"url": receiver.url, "events": ["task.ended"]})
+        page = dashboard.page
+        dashboard.open()
+        page.js("""(() => { const banner = document.getElementById('banner'); window.banners = [];
+            new MutationObserver(() => banner.hidden || window.banners.push(banner.textContent))
+                .observe(banner, { attributes: true, childList: true, characterData: true, subtree: true }); })()""")
+        page.refuse_once("/api/v1/webhooks", 503, {"code": "unavailable", "message": "Redis is busy"},
+                         {"Retry-After": "1"})
+        dashboard.sign_in()
+        page.wait_for("!document.getElementById('webhooks-section').hidden", what="the webhooks panel")
+        dashboard.wait_cell("webhooks", webhook["id"], "Team", lambda s: s == "any", what="the webhook, read again")
+        dashboard.wait_cell("devices", "phone-1", "Task", lambda s: s == task["task_id"], what="the running task")
+        page.wait_for("document.getElementById('banner').hidden", what="the banner cleared by the read that worked")
+        said = page.js("window.banners")
+        assert any("Redis is busy" in text and "Retrying" in text for text in said), said
