@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import ssl
@@ -120,6 +121,14 @@ FORGET_EVERY_S = 300.0
 WAITING_PER_SLOT = 4
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The process's trust for webhook endpoints, made once: loading the CA bundle costs some
+    40 ms, which every in-process coordinator would pay again (the tests build thousands). A
+    context is safe to share between pools; its trust comes from the process's environment."""
+    return httpx.create_ssl_context()
+
+
 class WebhookDelivery:
     """One process's delivery loop (``run``), as its consumer ``consumer`` of the outbox.
     ``network``: where connections are made (tests); by default the system's, through the
@@ -152,7 +161,7 @@ class WebhookDelivery:
         # address is checked. Its bound is a backstop; ours are the slots (young attempts, and
         # each endpoint's).
         pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(), network_backend=self._network,
+            ssl_context=_tls_context(), network_backend=self._network,
             max_connections=policy.concurrency + wire.WEBHOOKS_MAX * policy.endpoint_concurrency,
             max_keepalive_connections=policy.concurrency)
         async with pool:

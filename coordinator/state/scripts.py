@@ -25,6 +25,7 @@ have its writes; the transport (``transport/base.py``) sends WAIT on the call's 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -224,7 +225,16 @@ def lua_constants() -> str:
 
 def load_scripts(root: Path | None = None) -> dict[str, Script]:
     """Every script of lua/ by name, all in one library (not loaded into Redis yet)."""
-    root = root or lua_dir()
+    name, source, scripts = _library(root or lua_dir())
+    library = Library(name, source)
+    return {script: Script(script, function, library) for script, function in scripts}
+
+
+@functools.cache
+def _library(root: Path) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """The library of ``root``'s scripts: its name, its source, and each script's name with its
+    function's. Made once per process: the files do not change under it, and reading them costs
+    some 15 ms, which every in-process coordinator would pay again (the tests build thousands)."""
     seen: set[str] = set()
     helpers: list[str] = [lua_constants()]
     scripts: list[tuple[str, list[str], str]] = []
@@ -241,7 +251,7 @@ def load_scripts(root: Path | None = None) -> dict[str, Script]:
         scripts.append((match["name"], flags[1].split() if flags else [], _FLAGS.sub("", _INCLUDE.sub("", text))))
     content = "\0".join([*helpers, *(f"{name}\0{flags}\0{body}" for name, flags, body in scripts)])
     digest = hashlib.sha1(content.encode()).hexdigest()[:12]
-    library = Library(f"tether_{digest}", "\n".join([
+    source = "\n".join([
         f"#!lua name=tether_{digest}", *helpers,
-        *(_function(f"{name}_{digest}", flags, body) for name, flags, body in scripts)]))
-    return {name: Script(name, f"{name}_{digest}", library) for name, _, _ in scripts}
+        *(_function(f"{name}_{digest}", flags, body) for name, flags, body in scripts)])
+    return f"tether_{digest}", source, tuple((name, f"{name}_{digest}") for name, _, _ in scripts)
