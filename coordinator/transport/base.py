@@ -13,6 +13,7 @@ of reads, a blocking pop for the wake-up inbox, and redis-py's client for every 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,6 +26,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from coordinator.cancellation import cancelling
 from coordinator.errors import Unavailable
 from coordinator.transport.autopipeline import AutoPipeline, AutoPipelined
 from coordinator.transport.resp import encode_command, send_packed
@@ -157,6 +159,8 @@ class PlainTransport:
         return self.client.pipeline(transaction=False)
 
     async def blocking_pop(self, key: str, timeout: float, count: int) -> list[bytes]:
+        if cancelling():  # swallowed by a call before: do not block for nothing
+            raise asyncio.CancelledError
         if self._popper is None:
             # redis-py's single-connection client: one connection of the pool, held until closed.
             self._popper = self.client.client()
@@ -196,6 +200,10 @@ class AutoPipelinedTransport(PlainTransport):
         # pop opens it again. One pop at a time: the process has one inbox reader.
         if self._held is None:
             self._held = await self.client.connection_pool.get_connection()
+        # redis-py's connect swallows a cancellation that comes while it says hello: the pop
+        # would then hold its loop, and the process's shutdown, for the whole timeout.
+        if cancelling():
+            raise asyncio.CancelledError
         await send_packed(self._held, encode_command(("BLMPOP", timeout, 1, key, "LEFT", "COUNT", count)))
         return popped_values(await self._held.read_response())  # bounded by the socket timeout
 

@@ -15,6 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from coordinator.cancellation import cancelling
 from coordinator.transport.base import NO_WAIT, Durability, acknowledged, popped_values
 
 # Set while a call holds a permit: redis-py retries a pipeline's redirected commands through the
@@ -142,6 +143,8 @@ class ClusterTransport:
         return self.client.pipeline()
 
     async def blocking_pop(self, key: str, timeout: float, count: int) -> list[bytes]:
+        if cancelling():  # swallowed by a call before: do not block for nothing
+            raise asyncio.CancelledError
         token = _holding_permit.set(True)  # outside the permits, on the connection kept for it
         try:
             popped = await self.client.blmpop(timeout, 1, key, direction="LEFT", count=count)

@@ -167,6 +167,22 @@ async def test_a_blocking_pop_never_waits_behind_calls_nor_they_behind_it(
     await asyncio.gather(waiting, return_exceptions=True)
 
 
+async def test_a_blocking_pop_in_a_task_asked_to_stop_does_not_wait(seam: RedisTransport, prefix: str) -> None:
+    # redis-py's connect swallows a cancellation that comes while it says hello to a new
+    # connection (seen: every in-process coordinator stopped within its first second waited
+    # out the inbox's whole pop); the pop must not then hold the stopping loop for its timeout.
+    async def pop_after_a_swallowed_cancellation() -> list[bytes]:
+        with contextlib.suppress(asyncio.CancelledError):  # as the library did
+            await asyncio.sleep(10)
+        return await seam.blocking_pop(f"{prefix}:inbox", 5, 10)
+
+    popping = asyncio.create_task(pop_after_a_swallowed_cancellation())
+    await asyncio.sleep(0)
+    popping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(popping, 2)
+
+
 @pytest.mark.parametrize("single_node", [AutoPipelinedTransport, PlainTransport])
 async def test_a_blocking_pop_whose_connection_is_killed_fails_and_the_next_one_works(
         prefix: str, single_node: type[PlainTransport]) -> None:
