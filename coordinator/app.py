@@ -32,8 +32,8 @@ from coordinator.blobs.artifacts import Artifacts, open_blob_store, run_orphan_s
 from coordinator.clock import ShiftedClock
 from coordinator.feed import EventFeed
 from coordinator.longpoll import ClaimWaiter, new_process_id
-from coordinator.mcp.server import PATH as MCP_PATH
-from coordinator.mcp.server import McpEndpoint
+from coordinator.mcp.endpoint import PATH as MCP_PATH
+from coordinator.mcp.endpoint import McpEndpoint
 from coordinator.metrics import Metrics
 from coordinator.outage import OutageLog
 from coordinator.reaper import run_reaper, upgrade_before_serving
@@ -147,7 +147,7 @@ def create_app(settings: Settings, redis: RedisTransport | None = None,
                                      name="orphan sweep"),
                  asyncio.create_task(delivery.run(), name="webhook delivery")]
         try:
-            async with mcp.manager.run():
+            async with mcp.running():
                 yield
         finally:
             for task in loops:

@@ -1,6 +1,7 @@
 """/mcp: the Model Context Protocol server LLM agents drive sessions through (PROTOCOL.md, "MCP:
 sessions for agents"), on the official SDK's low-level ``Server`` and its Streamable HTTP session
-manager, mounted in the coordinator's app.
+manager, mounted in the coordinator's app by ``endpoint.py`` (which loads this module on the
+first request).
 
 Stateless: the manager keeps no session between requests (``stateless_http``), and each answer is
 one JSON body (``json_response``), so any coordinator process answers any request and nothing is
@@ -40,7 +41,7 @@ from mcp_types import (
 from mcp_types import Tool as McpTool
 from pydantic import BaseModel
 from starlette.requests import Request
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope
 
 from coordinator import __version__
 from coordinator.api.auth import Operator, access_for
@@ -48,13 +49,11 @@ from coordinator.api.boundary import request_id
 from coordinator.api.context import Context
 from coordinator.api.routes import ENDPOINTS
 from coordinator.errors import ApiError, Internal, NotFound, error_for_exception, redis_unavailable
+from coordinator.mcp.endpoint import OPERATOR
 from coordinator.mcp.tools import TOOLS, Call, Tool
 
 log = logging.getLogger("coordinator.mcp")
 
-PATH = "/mcp"
-# Where the endpoint leaves the authenticated operator in the request's ASGI scope.
-_OPERATOR = "tether.mcp.operator"
 INSTRUCTIONS = (
     "Tether pools phones on many hosts. Find a device with list_devices, start_session on it (or on any "
     "device matching labels), then observe and act (tap, type_text, swipe, press_key, launch_app) with the "
@@ -105,7 +104,7 @@ class Tools:
 
     async def call_tool(self, request: ServerRequestContext[Any], params: CallToolRequestParams) -> CallToolResult:
         scope: Scope = request.request.scope if isinstance(request.request, Request) else {}
-        operator = scope.get(_OPERATOR)
+        operator = scope.get(OPERATOR)
         if not isinstance(operator, Operator):  # the endpoint authenticates every request first
             return tool_error(Internal("no authenticated operator"))
         tool = self._tools.get(params.name)
@@ -128,21 +127,14 @@ class Tools:
         return result
 
 
-class McpEndpoint:
-    """The ASGI app of ``/mcp``: the operator authenticated, then the SDK's Streamable HTTP."""
-
-    def __init__(self, ctx: Context) -> None:
-        self._ctx = ctx
-        tools = Tools(ctx)
-        server: Server[Any] = Server("tether", version=__version__, instructions=INSTRUCTIONS,
-                                     on_list_tools=tools.list_tools, on_call_tool=tools.call_tool)
-        self.manager = StreamableHTTPSessionManager(
-            app=server, stateless=True, json_response=True,
-            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-            max_request_body_size=ctx.settings.max_body_bytes,
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope[_OPERATOR] = await self._ctx.auth.operator(Request(scope, receive))
-        await self.manager.handle_request(scope, receive, send)
-
+def session_manager(ctx: Context) -> StreamableHTTPSessionManager:
+    """The SDK's stateless Streamable HTTP manager of the tools, for ``endpoint.py``, which
+    authenticates each request first and runs the manager."""
+    tools = Tools(ctx)
+    server: Server[Any] = Server("tether", version=__version__, instructions=INSTRUCTIONS,
+                                 on_list_tools=tools.list_tools, on_call_tool=tools.call_tool)
+    return StreamableHTTPSessionManager(
+        app=server, stateless=True, json_response=True,
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=ctx.settings.max_body_bytes,
+    )

@@ -5,6 +5,7 @@ list as PROTOCOL.md names it, the tools that need no device, and the OpenAPI doc
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -67,6 +68,17 @@ async def test_the_tool_list_is_protocols_with_a_description_and_schema_each(api
     for name in SESSION_TOOLS:
         assert "session_id" in by_name[name].input_schema["required"], name
         assert "screen" in (by_name[name].description or ""), name
+
+
+async def test_the_first_requests_of_a_process_come_together_and_each_gets_its_answer(api: Api) -> None:
+    # The SDK loads on /mcp's first request (coordinator/mcp/endpoint.py): requests that come
+    # while it loads wait for the one load, and each is answered on its own.
+    async def tools_seen() -> list[str]:
+        async with mcp_client(api) as session:
+            return [t.name for t in (await session.list_tools()).tools]
+
+    seen = await asyncio.gather(*(tools_seen() for _ in range(5)))
+    assert len(seen) == 5 and all(names == seen[0] and "observe" in names for names in seen), seen
 
 
 async def test_a_missing_bad_or_revoked_token_gets_the_contracts_401(api: Api) -> None:

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from coordinator.mcp.server import PATH as MCP_PATH
+from coordinator.mcp.endpoint import PATH as MCP_PATH
 from coordinator.state.keys import Keys
 from coordinator.state.scripts import Deployment, load_scripts, lua_dir
 from coordinator.transport.base import PlainTransport, RedisTransport
