@@ -102,6 +102,15 @@ export class ArtifactStrip {
     }
   }
 
+  /** `draw()`, which takes the strip out of the page and puts it back (the task view draws
+   *  itself again on every event): the strip stays scrolled where a person left it, since an
+   *  element out of the page forgets its scroll, and the thumbnails in reach are read. */
+  keepingScroll(draw) {
+    const left = this.list.scrollLeft;
+    draw();
+    this.list.scrollLeft = left;
+  }
+
   close() {
     this.closed = true;
     this.aborts.abort();

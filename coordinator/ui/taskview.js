@@ -121,7 +121,7 @@ export class TaskView {
     if (this.closed || task === null) return;
     const times = story.durations(task, this.events);
     const current = task.status === TaskStatus.RUNNING ? task.progress : null;
-    this.root.replaceChildren(
+    this.strip.keepingScroll(() => this.root.replaceChildren(
       el("dl", { class: "facts" },
         ...fact("Status", task.cancel_requested ? `${task.status} (cancelling)` : task.status, views.toneOf(task.status)),
         ...fact("Work", views.work(task)),
@@ -151,8 +151,7 @@ export class TaskView {
       this.#timeline(current),
       ...(this.recording ? [this.recording.element] : []), // the same element each time, as the strip
       this.strip.element, // the same element each time: its thumbnails stay
-
-    );
+    ));
   }
 
   #attempts() {

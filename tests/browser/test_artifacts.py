@@ -162,3 +162,15 @@ def test_a_long_run_s_thumbnails_are_read_as_the_strip_scrolls_to_them(
     page.js("(list => { list.scrollLeft = list.scrollWidth; })(document.querySelector('#task-artifacts ol'))")
     page.wait_for("document.querySelector('#task-artifacts li[data-step=\"59\"] img').naturalWidth === 40",
                   what="the last thumbnail, once scrolled to")
+    # An event draws the view again, strip and all: the strip stays where it was scrolled to
+    # (an element taken out of the page forgets its scroll, and a running task's steps come
+    # every few seconds).
+    scrolled = page.js("document.querySelector('#task-artifacts ol').scrollLeft")
+    assert scrolled > 0
+    renewal = {"task_id": lease["task_id"], "attempt": lease["attempt"],
+               "progress": {"step_index": 59, "status": "done", "summary": "the last"}}
+    response = coordinator.api.post(f"/internal/v1/hosts/host-a/leases/{lease['lease_id']}/renew", json=renewal,
+                                    headers=coordinator.host_headers("host-a"))
+    assert response.status_code == 200, response.text
+    page.wait_for("!!document.querySelector('#task-timeline li.step[data-step=\"59\"]')", what="the step drawn")
+    assert page.js("document.querySelector('#task-artifacts ol').scrollLeft") == scrolled
