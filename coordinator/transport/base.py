@@ -88,6 +88,7 @@ def popped_values(reply: object) -> list[bytes]:
 
 T = TypeVar("T")
 
+
 # Set while a call that must not be sent twice (a script call, the inbox's pop) goes through
 # redis-py's own command path: the pool's retry (``OnceMore``) leaves its failure to its caller.
 _sent_once: ContextVar[bool] = ContextVar("sent_once", default=False)

@@ -71,6 +71,26 @@ class _BoundedPipeline(ClusterPipeline):
             lambda: super(_BoundedPipeline, self).execute(raise_on_error, allow_redirections))
 
 
+async def given_up_on_cancel(call: Awaitable[T]) -> T:
+    """``call`` in a task of its own, awaited without being it: redis-py's cluster client swallows
+    a cancellation that comes as it sends (a process stopped as it starts), and would hold the
+    stopping caller for the call's whole timeout. A call given up on ends by itself (``aclose``
+    drops its connection), and its end is nobody's. The task starts in the caller's context."""
+    task = asyncio.ensure_future(call)
+    try:
+        await asyncio.wait({task})
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_ended_unheard)
+        raise
+    return task.result()
+
+
+def _ended_unheard(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: not logged as never retrieved
+
+
 class ClusterTransport:
     """A deployment on a Redis Cluster: every key shares one hash tag, so one node holds them all."""
 
@@ -147,7 +167,7 @@ class ClusterTransport:
             raise asyncio.CancelledError
         token = _holding_permit.set(True)  # outside the permits, on the connection kept for it
         try:
-            popped = await self.client.blmpop(timeout, 1, key, direction="LEFT", count=count)
+            popped = await given_up_on_cancel(self.client.blmpop(timeout, 1, key, direction="LEFT", count=count))
         finally:
             _holding_permit.reset(token)
         return popped_values(popped)
