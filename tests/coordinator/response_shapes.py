@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import jsonschema
+import jsonschema_rs
 
 from coordinator.api.openapi import openapi_document
 from coordinator.api.routes import ENDPOINTS
@@ -53,6 +54,14 @@ def validator(name: str) -> jsonschema.protocols.Validator:
     return jsonschema.Draft202012Validator(root)
 
 
+@cache
+def fast_validator(name: str) -> jsonschema_rs.Draft202012Validator:
+    """``validator(name)``'s schema in jsonschema-rs, which says whether an answer is valid in a
+    fraction of jsonschema's time; jsonschema words why one is not (``best_match``)."""
+    root = {"$ref": _REF + name, "components": {"schemas": closed(_document()["components"]["schemas"])}}
+    return jsonschema_rs.Draft202012Validator(root)
+
+
 def shape_of(method: str, path: str, status: int) -> str | None:
     """The shape the document names for ``status`` of the route ``method path`` matches (an error
     answer of a path no route matches is an ``Error``); None where it names no JSON answer."""
@@ -71,6 +80,8 @@ def check(method: str, path: str, status: int, body: Any) -> None:
     with ``status``."""
     name = shape_of(method, path, status)
     assert name is not None, f"{method} {path} answered JSON with {status}, for which its route names no shape"
+    if fast_validator(name).is_valid(body):
+        return
     error = jsonschema.exceptions.best_match(validator(name).iter_errors(body))
     assert error is None, (f"{method} {path} {status}: the answer is no {name} "
                            f"(coordinator/api/shapes/): {error.message} at {list(error.absolute_path)}")
