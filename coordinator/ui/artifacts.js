@@ -15,6 +15,10 @@ const FETCHES_AT_ONCE = 4; // thumbnails read in parallel: a long run's strip do
 // A thumbnail is read once it comes within a strip's width of the strip's visible part: a run of
 // hundreds of steps costs the tab the screenshots looked at, not all of them.
 const READ_AHEAD = "0px 100%";
+// An upload describes its artifact (and the feed announces it) before its bytes are committed
+// under their name (coordinator/blobs/artifacts.py): a read in between answers 404. A
+// thumbnail read so is read again after these waits before it is shown as failed.
+const RETRY_MISSING_MS = [250, 1_000, 3_000];
 
 /** Strip order: attempt, then step (no step last), then upload time, then name. */
 export function compareArtifacts(a, b) {
@@ -136,7 +140,7 @@ export class ArtifactStrip {
         type: artifact.content_type,
       },
     }, button);
-    const entry = { artifact, node, img, bytes: null };
+    const entry = { artifact, node, img, bytes: null, missing: 0 }; // missing: reads answered 404 so far
     button.onclick = () => this.#open(entry);
     return entry;
   }
@@ -171,6 +175,12 @@ export class ArtifactStrip {
         .catch((error) => {
           if (error.name === "AbortError") return;
           entry.bytes = null; // a click tries again
+          const wait = error.status === 404 ? RETRY_MISSING_MS[entry.missing] : undefined;
+          if (wait !== undefined) {
+            entry.missing += 1;
+            setTimeout(() => this.closed || this.#fetchSoon(entry), wait);
+            return;
+          }
           entry.node.dataset.state = "failed"; // not wire: its bytes could not be read
           entry.node.title = `Could not read ${entry.artifact.name}: ${error.message}`;
         })

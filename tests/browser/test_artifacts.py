@@ -143,6 +143,25 @@ def test_the_strip_orders_by_attempt_then_step_and_an_artifact_moves_no_chart(
 
 
 @pytest.mark.parametrize("coordinator_settings", [{"COORDINATOR_LEASE_TTL_S": "60"}])
+def test_a_thumbnail_whose_bytes_are_not_committed_yet_is_read_again(
+    coordinator: CoordinatorProcess, dashboard: Dashboard
+) -> None:
+    # An upload describes its artifact, and the feed announces it, before its bytes are
+    # committed: a read in between answers 404 (coordinator/blobs/artifacts.py), as this one does.
+    task, lease = running_goal(coordinator, "host-a", "phone-1")
+    dashboard.open_signed_in()
+    page = dashboard.page
+    page.js(f"location.hash = '#task/{task['task_id']}'")
+    page.wait_for("!!document.getElementById('task-artifacts')", what="the task view")
+    path = f"/api/v1/tasks/{task['task_id']}/artifacts/step-0.png"
+    page.refuse_once(path, 404, {"code": "not_found", "message": "no artifact step-0.png"})
+    screenshot(coordinator, lease, 0)
+    page.wait_for(f"{STRIP}.filter(([, , w]) => w === {WIDTHS[0]}).length === 1", what="the thumbnail, read again")
+    assert len([url for url in page.requests if path in url]) == 2
+    assert page.js("document.querySelector('#task-artifacts li[data-step=\"0\"]').dataset.state") is None
+
+
+@pytest.mark.parametrize("coordinator_settings", [{"COORDINATOR_LEASE_TTL_S": "60"}])
 def test_a_long_run_s_thumbnails_are_read_as_the_strip_scrolls_to_them(
     coordinator: CoordinatorProcess, dashboard: Dashboard
 ) -> None:
