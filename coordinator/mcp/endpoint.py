@@ -52,8 +52,8 @@ class McpEndpoint:
             yield
         finally:
             self._stop.set()
-            if self._runner is not None:
-                await self._runner
+            if self._runner is not None:  # a manager that failed to start has said so to its request
+                await asyncio.gather(self._runner, return_exceptions=True)
 
     async def _start(self) -> StreamableHTTPSessionManager:
         async with self._loading:
@@ -61,12 +61,18 @@ class McpEndpoint:
                 server = await asyncio.to_thread(importlib.import_module, "coordinator.mcp.server")
                 manager = server.session_manager(self._ctx)
                 started = asyncio.Event()
-                self._runner = asyncio.create_task(self._run(manager, started), name="mcp session manager")
+                runner = asyncio.create_task(self._run(manager, started), name="mcp session manager")
+                self._runner = runner
                 await started.wait()
+                if runner.done():
+                    runner.result()  # why it could not start, raised to this request (a 500); the next tries again
                 self._manager = manager
         return self._manager
 
     async def _run(self, manager: StreamableHTTPSessionManager, started: asyncio.Event) -> None:
-        async with manager.run():
-            started.set()
-            await self._stop.wait()
+        try:
+            async with manager.run():
+                started.set()
+                await self._stop.wait()
+        finally:
+            started.set()  # started or not: the request waiting for it goes on
