@@ -152,7 +152,7 @@ def test_the_page_resumes_after_the_coordinator_restarts(coordinator: Coordinato
     assert len(feeds) >= 2 and "Last-Event-ID" not in feeds[0] and all(h.get("Last-Event-ID") for h in feeds[1:]), feeds
 
 
-@pytest.mark.parametrize("coordinator_settings", [ALLOW_RECEIVERS_ENV])
+@pytest.mark.parametrize("coordinator_settings", [{**ALLOW_RECEIVERS_ENV, "COORDINATOR_LEASE_TTL_S": "60"}])
 def test_a_first_read_refused_is_said_and_retried_until_the_page_shows_everything(
     coordinator: CoordinatorProcess, dashboard: Dashboard
 ) -> None:
